@@ -1,0 +1,162 @@
+// The backward engine. See autograd/engine.h for the algorithm.
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/function.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/ops/ops.h"
+
+namespace loom::autograd {
+
+namespace {
+
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+thread_local const Node* t_running = nullptr;  // the node whose backward runs now
+
+struct ByLatest {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+// Adds g into the leaf's .grad and runs the leaf's hooks.
+void accumulate(const Node& acc, Tensor g) {
+  const Tensor& leaf = acc.leaf;
+  AutogradMeta& m = leaf.ensure_autograd_meta();
+  if (!m.grad.defined()) {
+    // Take the gradient as is when nothing else holds it; otherwise copy, so that later in-place
+    // accumulation never writes into a tensor the user or another node can see.
+    bool owned = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
+    m.grad = owned ? g : g.clone();
+  } else {
+    m.grad.add_(g);
+  }
+  for (const Hook& h : m.post_accumulate_hooks) h(leaf);
+}
+
+}  // namespace
+
+bool in_backward() { return t_callbacks != nullptr; }
+
+bool needs_input_grad(size_t i) {
+  return t_running == nullptr || (i < t_running->next.size() && t_running->next[i].node != nullptr);
+}
+
+void queue_callback(std::function<void()> cb) {
+  LOOM_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");
+  t_callbacks->push_back(std::move(cb));
+}
+
+void register_post_accumulate_grad_hook(const Tensor& leaf, Hook hook) {
+  LOOM_CHECK(leaf.is_leaf() && leaf.requires_grad(),
+             "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad, got ",
+             describe(leaf), leaf.is_leaf() ? " that does not require grad" : " made by an op");
+  leaf.ensure_autograd_meta().post_accumulate_hooks.push_back(std::move(hook));
+}
+
+void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
+  LOOM_CHECK(root.defined(), "backward: the tensor is undefined");
+  LOOM_CHECK(root.requires_grad(), "backward: ", describe(root),
+             " does not require grad and has no grad_fn (did you compute it under NoGradGuard, or "
+             "from tensors that do not require grad?)");
+  LOOM_CHECK(t_callbacks == nullptr, "backward: called from inside another backward pass");
+  Tensor g0 = grad_root;
+  if (!g0.defined()) {
+    LOOM_CHECK(root.numel() == 1, "backward: grad can be implied only for a one-element output, got ",
+               describe(root), "; pass a gradient of the same shape");
+    g0 = ones_like(root);
+  }
+  LOOM_CHECK(g0.shape() == root.shape(), "backward: gradient ", describe(g0), " does not match ",
+             describe(root));
+
+  NoGradGuard no_grad;  // the backward functions themselves are not recorded
+  std::shared_ptr<Node> root_node = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
+
+  // 1. Count the edges that reach each node (iterative DFS; the graph can be deep).
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root_node.get()};
+  deps[root_node.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      auto [it, inserted] = deps.try_emplace(e.node.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(e.node.get());
+    }
+  }
+
+  // 2. Run nodes whose gradients are complete, latest first.
+  std::vector<std::function<void()>> callbacks;
+  t_callbacks = &callbacks;
+  std::unordered_map<Node*, Tensor> pending{{root_node.get(), g0}};
+  std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
+  ready.push(root_node.get());
+  try {
+    while (!ready.empty()) {
+      Node* n = ready.top();
+      ready.pop();
+      Tensor g = std::move(pending[n]);
+      pending.erase(n);
+      if (n->is_accumulate_grad()) {
+        accumulate(*n, std::move(g));
+        continue;
+      }
+      LOOM_CHECK(n->backward != nullptr, "backward: trying to backward through the graph a second time ",
+                 "(through '", n->name, "'); its saved tensors were freed after the first backward. ",
+                 "Pass retain_graph = true to the first backward if you need to backward twice");
+      t_running = n;
+      Grads grads = n->backward(g);
+      t_running = nullptr;
+      LOOM_CHECK(grads.size() == n->next.size(), n->name, ": backward returned ", grads.size(),
+                 " gradients for ", n->next.size(), " inputs");
+      if (!retain_graph) n->backward = nullptr;  // frees the saved tensors
+      for (size_t i = 0; i < grads.size(); ++i) {
+        Node* next = n->next[i].node.get();
+        if (!next) continue;
+        if (grads[i].defined()) {
+          LOOM_CHECK(grads[i].shape() == n->input_shapes[i], n->name, ": backward returned a gradient of shape ",
+                     grads[i].shape(), " for input ", i, " of shape ", n->input_shapes[i]);
+          Tensor& slot = pending[next];
+          slot = slot.defined() ? add(slot, grads[i]) : grads[i];
+        }
+        if (--deps[next] == 0) {
+          if (pending.count(next) && pending[next].defined()) {
+            ready.push(next);
+          } else {
+            pending.erase(next);  // no gradient reached it: nothing flows further down this path
+            // Its inputs still wait on this edge; release them as if it had run with no gradient.
+            std::vector<Node*> skip{next};
+            while (!skip.empty()) {
+              Node* s = skip.back();
+              skip.pop_back();
+              for (const Edge& e : s->next) {
+                if (!e.node) continue;
+                if (--deps[e.node.get()] == 0) {
+                  if (pending.count(e.node.get()) && pending[e.node.get()].defined()) ready.push(e.node.get());
+                  else skip.push_back(e.node.get());
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  } catch (...) {
+    t_callbacks = nullptr;
+    t_running = nullptr;
+    throw;
+  }
+  t_callbacks = nullptr;
+  for (auto& cb : callbacks) cb();
+}
+
+}  // namespace loom::autograd
+
+namespace loom {
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  autograd::backward(*this, grad, retain_graph);
+}
+}  // namespace loom

@@ -1,0 +1,74 @@
+// record(), Saved, and the AccumulateGrad node of a leaf.
+#include "autograd/function.h"
+
+#include <atomic>
+
+namespace loom::autograd {
+
+uint64_t next_sequence_nr() {
+  static std::atomic<uint64_t> counter{0};
+  return counter++;
+}
+
+Saved::Saved(const Tensor& t, const char* op) : op_(op) {
+  if (!t.defined()) return;
+  t_ = t.detach();  // an alias without grad_fn: no reference cycle through the graph
+  version_ = t.version();
+}
+
+const Tensor& Saved::get() const {
+  if (t_.defined()) {
+    LOOM_CHECK(t_.version() == version_, op_, ": a tensor (", describe(t_),
+               ") saved for the backward pass was modified in place (its version went from ",
+               version_, " to ", t_.version(), "); compute on a clone() instead");
+  }
+  return t_;
+}
+
+bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  AutogradMeta& m = leaf.ensure_autograd_meta();
+  if (auto existing = m.grad_accumulator.lock()) return existing;
+  auto node = std::make_shared<Node>("AccumulateGrad", next_sequence_nr());
+  node->leaf = leaf;
+  m.grad_accumulator = node;
+  return node;
+}
+
+Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return out;
+  for (const Tensor& in : inputs) {
+    // An op that returned one of its inputs unchanged (contiguous() of a contiguous tensor):
+    // give the result its own impl so the input keeps its own history.
+    if (in.is_same(out)) out = out.detach();
+  }
+  auto node = std::make_shared<Node>(op, next_sequence_nr());
+  node->backward = std::move(backward);
+  node->next.reserve(inputs.size());
+  node->input_shapes.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    Edge e;
+    if (in.defined() && in.requires_grad()) e.node = in.is_leaf() ? grad_accumulator(in) : in.grad_fn();
+    node->next.push_back(std::move(e));
+    node->input_shapes.push_back(in.defined() ? in.shape() : Shape{});
+  }
+  AutogradMeta& m = out.ensure_autograd_meta();
+  m.requires_grad = true;
+  m.grad_fn = std::move(node);
+  return out;
+}
+
+}  // namespace loom::autograd

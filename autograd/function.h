@@ -1,0 +1,50 @@
+// record() and save(): how an op joins the autograd graph. An op computes its output with the
+// kernels, then calls record() with its inputs and a backward lambda; record() does nothing when
+// grad mode is off or no input requires grad. Tensors the backward needs are captured through
+// save(), which keeps a detached alias and the version it had, and get() raises a clear error if
+// the tensor was modified in place in between.
+// Leaves out: the engine that runs the backward functions (autograd/engine.h).
+#pragma once
+
+#include <initializer_list>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+
+namespace loom::autograd {
+
+// A tensor saved for backward.
+class Saved {
+ public:
+  Saved() = default;
+  Saved(const Tensor& t, const char* op);
+  // The saved tensor; throws if it was modified in place after it was saved.
+  const Tensor& get() const;
+  bool defined() const { return t_.defined(); }
+
+ private:
+  Tensor t_;
+  uint64_t version_ = 0;
+  const char* op_ = "";
+};
+
+// True when grad mode is on and any of `inputs` requires grad.
+bool any_requires_grad(std::initializer_list<Tensor> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Inside a backward function: whether input i of the running node needs a gradient. Expensive
+// backward functions (mm, conv2d) skip the products nobody will use.
+bool needs_input_grad(size_t i);
+
+// Attaches a node for `op` to `out`, with one edge per input. Returns `out`.
+Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+}  // namespace loom::autograd
+
+namespace loom {
+// Shorthand used throughout autograd/ops.
+inline autograd::Saved save(const Tensor& t, const char* op) { return autograd::Saved(t, op); }
+using autograd::Grads;
+using autograd::needs_input_grad;
+using autograd::record;
+}  // namespace loom

@@ -1,0 +1,242 @@
+// Differentiable elementwise ops: forward (one backend call) and backward side by side.
+// Gradients of broadcast inputs are summed back to the input's shape with sum_to.
+#include "autograd/ops/elementwise.h"
+
+#include "autograd/function.h"
+#include "autograd/ops/checks.h"
+#include "autograd/ops/factory.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "kernels/raw_ops.h"
+
+namespace loom {
+
+using detail::check_pair;
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  // Sum the leading dims that `shape` lacks, and the dims where `shape` has 1 but g does not.
+  size_t lead = g.dim() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < size_t(g.dim()); ++d)
+    if (d < lead || (shape[d - lead] == 1 && g.size(d) != 1)) dims.push_back(int64_t(d));
+  Tensor s = dims.empty() ? g : backend_for(g.device()).reduce(ReduceOp::Sum, g, dims, true);
+  return raw::view(raw::contiguous(s), shape);
+}
+
+// ---------------------------------------------------------------- binary
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = check_pair("add", a, b).binary(BinaryOp::Add, a, b);
+  return record("add", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return Grads{sum_to(g, sa), sum_to(g, sb)};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = check_pair("sub", a, b).binary(BinaryOp::Sub, a, b);
+  return record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = check_pair("mul", a, b).binary(BinaryOp::Mul, a, b);
+  return record("mul", out, {a, b}, [sa = save(a, "mul"), sb = save(b, "mul")](const Tensor& g) {
+    const Tensor &a = sa.get(), &b = sb.get();
+    return Grads{sum_to(g * b, a.shape()), sum_to(g * a, b.shape())};
+  });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = check_pair("div", a, b).binary(BinaryOp::Div, a, b);
+  return record("div", out, {a, b}, [sa = save(a, "div"), sb = save(b, "div")](const Tensor& g) {
+    const Tensor &a = sa.get(), &b = sb.get();
+    Tensor ga = g / b;
+    return Grads{sum_to(ga, a.shape()), sum_to(neg(ga * a / b), b.shape())};
+  });
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = check_pair("pow", a, b).binary(BinaryOp::Pow, a, b);
+  return record("pow", out, {a, b},
+                [sa = save(a, "pow"), sb = save(b, "pow"), so = save(out, "pow")](const Tensor& g) {
+                  const Tensor &a = sa.get(), &b = sb.get(), &y = so.get();
+                  // d/da a^b = b a^(b-1); d/db a^b = a^b log a
+                  Tensor ga = g * b * pow(a, b - 1.0);
+                  Tensor gb = g * y * log(a);
+                  return Grads{sum_to(ga, a.shape()), sum_to(gb, b.shape())};
+                });
+}
+
+namespace {
+// maximum/minimum: the gradient goes to the input that was selected (a on ties).
+Tensor select_extreme(const char* name, BinaryOp op, BinaryOp pick_a, const Tensor& a, const Tensor& b) {
+  Tensor out = check_pair(name, a, b).binary(op, a, b);
+  return record(name, out, {a, b}, [sa = save(a, name), sb = save(b, name), pick_a](const Tensor& g) {
+    const Tensor &a = sa.get(), &b = sb.get();
+    Tensor take_a = backend_for(a.device()).binary(pick_a, a, b);
+    Tensor z = zeros_like(g);
+    return Grads{sum_to(where(take_a, g, z), a.shape()), sum_to(where(take_a, z, g), b.shape())};
+  });
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return select_extreme("maximum", BinaryOp::Maximum, BinaryOp::Ge, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return select_extreme("minimum", BinaryOp::Minimum, BinaryOp::Le, a, b); }
+
+// ---------------------------------------------------------------- with a scalar
+
+Tensor add(const Tensor& a, double s) {
+  detail::check_defined("add", a);
+  Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Add, a, s, false);
+  return record("add", out, {a}, [](const Tensor& g) { return Grads{g}; });
+}
+
+Tensor sub(const Tensor& a, double s) { return add(a, -s); }
+
+Tensor rsub(const Tensor& a, double s) {
+  detail::check_defined("rsub", a);
+  Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Sub, a, s, true);
+  return record("rsub", out, {a}, [](const Tensor& g) { return Grads{neg(g)}; });
+}
+
+Tensor mul(const Tensor& a, double s) {
+  detail::check_defined("mul", a);
+  Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Mul, a, s, false);
+  return record("mul", out, {a}, [s](const Tensor& g) { return Grads{g * s}; });
+}
+
+Tensor div(const Tensor& a, double s) {
+  detail::check_defined("div", a);
+  Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Div, a, s, false);
+  return record("div", out, {a}, [s](const Tensor& g) { return Grads{g / s}; });
+}
+
+Tensor rdiv(const Tensor& a, double s) {
+  detail::check_defined("rdiv", a);
+  Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Div, a, s, true);
+  // d/da (s / a) = -s / a^2 = -out / a
+  return record("rdiv", out, {a}, [sa = save(a, "rdiv"), so = save(out, "rdiv")](const Tensor& g) {
+    return Grads{neg(g * so.get() / sa.get())};
+  });
+}
+
+Tensor pow(const Tensor& a, double p) {
+  detail::check_defined("pow", a);
+  Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Pow, a, p, false);
+  return record("pow", out, {a}, [sa = save(a, "pow"), p](const Tensor& g) {
+    return Grads{g * pow(sa.get(), p - 1.0) * p};
+  });
+}
+
+// ---------------------------------------------------------------- unary
+
+namespace {
+Tensor unary(const char* name, UnaryOp op, const Tensor& x) {
+  detail::check_defined(name, x);
+  return backend_for(x.device()).unary(op, x);
+}
+// Backward of the form g op' saved (one fused binary kernel).
+Grads fused_grad(BinaryOp op, const Tensor& g, const Tensor& saved) {
+  return Grads{backend_for(g.device()).binary(op, g, saved)};
+}
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  return record("neg", unary("neg", UnaryOp::Neg, x), {x}, [](const Tensor& g) { return Grads{neg(g)}; });
+}
+
+Tensor abs(const Tensor& x) {
+  return record("abs", unary("abs", UnaryOp::Abs, x), {x},
+                [sx = save(x, "abs")](const Tensor& g) { return Grads{g * sign(sx.get())}; });
+}
+
+Tensor sign(const Tensor& x) {
+  return record("sign", unary("sign", UnaryOp::Sign, x), {x},
+                [](const Tensor& g) { return Grads{zeros_like(g)}; });
+}
+
+Tensor square(const Tensor& x) {
+  return record("square", unary("square", UnaryOp::Square, x), {x},
+                [sx = save(x, "square")](const Tensor& g) { return Grads{g * sx.get() * 2.0}; });
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor out = unary("exp", UnaryOp::Exp, x);
+  return record("exp", out, {x}, [sy = save(out, "exp")](const Tensor& g) { return Grads{g * sy.get()}; });
+}
+
+Tensor log(const Tensor& x) {
+  return record("log", unary("log", UnaryOp::Log, x), {x},
+                [sx = save(x, "log")](const Tensor& g) { return Grads{g / sx.get()}; });
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor out = unary("sqrt", UnaryOp::Sqrt, x);
+  return record("sqrt", out, {x}, [sy = save(out, "sqrt")](const Tensor& g) {
+    return Grads{g / sy.get() * 0.5};
+  });
+}
+
+Tensor rsqrt(const Tensor& x) {
+  Tensor out = unary("rsqrt", UnaryOp::Rsqrt, x);
+  // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
+  return record("rsqrt", out, {x}, [sy = save(out, "rsqrt")](const Tensor& g) {
+    const Tensor& y = sy.get();
+    return Grads{g * y * y * y * -0.5};
+  });
+}
+
+Tensor relu(const Tensor& x) {
+  return record("relu", unary("relu", UnaryOp::Relu, x), {x}, [sx = save(x, "relu")](const Tensor& g) {
+    return fused_grad(BinaryOp::ReluBackward, g, sx.get());
+  });
+}
+
+Tensor gelu(const Tensor& x) {
+  return record("gelu", unary("gelu", UnaryOp::Gelu, x), {x}, [sx = save(x, "gelu")](const Tensor& g) {
+    return fused_grad(BinaryOp::GeluBackward, g, sx.get());
+  });
+}
+
+Tensor sigmoid(const Tensor& x) {
+  Tensor out = unary("sigmoid", UnaryOp::Sigmoid, x);
+  return record("sigmoid", out, {x}, [sy = save(out, "sigmoid")](const Tensor& g) {
+    return fused_grad(BinaryOp::SigmoidBackward, g, sy.get());
+  });
+}
+
+Tensor tanh(const Tensor& x) {
+  Tensor out = unary("tanh", UnaryOp::Tanh, x);
+  return record("tanh", out, {x}, [sy = save(out, "tanh")](const Tensor& g) {
+    return fused_grad(BinaryOp::TanhBackward, g, sy.get());
+  });
+}
+
+// ---------------------------------------------------------------- comparisons and where
+
+Tensor eq(const Tensor& a, const Tensor& b) { return check_pair("eq", a, b).binary(BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return check_pair("ne", a, b).binary(BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return check_pair("lt", a, b).binary(BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return check_pair("le", a, b).binary(BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return check_pair("gt", a, b).binary(BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return check_pair("ge", a, b).binary(BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, double s) { return backend_for(a.device()).binary_scalar(BinaryOp::Eq, a, s, false); }
+Tensor gt(const Tensor& a, double s) { return backend_for(a.device()).binary_scalar(BinaryOp::Gt, a, s, false); }
+Tensor lt(const Tensor& a, double s) { return backend_for(a.device()).binary_scalar(BinaryOp::Lt, a, s, false); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_pair("where", a, b);
+  detail::check_defined("where", cond, "condition");
+  LOOM_CHECK(cond.dtype() == DType::Bool, "where: the condition must be bool, got ", describe(cond));
+  LOOM_CHECK(cond.device() == a.device(), "where: the condition ", describe(cond),
+             " is not on the device of the values ", describe(a));
+  Tensor out = backend_for(a.device()).where(cond, a, b);
+  return record("where", out, {a, b}, [c = save(cond, "where"), sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    Tensor z = zeros_like(g);
+    return Grads{sum_to(where(c.get(), g, z), sa), sum_to(where(c.get(), z, g), sb)};
+  });
+}
+
+}  // namespace loom

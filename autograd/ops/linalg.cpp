@@ -1,0 +1,94 @@
+// Differentiable matrix products. matmul reduces every case to mm or bmm:
+//   (K) @ (K)       -> dot as (1, K) @ (K, 1)
+//   (..., M, K) @ (K, N)       -> one mm on the flattened (... * M, K)
+//   (..., M, K) @ (..., K, N)  -> bmm over the broadcast batch
+#include "autograd/ops/linalg.h"
+
+#include "autograd/function.h"
+#include "autograd/ops/checks.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/shape.h"
+#include "kernels/raw_ops.h"
+
+namespace loom {
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  Backend& be = detail::check_pair("mm", a, b);
+  detail::check_dim("mm", a, 2, "a");
+  detail::check_dim("mm", b, 2, "b");
+  LOOM_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.shape(), " and ", b.shape(),
+             " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
+  detail::check_floating("mm", a);
+  Tensor out = be.mm(a, b);
+  return record("mm", out, {a, b}, [sa = save(a, "mm"), sb = save(b, "mm")](const Tensor& g) {
+    // dA = g B^T, dB = A^T g (transposed views: the GEMM reads them without a copy)
+    const Tensor &a = sa.get(), &b = sb.get();
+    Backend& be = backend_for(g.device());
+    Tensor ga = needs_input_grad(0) ? be.mm(g, raw::transpose(b, 0, 1)) : Tensor();
+    Tensor gb = needs_input_grad(1) ? be.mm(raw::transpose(a, 0, 1), g) : Tensor();
+    return Grads{ga, gb};
+  });
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  Backend& be = detail::check_pair("bmm", a, b);
+  detail::check_dim("bmm", a, 3, "a");
+  detail::check_dim("bmm", b, 3, "b");
+  LOOM_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes ", a.shape(), " and ",
+             b.shape(), " cannot be multiplied (expected (B, M, K) and (B, K, N))");
+  detail::check_floating("bmm", a);
+  Tensor out = be.bmm(a, b);
+  return record("bmm", out, {a, b}, [sa = save(a, "bmm"), sb = save(b, "bmm")](const Tensor& g) {
+    const Tensor &a = sa.get(), &b = sb.get();
+    Backend& be = backend_for(g.device());
+    Tensor ga = needs_input_grad(0) ? be.bmm(g, raw::transpose(b, 1, 2)) : Tensor();
+    Tensor gb = needs_input_grad(1) ? be.bmm(raw::transpose(a, 1, 2), g) : Tensor();
+    return Grads{ga, gb};
+  });
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_pair("matmul", a, b);
+  LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got ",
+             a.shape(), " and ", b.shape());
+  if (a.dim() == 1 && b.dim() == 1) {
+    LOOM_CHECK(a.size(0) == b.size(0), "matmul: vectors of sizes ", a.size(0), " and ", b.size(0),
+               " have no dot product");
+    return reshape(mm(unsqueeze(a, 0), unsqueeze(b, 1)), {});
+  }
+  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
+  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
+  int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  LOOM_CHECK(b.size(-2) == K, "matmul: shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (",
+             K, " != ", b.size(-2), ")");
+  if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  if (b.dim() == 2) {  // fold a's batch dims into M
+    Shape out_shape(a.shape().begin(), a.shape().end() - 1);
+    out_shape.push_back(N);
+    return reshape(mm(reshape(a, {-1, K}), b), out_shape);
+  }
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes("matmul", batch_a, batch_b);
+  Shape ea = batch, eb = batch, out_shape = batch;
+  ea.insert(ea.end(), {M, K});
+  eb.insert(eb.end(), {K, N});
+  out_shape.insert(out_shape.end(), {M, N});
+  Tensor a3 = reshape(expand(a, ea), {-1, M, K}), b3 = reshape(expand(b, eb), {-1, K, N});
+  return reshape(bmm(a3, b3), out_shape);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_pair("linear", x, weight);
+  detail::check_dim("linear", weight, 2, "weight");
+  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
+             " has ", x.dim() ? x.size(-1) : 0, " features, weight ", weight.shape(), " expects ", weight.size(1));
+  Tensor y = matmul(x, weight.t());
+  if (bias.defined()) {
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
+               " does not match weight ", weight.shape(), " (expected (", weight.size(0), "))");
+    y = y + bias;
+  }
+  return y;
+}
+
+}  // namespace loom

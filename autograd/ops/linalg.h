@@ -1,0 +1,16 @@
+// Matrix products: matmul (1-d, 2-d and batched with broadcasting, like torch.matmul), mm, bmm,
+// and linear (x W^T + b).
+// Leaves out: decompositions and solvers.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace loom {
+
+Tensor mm(const Tensor& a, const Tensor& b);   // (M, K) @ (K, N) -> (M, N)
+Tensor bmm(const Tensor& a, const Tensor& b);  // (B, M, K) @ (B, K, N) -> (B, M, N)
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x: (..., in), weight: (out, in), bias: (out) or undefined -> (..., out)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace loom

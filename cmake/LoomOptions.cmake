@@ -1,0 +1,37 @@
+# Build options of loom.
+include(CheckLanguage)
+
+# LOOM_CUDA: on when nvcc is found (compiles the CUDA backend), off for a CPU-only build.
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  set(_loom_cuda_default ON)
+else()
+  set(_loom_cuda_default OFF)
+endif()
+option(LOOM_CUDA "Build the CUDA backend" ${_loom_cuda_default})
+option(LOOM_BUILD_TESTS "Build the tests" ON)
+option(LOOM_BUILD_BENCHMARKS "Build the benchmarks (needs Google Benchmark)" ON)
+option(LOOM_NATIVE "Compile the CPU code for this machine's instruction set (-march=native)" ON)
+option(LOOM_WERROR "Treat warnings as errors" OFF)
+
+if(LOOM_CUDA)
+  # A short default list: Ampere (80) and Hopper (90, H100/H200). Override with
+  # -DCMAKE_CUDA_ARCHITECTURES=90 for one architecture (CI does, to build faster).
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr --extended-lambda -Xcompiler=-Wall")
+endif()
+
+function(loom_set_warnings target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  if(LOOM_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+  if(LOOM_NATIVE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+endfunction()

@@ -1,0 +1,32 @@
+// Allocator: the interface every device's memory manager implements, and the registry that finds
+// the allocator of a device. The CPU allocator (64-byte aligned) lives here; the CUDA caching
+// allocator in core/cuda_allocator.h.
+// Leaves out: caching on the CPU (aligned_alloc is fast enough for host tensors).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "core/device.h"
+
+namespace loom {
+
+// Owning pointer to raw device memory; the deleter returns it to its allocator.
+using DataPtr = std::unique_ptr<void, std::function<void(void*)>>;
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual DataPtr allocate(size_t nbytes) = 0;
+};
+
+constexpr size_t kCpuAlignment = 64;  // a cache line, and enough for any SIMD load
+
+Allocator& cpu_allocator();
+
+// The allocator for a device: the CPU one, or the CUDA caching allocator
+// (core/cuda_allocator.cpp, compiled only when loom is built with CUDA).
+Allocator& allocator_for(Device d);
+
+}  // namespace loom

@@ -1,0 +1,13 @@
+// The default generator.
+#include "core/generator.h"
+
+namespace loom {
+
+Generator& default_generator() {
+  static Generator g;
+  return g;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+}  // namespace loom

@@ -1,0 +1,169 @@
+// CPU reductions. The input is viewed as (outer, inner) rows with the reduced dims innermost
+// (a copy only when the layout needs one); the column case (reducing the leading dims of a
+// contiguous tensor, e.g. a bias gradient) reduces in place without the copy. Sums accumulate in
+// double on the CPU, so float32 sums are accurate to the last bit that matters.
+#include <cmath>
+#include <limits>
+
+#include "core/dispatch.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/raw_ops.h"
+
+namespace loom::cpu {
+
+namespace {
+
+template <typename T>
+using sum_t = std::conditional_t<std::is_floating_point_v<acc_t<T>>, double, int64_t>;
+
+// Reduces each row of a contiguous (rows, n) block.
+template <typename T>
+void reduce_rows(ReduceOp op, const T* x, T* out, int64_t rows, int64_t n) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* p = x + r * n;
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+        sum_t<T> s = 0;
+        for (int64_t j = 0; j < n; ++j) s += sum_t<T>(acc_t<T>(p[j]));
+        out[r] = T(acc_t<T>(op == ReduceOp::Mean ? s / sum_t<T>(n) : s));
+      } else {
+        acc_t<T> m = acc_t<T>(p[0]);
+        for (int64_t j = 1; j < n; ++j) {
+          acc_t<T> v = acc_t<T>(p[j]);
+          bool take = op == ReduceOp::Max ? (v > m) : (v < m);
+          if (take || v != v) m = v;
+          if (m != m) break;  // NaN wins
+        }
+        out[r] = T(m);
+      }
+    }
+  });
+}
+
+// Reduces the leading `rows` of a contiguous (rows, cols) block into (cols).
+template <typename T>
+void reduce_cols(ReduceOp op, const T* x, T* out, int64_t rows, int64_t cols) {
+  parallel_for(0, cols, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows, 1)), [&](int64_t b, int64_t e) {
+    std::vector<sum_t<T>> s(e - b, 0);
+    std::vector<acc_t<T>> m(e - b);
+    for (int64_t c = b; c < e; ++c) m[c - b] = acc_t<T>(x[c]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* p = x + r * cols;
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+        for (int64_t c = b; c < e; ++c) s[c - b] += sum_t<T>(acc_t<T>(p[c]));
+      } else {
+        for (int64_t c = b; c < e; ++c) {
+          acc_t<T> v = acc_t<T>(p[c]);
+          acc_t<T>& cur = m[c - b];
+          if (op == ReduceOp::Max ? (v > cur || v != v) : (v < cur || v != v)) cur = cur != cur ? cur : v;
+        }
+      }
+    }
+    for (int64_t c = b; c < e; ++c) {
+      if (op == ReduceOp::Sum) out[c] = T(acc_t<T>(s[c - b]));
+      else if (op == ReduceOp::Mean) out[c] = T(acc_t<T>(s[c - b] / sum_t<T>(rows)));
+      else out[c] = T(m[c - b]);
+    }
+  });
+}
+
+const char* reduce_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "reduce";
+}
+
+}  // namespace
+
+Tensor CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
+                          bool keepdim) {
+  const char* name = reduce_name(op);
+  std::vector<bool> reduced(x.dim(), dims_in.empty());
+  for (int64_t d : dims_in) reduced[d] = true;
+  Shape out_shape, kept_shape;
+  std::vector<int64_t> perm_kept, perm_red;
+  int64_t inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (reduced[d]) {
+      perm_red.push_back(d);
+      inner *= x.size(d);
+      if (keepdim) out_shape.push_back(1);
+    } else {
+      perm_kept.push_back(d);
+      kept_shape.push_back(x.size(d));
+      out_shape.push_back(x.size(d));
+    }
+  }
+  int64_t outer = numel(kept_shape);
+  LOOM_CHECK(inner > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, name,
+             ": cannot reduce over zero elements (shape ", x.shape(), ")");
+  LOOM_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()), "mean: dtype ", dtype_name(x.dtype()),
+             " is not supported (expected a floating type)");
+  Tensor out = empty(out_shape, {.dtype = x.dtype()});
+  if (inner == 0) {
+    fill_(out, op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    return out;
+  }
+  LOOM_DISPATCH_NUMERIC(x.dtype(), name, [&] {
+    // Column case: the reduced dims lead and x is contiguous.
+    bool leading = !perm_red.empty() && perm_red.back() == int64_t(perm_red.size()) - 1;
+    if (leading && x.is_contiguous() && outer > 1) {
+      reduce_cols<scalar_t>(op, x.data<scalar_t>(), out.data<scalar_t>(), inner, outer);
+      return;
+    }
+    std::vector<int64_t> perm = perm_kept;
+    perm.insert(perm.end(), perm_red.begin(), perm_red.end());
+    Tensor xc = raw::contiguous(raw::permute(x, perm));
+    reduce_rows<scalar_t>(op, xc.data<scalar_t>(), out.data<scalar_t>(), outer, inner);
+  });
+  return out;
+}
+
+std::pair<Tensor, Tensor> CpuBackend::max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  int64_t n = x.size(dim);
+  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(), ")");
+  std::vector<int64_t> perm;
+  Shape out_shape;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d == dim) {
+      if (keepdim) out_shape.push_back(1);
+      continue;
+    }
+    perm.push_back(d);
+    out_shape.push_back(x.size(d));
+  }
+  perm.push_back(dim);
+  Tensor xc = raw::contiguous(raw::permute(x, perm));
+  Tensor values = empty(out_shape, {.dtype = x.dtype()});
+  Tensor indices = empty(out_shape, {.dtype = DType::I64});
+  int64_t rows = values.numel();
+  LOOM_DISPATCH_NUMERIC(x.dtype(), "max", [&] {
+    const scalar_t* p = xc.data<scalar_t>();
+    scalar_t* v = values.data<scalar_t>();
+    int64_t* ix = indices.data<int64_t>();
+    parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / n), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const scalar_t* row = p + r * n;
+        acc_t<scalar_t> best = acc_t<scalar_t>(row[0]);
+        int64_t arg = 0;
+        for (int64_t j = 1; j < n && best == best; ++j) {
+          acc_t<scalar_t> cur = acc_t<scalar_t>(row[j]);
+          if (cur > best || cur != cur) {
+            best = cur;
+            arg = j;
+          }
+        }
+        v[r] = scalar_t(best);
+        ix[r] = arg;
+      }
+    });
+  });
+  return {values, indices};
+}
+
+}  // namespace loom::cpu
