@@ -1,0 +1,173 @@
+// The autograd engine: accumulation, retain_graph, no_grad, detach, in-place version errors,
+// hooks and end-of-backward callbacks, diamond graphs, deep graphs without recursion.
+#include <gtest/gtest.h>
+
+#include "autograd/function.h"
+#include "autograd/ops/ops.h"
+
+using namespace loom;
+
+namespace {
+Tensor leaf(std::vector<double> v, Shape s) { return from_vector(v, s, true); }
+}  // namespace
+
+TEST(Engine, GradientsOfASmallGraph) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  Tensor y = (x * x * 3.0 + x).sum();  // dy/dx = 6x + 1
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{7, 13, 19}));
+}
+
+TEST(Engine, AccumulatesOverTwoBackwards) {
+  Tensor x = leaf({1, 2}, {2});
+  (x * 2.0).sum().backward();
+  (x * x).sum().backward();  // adds 2x
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{4, 6}));
+}
+
+TEST(Engine, DiamondSumsBothPaths) {
+  Tensor x = leaf({3}, {1});
+  Tensor a = x * 2.0, b = x * x;
+  (a * b).sum().backward();  // d/dx 2x^3 = 6x^2
+  EXPECT_DOUBLE_EQ(x.grad().item(), 54.0);
+}
+
+TEST(Engine, SecondBackwardWithoutRetainGraphIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = (x * x).sum();
+  y.backward();
+  try {
+    y.backward();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Engine, RetainGraphAllowsASecondBackward) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = (x * x).sum();
+  y.backward(Tensor(), true);
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{4, 8}));
+}
+
+TEST(Engine, NoGradRecordsNothing) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y;
+  {
+    NoGradGuard g;
+    y = x * 2.0;
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(y.is_leaf());
+  EXPECT_THROW(y.sum().backward(), Error);
+  EXPECT_TRUE(autograd::is_grad_enabled());
+}
+
+TEST(Engine, DetachStopsGradients) {
+  Tensor x = leaf({2}, {1});
+  Tensor y = x * x.detach();  // d/dx = x (the detached factor is a constant)
+  y.sum().backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 2.0);
+  EXPECT_EQ(x.detach().storage(), x.storage());
+}
+
+TEST(Engine, ModifyingASavedTensorInPlaceIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor a = x * 1.0;  // a non-leaf
+  Tensor e = exp(a);   // saves its output
+  {
+    NoGradGuard g;
+    e.mul_(2.0);  // modifies the saved output (allowed under no_grad, bumps the version)
+  }
+  try {
+    e.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    std::string m = err.what();
+    EXPECT_NE(m.find("exp"), std::string::npos) << m;
+    EXPECT_NE(m.find("modified in place"), std::string::npos) << m;
+  }
+}
+
+TEST(Engine, InPlaceOnALeafThatRequiresGradIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  try {
+    x.add_(ones({2}, {.dtype = kF64}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("add_"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NoGradGuard"), std::string::npos) << e.what();
+  }
+  NoGradGuard g;
+  x.add_(ones({2}, {.dtype = kF64}));
+  EXPECT_EQ(x.to_vector<double>(), (std::vector<double>{2, 3}));
+  EXPECT_EQ(x.version(), 1u);
+}
+
+TEST(Engine, PostAccumulateHooksAndCallbacksRunInOrder) {
+  Tensor w1 = leaf({1}, {1}), w2 = leaf({2}, {1});
+  std::vector<std::string> events;
+  autograd::register_post_accumulate_grad_hook(w1, [&](const Tensor& p) {
+    events.push_back("w1 grad " + std::to_string(p.grad().item()));
+    autograd::queue_callback([&] { events.push_back("callback"); });
+  });
+  autograd::register_post_accumulate_grad_hook(w2, [&](const Tensor&) { events.push_back("w2"); });
+  Tensor h = w1 * 3.0;   // created first: its gradient arrives last
+  Tensor y = h * w2;     // y = 3 w1 w2
+  y.sum().backward();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0], "w2");  // reverse order of the forward
+  EXPECT_EQ(events[1], "w1 grad 6.000000");
+  EXPECT_EQ(events[2], "callback");  // after the whole pass
+  EXPECT_THROW(autograd::queue_callback([] {}), Error);  // no pass running now
+}
+
+TEST(Engine, DeepChainDoesNotRecurse) {
+  Tensor x = leaf({1.0}, {1});
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = y * 1.0;
+  y.sum().backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 1.0);
+}
+
+TEST(Engine, UnusedBranchGetsNoGradient) {
+  Tensor x = leaf({1, 2}, {2}), z = leaf({5}, {1});
+  Tensor unused = z * 2.0;  // recorded but not part of the loss
+  (x * 2.0).sum().backward();
+  EXPECT_FALSE(z.grad().defined());
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+}
+
+TEST(Engine, GradientOfAViewFlowsToTheBase) {
+  Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor y = x.t().slice(0, 1, 3).reshape({4});  // columns 1 and 2 of x
+  (y * from_vector<double>({1, 2, 3, 4}, {4})).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 1, 3, 0, 2, 4}));
+}
+
+TEST(Engine, NeedsInputGradSkipsUnneededProducts) {
+  Tensor x = randn({4, 3}, {.dtype = kF64});  // data: no grad
+  Tensor w = randn({3, 2}, {.dtype = kF64, .requires_grad = true});
+  mm(x, w).sum().backward();
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Engine, GradOfNonScalarNeedsAnExplicitGradient) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = x * 2.0;
+  EXPECT_THROW(y.backward(), Error);
+  y.backward(from_vector<double>({1, 10}, {2}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 20}));
+}
+
+TEST(Engine, ToDtypeIsDifferentiable) {
+  Tensor x = leaf({1.5, -2}, {2});
+  Tensor y = (x.to(kF32) * 2.0).sum();
+  y.backward();
+  EXPECT_EQ(x.grad().dtype(), kF64);
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+}
