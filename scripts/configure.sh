@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Configures the build folder (default: build/). CUDA is compiled when nvcc is found; set
+# LOOM_CUDA_ARCHITECTURES (default "80;90") to choose GPU architectures, LOOM_CUDA=OFF to skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${LOOM_BUILD_DIR:-build}
+args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [ -z "${LOOM_CUDA:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+[ -n "${LOOM_CUDA:-}" ] && args+=(-DLOOM_CUDA="$LOOM_CUDA")
+[ -n "${LOOM_CUDA_ARCHITECTURES:-}" ] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCHITECTURES")
+cmake "${args[@]}" >/dev/null
+echo "$build"

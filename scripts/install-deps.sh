@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what loom needs on Debian 12 / Ubuntu (apt-get) and the Python packages its interop
+# tests read files with (pip). Only missing packages are installed; run as root or with sudo.
+set -euo pipefail
+
+debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
+      nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
+      libgloo-dev python3 python3-pip)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python readers for the interop tests (safetensors files, TensorBoard event files).
+py=(safetensors numpy tensorboard)
+if ! python3 -c "import safetensors, numpy, tensorboard" 2>/dev/null; then
+  echo "== installing Python packages: ${py[*]}"
+  python3 -m pip install -q "${py[@]}" 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages "${py[@]}"
+fi
