@@ -26,7 +26,8 @@ struct Device {
 };
 
 inline const Device kCPU{DeviceType::CPU, 0};
-inline Device cuda(int index = 0) { return Device(DeviceType::CUDA, index); }
+// Named cuda_device, not cuda: loom::cuda is the namespace of the CUDA backend (kernels/cuda/).
+inline Device cuda_device(int index = 0) { return Device(DeviceType::CUDA, index); }
 
 std::ostream& operator<<(std::ostream& os, const Device& d);
 

@@ -31,7 +31,7 @@ struct AutogradMeta;
 // where they record the graph and call the kernels. The non-differentiable view arithmetic they
 // build on is in core/tensor_views.h (namespace loom::raw).
 
-// Options for factories: zeros({2, 3}, {.dtype = kF64, .device = cuda(0)}).
+// Options for factories: zeros({2, 3}, {.dtype = kF64, .device = cuda_device(0)}).
 struct Options {
   DType dtype = DType::F32;
   Device device = Device();
