@@ -1,0 +1,343 @@
+// GPU microbenchmarks, each a ratio against the ceiling or library called directly in the same
+// run: contiguous f32 add against a device-to-device cudaMemcpy (bandwidth), 4096^3 matmul (f32
+// strict and bf16) against cuBLASLt and cuBLAS called directly, the cnn workload's convolutions
+// (batch 256, all three directions) against cuDNN's fastest algorithm called directly, and the
+// caching allocator's alloc/free pairs. Times are medians of repeats measured with CUDA events
+// after warm-up, on random (never zero) inputs.   ./build/benchmarks/bench_gpu_kernels [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "autograd/ops/ops.h"
+#include "core/allocator.h"
+#include "kernels/cuda/blas_handle.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/library_check.h"
+#include "kernels/cuda/math_mode.h"
+#include "kernels/cuda/stream.h"
+
+using namespace loom;
+
+namespace {
+
+Device dev0() { return Device(DeviceType::CUDA, 0); }
+cudaStream_t stream() { return cuda::current_stream(0); }
+bool g_quick = false;
+
+// Median milliseconds per call of f: warm-up, then `reps` event-timed batches of `iters` calls.
+double time_ms(const std::function<void()>& f, int iters, int reps = 7) {
+  if (g_quick) reps = 3;
+  for (int i = 0; i < 3; ++i) f();
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  cuda::Event start(true), end(true);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    start.record(stream());
+    for (int i = 0; i < iters; ++i) f();
+    end.record(stream());
+    end.synchronize();
+    t.push_back(double(start.elapsed_ms(end)) / iters);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string name, loom, ref, ratio, target;
+  bool ok;
+};
+std::vector<Row> g_rows;
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// ratio = loom time / reference time (lower is better); ok when within `slack` of 1.
+void add_time_row(const std::string& name, double loom_ms, double ref_ms, const std::string& unit_note,
+                  double slack = 1.05) {
+  double ratio = loom_ms / ref_ms;
+  g_rows.push_back({name, fmt("%.4f ms", loom_ms), fmt("%.4f ms", ref_ms) + unit_note, fmt("%.3f", ratio),
+                    fmt("<= %.2f", slack), ratio <= slack});
+}
+
+// ---------------------------------------------------------------- elementwise add vs copy
+void bench_add() {
+  const int64_t n = g_quick ? (int64_t(1) << 26) : (int64_t(1) << 28);  // 256 MiB or 1 GiB per f32 tensor
+  Tensor a = randn({n}, {.device = dev0()}), b = randn({n}, {.device = dev0()});
+  Tensor dst = empty({n}, {.device = dev0()});
+  auto& be = cuda::cuda_backend();
+  double copy_ms = time_ms([&] {
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), a.data_ptr(), size_t(n) * 4, cudaMemcpyDeviceToDevice, stream()));
+  }, 10);
+  double add_ms = time_ms([&] { be.binary(BinaryOp::Add, a, b); }, 10);
+  double copy_gbs = 2.0 * n * 4 / copy_ms / 1e6, add_gbs = 3.0 * n * 4 / add_ms / 1e6;
+  double pct = 100 * add_gbs / copy_gbs;
+  g_rows.push_back({"add f32 " + std::to_string(n >> 20) + "M elems (GB/s, r+w)", fmt("%.0f GB/s", add_gbs),
+                    fmt("%.0f GB/s (D2D copy)", copy_gbs), fmt("%.1f%%", pct), ">= 80%", pct >= 80});
+}
+
+// ---------------------------------------------------------------- matmul
+// C (n x n) = A B through cuBLASLt called directly, the best heuristic algorithm, 32 MiB workspace.
+struct DirectLt {
+  cublasLtMatmulDesc_t op{};
+  cublasLtMatrixLayout_t l{};
+  cublasLtMatmulAlgo_t algo{};
+  size_t ws_size = 0;
+  void* ws = nullptr;
+  cudaDataType_t type;
+  DirectLt(int64_t n, cudaDataType_t t, cublasComputeType_t compute) : type(t) {
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
+    LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, uint64_t(n), uint64_t(n), n));
+    cublasLtMatmulPreference_t pref;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t max_ws = cuda::kLtMaxWorkspaceBytes;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                           sizeof(max_ws)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cuda::lt_handle(0), op, l, l, l, l, pref, 1, &res, &found));
+    LOOM_CHECK(found > 0, "bench: no cuBLASLt algorithm");
+    cublasLtMatmulPreferenceDestroy(pref);
+    algo = res.algo;
+    ws_size = res.workspaceSize;
+    if (ws_size) LOOM_CUDA_CHECK(cudaMalloc(&ws, ws_size));
+  }
+  ~DirectLt() {
+    if (ws) cudaFree(ws);
+    cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(op);
+  }
+  void run(const void* A, const void* B, void* C) {
+    float one = 1, zero = 0;
+    LOOM_CUBLAS_CHECK(cublasLtMatmul(cuda::lt_handle(0), op, &one, A, l, B, l, &zero, C, l, C, l, &algo, ws, ws_size,
+                                     stream()));
+  }
+};
+
+void bench_matmul(cublasHandle_t blas) {
+  const int64_t n = 4096;
+  const double flops = 2.0 * n * n * n;
+  auto& be = cuda::cuda_backend();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor a = randn({n, n}, {.device = dev0()}).to(dt), b = randn({n, n}, {.device = dev0()}).to(dt);
+    Tensor c = empty({n, n}, {.dtype = dt, .device = dev0()});
+    cudaDataType_t t = dt == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+    int iters = dt == DType::F32 ? 10 : 50;
+    double loom_ms = time_ms([&] { be.mm(a, b); }, iters);
+    DirectLt lt(n, t, CUBLAS_COMPUTE_32F);
+    double lt_ms = time_ms([&] { lt.run(b.data_ptr(), a.data_ptr(), c.data_ptr()); }, iters);
+    float one = 1, zero = 0;
+    double gemm_ms = time_ms([&] {
+      LOOM_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &one, b.data_ptr(), t,
+                                     int(n), a.data_ptr(), t, int(n), &zero, c.data_ptr(), t, int(n),
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }, iters);
+    double best = std::min(lt_ms, gemm_ms);
+    std::string name = std::string("mm 4096^3 ") + (dt == DType::F32 ? "f32 strict" : "bf16");
+    add_time_row(name, loom_ms, best, lt_ms <= gemm_ms ? " cublasLt" : " cublasGemmEx");
+    g_rows.back().loom += fmt(" %.0f TF/s", flops / loom_ms / 1e9);
+    g_rows.back().ref += fmt(" %.0f TF/s", flops / best / 1e9);
+  }
+}
+
+// ---------------------------------------------------------------- conv2d (cnn workload, batch 256)
+struct ConvLayer {
+  const char* name;
+  int64_t C, H, K;  // 3x3, padding 1, stride 1, square H x H
+};
+
+// cuDNN called directly: descriptors, the fastest algorithm by cudnnFind*Ex, and a timed call.
+struct DirectConv {
+  cudnnHandle_t h;
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  void* ws = nullptr;
+  size_t ws_size = 0;
+  DirectConv(const ConvLayer& L, int64_t N, cudnnDataType_t dt, cudnnMathType_t math) {
+    LOOM_CUDNN_CHECK(cudnnCreate(&h));
+    LOOM_CUDNN_CHECK(cudnnSetStream(h, stream()));
+    LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(N), int(L.C), int(L.H), int(L.H)));
+    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, int(N), int(L.K), int(L.H), int(L.H)));
+    LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, int(L.K), int(L.C), 3, 3));
+    LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
+    ws_size = size_t(512) << 20;
+    LOOM_CUDA_CHECK(cudaMalloc(&ws, ws_size));
+  }
+  ~DirectConv() {
+    cudaFree(ws);
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroy(h);
+  }
+};
+
+void bench_conv() {
+  const int64_t N = 256;
+  const ConvLayer layers[] = {{"conv1 1->32 28x28", 1, 28, 32}, {"conv2 32->64 28x28", 32, 28, 64},
+                              {"conv3 64->128 14x14", 64, 14, 128}};
+  auto& be = cuda::cuda_backend();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const char* dn = dt == DType::F32 ? "f32" : "bf16";
+    cudnnDataType_t cdt = dt == DType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
+    cudnnMathType_t math = dt == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    for (const ConvLayer& L : layers) {
+      Conv2dParams p;
+      p.padding = {1, 1};
+      Tensor x = randn({N, L.C, L.H, L.H}, {.device = dev0()}).to(dt);
+      Tensor w = (randn({L.K, L.C, 3, 3}, {.device = dev0()}) * 0.1).to(dt);
+      Tensor gy = randn({N, L.K, L.H, L.H}, {.device = dev0()}).to(dt);
+      Tensor out_y = empty(gy.shape(), {.dtype = dt, .device = dev0()});
+      Tensor out_x = empty(x.shape(), {.dtype = dt, .device = dev0()});
+      Tensor out_w = empty(w.shape(), {.dtype = dt, .device = dev0()});
+      DirectConv d(L, N, cdt, math);
+      float one = 1, zero = 0;
+      const int it = 20;
+      // forward
+      {
+        cudnnConvolutionFwdAlgoPerf_t perf[16];
+        int n = 0;
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(d.h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y,
+                                                                out_y.data_ptr(), 16, &n, perf, d.ws, d.ws_size));
+        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN forward algorithm");
+        if (dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
+        auto algo = perf[0].algo;
+        double ref = time_ms([&] {
+          LOOM_CUDNN_CHECK(cudnnConvolutionForward(d.h, &one, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, algo, d.ws,
+                                                   d.ws_size, &zero, d.y, out_y.data_ptr()));
+        }, it);
+        double ours = time_ms([&] { be.conv2d(x, w, p); }, it);
+        add_time_row(std::string(L.name) + " fwd " + dn, ours, ref, "");
+        LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
+      }
+      // backward data
+      {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+        int n = 0;
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(d.h, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv,
+                                                                     d.x, out_x.data_ptr(), 16, &n, perf, d.ws, d.ws_size));
+        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN backward-data algorithm");
+        if (dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
+        auto algo = perf[0].algo;
+        double ref = time_ms([&] {
+          LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(d.h, &one, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv, algo,
+                                                        d.ws, d.ws_size, &zero, d.x, out_x.data_ptr()));
+        }, it);
+        double ours = time_ms([&] { be.conv2d_backward_input(gy, w, x.shape(), p); }, it);
+        add_time_row(std::string(L.name) + " bwd-data " + dn, ours, ref, "");
+        LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
+      }
+      // backward filter
+      {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
+        int n = 0;
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(d.h, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv,
+                                                                       d.w, out_w.data_ptr(), 16, &n, perf, d.ws,
+                                                                       d.ws_size));
+        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN backward-filter algorithm");
+        if (dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
+        auto algo = perf[0].algo;
+        double ref = time_ms([&] {
+          LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(d.h, &one, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv, algo,
+                                                          d.ws, d.ws_size, &zero, d.w, out_w.data_ptr()));
+        }, it);
+        double ours = time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, it);
+        add_time_row(std::string(L.name) + " bwd-filter " + dn, ours, ref, "");
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- allocator
+void bench_allocator() {
+  const int pairs = g_quick ? 100000 : 1000000;
+  Allocator& alloc = allocator_for(dev0());
+  // Mixed sizes, log-uniform from 256 B to 32 MiB, with up to 16 blocks alive at once.
+  std::mt19937_64 rng(42);
+  std::vector<size_t> sizes(4096);
+  for (size_t& s : sizes) s = size_t(256.0 * std::pow(2.0, std::uniform_real_distribution<double>(0, 17)(rng)));
+  std::vector<DataPtr> live(16);
+  for (int i = 0; i < 1000; ++i) live[size_t(i) % 16] = alloc.allocate(sizes[size_t(i) % sizes.size()]);  // warm
+  for (auto& p : live) p.reset();
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < pairs; ++i) live[size_t(i) % 16] = alloc.allocate(sizes[size_t(i) % sizes.size()]);
+  for (auto& p : live) p.reset();
+  auto t1 = std::chrono::steady_clock::now();
+  double ns_pair = std::chrono::duration<double, std::nano>(t1 - t0).count() / pairs;
+  // The same pattern through cudaMalloc/cudaFree (fewer pairs: they are slow).
+  const int raw_pairs = 2000;
+  std::vector<void*> raw(16, nullptr);
+  auto t2 = std::chrono::steady_clock::now();
+  for (int i = 0; i < raw_pairs; ++i) {
+    void*& slot = raw[size_t(i) % 16];
+    if (slot) LOOM_CUDA_CHECK(cudaFree(slot));
+    LOOM_CUDA_CHECK(cudaMalloc(&slot, sizes[size_t(i) % sizes.size()]));
+  }
+  for (void* p : raw)
+    if (p) LOOM_CUDA_CHECK(cudaFree(p));
+  auto t3 = std::chrono::steady_clock::now();
+  double raw_ns = std::chrono::duration<double, std::nano>(t3 - t2).count() / raw_pairs;
+  g_rows.push_back({"allocator " + std::to_string(pairs) + " alloc/free pairs, 256 B..32 MiB",
+                    fmt("%.0f ns/pair", ns_pair), fmt("%.0f ns/pair (cudaMalloc+cudaFree)", raw_ns),
+                    fmt("%.4f", ns_pair / raw_ns), "(report)", true});
+}
+
+void print_table() {
+  std::printf("\n%-46s %-22s %-36s %-8s %-8s %s\n", "benchmark", "loom", "reference", "ratio", "target", "");
+  std::printf("%s\n", std::string(130, '-').c_str());
+  int fails = 0;
+  for (const Row& r : g_rows) {
+    std::printf("%-46s %-22s %-36s %-8s %-8s %s\n", r.name.c_str(), r.loom.c_str(), r.ref.c_str(), r.ratio.c_str(),
+                r.target.c_str(), r.ok ? "ok" : "MISS");
+    fails += r.ok ? 0 : 1;
+  }
+  std::printf("%d of %zu rows meet their target\n", int(g_rows.size()) - fails, g_rows.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) g_quick = g_quick || std::strcmp(argv[i], "--quick") == 0;
+  if (!cuda::is_available()) {
+    std::printf("bench_gpu_kernels: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device 0: %s, %d SMs, %.0f GiB; TF32 %s\n", prop.name, prop.multiProcessorCount,
+              double(prop.totalGlobalMem) / (1 << 30), cuda::allow_tf32() ? "allowed" : "off (strict fp32)");
+  cublasHandle_t blas;
+  LOOM_CUBLAS_CHECK(cublasCreate(&blas));
+  LOOM_CUBLAS_CHECK(cublasSetStream(blas, stream()));
+  LOOM_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));  // no TF32
+  struct Step {
+    const char* name;
+    std::function<void()> run;
+  };
+  for (const Step& s : {Step{"add", bench_add}, Step{"matmul", [&] { bench_matmul(blas); }}, Step{"conv", bench_conv},
+                        Step{"allocator", bench_allocator}}) {
+    std::printf("running %s ...\n", s.name);
+    std::fflush(stdout);
+    s.run();
+  }
+  cublasDestroy(blas);
+  print_table();
+  return 0;
+}

@@ -1,0 +1,157 @@
+// CUDA matrix products: mm, bmm and the fused linear layer, all through cuBLASLt (lt_matmul.h).
+// Row-major loom tensors are handed to column-major cuBLAS without copies (Note [Row-major GEMM]);
+// layouts that are neither row- nor column-contiguous are copied with raw::contiguous first.
+// Leaves out: the plan cache and the library calls (lt_matmul.cpp).
+#include <algorithm>
+#include <optional>
+
+#include "core/tensor_views.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_linear.h"
+#include "kernels/cuda/lt_matmul.h"
+#include "kernels/raw_ops.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// Note [Row-major GEMM]
+// cuBLAS is column-major. A row-major (M, N) output C is, in the same memory, the column-major
+// N x M matrix C^T = B^T A^T. So we ask cuBLASLt for D = op(A') op(B') with A' = b, B' = a,
+// m = N, n = M, k = K. A row-major factor X (R, C) with unit column stride is, as stored, the
+// column-major C x R matrix X^T (op N gives what we need); a transposed view (unit row stride) is
+// stored as the column-major R x C matrix X itself, so it goes in with op T. Either way no copy.
+
+// `t` (R, C) with strides (s0, s1) at batch stride sb, as a cuBLAS operand, or nothing when its
+// layout is neither row- nor column-contiguous (or is broadcast along rows or the batch).
+std::optional<LtOperand> as_operand(const Tensor& t, int64_t R, int64_t C, int64_t s0, int64_t s1,
+                                    int64_t sb, int64_t batch) {
+  if (batch > 1 && sb <= 0) return std::nullopt;
+  LtOperand op;
+  op.ptr = t.data_ptr();
+  op.batch_stride = batch > 1 ? sb : 0;
+  if ((C == 1 || s1 == 1) && (R == 1 || s0 >= std::max<int64_t>(C, 1))) {
+    op.transpose = false;  // stored as X^T: C x R, column-major
+    op.rows = C;
+    op.cols = R;
+    op.ld = R == 1 ? std::max<int64_t>(C, 1) : s0;
+    return op;
+  }
+  if ((R == 1 || s0 == 1) && (C == 1 || s1 >= std::max<int64_t>(R, 1))) {
+    op.transpose = true;  // stored as X: R x C, column-major
+    op.rows = R;
+    op.cols = C;
+    op.ld = C == 1 ? std::max<int64_t>(R, 1) : s1;
+    return op;
+  }
+  return std::nullopt;
+}
+
+// The operand of a 3-d (B, R, C) tensor, copying it to contiguous when its layout needs that.
+// `keep` holds the copy alive until the launch.
+LtOperand operand_of(const Tensor& t, Tensor& keep) {
+  int64_t B = t.size(0), R = t.size(1), C = t.size(2);
+  if (auto op = as_operand(t, R, C, t.stride(1), t.stride(2), t.stride(0), B)) return *op;
+  keep = raw::contiguous(t);
+  return *as_operand(keep, R, C, keep.stride(1), keep.stride(2), keep.stride(0), B);
+}
+
+// out (B, M, N) contiguous = a (B, M, K) @ b (B, K, N), with an optional epilogue.
+void gemm(const Tensor& out, const Tensor& a, const Tensor& b, LtEpilogue epi = LtEpilogue::None,
+          const Tensor& bias = Tensor()) {
+  int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  if (out.numel() == 0) return;
+  if (K == 0) {  // an empty sum; epilogues only come from linear_fused, which rejects K == 0
+    cuda_backend().fill_(out, 0.0);
+    return;
+  }
+  Tensor keep_a, keep_b;
+  LtMatmulArgs args;
+  args.device = out.device().index;
+  args.dtype = out.dtype();
+  args.m = N;
+  args.n = M;
+  args.k = K;
+  args.batch = B;
+  args.a = operand_of(b, keep_b);
+  args.b = operand_of(a, keep_a);
+  args.d = out.data_ptr();
+  args.ldd = N;
+  args.batch_stride_d = M * N;
+  args.epilogue = epi;
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  lt_matmul(args);
+}
+
+void check_cuda_floating(const char* op, const Tensor& t) {
+  LOOM_CHECK(t.device().is_cuda(), op, ": expected a CUDA tensor, got ", describe(t));
+  LOOM_CHECK(is_floating(t.dtype()), op, ": dtype ", dtype_name(t.dtype()),
+             " is not supported (expected a floating type)");
+}
+
+}  // namespace
+
+// a: (M, K), b: (K, N) -> (M, N)
+Tensor CudaBackend::mm(const Tensor& a, const Tensor& b) {
+  check_cuda_floating("mm", a);
+  Tensor out = empty({a.size(0), b.size(1)}, {.dtype = a.dtype(), .device = a.device()});
+  gemm(raw::unsqueeze(out, 0), raw::unsqueeze(a, 0), raw::unsqueeze(b, 0));
+  return out;
+}
+
+// a: (B, M, K), b: (B, K, N) -> (B, M, N)
+Tensor CudaBackend::bmm(const Tensor& a, const Tensor& b) {
+  check_cuda_floating("bmm", a);
+  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, {.dtype = a.dtype(), .device = a.device()});
+  gemm(out, a, b);
+  return out;
+}
+
+// x: (..., K), w: (N, K), bias: (N) or undefined -> (..., N)
+Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act) {
+  LOOM_CHECK(x.defined() && w.defined(), "linear_fused: input and weight must be defined");
+  LOOM_CHECK(x.device().is_cuda(), "linear_fused: expected CUDA tensors, got input ", describe(x));
+  LOOM_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F16 || x.dtype() == DType::BF16,
+             "linear_fused: dtype ", dtype_name(x.dtype()),
+             " is not supported (expected float32, float16 or bfloat16)");
+  LOOM_CHECK(x.dim() >= 1 && w.dim() == 2, "linear_fused: expected input (..., K) and weight (N, K), got ",
+             x.shape(), " and ", w.shape());
+  int64_t K = x.size(-1), N = w.size(0);
+  LOOM_CHECK(w.size(1) == K, "linear_fused: input ", x.shape(), " has ", K,
+             " features, weight ", w.shape(), " expects ", w.size(1));
+  LOOM_CHECK(K > 0, "linear_fused: input ", x.shape(), " has no features");
+  LOOM_CHECK(w.dtype() == x.dtype() && w.device() == x.device(), "linear_fused: weight ",
+             describe(w), " does not match input ", describe(x));
+  Tensor b;
+  if (bias.defined()) {
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == N, "linear_fused: bias ", bias.shape(),
+               " does not match weight ", w.shape(), " (expected [", N, "])");
+    LOOM_CHECK(bias.dtype() == x.dtype() && bias.device() == x.device(), "linear_fused: bias ",
+               describe(bias), " does not match input ", describe(x));
+    b = raw::contiguous(bias);
+  }
+
+  int64_t M = K == 0 ? 0 : x.numel() / K;
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  if (out.numel() == 0) return out;
+
+  Tensor x2;  // (M, K): a view when the leading dims merge, else a contiguous copy
+  if (auto st = raw::view_strides(x.shape(), x.strides(), {M, K})) {
+    x2 = make_view(x, {M, K}, *st, x.offset());
+  } else {
+    x2 = raw::view(raw::contiguous(x), {M, K});
+  }
+  LtEpilogue epi = LtEpilogue::None;
+  switch (act) {
+    case Activation::None: epi = b.defined() ? LtEpilogue::Bias : LtEpilogue::None; break;
+    case Activation::Relu: epi = b.defined() ? LtEpilogue::ReluBias : LtEpilogue::Relu; break;
+    case Activation::GeluTanh: epi = b.defined() ? LtEpilogue::GeluTanhBias : LtEpilogue::GeluTanh; break;
+  }
+  gemm(raw::view(out, {1, M, N}), raw::unsqueeze(x2, 0), raw::unsqueeze(raw::transpose(w, 0, 1), 0),
+       epi, b);
+  return out;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,20 @@
+// A fused linear layer for the CUDA backend: y = act(x @ w^T + bias) in one cuBLASLt call, with
+// the bias add and the activation done in the product's epilogue. For nn::Linear (and its
+// activation) on CUDA devices; it is not a Backend method and records no autograd.
+// Leaves out: the backward pass (dx = dy w, dw = dy^T x are two plain mm calls) and f64.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace loom::cuda {
+
+// GeluTanh is cuBLASLt's GELU, the tanh approximation; it differs from loom's exact (erf) gelu
+// by less than 1e-3 absolute, so use it only where that approximation is what is wanted.
+enum class Activation { None, Relu, GeluTanh };
+
+// x: (..., K), w: (N, K), bias: (N) or undefined -> (..., N). All on one CUDA device, one dtype
+// (float32, float16 or bfloat16). Float32 follows allow_tf32() (kernels/cuda/math_mode.h).
+Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias,
+                    Activation act = Activation::None);
+
+}  // namespace loom::cuda

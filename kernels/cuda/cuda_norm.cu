@@ -1,0 +1,471 @@
+// CUDA batch normalisation with the CPU backend's contract (kernels/cpu/cpu_norm.cpp, Note [Batch
+// norm formulas]): training forward with batch statistics and the in-place running-stat update
+// (unbiased variance), eval forward with the running statistics, and the training backward.
+// x is read as (N, C, L), L the product of the trailing dims. f16/bf16 accumulate in float32,
+// f64 in float64; save_mean/save_invstd are float32 (float64 for f64 inputs).
+// Leaves out: the eval backward (elementwise, in the op layer), cuDNN's batch norm, NHWC.
+#include <algorithm>
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_norm.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/functors.h"
+#include "kernels/raw_ops.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// Note [Split Welford]
+// One block per channel leaves most of an H200 idle when C is 32..128 (the cnn workload) and
+// each channel holds 200k values. So channel c is split over S blocks (grid (S, C)); each thread
+// runs Welford's update over its strided share, the block merges the threads' (count, mean, M2)
+// with Chan et al.'s pairwise formula through warp shuffles, and a per-channel finalize kernel
+// merges the S block partials in float64. Welford (rather than sum and sum of squares) keeps the
+// variance accurate when |mean| >> std. Threads walk the channel's flat index j = n * L + l
+// without a division per element: (n, l) advance by (blockDim / L, blockDim % L) with a carry.
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+struct NormGeom {
+  int64_t N, C, L, M;  // M = N * L values per channel
+};
+
+NormGeom norm_geom(const Tensor& x) {
+  int64_t N = x.size(0), C = x.size(1);
+  int64_t L = N * C == 0 ? 0 : x.numel() / (N * C);
+  return {N, C, L, N * L};
+}
+
+// Splits per channel: enough blocks for about 4 per multiprocessor, each block >= 2048 values.
+int64_t splits_for(const NormGeom& g, int device) {
+  int sms = 0;
+  LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int64_t want = (4 * int64_t(sms) + g.C - 1) / std::max<int64_t>(g.C, 1);
+  int64_t most = std::max<int64_t>(1, g.M / 2048);
+  return std::clamp<int64_t>(std::min(want, most), 1, 1024);
+}
+
+template <typename A>
+struct Welford {
+  int64_t n = 0;
+  A mean = 0, m2 = 0;
+  __device__ void add(A v) {
+    ++n;
+    A d = v - mean;
+    mean += d / A(n);
+    m2 += d * (v - mean);
+  }
+  __device__ void merge(int64_t nb, A mb, A m2b) {
+    if (nb == 0) return;
+    int64_t nt = n + nb;
+    A d = mb - mean, fb = A(nb) / A(nt);
+    mean += d * fb;
+    m2 += m2b + d * d * A(n) * fb;
+    n = nt;
+  }
+};
+
+// Merges the block's Welford states; thread 0 ends with the block's.
+template <typename A>
+__device__ void block_merge(Welford<A>& w) {
+  __shared__ int64_t sn[kWarps];
+  __shared__ A smean[kWarps], sm2[kWarps];
+  for (int off = 16; off > 0; off /= 2) {
+    int64_t nb = __shfl_down_sync(0xffffffffu, w.n, off);
+    A mb = __shfl_down_sync(0xffffffffu, w.mean, off), m2b = __shfl_down_sync(0xffffffffu, w.m2, off);
+    w.merge(nb, mb, m2b);
+  }
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sn[warp] = w.n, smean[warp] = w.mean, sm2[warp] = w.m2;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 1; i < kWarps; ++i) w.merge(sn[i], smean[i], sm2[i]);
+}
+
+// Sums a value over the block; thread 0 gets the total.
+template <typename A>
+__device__ A block_sum(A v) {
+  __shared__ A s[kWarps];
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  __syncthreads();  // s may still be read by a previous call
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 1; i < kWarps; ++i) v += s[i];
+  return v;
+}
+
+// The walk of one block over its share [j0, j1) of channel c's M values.
+struct ChannelWalk {
+  int64_t j, n, l, step_n, step_l;
+  __device__ ChannelWalk(int64_t j0, int64_t L) {
+    j = j0 + threadIdx.x;
+    n = j / L, l = j - n * L;
+    step_n = blockDim.x / L, step_l = blockDim.x % L;
+  }
+  __device__ void next(int64_t L) {
+    j += blockDim.x;
+    n += step_n, l += step_l;
+    if (l >= L) l -= L, ++n;
+  }
+};
+
+// x: (N, C, L) -> Welford partials (C, S): count, mean, M2 of each block's share.
+template <typename T>
+__global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g, int64_t* __restrict__ pn,
+                                        acc_t<T>* __restrict__ pmean, acc_t<T>* __restrict__ pm2) {
+  using A = acc_t<T>;
+  int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+  int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
+  const T* xc = x + c * g.L;
+  Welford<A> w;
+  for (ChannelWalk it(j0, g.L); it.j < j1; it.next(g.L)) w.add(A(xc[it.n * g.C * g.L + it.l]));
+  block_merge(w);
+  if (threadIdx.x == 0) pn[c * S + s] = w.n, pmean[c * S + s] = w.mean, pm2[c * S + s] = w.m2;
+}
+
+// The naive reference: one block per channel, two passes, float64 sums (slow and accurate).
+// x: (N, C, L) -> mean, var: (C).
+template <typename T>
+__global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t<T>* mean, acc_t<T>* var) {
+  __shared__ double shared_mean;
+  int64_t c = blockIdx.x;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < g.M; j += blockDim.x) s += double(x[(j / g.L) * g.C * g.L + c * g.L + j % g.L]);
+  s = block_sum(s);
+  if (threadIdx.x == 0) shared_mean = s / double(g.M);
+  __syncthreads();
+  double m = shared_mean, ss = 0;
+  for (int64_t j = threadIdx.x; j < g.M; j += blockDim.x) {
+    double d = double(x[(j / g.L) * g.C * g.L + c * g.L + j % g.L]) - m;
+    ss += d * d;
+  }
+  ss = block_sum(ss);
+  if (threadIdx.x == 0) mean[c] = acc_t<T>(m), var[c] = acc_t<T>(ss / double(g.M));
+}
+
+// Merges channel c's S partials in float64 -> mean, biased var.
+template <typename A>
+__device__ void merge_partials(const int64_t* pn, const A* pmean, const A* pm2, int64_t c, int64_t S,
+                               double& mean, double& var) {
+  double n = 0, m = 0, m2 = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    double nb = double(pn[c * S + s]);
+    if (nb == 0) continue;
+    double d = double(pmean[c * S + s]) - m, nt = n + nb;
+    m += d * nb / nt;
+    m2 += double(pm2[c * S + s]) + d * d * n * nb / nt;
+    n = nt;
+  }
+  mean = m;
+  var = n > 0 ? m2 / n : 0.0;
+}
+
+// Per channel: statistics -> save_mean/save_invstd, the affine coefficients, and (optionally)
+// the running-stat update. In eval (pn == nullptr) the running stats are the statistics.
+// var_out (optional) receives the biased variance (for batch_norm_stats).
+// w, b: x's dtype T or null; running: R or null.
+template <typename T, typename R>
+__global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, const acc_t<T>* pm2, int64_t S,
+                                   int64_t C, int64_t M, const T* w, const T* b, R* run_mean, R* run_var,
+                                   double momentum, double eps, acc_t<T>* save_mean, acc_t<T>* save_invstd,
+                                   acc_t<T>* scale, acc_t<T>* shift, acc_t<T>* var_out) {
+  using A = acc_t<T>;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    double mean, var;
+    if (pn) {
+      merge_partials(pn, pmean, pm2, c, S, mean, var);
+    } else {
+      mean = run_mean ? double(acc_t<R>(run_mean[c])) : 0.0;
+      var = run_var ? double(acc_t<R>(run_var[c])) : 1.0;
+    }
+    double invstd = 1.0 / sqrt(var + eps);
+    double wc = w ? double(acc_t<T>(w[c])) : 1.0, bc = b ? double(acc_t<T>(b[c])) : 0.0;
+    save_mean[c] = A(mean);
+    save_invstd[c] = A(invstd);
+    if (var_out) var_out[c] = A(var);
+    scale[c] = A(wc * invstd);
+    shift[c] = A(bc);
+    if (pn && run_mean) {
+      run_mean[c] = R((1 - momentum) * double(acc_t<R>(run_mean[c])) + momentum * mean);
+      if (run_var)
+        run_var[c] = R((1 - momentum) * double(acc_t<R>(run_var[c])) + momentum * var * double(M) / double(M - 1));
+    }
+  }
+}
+
+// y = (x - mean[c]) * scale[c] + shift[c]. Grid: (chunks of L, planes N * C).
+template <typename T>
+__global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* mean,
+                                const acc_t<T>* scale, const acc_t<T>* shift, NormGeom g) {
+  using A = acc_t<T>;
+  for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
+    int64_t c = plane % g.C;
+    A m = mean[c], a = scale[c], b = shift[c];
+    const T* xp = x + plane * g.L;
+    T* yp = y + plane * g.L;
+    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L; l += int64_t(gridDim.x) * blockDim.x)
+      yp[l] = T((A(xp[l]) - m) * a + b);
+  }
+}
+
+// gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean).
+template <typename T>
+__global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __restrict__ x, NormGeom g,
+                                           const acc_t<T>* mean, acc_t<T>* psdy, acc_t<T>* psdyx) {
+  using A = acc_t<T>;
+  int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+  int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
+  const T* xc = x + c * g.L;
+  const T* gc = gy + c * g.L;
+  A m = mean[c], sdy = 0, sdyx = 0;
+  for (ChannelWalk it(j0, g.L); it.j < j1; it.next(g.L)) {
+    int64_t off = it.n * g.C * g.L + it.l;
+    A d = A(gc[off]);
+    sdy += d;
+    sdyx += d * (A(xc[off]) - m);
+  }
+  sdy = block_sum(sdy);
+  sdyx = block_sum(sdyx);
+  if (threadIdx.x == 0) psdy[c * S + s] = sdy, psdyx[c * S + s] = sdyx;
+}
+
+// Per channel: db = sum dy, dw = sum dy xhat, and the dx coefficients
+// k = w invstd, off = db / M, slope = invstd^2 sum(dy (x - mean)) / M.
+template <typename T>
+__global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>* psdyx, int64_t S, int64_t C,
+                                            int64_t M, const T* w, const acc_t<T>* invstd, T* grad_w, T* grad_b,
+                                            acc_t<T>* k, acc_t<T>* off, acc_t<T>* slope) {
+  using A = acc_t<T>;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    double sdy = 0, sdyx = 0;
+    for (int64_t s = 0; s < S; ++s) sdy += double(psdy[c * S + s]), sdyx += double(psdyx[c * S + s]);
+    double is = double(invstd[c]), wc = w ? double(acc_t<T>(w[c])) : 1.0;
+    if (grad_w) grad_w[c] = T(A(sdyx * is)), grad_b[c] = T(A(sdy));
+    k[c] = A(wc * is);
+    off[c] = A(sdy / double(M));
+    slope[c] = A(is * is * sdyx / double(M));
+  }
+}
+
+// dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]). Grid as bn_apply_kernel.
+template <typename T>
+__global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ gx,
+                                         const acc_t<T>* mean, const acc_t<T>* k, const acc_t<T>* off,
+                                         const acc_t<T>* slope, NormGeom g) {
+  using A = acc_t<T>;
+  for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
+    int64_t c = plane % g.C;
+    A m = mean[c], kc = k[c], oc = off[c], sc = slope[c];
+    const T* xp = x + plane * g.L;
+    const T* gp = gy + plane * g.L;
+    T* op = gx + plane * g.L;
+    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L; l += int64_t(gridDim.x) * blockDim.x)
+      op[l] = T(kc * (A(gp[l]) - oc - (A(xp[l]) - m) * sc));
+  }
+}
+
+DType acc_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+// Launch shape of the per-plane kernels: threads over L, blocks over (L chunks, planes).
+void plane_launch(const NormGeom& g, dim3& grid, dim3& block) {
+  int threads = g.L >= 128 ? 128 : int((g.L + 31) / 32 * 32);
+  block = dim3(unsigned(std::max(threads, 32)));
+  grid = dim3(unsigned(std::min<int64_t>((g.L + block.x - 1) / block.x, 1024)),
+              unsigned(std::min<int64_t>(g.N * g.C, 65535)));
+}
+
+unsigned channel_blocks(int64_t C) { return unsigned(std::clamp<int64_t>((C + kThreads - 1) / kThreads, 1, 1024)); }
+
+// The split statistics pass (Note [Split Welford]): Welford partials (C, S) of x.
+struct Partials {
+  Tensor n, mean, m2;
+  int64_t S;
+};
+
+template <typename T>
+Partials stats_partials(const Tensor& x, const NormGeom& g, cudaStream_t stream) {
+  Partials p;
+  p.S = splits_for(g, x.device().index);
+  DType ad = acc_dtype(x.dtype());
+  p.n = empty({g.C, p.S}, {.dtype = DType::I64, .device = x.device()});
+  p.mean = empty({g.C, p.S}, {.dtype = ad, .device = x.device()});
+  p.m2 = empty({g.C, p.S}, {.dtype = ad, .device = x.device()});
+  bn_stats_partial_kernel<T><<<dim3(unsigned(p.S), unsigned(g.C)), kThreads, 0, stream>>>(
+      x.data<T>(), g, p.n.data<int64_t>(), static_cast<acc_t<T>*>(p.mean.data_ptr()),
+      static_cast<acc_t<T>*>(p.m2.data_ptr()));
+  LOOM_CUDA_CHECK_LAUNCH("bn_stats_partial_kernel");
+  return p;
+}
+
+void check_geometry(const char* op, const Tensor& x, const NormGeom& g) {
+  LOOM_CHECK(x.dim() >= 2, op, ": expected an input (N, C, ...), got ", describe(x));
+  LOOM_CHECK(g.C <= 65535, op, ": input ", x.shape(), " has ", g.C, " channels; the CUDA kernels handle at most 65535");
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
+  Tensor x = raw::contiguous(x0);
+  NormGeom g = norm_geom(x);
+  check_geometry("batch_norm_stats", x, g);
+  LOOM_CHECK(g.M > 0, "batch_norm_stats: input ", x.shape(), " has no values per channel");
+  int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = current_stream(dev);
+  DType ad = acc_dtype(x.dtype());
+  Tensor mean = empty({g.C}, {.dtype = ad, .device = x.device()});
+  Tensor var = empty({g.C}, {.dtype = ad, .device = x.device()});
+  if (g.C == 0) return {mean, var};
+  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_stats", [&] {
+    using A = acc_t<scalar_t>;
+    if (naive) {
+      bn_stats_naive_kernel<scalar_t><<<unsigned(g.C), kThreads, 0, stream>>>(
+          x.data<scalar_t>(), g, static_cast<A*>(mean.data_ptr()), static_cast<A*>(var.data_ptr()));
+      LOOM_CUDA_CHECK_LAUNCH("bn_stats_naive_kernel");
+      return;
+    }
+    Partials p = stats_partials<scalar_t>(x, g, stream);
+    Tensor invstd = empty({g.C}, {.dtype = ad, .device = x.device()});
+    Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
+    Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
+    bn_finalize_kernel<scalar_t, float><<<channel_blocks(g.C), kThreads, 0, stream>>>(
+        p.n.data<int64_t>(), static_cast<A*>(p.mean.data_ptr()), static_cast<A*>(p.m2.data_ptr()), p.S, g.C,
+        g.M, nullptr, nullptr, nullptr, nullptr, 0.0, 1.0, static_cast<A*>(mean.data_ptr()),
+        static_cast<A*>(invstd.data_ptr()), static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()),
+        static_cast<A*>(var.data_ptr()));
+    LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
+  });
+  return {mean, var};
+}
+
+BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
+                                     const Tensor& running_mean, const Tensor& running_var, bool training,
+                                     double momentum, double eps) {
+  Tensor x = raw::contiguous(x0);
+  NormGeom g = norm_geom(x);
+  check_geometry("batch_norm", x, g);
+  const bool batch_stats = training || !running_mean.defined();
+  int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = current_stream(dev);
+  DType ad = acc_dtype(x.dtype());
+  Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
+  Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
+  // Running stats are updated in place, so they must be written where they live.
+  LOOM_CHECK(!running_mean.defined() || running_mean.is_contiguous(), "batch_norm: running_mean ",
+             describe(running_mean), " must be contiguous on CUDA");
+  LOOM_CHECK(!running_var.defined() || running_var.is_contiguous(), "batch_norm: running_var ",
+             describe(running_var), " must be contiguous on CUDA");
+
+  BatchNormOut out;
+  out.y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor save_mean = empty({g.C}, {.dtype = ad, .device = x.device()});
+  Tensor save_invstd = empty({g.C}, {.dtype = ad, .device = x.device()});
+  Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
+  Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
+  if (g.C > 0 && (g.M > 0 || !batch_stats)) {
+    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+      using T = scalar_t;
+      using A = acc_t<T>;
+      Partials p{};
+      if (batch_stats) p = stats_partials<T>(x, g, stream);
+      const T* wp = w.defined() ? w.data<T>() : nullptr;
+      const T* bp = b.defined() ? b.data<T>() : nullptr;
+      DType rdt = running_mean.defined() ? running_mean.dtype() : DType::F32;
+      LOOM_CHECK(!running_var.defined() || running_var.dtype() == rdt, "batch_norm: running_mean ",
+                 describe(running_mean), " and running_var ", describe(running_var), " differ in dtype");
+      bool update = training && running_mean.defined();
+      LOOM_DISPATCH_FLOATING(rdt, "batch_norm", [&] {
+        using R = scalar_t;
+        R* rm = running_mean.defined() ? static_cast<R*>(running_mean.data_ptr()) : nullptr;
+        R* rv = running_var.defined() ? static_cast<R*>(running_var.data_ptr()) : nullptr;
+        bn_finalize_kernel<T, R><<<channel_blocks(g.C), kThreads, 0, stream>>>(
+            batch_stats ? p.n.data<int64_t>() : nullptr,
+            batch_stats ? static_cast<A*>(p.mean.data_ptr()) : nullptr,
+            batch_stats ? static_cast<A*>(p.m2.data_ptr()) : nullptr, p.S, g.C, g.M, wp, bp,
+            batch_stats && !update ? nullptr : rm, batch_stats && !update ? nullptr : rv, momentum, eps,
+            static_cast<A*>(save_mean.data_ptr()), static_cast<A*>(save_invstd.data_ptr()),
+            static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), nullptr);
+        LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
+      });
+      if (x.numel() > 0) {
+        dim3 grid, block;
+        plane_launch(g, grid, block);
+        bn_apply_kernel<T><<<grid, block, 0, stream>>>(x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
+                                                       static_cast<A*>(scale.data_ptr()),
+                                                       static_cast<A*>(shift.data_ptr()), g);
+        LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
+      }
+    });
+  }
+  if (batch_stats) {
+    out.save_mean = save_mean;
+    out.save_invstd = save_invstd;
+  }
+  return out;
+}
+
+BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0, const Tensor& weight,
+                                                const Tensor& save_mean0, const Tensor& save_invstd0) {
+  Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
+  NormGeom g = norm_geom(x);
+  check_geometry("batch_norm_backward", x, g);
+  int dev = x.device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t stream = current_stream(dev);
+  DType ad = acc_dtype(x.dtype());
+  Tensor mean = raw::contiguous(raw::cast(save_mean0, ad)), invstd = raw::contiguous(raw::cast(save_invstd0, ad));
+  Tensor w = weight.defined() ? raw::contiguous(weight) : Tensor();
+
+  BatchNormGrads out;
+  out.grad_input = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor gw, gb;  // in x's dtype (== weight's), converted to weight's dtype at the end
+  if (w.defined()) {
+    gw = empty({g.C}, {.dtype = x.dtype(), .device = x.device()});
+    gb = empty({g.C}, {.dtype = x.dtype(), .device = x.device()});
+  }
+  if (g.C > 0 && g.M > 0) {
+    int64_t S = splits_for(g, dev);
+    Tensor psdy = empty({g.C, S}, {.dtype = ad, .device = x.device()});
+    Tensor psdyx = empty({g.C, S}, {.dtype = ad, .device = x.device()});
+    Tensor k = empty({g.C}, {.dtype = ad, .device = x.device()});
+    Tensor off = empty({g.C}, {.dtype = ad, .device = x.device()});
+    Tensor slope = empty({g.C}, {.dtype = ad, .device = x.device()});
+    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
+      using T = scalar_t;
+      using A = acc_t<T>;
+      const A* mp = static_cast<const A*>(mean.data_ptr());
+      bn_backward_partial_kernel<T><<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
+          gy.data<T>(), x.data<T>(), g, mp, static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()));
+      LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
+      bn_backward_finalize_kernel<T><<<channel_blocks(g.C), kThreads, 0, stream>>>(
+          static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()), S, g.C, g.M,
+          w.defined() ? w.data<T>() : nullptr, static_cast<const A*>(invstd.data_ptr()),
+          gw.defined() ? gw.data<T>() : nullptr, gb.defined() ? gb.data<T>() : nullptr,
+          static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()), static_cast<A*>(slope.data_ptr()));
+      LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
+      dim3 grid, block;
+      plane_launch(g, grid, block);
+      bn_backward_apply_kernel<T><<<grid, block, 0, stream>>>(
+          gy.data<T>(), x.data<T>(), out.grad_input.data<T>(), mp, static_cast<A*>(k.data_ptr()),
+          static_cast<A*>(off.data_ptr()), static_cast<A*>(slope.data_ptr()), g);
+      LOOM_CUDA_CHECK_LAUNCH("bn_backward_apply_kernel");
+    });
+  } else if (w.defined() && g.C > 0) {
+    fill_(gw, 0.0);
+    fill_(gb, 0.0);
+  }
+  if (w.defined()) {
+    out.grad_weight = raw::cast(gw, weight.dtype());
+    out.grad_bias = raw::cast(gb, weight.dtype());
+  }
+  return out;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,45 @@
+// One cuBLASLt matrix product, D = op(A) op(B) (+ bias, activation), in cuBLAS's column-major
+// terms, with its plan (descriptors and the chosen algorithm) cached per shape, layout, dtype and
+// math mode. cuda_linalg.cpp turns loom's row-major tensors into these arguments.
+// Leaves out: tensors, shape checks and copies (the callers' job); beta != 0 (D is overwritten).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace loom::cuda {
+
+// The epilogues cuBLASLt fuses into the product. Its GELU is the tanh approximation
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not loom's exact erf form.
+enum class LtEpilogue : uint8_t { None, Relu, GeluTanh, Bias, ReluBias, GeluTanhBias };
+
+// One operand as cuBLAS sees it: the stored matrix is `rows` x `cols`, column-major, with leading
+// dimension `ld`; with `transpose` the product uses its transpose.
+struct LtOperand {
+  const void* ptr = nullptr;
+  bool transpose = false;
+  int64_t rows = 0, cols = 0, ld = 0;
+  int64_t batch_stride = 0;  // elements between consecutive matrices (ignored when batch == 1)
+};
+
+struct LtMatmulArgs {
+  int device = 0;
+  DType dtype = DType::F32;       // of A, B, D and the bias
+  int64_t m = 0, n = 0, k = 0;    // op(A): m x k, op(B): k x n, D: m x n
+  int64_t batch = 1;
+  LtOperand a, b;
+  void* d = nullptr;              // column-major, leading dimension ldd
+  int64_t ldd = 0, batch_stride_d = 0;
+  LtEpilogue epilogue = LtEpilogue::None;
+  const void* bias = nullptr;     // m values, one per row of D; only with the *Bias epilogues
+};
+
+// Launches the product on the current stream of args.device. Float32 follows allow_tf32()
+// (Note [Strict fp32], math_mode.h); f16/bf16 accumulate in float32; f64 in float64.
+void lt_matmul(const LtMatmulArgs& args);
+
+// Plans cached so far (for tests of the cache).
+size_t lt_plan_cache_size();
+
+}  // namespace loom::cuda

@@ -1,0 +1,234 @@
+// CUDA pooling and batch norm kernels against naive float64 references: max pooling (values,
+// indices, -inf padding, NaN) and average pooling (count_include_pad on and off) forward and
+// backward; batch norm training (statistics, save_mean/save_invstd, running-stat update with the
+// unbiased variance), eval, and backward, and the split Welford statistics against the naive
+// two-pass kernel. Skipped without a GPU; compiles to nothing without LOOM_WITH_CUDA.
+#ifdef LOOM_WITH_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "cuda/nn_kernels_support.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_norm.h"
+#include "kernels/cuda/stream.h"
+
+using namespace loom;
+using namespace loom::testing;
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+namespace {
+
+cuda::CudaBackend& be() { return cuda::cuda_backend(); }
+
+double tol_of(DType dt) {
+  switch (dt) {
+    case DType::F64: return 1e-12;
+    case DType::F32: return 1e-6;
+    case DType::F16: return 1e-3;
+    default: return 8e-3;
+  }
+}
+
+Pool2dParams pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> pad, bool include_pad = true) {
+  Pool2dParams p;
+  p.kernel = k, p.stride = s, p.padding = pad, p.count_include_pad = include_pad;
+  return p;
+}
+
+std::vector<PoolShape> pool_shapes() {
+  return {{2, 3, 8, 8, pool({2, 2}, {2, 2}, {0, 0})},        // the cnn workload's pooling
+          {2, 3, 9, 7, pool({3, 3}, {2, 2}, {1, 1})},        // overlapping windows with padding
+          {1, 2, 10, 11, pool({3, 2}, {1, 2}, {1, 0}, false)},
+          {3, 2, 5, 6, pool({2, 3}, {3, 2}, {1, 1}, false)}};
+}
+
+TEST(CudaPool, MaxPoolForwardAndBackward) {
+  SKIP_WITHOUT_CUDA();
+  for (const PoolShape& g : pool_shapes())
+    for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      Tensor x = random_tensor({g.N, g.C, g.H, g.W}, dt, 1, gpu());
+      std::vector<double> y_ref;
+      std::vector<int64_t> idx_ref;
+      max_pool_ref(g, host(x), y_ref, idx_ref);
+      auto [y, idx] = be().max_pool2d(x, g.p);
+      ASSERT_EQ(y.shape(), (Shape{g.N, g.C, g.P(), g.Q()}));
+      ASSERT_EQ(idx.dtype(), kI64);
+      EXPECT_EQ(host(y), y_ref) << dtype_name(dt);  // a max is exact
+      EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref) << dtype_name(dt);
+      // backward: scatter the output gradient to the argmax of each window
+      Tensor gy = random_tensor(y.shape(), dt, 2, gpu());
+      std::vector<double> gyv = host(gy), gx_ref(size_t(x.numel()), 0.0);
+      for (size_t o = 0; o < gyv.size(); ++o) {
+        int64_t plane = int64_t(o) / (g.P() * g.Q());
+        gx_ref[size_t(plane * g.H * g.W + idx_ref[o])] += gyv[o];
+      }
+      Tensor gx = be().max_pool2d_backward(gy, idx, x.shape());
+      EXPECT_LT(rel_err(gx, gx_ref), tol_of(dt)) << dtype_name(dt) << " backward";
+    }
+}
+
+TEST(CudaPool, MaxPoolPaddingIsMinusInfinityAndNaNWins) {
+  SKIP_WITHOUT_CUDA();
+  // All values negative: padding must not win (it is -inf, not 0).
+  PoolShape g{1, 1, 4, 4, pool({3, 3}, {2, 2}, {1, 1})};
+  Tensor x = random_tensor({1, 1, 4, 4}, kF32, 3, kCPU, 0.1, -5.0);
+  std::vector<double> xv = host(x);
+  xv[5] = std::nan("");  // (1, 1): inside the first window
+  Tensor xg = from_vector(xv, {1, 1, 4, 4}).to(kF32).to(gpu());
+  std::vector<double> y_ref;
+  std::vector<int64_t> idx_ref;
+  max_pool_ref(g, host(xg), y_ref, idx_ref);
+  auto [y, idx] = be().max_pool2d(xg, g.p);
+  std::vector<double> yv = host(y);
+  ASSERT_EQ(yv.size(), y_ref.size());
+  for (size_t i = 0; i < yv.size(); ++i) {
+    if (std::isnan(y_ref[i])) EXPECT_TRUE(std::isnan(yv[i])) << "output " << i;
+    else EXPECT_EQ(yv[i], y_ref[i]) << "output " << i;
+    if (!std::isnan(yv[i])) EXPECT_LT(yv[i], 0.0) << "padding won at output " << i;
+  }
+  EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref);
+}
+
+TEST(CudaPool, AvgPoolForwardAndBackward) {
+  SKIP_WITHOUT_CUDA();
+  for (const PoolShape& g : pool_shapes())
+    for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      Tensor x = random_tensor({g.N, g.C, g.H, g.W}, dt, 4, gpu());
+      std::vector<double> xv = host(x), y_ref(size_t(g.N * g.C * g.P() * g.Q()), 0.0);
+      for_each_avg_tap(g, [&](int64_t o, int64_t i, double div) { y_ref[size_t(o)] += xv[size_t(i)] / div; });
+      Tensor y = be().avg_pool2d(x, g.p);
+      ASSERT_EQ(y.shape(), (Shape{g.N, g.C, g.P(), g.Q()}));
+      EXPECT_LT(rel_err(y, y_ref), tol_of(dt)) << dtype_name(dt) << " include_pad " << g.p.count_include_pad;
+      Tensor gy = random_tensor(y.shape(), dt, 5, gpu());
+      std::vector<double> gyv = host(gy), gx_ref(size_t(x.numel()), 0.0);
+      for_each_avg_tap(g, [&](int64_t o, int64_t i, double div) { gx_ref[size_t(i)] += gyv[size_t(o)] / div; });
+      Tensor gx = be().avg_pool2d_backward(gy, x.shape(), g.p);
+      EXPECT_LT(rel_err(gx, gx_ref), tol_of(dt)) << dtype_name(dt) << " backward include_pad " << g.p.count_include_pad;
+    }
+}
+
+// ---------------------------------------------------------------- batch norm
+struct BnRef {
+  std::vector<double> mean, var, y;
+};
+
+// Per-channel biased statistics of x (N, C, L) and y = (x - mean) / sqrt(var + eps) * w + b.
+BnRef bn_ref(const std::vector<double>& x, int64_t N, int64_t C, int64_t L, const std::vector<double>& w,
+             const std::vector<double>& b, double eps, const std::vector<double>* use_mean = nullptr,
+             const std::vector<double>* use_var = nullptr) {
+  BnRef r;
+  r.mean.assign(size_t(C), 0.0), r.var.assign(size_t(C), 0.0), r.y.assign(x.size(), 0.0);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0, ss = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t l = 0; l < L; ++l) s += x[size_t((n * C + c) * L + l)];
+    double m = s / double(N * L);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t l = 0; l < L; ++l) ss += std::pow(x[size_t((n * C + c) * L + l)] - m, 2);
+    r.mean[c] = m, r.var[c] = ss / double(N * L);
+    double mu = use_mean ? (*use_mean)[c] : m, var = use_var ? (*use_var)[c] : r.var[c];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t l = 0; l < L; ++l) {
+        size_t i = size_t((n * C + c) * L + l);
+        r.y[i] = (x[i] - mu) / std::sqrt(var + eps) * w[c] + b[c];
+      }
+  }
+  return r;
+}
+
+struct BnCase {
+  Shape shape;
+  DType dtype;
+  double shift;  // added to x: a large mean tests the statistics' numerics
+};
+
+TEST(CudaBatchNorm, TrainingEvalAndBackward) {
+  SKIP_WITHOUT_CUDA();
+  const double eps = 1e-5, momentum = 0.1;
+  for (BnCase bc : {BnCase{{8, 5, 7, 6}, kF32, 0.0}, BnCase{{64, 3, 32, 32}, kF32, 100.0},
+                    BnCase{{16, 12}, kF32, 3.0}, BnCase{{4, 6, 9}, kF64, 1.0}, BnCase{{8, 4, 6, 6}, kBF16, 0.5},
+                    BnCase{{8, 4, 6, 6}, kF16, 0.5}}) {
+    const DType dt = bc.dtype;
+    const int64_t N = bc.shape[0], C = bc.shape[1], L = numel(bc.shape) / (N * C);
+    std::string what = std::string(dtype_name(dt)) + " " + str(bc.shape);
+    Tensor x = random_tensor(bc.shape, dt, 7, gpu(), 2.0, bc.shift);
+    Tensor w = random_tensor({C}, dt, 8, gpu(), 0.5, 1.0), b = random_tensor({C}, dt, 9, gpu());
+    DType stat_dt = dt == kF64 ? kF64 : kF32;
+    Tensor rm = random_tensor({C}, stat_dt, 10, gpu()), rv = random_tensor({C}, stat_dt, 11, gpu(), 0.1, 1.0);
+    std::vector<double> xv = host(x), wv = host(w), bv = host(b), rm0 = host(rm), rv0 = host(rv);
+    BnRef ref = bn_ref(xv, N, C, L, wv, bv, eps);
+    double tol = dt == kF64 ? 1e-10 : dt == kF32 ? 2e-5 : dt == kF16 ? 2e-3 : 1e-2;
+
+    BatchNormOut out = be().batch_norm(x, w, b, rm, rv, /*training=*/true, momentum, eps);
+    EXPECT_LT(rel_err(out.y, ref.y), tol) << what << " y";
+    ASSERT_EQ(out.save_mean.dtype(), stat_dt);
+    EXPECT_LT(rel_err(out.save_mean, ref.mean), 1e-6) << what << " save_mean";
+    std::vector<double> invstd(static_cast<size_t>(C)), rm_want(invstd), rv_want(invstd);
+    const double M = double(N * L);
+    for (int64_t c = 0; c < C; ++c) {
+      invstd[c] = 1 / std::sqrt(ref.var[c] + eps);
+      rm_want[c] = (1 - momentum) * rm0[c] + momentum * ref.mean[c];
+      rv_want[c] = (1 - momentum) * rv0[c] + momentum * ref.var[c] * M / (M - 1);
+    }
+    EXPECT_LT(rel_err(out.save_invstd, invstd), 1e-5) << what << " save_invstd";
+    EXPECT_LT(rel_err(rm, rm_want), 1e-6) << what << " running_mean";
+    EXPECT_LT(rel_err(rv, rv_want), 1e-5) << what << " running_var (unbiased)";
+
+    // eval: the running statistics normalise, nothing is updated or saved
+    std::vector<double> rm1 = host(rm), rv1 = host(rv);
+    BatchNormOut ev = be().batch_norm(x, w, b, rm, rv, /*training=*/false, momentum, eps);
+    EXPECT_FALSE(ev.save_mean.defined());
+    EXPECT_LT(rel_err(ev.y, bn_ref(xv, N, C, L, wv, bv, eps, &rm1, &rv1).y), tol) << what << " eval";
+    EXPECT_EQ(host(rm), rm1) << what << " eval must not update running_mean";
+
+    // backward (training): dx = w invstd (dy - mean(dy) - xhat mean(dy xhat)), dw, db
+    Tensor gy = random_tensor(bc.shape, dt, 12, gpu());
+    std::vector<double> gyv = host(gy), gx_want(xv.size()), gw_want(size_t(C), 0.0), gb_want(size_t(C), 0.0);
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t l = 0; l < L; ++l) {
+          size_t i = size_t((n * C + c) * L + l);
+          gb_want[c] += gyv[i];
+          gw_want[c] += gyv[i] * (xv[i] - ref.mean[c]) * invstd[c];
+        }
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t l = 0; l < L; ++l) {
+          size_t i = size_t((n * C + c) * L + l);
+          double xhat = (xv[i] - ref.mean[c]) * invstd[c];
+          gx_want[i] = wv[c] * invstd[c] * (gyv[i] - gb_want[c] / M - xhat * gw_want[c] / M);
+        }
+    }
+    BatchNormGrads gr = be().batch_norm_backward(gy, x, w, out.save_mean, out.save_invstd);
+    EXPECT_LT(rel_err(gr.grad_input, gx_want), 2 * tol) << what << " grad_input";
+    EXPECT_LT(rel_err(gr.grad_weight, gw_want), tol) << what << " grad_weight";
+    EXPECT_LT(rel_err(gr.grad_bias, gb_want), tol) << what << " grad_bias";
+    BatchNormGrads gr_noaffine = be().batch_norm_backward(gy, x, Tensor(), out.save_mean, out.save_invstd);
+    EXPECT_FALSE(gr_noaffine.grad_weight.defined());
+  }
+}
+
+TEST(CudaBatchNorm, SplitWelfordMatchesNaiveTwoPass) {
+  SKIP_WITHOUT_CUDA();
+  // A large mean relative to the spread: sum-of-squares formulas would lose all digits here.
+  for (Shape s : {Shape{256, 32, 28, 28}, Shape{256, 128, 7, 7}, Shape{3, 2, 5, 5}, Shape{1000, 7}}) {
+    Tensor x = random_tensor(s, kF32, 13, gpu(), 0.01, 1000.0);
+    auto [mean, var] = cuda::batch_norm_stats(x, /*naive=*/false);
+    auto [mean_n, var_n] = cuda::batch_norm_stats(x, /*naive=*/true);
+    int64_t N = s[0], C = s[1], L = numel(s) / (N * C);
+    std::vector<double> xv = host(x), one(size_t(C), 1.0), zero(size_t(C), 0.0);
+    BnRef ref = bn_ref(xv, N, C, L, one, zero, 1e-5);
+    EXPECT_LT(rel_err(mean, ref.mean), 1e-6) << str(s);
+    EXPECT_LT(rel_err(mean_n, ref.mean), 1e-7) << str(s);
+    EXPECT_LT(rel_err(var, ref.var), 1e-3) << str(s) << " split Welford";
+    EXPECT_LT(rel_err(var_n, ref.var), 1e-3) << str(s) << " naive two-pass";
+  }
+}
+
+}  // namespace
+
+#endif  // LOOM_WITH_CUDA
