@@ -1,7 +1,7 @@
-// Per-device library handles of the CUDA backend: one cuBLASLt handle and one cuDNN handle per
-// device, created on first use and kept for the life of the process.
-// Leaves out: binding to a stream (cuBLASLt takes the stream per call; cuDNN callers bind the
-// current stream with cudnnSetStream before each call, see dnn_handle()).
+// Library handles of the CUDA backend: one cuBLASLt handle per device (shared by all threads) and
+// one cuDNN handle per device and thread, created on first use and kept until exit.
+// Leaves out: the stream of a cuBLASLt call (passed per call); dnn_handle() binds the current
+// stream each time it is asked, so a cuDNN call right after it runs on that stream.
 #pragma once
 
 #include <cstddef>
