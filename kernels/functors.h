@@ -94,6 +94,9 @@ struct GeluOp { static constexpr bool floating_only = true;
   template <typename T> LOOM_HOST_DEVICE T operator()(T x) const {
     return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   } };
+// SiLU (swish): x * sigmoid(x). The worked example of docs/adding-an-op.md.
+struct SiluOp { static constexpr bool floating_only = true;
+  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return x / (T(1) + math::exp(-x)); } };
 
 // ---------------------------------------------------------------- binary: z = f(a, b)
 // returns_bool: the output dtype is bool (comparisons); otherwise it is the inputs' dtype.
@@ -126,6 +129,9 @@ LOOM_BINARY_FUNCTOR(TanhBackward, true, a * (T(1) - b * b))                  // 
 LOOM_BINARY_FUNCTOR(GeluBackward, true,
                     a * (T(0.5) * (T(1) + math::erf(b * T(0.70710678118654752440))) +
                          b * T(0.39894228040143267794) * math::exp(T(-0.5) * b * b)))  // b = x
+// d/dx [x s(x)] = s(x) (1 + x (1 - s(x))), s = sigmoid
+LOOM_BINARY_FUNCTOR(SiluBackward, true,
+                    a * (T(1) / (T(1) + math::exp(-b))) * (T(1) + b * (T(1) - T(1) / (T(1) + math::exp(-b)))))  // b = x
 LOOM_COMPARE_FUNCTOR(Eq, a == b)
 LOOM_COMPARE_FUNCTOR(Ne, a != b)
 LOOM_COMPARE_FUNCTOR(Lt, a < b)
@@ -138,11 +144,11 @@ LOOM_COMPARE_FUNCTOR(Ge, a >= b)
 // ---------------------------------------------------------------- the registries
 #define LOOM_UNARY_OPS(X) \
   X(Neg) X(Abs) X(Sign) X(Square) X(Relu) X(Exp) X(Log) X(Sqrt) X(Rsqrt) X(Reciprocal) \
-  X(Sigmoid) X(Tanh) X(Gelu)
+  X(Sigmoid) X(Tanh) X(Gelu) X(Silu)
 
 #define LOOM_BINARY_OPS(X)                                                               \
   X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(ReluBackward)               \
-  X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge)
+  X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(SiluBackward) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge)
 
 #define LOOM_ENUM_ENTRY(name) name,
 enum class UnaryOp { LOOM_UNARY_OPS(LOOM_ENUM_ENTRY) };

@@ -214,6 +214,12 @@ Tensor tanh(const Tensor& x) {
   });
 }
 
+Tensor silu(const Tensor& x) {
+  return record("silu", unary("silu", UnaryOp::Silu, x), {x}, [sx = save(x, "silu")](const Tensor& g) {
+    return fused_grad(BinaryOp::SiluBackward, g, sx.get());
+  });
+}
+
 // ---------------------------------------------------------------- comparisons and where
 
 Tensor eq(const Tensor& a, const Tensor& b) { return check_pair("eq", a, b).binary(BinaryOp::Eq, a, b); }

@@ -32,6 +32,7 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact (erf) form
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor silu(const Tensor& x);  // x * sigmoid(x)
 Tensor sign(const Tensor& x);  // gradient 0
 
 // Comparisons: bool results, never differentiable.

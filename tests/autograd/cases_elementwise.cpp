@@ -70,6 +70,7 @@ std::vector<OpCase> elementwise_cases() {
   cs.push_back(unary_case("gelu", Init::Normal, &gelu, &gelu_ref));
   cs.push_back(unary_case("sigmoid", Init::Normal, &sigmoid, &sigmoid_ref));
   cs.push_back(unary_case("tanh", Init::Normal, &tanh, [](double x) { return std::tanh(x); }));
+  cs.push_back(unary_case("silu", Init::Normal, &silu, [](double x) { return x / (1 + std::exp(-x)); }));
   // Comparisons and where.
   for (auto [name, op, f] : std::vector<std::tuple<const char*, Tensor (*)(const Tensor&, const Tensor&), double (*)(double, double)>>{
            {"eq", &eq, [](double a, double b) { return double(a == b); }},
