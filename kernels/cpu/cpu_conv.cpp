@@ -1,0 +1,255 @@
+// CPU convolution as im2col + Eigen GEMM, in all three directions (forward, input gradient via
+// col2im, weight gradient). Images run in parallel on the one OpenMP pool, each thread with its
+// own reused column buffer. f16/bf16 compute in float32. The direct loops it is tested against
+// are in cpu_conv_naive.cpp.
+// Leaves out: Winograd/FFT algorithms, NHWC layouts, and the bias (the op layer adds it).
+#include <Eigen/Core>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_conv.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/raw_ops.h"
+
+namespace loom::cpu {
+
+// Note [Convolution as GEMM]
+// For one image n and one group, gather the input patches into a column matrix
+//   col (Cg*R*S, P*Q):  col[(c, r, s), (p, q)] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]
+// (zero where that lands in the padding). Then, with the weight as a (Kg, Cg*R*S) matrix:
+//   forward          y[n]  (Kg, P*Q)     = w  @ col
+//   input gradient   dcol  (Cg*R*S, P*Q) = w^T @ dy[n], scattered back into dx[n] by col2im
+//   weight gradient  dw    (Kg, Cg*R*S) += dy[n] @ col^T, summed over the images
+// A 1x1 convolution with stride 1 and no padding needs no col: x[n] already is (C, H*W).
+// Threads: with several images, each thread takes a contiguous run of them and calls Eigen's
+// GEMM single-threaded (Eigen sees it is inside a parallel region), so the col buffer and the
+// GEMM's working set stay in that core's cache. The weight gradient keeps one partial sum per
+// thread, added in thread order so the result does not depend on timing. With one image the
+// loop runs inline and Eigen's GEMM uses the threads itself.
+
+namespace {
+
+template <typename T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using Map = Eigen::Map<RowMat<T>>;
+template <typename T>
+using ConstMap = Eigen::Map<const RowMat<T>>;
+
+// A thread's column buffer, kept between calls so a training loop allocates it once. Buffers
+// over kKeepBytes are freed after the call instead of being kept.
+constexpr size_t kKeepBytes = size_t(64) << 20;
+
+template <typename T>
+class ColumnBuffer {
+ public:
+  explicit ColumnBuffer(int64_t n) : buf_(storage()) {
+    if (buf_.size() < size_t(n)) buf_.resize(size_t(n));
+  }
+  ~ColumnBuffer() {
+    if (buf_.size() * sizeof(T) > kKeepBytes) std::vector<T>().swap(buf_);
+  }
+  T* data() { return buf_.data(); }
+
+ private:
+  static std::vector<T>& storage() {
+    thread_local std::vector<T> b;
+    return b;
+  }
+  std::vector<T>& buf_;
+};
+
+bool is_pointwise(const ConvGeom& g) {
+  return g.R == 1 && g.S == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+
+// The range [q0, q1) of output columns whose input column q*sw - pw + s*dw lies in [0, W).
+inline void valid_cols(const ConvGeom& g, int64_t s, int64_t& q0, int64_t& q1) {
+  int64_t lo = g.pw - s * g.dw;              // need q*sw >= lo
+  int64_t hi = g.W - 1 + g.pw - s * g.dw;    // need q*sw <= hi
+  q0 = lo <= 0 ? 0 : (lo + g.sw - 1) / g.sw;
+  q1 = hi < 0 ? 0 : std::min(g.Q, hi / g.sw + 1);
+  q1 = std::max(q0, q1);
+}
+
+// x: (Cg, H, W) of one image and group -> col: (Cg*R*S, P*Q)
+template <typename T>
+void im2col(const T* x, const ConvGeom& g, T* col) {
+  const int64_t PQ = g.P * g.Q;
+  for (int64_t c = 0; c < g.Cg; ++c)
+    for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t s = 0; s < g.S; ++s) {
+        T* row = col + ((c * g.R + r) * g.S + s) * PQ;
+        const T* xc = x + c * g.H * g.W;
+        int64_t q0, q1;
+        valid_cols(g, s, q0, q1);
+        const int64_t shift = s * g.dw - g.pw;
+        for (int64_t p = 0; p < g.P; ++p) {
+          T* out = row + p * g.Q;
+          int64_t ih = p * g.sh - g.ph + r * g.dh;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(out, out + g.Q, T(0));
+            continue;
+          }
+          const T* xr = xc + ih * g.W;
+          std::fill(out, out + q0, T(0));
+          if (g.sw == 1) {
+            std::memcpy(out + q0, xr + q0 + shift, size_t(q1 - q0) * sizeof(T));
+          } else {
+            for (int64_t q = q0; q < q1; ++q) out[q] = xr[q * g.sw + shift];
+          }
+          std::fill(out + q1, out + g.Q, T(0));
+        }
+      }
+}
+
+// col: (Cg*R*S, P*Q) -> dx: (Cg, H, W) of one image and group, accumulated (dx += ...).
+template <typename T>
+void col2im(const T* col, const ConvGeom& g, T* dx) {
+  const int64_t PQ = g.P * g.Q;
+  for (int64_t c = 0; c < g.Cg; ++c)
+    for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t s = 0; s < g.S; ++s) {
+        const T* row = col + ((c * g.R + r) * g.S + s) * PQ;
+        T* xc = dx + c * g.H * g.W;
+        int64_t q0, q1;
+        valid_cols(g, s, q0, q1);
+        const int64_t shift = s * g.dw - g.pw;
+        for (int64_t p = 0; p < g.P; ++p) {
+          int64_t ih = p * g.sh - g.ph + r * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          const T* in = row + p * g.Q;
+          T* xr = xc + ih * g.W;
+          if (g.sw == 1) {
+            T* dst = xr + shift;
+            for (int64_t q = q0; q < q1; ++q) dst[q] += in[q];
+          } else {
+            for (int64_t q = q0; q < q1; ++q) xr[q * g.sw + shift] += in[q];
+          }
+        }
+      }
+}
+
+// Runs f(n, col) for every image n: in parallel runs of images when there are several, else
+// inline (see Note [Convolution as GEMM]). col holds col_size elements, private to the thread.
+template <typename T, typename F>
+void for_each_image(int64_t N, int64_t col_size, const F& f) {
+  parallel_for(0, N, 1, [&](int64_t b, int64_t e) {
+    ColumnBuffer<T> col(col_size);
+    for (int64_t n = b; n < e; ++n) f(n, col.data());
+  });
+}
+
+// x: (N, C, H, W), w: (K, Cg, R, S) -> y: (N, K, P, Q), all contiguous
+template <typename T>
+void conv_forward(const T* x, const T* w, T* y, const ConvGeom& g) {
+  const int64_t CRS = g.Cg * g.R * g.S, PQ = g.P * g.Q;
+  const bool direct = is_pointwise(g);
+  for_each_image<T>(g.N, direct ? 0 : CRS * PQ, [&](int64_t n, T* col) {
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      const T* xg = x + (n * g.C + grp * g.Cg) * g.H * g.W;
+      if (!direct) im2col(xg, g, col);
+      ConstMap<T> Wm(w + grp * g.Kg * CRS, g.Kg, CRS);
+      ConstMap<T> Col(direct ? xg : col, CRS, PQ);
+      Map<T> Y(y + (n * g.K + grp * g.Kg) * PQ, g.Kg, PQ);
+      Y.noalias() = Wm * Col;
+    }
+  });
+}
+
+// gy: (N, K, P, Q), w: (K, Cg, R, S) -> gx: (N, C, H, W), all contiguous
+template <typename T>
+void conv_backward_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
+  const int64_t CRS = g.Cg * g.R * g.S, PQ = g.P * g.Q, HW = g.H * g.W;
+  const bool direct = is_pointwise(g);
+  for_each_image<T>(g.N, direct ? 0 : CRS * PQ, [&](int64_t n, T* col) {
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      ConstMap<T> Wm(w + grp * g.Kg * CRS, g.Kg, CRS);
+      ConstMap<T> dY(gy + (n * g.K + grp * g.Kg) * PQ, g.Kg, PQ);
+      T* gxg = gx + (n * g.C + grp * g.Cg) * HW;
+      if (direct) {
+        Map<T>(gxg, CRS, PQ).noalias() = Wm.transpose() * dY;
+      } else {
+        Map<T>(col, CRS, PQ).noalias() = Wm.transpose() * dY;
+        std::fill(gxg, gxg + g.Cg * HW, T(0));
+        col2im(col, g, gxg);
+      }
+    }
+  });
+}
+
+// gy: (N, K, P, Q), x: (N, C, H, W) -> gw: (K, Cg, R, S), all contiguous
+template <typename T>
+void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvGeom& g) {
+  const int64_t CRS = g.Cg * g.R * g.S, PQ = g.P * g.Q, wsize = g.K * CRS;
+  const bool direct = is_pointwise(g);
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(num_threads(), g.N));
+  // Part 0 accumulates straight into gw; the others into their own partial sums.
+  std::vector<T> partial(size_t((parts - 1) * wsize));
+  parallel_for(0, parts, 1, [&](int64_t tb, int64_t te) {
+    for (int64_t t = tb; t < te; ++t) {
+      T* acc = t == 0 ? gw : partial.data() + (t - 1) * wsize;
+      std::fill(acc, acc + wsize, T(0));
+      ColumnBuffer<T> col(direct ? 0 : CRS * PQ);
+      for (int64_t n = t * g.N / parts; n < (t + 1) * g.N / parts; ++n)
+        for (int64_t grp = 0; grp < g.G; ++grp) {
+          const T* xg = x + (n * g.C + grp * g.Cg) * g.H * g.W;
+          if (!direct) im2col(xg, g, col.data());
+          ConstMap<T> Col(direct ? xg : col.data(), CRS, PQ);
+          ConstMap<T> dY(gy + (n * g.K + grp * g.Kg) * PQ, g.Kg, PQ);
+          Map<T>(acc + grp * g.Kg * CRS, g.Kg, CRS).noalias() += dY * Col.transpose();
+        }
+    }
+  });
+  for (int64_t t = 1; t < parts; ++t) {
+    const T* p = partial.data() + (t - 1) * wsize;
+    for (int64_t i = 0; i < wsize; ++i) gw[i] += p[i];
+  }
+}
+
+// Runs kernel<float or double>(a, b, out) on contiguous copies of a and b; half precision goes
+// through float32 and is rounded once at the end.
+template <typename K>
+Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& out_shape, const K& kernel) {
+  DType dt = a.dtype();
+  LOOM_CHECK(is_floating(dt), op, ": dtype ", dtype_name(dt), " is not supported (expected a floating type)");
+  DType compute = dt == DType::F64 ? DType::F64 : DType::F32;
+  Tensor ac = raw::contiguous(raw::cast(a, compute)), bc = raw::contiguous(raw::cast(b, compute));
+  Tensor out = empty(out_shape, {.dtype = compute});
+  if (out.numel() == 0) return raw::cast(out, dt);
+  if (compute == DType::F64) kernel(ac.data<double>(), bc.data<double>(), out.data<double>());
+  else kernel(ac.data<float>(), bc.data<float>(), out.data<float>());
+  return raw::cast(out, dt);
+}
+
+}  // namespace
+
+Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  ConvGeom g = conv_geom(x.shape(), w.shape(), p);
+  return run_float("conv2d", x, w, {g.N, g.K, g.P, g.Q}, [&](const auto* xp, const auto* wp, auto* yp) {
+    if (g.Cg * g.R * g.S == 0) std::fill(yp, yp + g.N * g.K * g.P * g.Q, 0);
+    else conv_forward(xp, wp, yp, g);
+  });
+}
+
+Tensor CpuBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
+                                         const Conv2dParams& p) {
+  ConvGeom g = conv_geom(x_shape, w.shape(), p);
+  return run_float("conv2d_backward_input", grad_y, w, x_shape, [&](const auto* gyp, const auto* wp, auto* gxp) {
+    if (g.K * g.P * g.Q == 0) std::fill(gxp, gxp + numel(x_shape), 0);
+    else conv_backward_input(gyp, wp, gxp, g);
+  });
+}
+
+Tensor CpuBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
+                                          const Conv2dParams& p) {
+  ConvGeom g = conv_geom(x.shape(), w_shape, p);
+  return run_float("conv2d_backward_weight", grad_y, x, w_shape, [&](const auto* gyp, const auto* xp, auto* gwp) {
+    if (g.N * g.P * g.Q == 0) std::fill(gwp, gwp + numel(w_shape), 0);
+    else conv_backward_weight(gyp, xp, gwp, g);
+  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,201 @@
+// CPU batch normalisation: the fused forward (batch statistics in training, running statistics in
+// eval) with the in-place running-stat update, and the fused training-mode backward. x is read as
+// (N, C, L) with L the product of the trailing dims; the work is parallel over channels.
+// Statistics accumulate in double; per-channel vectors (weight, stats) are read as float64.
+// Leaves out: the eval-mode backward (elementwise; the op layer writes it with ops) and layer_norm
+// (a composite in autograd/ops/norm.cpp).
+#include <cmath>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/raw_ops.h"
+
+namespace loom::cpu {
+
+// Note [Batch norm formulas]
+// Per channel c, over the M = N * L values x_i of that channel:
+//   mean = sum x_i / M,  var = sum (x_i - mean)^2 / M (biased: used to normalise),
+//   invstd = 1 / sqrt(var + eps),  xhat_i = (x_i - mean) invstd,  y_i = w xhat_i + b.
+// Running stats (training): running_mean = (1 - momentum) running_mean + momentum mean and
+//   running_var = (1 - momentum) running_var + momentum var * M / (M - 1) (unbiased).
+// Backward, with dy the incoming gradient:
+//   db = sum dy_i,  dw = sum dy_i xhat_i,
+//   dx_i = w invstd (dy_i - db / M - xhat_i dw / M).
+// Without weight (affine = false) w = 1 and dw, db are not returned.
+
+namespace {
+
+struct NormGeom {
+  int64_t N, C, L;
+};
+
+NormGeom norm_geom(const Tensor& x) {
+  int64_t N = x.size(0), C = x.size(1);
+  return {N, C, N * C == 0 ? 0 : x.numel() / (N * C)};
+}
+
+// A per-channel vector as float64 values, or `fill` repeated when t is undefined.
+std::vector<double> channel_values(const Tensor& t, int64_t C, double fill) {
+  if (!t.defined()) return std::vector<double>(size_t(C), fill);
+  Tensor d = raw::contiguous(raw::cast(t, DType::F64));
+  const double* p = d.data<double>();
+  return std::vector<double>(p, p + C);
+}
+
+// Writes float64 values into t (any floating dtype, any layout) through the backend's copy.
+void store_channel_values(const Tensor& t, const std::vector<double>& v) {
+  Tensor src = from_vector(v, {int64_t(v.size())});
+  cpu_backend().copy_(t, raw::view(src, t.shape()));
+}
+
+// Runs f(c) for every channel in parallel; each channel is about per_channel elements of work.
+template <typename F>
+void for_each_channel(int64_t C, int64_t per_channel, const F& f) {
+  int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(per_channel, 1));
+  parallel_for(0, C, grain, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) f(c);
+  });
+}
+
+// x: (N, C, L) contiguous -> per-channel biased mean and var (two passes, double sums).
+template <typename T>
+void channel_stats(const T* x, const NormGeom& g, std::vector<double>& mean, std::vector<double>& var) {
+  const double M = double(g.N * g.L);
+  for_each_channel(g.C, g.N * g.L, [&](int64_t c) {
+    double s = 0;
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* p = x + (n * g.C + c) * g.L;
+      for (int64_t l = 0; l < g.L; ++l) s += double(acc_t<T>(p[l]));
+    }
+    double m = s / M, ss = 0;
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* p = x + (n * g.C + c) * g.L;
+      for (int64_t l = 0; l < g.L; ++l) {
+        double d = double(acc_t<T>(p[l])) - m;
+        ss += d * d;
+      }
+    }
+    mean[c] = m;
+    var[c] = ss / M;
+  });
+}
+
+// y = (x - mean[c]) * scale[c] + shift[c]
+template <typename T>
+void affine_per_channel(const T* x, T* y, const NormGeom& g, const std::vector<double>& mean,
+                        const std::vector<double>& scale, const std::vector<double>& shift) {
+  using A = acc_t<T>;
+  for_each_channel(g.C, g.N * g.L, [&](int64_t c) {
+    A m = A(mean[c]), a = A(scale[c]), b = A(shift[c]);
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* xp = x + (n * g.C + c) * g.L;
+      T* yp = y + (n * g.C + c) * g.L;
+      for (int64_t l = 0; l < g.L; ++l) yp[l] = T((A(xp[l]) - m) * a + b);
+    }
+  });
+}
+
+// gy, x: (N, C, L) contiguous -> gx, and the per-channel sums db, dw (Note [Batch norm formulas]).
+template <typename T>
+void batch_norm_backward_kernel(const T* gy, const T* x, T* gx, const NormGeom& g,
+                                const std::vector<double>& w, const std::vector<double>& mean,
+                                const std::vector<double>& invstd, std::vector<double>& db,
+                                std::vector<double>& dw) {
+  using A = acc_t<T>;
+  const double M = double(g.N * g.L);
+  for_each_channel(g.C, 2 * g.N * g.L, [&](int64_t c) {
+    const double m = mean[c], is = invstd[c];
+    double sdy = 0, sdyx = 0;  // sum dy, sum dy (x - mean)
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* yp = gy + (n * g.C + c) * g.L;
+      const T* xp = x + (n * g.C + c) * g.L;
+      for (int64_t l = 0; l < g.L; ++l) {
+        double d = double(A(yp[l]));
+        sdy += d;
+        sdyx += d * (double(A(xp[l])) - m);
+      }
+    }
+    db[c] = sdy;
+    dw[c] = sdyx * is;
+    // dx = k (dy - sdy / M - (x - mean) invstd^2 sdyx / M), k = w invstd
+    const A k = A(w[c] * is), off = A(sdy / M), slope = A(is * is * sdyx / M), mc = A(m);
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* yp = gy + (n * g.C + c) * g.L;
+      const T* xp = x + (n * g.C + c) * g.L;
+      T* op = gx + (n * g.C + c) * g.L;
+      for (int64_t l = 0; l < g.L; ++l) op[l] = T(k * (A(yp[l]) - off - (A(xp[l]) - mc) * slope));
+    }
+  });
+}
+
+DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+}  // namespace
+
+BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& running_mean, const Tensor& running_var,
+                                    bool training, double momentum, double eps) {
+  Tensor x = raw::contiguous(x0);
+  NormGeom g = norm_geom(x);
+  const bool batch_stats = training || !running_mean.defined();
+  std::vector<double> mean(size_t(g.C)), var(size_t(g.C));
+  if (batch_stats) {
+    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] { channel_stats(x.data<scalar_t>(), g, mean, var); });
+  } else {
+    mean = channel_values(running_mean, g.C, 0.0);
+    var = channel_values(running_var, g.C, 1.0);
+  }
+  std::vector<double> w = channel_values(weight, g.C, 1.0), b = channel_values(bias, g.C, 0.0);
+  std::vector<double> invstd(size_t(g.C)), scale(size_t(g.C));
+  for (int64_t c = 0; c < g.C; ++c) {
+    invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+    scale[c] = w[c] * invstd[c];
+  }
+  BatchNormOut out;
+  out.y = empty(x.shape(), {.dtype = x.dtype()});
+  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    affine_per_channel(x.data<scalar_t>(), out.y.data<scalar_t>(), g, mean, scale, b);
+  });
+  if (!batch_stats) return out;
+
+  out.save_mean = raw::cast(from_vector(mean, {g.C}), stats_dtype(x.dtype()));
+  out.save_invstd = raw::cast(from_vector(invstd, {g.C}), stats_dtype(x.dtype()));
+  if (training && running_mean.defined()) {
+    const double M = double(g.N * g.L);
+    std::vector<double> rm = channel_values(running_mean, g.C, 0.0);
+    std::vector<double> rv = channel_values(running_var, g.C, 1.0);
+    for (int64_t c = 0; c < g.C; ++c) {
+      rm[c] = (1 - momentum) * rm[c] + momentum * mean[c];
+      rv[c] = (1 - momentum) * rv[c] + momentum * var[c] * M / (M - 1);
+    }
+    store_channel_values(running_mean, rm);
+    if (running_var.defined()) store_channel_values(running_var, rv);
+  }
+  return out;
+}
+
+BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0,
+                                               const Tensor& weight, const Tensor& save_mean,
+                                               const Tensor& save_invstd) {
+  Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
+  NormGeom g = norm_geom(x);
+  std::vector<double> w = channel_values(weight, g.C, 1.0);
+  std::vector<double> mean = channel_values(save_mean, g.C, 0.0);
+  std::vector<double> invstd = channel_values(save_invstd, g.C, 1.0);
+  std::vector<double> db(size_t(g.C)), dw(size_t(g.C));
+  BatchNormGrads out;
+  out.grad_input = empty(x.shape(), {.dtype = x.dtype()});
+  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
+    batch_norm_backward_kernel(gy.data<scalar_t>(), x.data<scalar_t>(), out.grad_input.data<scalar_t>(),
+                               g, w, mean, invstd, db, dw);
+  });
+  if (weight.defined()) {
+    out.grad_weight = raw::cast(from_vector(dw, {g.C}), weight.dtype());
+    out.grad_bias = raw::cast(from_vector(db, {g.C}), weight.dtype());
+  }
+  return out;
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,191 @@
+// CPU max and average pooling over the H, W planes of NCHW tensors, forward and backward, with
+// PyTorch's semantics: max pooling pads with -inf and returns the argmax as an index into each
+// H*W plane (the first maximum wins; NaN propagates); average pooling divides by the window
+// clipped to the padded input (count_include_pad) or to the real input. Parallel over planes.
+// Leaves out: ceil_mode, dilation in pooling, 3-d (unbatched) inputs (the op layer adds the batch).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/raw_ops.h"
+
+namespace loom::cpu {
+
+namespace {
+
+struct PoolGeom {
+  int64_t planes, H, W, P, Q, kh, kw, sh, sw, ph, pw;
+};
+
+PoolGeom pool_geom(const Shape& x, const Pool2dParams& p) {
+  PoolGeom g{};
+  g.planes = x[0] * x[1], g.H = x[2], g.W = x[3];
+  g.kh = p.kernel[0], g.kw = p.kernel[1], g.sh = p.stride[0], g.sw = p.stride[1];
+  g.ph = p.padding[0], g.pw = p.padding[1];
+  g.P = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
+  g.Q = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+// Runs f(plane) over all planes in parallel, in chunks of about kGrainSize elements of work.
+template <typename F>
+void for_each_plane(const PoolGeom& g, int64_t work_per_plane, const F& f) {
+  int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(work_per_plane, 1));
+  parallel_for(0, g.planes, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(i);
+  });
+}
+
+// x: (N, C, H, W) contiguous -> y, idx: (N, C, P, Q)
+template <typename T>
+void max_pool_kernel(const T* x, T* y, int64_t* idx, const PoolGeom& g) {
+  using A = acc_t<T>;
+  for_each_plane(g, g.P * g.Q * g.kh * g.kw, [&](int64_t plane) {
+    const T* xp = x + plane * g.H * g.W;
+    T* yp = y + plane * g.P * g.Q;
+    int64_t* ip = idx + plane * g.P * g.Q;
+    for (int64_t p = 0; p < g.P; ++p) {
+      int64_t h0 = p * g.sh - g.ph, h1 = std::min(h0 + g.kh, g.H);
+      h0 = std::max<int64_t>(h0, 0);
+      for (int64_t q = 0; q < g.Q; ++q) {
+        int64_t w0 = q * g.sw - g.pw, w1 = std::min(w0 + g.kw, g.W);
+        w0 = std::max<int64_t>(w0, 0);
+        A best = -std::numeric_limits<A>::infinity();
+        int64_t arg = h0 * g.W + w0;  // the first real element, if all are -inf
+        bool nan = false;  // a NaN is the maximum: stop at the first one
+        for (int64_t h = h0; h < h1 && !nan; ++h)
+          for (int64_t w = w0; w < w1 && !nan; ++w) {
+            A v = A(xp[h * g.W + w]);
+            nan = std::isnan(v);
+            if (v > best || nan) {
+              best = v;
+              arg = h * g.W + w;
+            }
+          }
+        yp[p * g.Q + q] = T(best);
+        ip[p * g.Q + q] = arg;
+      }
+    }
+  });
+}
+
+// gy, idx: (N, C, P, Q) -> gx: (N, C, H, W), scatter-add by the saved indices.
+template <typename T>
+void max_pool_backward_kernel(const T* gy, const int64_t* idx, T* gx, const PoolGeom& g) {
+  using A = acc_t<T>;
+  for_each_plane(g, g.H * g.W, [&](int64_t plane) {
+    T* gxp = gx + plane * g.H * g.W;
+    const T* gyp = gy + plane * g.P * g.Q;
+    const int64_t* ip = idx + plane * g.P * g.Q;
+    for (int64_t i = 0; i < g.H * g.W; ++i) gxp[i] = T(0);
+    for (int64_t i = 0; i < g.P * g.Q; ++i) gxp[ip[i]] = T(A(gxp[ip[i]]) + A(gyp[i]));
+  });
+}
+
+// The window of output (p, q): rows [h0, h1), cols [w0, w1) of the real input, and the divisor.
+struct Window {
+  int64_t h0, h1, w0, w1;
+  double count;
+};
+
+inline Window avg_window(const PoolGeom& g, int64_t p, int64_t q, bool include_pad) {
+  int64_t h0 = p * g.sh - g.ph, w0 = q * g.sw - g.pw;
+  // The window clipped to the padded input (it can only overhang on the far side).
+  int64_t h1 = std::min(h0 + g.kh, g.H + g.ph), w1 = std::min(w0 + g.kw, g.W + g.pw);
+  double padded = double((h1 - h0) * (w1 - w0));
+  h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, g.H), w1 = std::min(w1, g.W);
+  double real = double((h1 - h0) * (w1 - w0));
+  return {h0, h1, w0, w1, include_pad ? padded : real};
+}
+
+// x: (N, C, H, W) contiguous -> y: (N, C, P, Q)
+template <typename T>
+void avg_pool_kernel(const T* x, T* y, const PoolGeom& g, bool include_pad) {
+  using A = acc_t<T>;
+  for_each_plane(g, g.P * g.Q * g.kh * g.kw, [&](int64_t plane) {
+    const T* xp = x + plane * g.H * g.W;
+    T* yp = y + plane * g.P * g.Q;
+    for (int64_t p = 0; p < g.P; ++p)
+      for (int64_t q = 0; q < g.Q; ++q) {
+        Window win = avg_window(g, p, q, include_pad);
+        A s = 0;
+        for (int64_t h = win.h0; h < win.h1; ++h)
+          for (int64_t w = win.w0; w < win.w1; ++w) s += A(xp[h * g.W + w]);
+        yp[p * g.Q + q] = T(s / A(win.count));
+      }
+  });
+}
+
+// gy: (N, C, P, Q) -> gx: (N, C, H, W); each output spreads gy / divisor over its window.
+template <typename T>
+void avg_pool_backward_kernel(const T* gy, T* gx, const PoolGeom& g, bool include_pad) {
+  using A = acc_t<T>;
+  for_each_plane(g, g.P * g.Q * g.kh * g.kw, [&](int64_t plane) {
+    T* gxp = gx + plane * g.H * g.W;
+    const T* gyp = gy + plane * g.P * g.Q;
+    std::vector<A> acc(size_t(g.H * g.W), A(0));
+    for (int64_t p = 0; p < g.P; ++p)
+      for (int64_t q = 0; q < g.Q; ++q) {
+        Window win = avg_window(g, p, q, include_pad);
+        A v = A(gyp[p * g.Q + q]) / A(win.count);
+        for (int64_t h = win.h0; h < win.h1; ++h)
+          for (int64_t w = win.w0; w < win.w1; ++w) acc[h * g.W + w] += v;
+      }
+    for (int64_t i = 0; i < g.H * g.W; ++i) gxp[i] = T(acc[i]);
+  });
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> CpuBackend::max_pool2d(const Tensor& x0, const Pool2dParams& p) {
+  PoolGeom g = pool_geom(x0.shape(), p);
+  Tensor x = raw::contiguous(x0);
+  Shape os{x.size(0), x.size(1), g.P, g.Q};
+  Tensor y = empty(os, {.dtype = x.dtype()}), idx = empty(os, {.dtype = DType::I64});
+  if (y.numel() == 0) return {y, idx};
+  LOOM_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
+    max_pool_kernel(x.data<scalar_t>(), y.data<scalar_t>(), idx.data<int64_t>(), g);
+  });
+  return {y, idx};
+}
+
+Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) {
+  Tensor gy = raw::contiguous(grad_y), idx = raw::contiguous(indices);
+  PoolGeom g{};
+  g.planes = x_shape[0] * x_shape[1], g.H = x_shape[2], g.W = x_shape[3];
+  g.P = gy.size(2), g.Q = gy.size(3);
+  Tensor gx = empty(x_shape, {.dtype = gy.dtype()});
+  if (gx.numel() == 0) return gx;
+  LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
+    max_pool_backward_kernel(gy.data<scalar_t>(), idx.data<int64_t>(), gx.data<scalar_t>(), g);
+  });
+  return gx;
+}
+
+Tensor CpuBackend::avg_pool2d(const Tensor& x0, const Pool2dParams& p) {
+  PoolGeom g = pool_geom(x0.shape(), p);
+  Tensor x = raw::contiguous(x0);
+  Tensor y = empty({x.size(0), x.size(1), g.P, g.Q}, {.dtype = x.dtype()});
+  if (y.numel() == 0) return y;
+  LOOM_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&] {
+    avg_pool_kernel(x.data<scalar_t>(), y.data<scalar_t>(), g, p.count_include_pad);
+  });
+  return y;
+}
+
+Tensor CpuBackend::avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) {
+  PoolGeom g = pool_geom(x_shape, p);
+  Tensor gy = raw::contiguous(grad_y);
+  Tensor gx = empty(x_shape, {.dtype = gy.dtype()});
+  if (gx.numel() == 0) return gx;
+  LOOM_DISPATCH_FLOATING(gy.dtype(), "avg_pool2d_backward", [&] {
+    avg_pool_backward_kernel(gy.data<scalar_t>(), gx.data<scalar_t>(), g, p.count_include_pad);
+  });
+  return gx;
+}
+
+}  // namespace loom::cpu
