@@ -39,6 +39,21 @@ struct BatchNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // weight/bias grads undefined when weight undefined
 };
 
+// Hyper-parameters of one fused Adam/AdamW update (see Note [Fused optimizer steps]).
+struct AdamStepParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay before the update
+  bool amsgrad = false;
+  int64_t step = 1;  // the number of this update (1 for the first), for bias correction
+};
+
+// Hyper-parameters of one fused SGD update.
+struct SgdStepParams {
+  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = false;  // the momentum buffers are new: buf = d_p (PyTorch's first step)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -130,6 +145,25 @@ class Backend {
   // out = zeros(shape); out.index_select(dim, index) += src (repeated indices accumulate).
   virtual Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index,
                            const Tensor& src) = 0;
+
+  // ---- optimizers: one fused update over many tensors ----
+  // Note [Fused optimizer steps]
+  // An optimizer step touches every parameter; launching several elementwise kernels per
+  // parameter costs more than the math on a GPU. These methods update a whole list of tensors
+  // at once (on CUDA, in one kernel launch) with exactly the formulas of PyTorch's Adam/AdamW/SGD;
+  // the composite version written with tensor ops (nn/optim) is their test oracle.
+  // All lists have one entry per parameter, of the parameter's shape; every tensor is
+  // contiguous, of one floating dtype (f32 or f64) and on this backend's device. Parameters and
+  // states are updated in place.
+  // p -= lr * m_hat / (sqrt(v_hat) + eps), with m, v (and max_exp_avg_sqs when amsgrad; empty
+  // otherwise) updated first; weight decay added to the gradient (Adam) or decoupled (AdamW).
+  virtual void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                         const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& p) = 0;
+  // p -= lr * d_p with d_p = g + wd * p, through the momentum buffers when momentum != 0
+  // (momentum_bufs empty otherwise).
+  virtual void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                        const std::vector<Tensor>& momentum_bufs, const SgdStepParams& p) = 0;
 };
 
 // The backend of a device: the CPU backend, or the CUDA backend when loom is built with CUDA.

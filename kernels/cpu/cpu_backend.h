@@ -1,7 +1,8 @@
 // The CPU backend: Eigen for matrix products, the strided iterator of kernels/cpu/loops.h for
 // elementwise math, plain loops elsewhere, all parallel over one OpenMP pool.
 // Its methods are defined in one file per family: cpu_elementwise.cpp, cpu_reduce.cpp,
-// cpu_linalg.cpp, cpu_softmax_loss.cpp, cpu_conv.cpp, cpu_pool.cpp, cpu_norm.cpp, cpu_index.cpp.
+// cpu_linalg.cpp, cpu_softmax_loss.cpp, cpu_conv.cpp, cpu_pool.cpp, cpu_norm.cpp, cpu_index.cpp,
+// cpu_optim.cpp.
 // Leaves out: BLAS libraries (Eigen's GEMM is the CPU reference and fast enough to match them).
 #pragma once
 
@@ -53,6 +54,11 @@ class CpuBackend final : public Backend {
   std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) override;
   Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) override;
   Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& p) override;
+  void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_bufs, const SgdStepParams& p) override;
 };
 
 CpuBackend& cpu_backend();

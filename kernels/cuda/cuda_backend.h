@@ -2,7 +2,8 @@
 // the tensor's device (kernels/cuda/stream.h); outputs come from the caching allocator
 // (core/cuda_allocator.h). Methods are defined in one file per family:
 //   cuda_copy.cu        copy_ (device<->device, host<->device), fill_, arange_, random_
-//   cuda_elementwise.cu unary, binary, binary_scalar, binary_, where (functors of kernels/functors.h)
+//   cuda_elementwise.cu unary, where (functors of kernels/functors.h)
+//   cuda_binary.cu      binary, binary_scalar, binary_ (split off to compile in parallel)
 //   cuda_reduce.cu      reduce, max_dim
 //   cuda_softmax_loss.cu softmax, softmax_backward, nll_loss, nll_loss_backward
 //   cuda_index.cu       index_select, index_add, dropout
@@ -10,6 +11,7 @@
 //   cuda_conv.cpp       conv2d and its two backwards (cuDNN)
 //   cuda_pool.cu        max_pool2d, avg_pool2d and backwards
 //   cuda_norm.cu        batch_norm, batch_norm_backward
+//   cuda_optim.cu       adam_step, sgd_step (one multi-tensor launch)
 // Leaves out: multi-GPU communication (distributed/).
 #pragma once
 
@@ -61,6 +63,11 @@ class CudaBackend final : public Backend {
   std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) override;
   Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) override;
   Tensor index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& p) override;
+  void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_bufs, const SgdStepParams& p) override;
 };
 
 CudaBackend& cuda_backend();

@@ -1,0 +1,166 @@
+// Fused optimizer steps on CUDA: one kernel launch updates every parameter of the call (for up
+// to kMaxTensors tensors; more are done in batches of that many). The per-element math is
+// kernels/optim_math.h, shared with the CPU loop that tests this kernel.
+// Leaves out: f16/bf16 parameters (loom keeps float32 master weights), device-side step counts
+// and learning rates (what CUDA-graph replays of changing schedules would need).
+#include <algorithm>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/optim_math.h"
+
+namespace loom::cuda {
+
+namespace {
+
+// Note [Multi-tensor table in kernel arguments]
+// Each tensor is cut into chunks of kChunk elements; chunk_start[t] is the global number of
+// tensor t's first chunk. Block b takes chunks b, b + gridDim.x, ...; for each it finds the tensor
+// by a binary search over chunk_start (the same for all threads of the block) and updates that
+// chunk's elements with a block-stride loop. The table (pointers, sizes, chunk starts) travels in
+// the kernel arguments, which CUDA 12.1+ allows up to 32764 bytes on Volta and later: no host-to-
+// device copy and nothing to keep alive, and a CUDA graph captures the launch as it is.
+constexpr int kMaxTensors = 256;
+constexpr int64_t kChunk = 4096;
+
+template <typename T, int L>
+struct TensorTable {
+  int n = 0;
+  T* ptr[L][kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int64_t chunk_start[kMaxTensors + 1];
+};
+static_assert(sizeof(TensorTable<double, 5>) < 30000, "the tensor table must fit in the kernel arguments");
+
+// The chunk's tensor: the largest t with chunk_start[t] <= c (tables hold no empty tensors).
+template <typename T, int L>
+__device__ int tensor_of(const TensorTable<T, L>& tab, int64_t c) {
+  int lo = 0, hi = tab.n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (tab.chunk_start[mid] <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Lists: 0 params, 1 grads, 2 exp_avgs, 3 exp_avg_sqs, 4 max_exp_avg_sqs (amsgrad only).
+template <typename T>
+__global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, const AdamMath<T> math) {
+  const int64_t total = tab.chunk_start[tab.n];
+  for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    const int64_t begin = (c - tab.chunk_start[t]) * kChunk;
+    const int64_t end = min(begin + kChunk, tab.numel[t]);
+    T* p = tab.ptr[0][t];
+    const T* g = tab.ptr[1][t];
+    T* m = tab.ptr[2][t];
+    T* v = tab.ptr[3][t];
+    T* vmax = tab.ptr[4][t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      math(p[i], g[i], m[i], v[i], vmax ? vmax + i : nullptr);
+  }
+}
+
+// Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum).
+template <typename T>
+__global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, const SgdMath<T> math) {
+  const int64_t total = tab.chunk_start[tab.n];
+  for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
+    const int t = tensor_of(tab, c);
+    const int64_t begin = (c - tab.chunk_start[t]) * kChunk;
+    const int64_t end = min(begin + kChunk, tab.numel[t]);
+    T* p = tab.ptr[0][t];
+    const T* g = tab.ptr[1][t];
+    T* buf = tab.ptr[2][t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) math(p[i], g[i], buf ? buf + i : nullptr);
+  }
+}
+
+// Fills tables of up to kMaxTensors non-empty tensors from `lists` (an empty list gives null
+// pointers) and calls launch(table, total_chunks) for each.
+template <typename T, int L, typename Launch>
+void for_each_table(const std::vector<const std::vector<Tensor>*>& lists, const Launch& launch) {
+  const std::vector<Tensor>& params = *lists[0];
+  TensorTable<T, L> tab;
+  auto flush = [&] {
+    if (tab.n > 0) launch(tab, tab.chunk_start[tab.n]);
+    tab.n = 0;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    int64_t n = params[i].numel();
+    if (n == 0) continue;
+    if (tab.n == kMaxTensors) flush();
+    int k = tab.n;
+    for (int l = 0; l < L; ++l) {
+      const auto* list = lists[size_t(l)];
+      tab.ptr[l][k] = list->empty() ? nullptr : static_cast<T*>((*list)[i].data_ptr());
+    }
+    tab.numel[k] = n;
+    if (k == 0) tab.chunk_start[0] = 0;
+    tab.chunk_start[k + 1] = tab.chunk_start[k] + (n + kChunk - 1) / kChunk;
+    tab.n = k + 1;
+  }
+  flush();
+}
+
+int64_t grid_for_chunks(int64_t chunks, int device) {
+  return std::max<int64_t>(1, std::min<int64_t>(chunks, int64_t(multiprocessor_count(device)) * 8));
+}
+
+template <typename T>
+void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
+                 const std::vector<Tensor>& v, const std::vector<Tensor>& vmax, const AdamStepParams& hp) {
+  int dev = params[0].device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t s = current_stream(dev);
+  const auto math = AdamMath<T>::make(hp);
+  static const std::vector<Tensor> none;
+  for_each_table<T, 5>({&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
+                       [&](const TensorTable<T, 5>& tab, int64_t chunks) {
+                         adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
+                         LOOM_CUDA_CHECK_LAUNCH("adam_step");
+                       });
+}
+
+template <typename T>
+void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& bufs,
+                const SgdStepParams& hp) {
+  int dev = params[0].device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t s = current_stream(dev);
+  const auto math = SgdMath<T>::make(hp);
+  static const std::vector<Tensor> none;
+  for_each_table<T, 3>({&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
+                       [&](const TensorTable<T, 3>& tab, int64_t chunks) {
+                         sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
+                         LOOM_CUDA_CHECK_LAUNCH("sgd_step");
+                       });
+}
+
+}  // namespace
+
+void CudaBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                            const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                            const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+  std::vector<const std::vector<Tensor>*> states{&exp_avgs, &exp_avg_sqs};
+  if (hp.amsgrad) states.push_back(&max_exp_avg_sqs);
+  check_fused_step_args("adam_step", params, grads, states);
+  if (params.empty()) return;
+  if (params[0].dtype() == DType::F32) adam_launch<float>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  else adam_launch<double>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+}
+
+void CudaBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+  std::vector<const std::vector<Tensor>*> states;
+  if (hp.momentum != 0.0) states.push_back(&momentum_bufs);
+  check_fused_step_args("sgd_step", params, grads, states);
+  if (params.empty()) return;
+  if (params[0].dtype() == DType::F32) sgd_launch<float>(params, grads, momentum_bufs, hp);
+  else sgd_launch<double>(params, grads, momentum_bufs, hp);
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,106 @@
+// The per-element math of the fused optimizer steps (Backend::adam_step / sgd_step), written
+// once for the CPU loop (kernels/cpu/cpu_optim.cpp) and the CUDA kernel (kernels/cuda/
+// cuda_optim.cu), plus the argument checks both backends run.
+// Leaves out: the loops over tensors and elements (each backend has its own).
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "core/macros.h"
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "kernels/functors.h"
+
+namespace loom {
+
+// Note [Adam's update, as PyTorch computes it]
+// With g the gradient (plus wd * p for Adam; for AdamW p *= 1 - lr * wd first):
+//   m = m + (1 - beta1) * (g - m)          (torch's lerp_ for a weight below 0.5)
+//   v = beta2 * v + (1 - beta2) * g * g
+//   v_max = max(v_max, v)                  (amsgrad; v_max replaces v below)
+//   p = p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc_k = 1 - beta_k^step
+// The scalars are computed once on the host in double and passed in the element type.
+template <typename T>
+struct AdamMath {
+  T one_minus_beta1, beta2, one_minus_beta2, weight_decay, decay_keep, step_size, bc2_sqrt, eps;
+  bool decoupled, amsgrad;
+
+  static AdamMath make(const AdamStepParams& p) {
+    double bc1 = 1.0 - std::pow(p.beta1, double(p.step));
+    double bc2 = 1.0 - std::pow(p.beta2, double(p.step));
+    return AdamMath{T(1.0 - p.beta1), T(p.beta2), T(1.0 - p.beta2), T(p.weight_decay),
+                    T(1.0 - p.lr * p.weight_decay), T(p.lr / bc1), T(std::sqrt(bc2)), T(p.eps),
+                    p.decoupled_weight_decay, p.amsgrad};
+  }
+
+  // One element: p, m, v (and v_max when amsgrad) are updated in place.
+  LOOM_HOST_DEVICE void operator()(T& p, T g, T& m, T& v, T* vmax) const {
+    if (weight_decay != T(0)) {
+      if (decoupled) p = p * decay_keep;
+      else g = g + weight_decay * p;
+    }
+    m = m + one_minus_beta1 * (g - m);
+    v = beta2 * v + one_minus_beta2 * g * g;
+    T vhat = v;
+    if (amsgrad) {
+      *vmax = *vmax > v ? *vmax : v;
+      vhat = *vmax;
+    }
+    T denom = math::sqrt(vhat) / bc2_sqrt + eps;
+    p = p - step_size * (m / denom);
+  }
+};
+
+// SGD (PyTorch's): d_p = g + wd * p; with momentum, buf = d_p on the first step, else
+// buf = momentum * buf + (1 - dampening) * d_p, then d_p = nesterov ? d_p + momentum * buf : buf;
+// p = p - lr * d_p.
+template <typename T>
+struct SgdMath {
+  T lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov, first_step;
+
+  static SgdMath make(const SgdStepParams& p) {
+    return SgdMath{T(p.lr), T(p.momentum), T(1.0 - p.dampening), T(p.weight_decay), p.nesterov, p.first_step};
+  }
+
+  // buf is null when momentum == 0.
+  LOOM_HOST_DEVICE void operator()(T& p, T g, T* buf) const {
+    T d = weight_decay != T(0) ? g + weight_decay * p : g;
+    if (buf) {
+      T b = first_step ? d : momentum * *buf + one_minus_dampening * d;
+      *buf = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p = p - lr * d;
+  }
+};
+
+// Checks the lists given to adam_step / sgd_step (see Note [Fused optimizer steps]); `states`
+// are the per-parameter state lists that must be present.
+inline void check_fused_step_args(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                  const std::vector<const std::vector<Tensor>*>& states) {
+  LOOM_CHECK(grads.size() == params.size(), op, ": ", params.size(), " parameters but ", grads.size(), " gradients");
+  for (const auto* s : states)
+    LOOM_CHECK(s->size() == params.size(), op, ": ", params.size(), " parameters but a state list of ", s->size());
+  if (params.empty()) return;
+  DType dt = params[0].dtype();
+  Device dev = params[0].device();
+  LOOM_CHECK(dt == DType::F32 || dt == DType::F64, op, ": parameters must be float32 or float64, got ",
+             describe(params[0]));
+  // t: entry i of one list; p: parameter i.
+  auto check = [&](const Tensor& t, const Tensor& p, size_t i, const char* what) {
+    LOOM_CHECK(t.defined() && t.dtype() == dt && t.device() == dev && t.is_contiguous() && t.shape() == p.shape(),
+               op, ": ", what, " ", i, " (", t.defined() ? describe(t) : std::string("undefined"),
+               ") must be contiguous, ", dtype_name(dt), " on ", dev, " and of the parameter's shape ", p.shape(),
+               " (parameter \"", p.name(), "\")");
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    LOOM_CHECK(params[i].defined(), op, ": parameter ", i, " is undefined");
+    check(params[i], params[i], i, "parameter");
+    check(grads[i], params[i], i, "gradient");
+    for (const auto* s : states) check((*s)[i], params[i], i, "state tensor");
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,32 @@
+// Sequential (children run in order, named "0", "1", ...) and Flatten, the glue between a CNN's
+// feature extractor and its classifier.
+// Leaves out: ModuleList/ModuleDict (a Sequential or named members cover loom's models).
+#include "autograd/ops/shape.h"
+#include "nn/layers.h"
+
+namespace loom::nn {
+
+Flatten::Flatten(int64_t s, int64_t e) : Module("Flatten"), start_dim(s), end_dim(e) {}
+
+Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
+
+std::string Flatten::extra_repr() const { return str("start_dim=", start_dim, ", end_dim=", end_dim); }
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) : Module("Sequential") {
+  for (const auto& m : modules) push_back(m);
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) { add_child(std::to_string(size()), std::move(m)); }
+
+const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
+  LOOM_CHECK(i < size(), "Sequential: index ", i, " is out of range for ", size(), " modules");
+  return named_children()[i].second;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (const auto& [name, m] : named_children()) h = m->forward(h);
+  return h;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,220 @@
+// The layers: Linear, Conv2d, BatchNorm2d, LayerNorm, Dropout, ReLU, GELU, MaxPool2d, AvgPool2d,
+// AdaptiveAvgPool2d, Flatten and Sequential, named and initialised as in PyTorch. Each is a thin
+// Module around one op of autograd/ops; one .cpp per family (linear, conv, norm, activation,
+// dropout, pooling, container).
+// Leaves out: recurrent layers, attention, padding modes other than zeros.
+#pragma once
+
+#include <array>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/shape.h"
+#include "nn/module.h"
+
+namespace loom::nn {
+
+// A pair of sizes (height, width) that a single number fills: Conv2d(1, 4, 3) or {3, 5}.
+struct IntPair {
+  int64_t h = 0, w = 0;
+  IntPair(int64_t v) : h(v), w(v) {}  // NOLINT: implicit on purpose, as PyTorch's ExpandingArray
+  IntPair(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+  std::array<int64_t, 2> arr() const { return {h, w}; }
+  bool operator==(const IntPair& o) const { return h == o.h && w == o.w; }
+};
+
+// ---------------------------------------------------------------- Linear (nn/linear.cpp)
+
+// y = x W^T + b. weight: (out, in), bias: (out). x: (..., in) -> (..., out).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  // weight ~ kaiming_uniform_(a = sqrt(5)), bias ~ U(-1/sqrt(in), 1/sqrt(in)), as PyTorch.
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  int64_t in_features, out_features;
+  Tensor weight, bias;  // bias undefined without bias
+};
+
+// ---------------------------------------------------------------- Conv2d (nn/conv.cpp)
+
+struct Conv2dOptions {
+  IntPair stride = 1, padding = 0, dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// x: (N, C, H, W) -> (N, K, P, Q). weight: (K, C/groups, kh, kw), bias: (K).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, IntPair kernel_size, Conv2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  // weight ~ kaiming_uniform_(a = sqrt(5)), bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  int64_t in_channels, out_channels;
+  IntPair kernel_size;
+  Conv2dOptions options;
+  Tensor weight, bias;
+};
+
+// ---------------------------------------------------------------- normalisation (nn/norm.cpp)
+
+struct BatchNormOptions {
+  double eps = 1e-5;
+  // Weight of the new batch in the running stats; nullopt: cumulative average (1 / batches seen).
+  std::optional<double> momentum = 0.1;
+  bool affine = true;               // learnable weight (ones) and bias (zeros)
+  bool track_running_stats = true;  // buffers running_mean, running_var, num_batches_tracked
+};
+
+// x: (N, C, H, W). Training: batch statistics (and running stats updated); eval: running stats.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_running_stats();
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  int64_t num_features;
+  BatchNormOptions options;
+  Tensor weight, bias;                                        // (C), when affine
+  Tensor running_mean, running_var, num_batches_tracked;      // (C), (C), int64 0-d
+};
+
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;  // weight (ones) and, with bias, bias (zeros)
+  bool bias = true;
+};
+
+// Normalises over the trailing dims given by normalized_shape.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, LayerNormOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  Shape normalized_shape;
+  LayerNormOptions options;
+  Tensor weight, bias;
+};
+
+// ---------------------------------------------------------------- activations (nn/activation.cpp)
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+// The exact (erf) GELU.
+class GELU : public Module {
+ public:
+  GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+// ---------------------------------------------------------------- Dropout (nn/dropout.cpp)
+
+// In training, zeroes each element with probability p and scales the rest by 1 / (1 - p);
+// the identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  double p;
+};
+
+// ---------------------------------------------------------------- pooling (nn/pooling.cpp)
+
+struct MaxPool2dOptions {
+  std::optional<IntPair> stride;  // default: the kernel size
+  IntPair padding = 0;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(IntPair kernel_size, MaxPool2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  IntPair kernel_size;
+  MaxPool2dOptions options;
+};
+
+struct AvgPool2dOptions {
+  std::optional<IntPair> stride;  // default: the kernel size
+  IntPair padding = 0;
+  bool count_include_pad = true;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(IntPair kernel_size, AvgPool2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  IntPair kernel_size;
+  AvgPool2dOptions options;
+};
+
+// (N, C, H, W) -> (N, C, output_size.h, output_size.w).
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(IntPair output_size);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  IntPair output_size;
+};
+
+// ---------------------------------------------------------------- Flatten and Sequential (nn/container.cpp)
+
+// Flattens dims start_dim..end_dim into one: (N, C, H, W) -> (N, C*H*W) by default.
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  int64_t start_dim, end_dim;
+};
+
+// Runs its children in order; they are named "0", "1", ... (so state_dict names match PyTorch's
+// nn.Sequential).
+class Sequential : public Module {
+ public:
+  Sequential() : Module("Sequential") {}
+  Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  // std::make_shared<Sequential>(std::make_shared<Linear>(8, 16), std::make_shared<ReLU>())
+  template <typename M0, typename... Ms>
+  explicit Sequential(std::shared_ptr<M0> first, std::shared_ptr<Ms>... rest) : Module("Sequential") {
+    push_back(std::move(first));
+    (push_back(std::move(rest)), ...);
+  }
+
+  void push_back(std::shared_ptr<Module> m);
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return named_children().size(); }
+  const std::shared_ptr<Module>& operator[](size_t i) const;
+  // The i-th child as its own type; an error naming both types if it is not one.
+  template <typename M>
+  std::shared_ptr<M> at(size_t i) const {
+    auto m = std::dynamic_pointer_cast<M>((*this)[i]);
+    LOOM_CHECK(m != nullptr, "Sequential::at: child ", i, " is a ", (*this)[i]->type_name(),
+               ", not the requested type");
+    return m;
+  }
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,45 @@
+// Linear: y = x W^T + b through loom::linear, with PyTorch's default initialisation.
+// Leaves out: factory options for dtype and device (use Module::to after construction).
+#include <cmath>
+
+#include "autograd/ops/factory.h"
+#include "autograd/ops/linalg.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+
+namespace loom::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias)
+    : Module("Linear"), in_features(in), out_features(out) {
+  LOOM_CHECK(in > 0 && out > 0, "Linear: in_features (", in, ") and out_features (", out, ") must be positive");
+  weight = empty({out, in});
+  register_parameter("weight", weight);
+  if (has_bias) {
+    bias = empty({out});
+    register_parameter("bias", bias);
+  }
+  reset_parameters();
+}
+
+void Linear::reset_parameters() {
+  // Note [PyTorch's default init]: kaiming_uniform_ with a = sqrt(5) gives gain sqrt(1/3), so
+  // bound = sqrt(1/3) * sqrt(3 / fan_in) = 1 / sqrt(fan_in); the bias uses the same bound.
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt(double(in_features));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features, "Linear(in_features=", in_features,
+             "): input ", x.defined() ? describe(x) : std::string("undefined"), " should end in ", in_features,
+             " features");
+  return linear(x, weight, bias);
+}
+
+std::string Linear::extra_repr() const {
+  return str("in_features=", in_features, ", out_features=", out_features, ", bias=", bias.defined() ? "true" : "false");
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,68 @@
+// Loss modules (CrossEntropyLoss, NLLLoss, MSELoss) around loom::cross_entropy, nll_loss and
+// mse_loss, and the functional names in loom::nn::functional, as in torch.nn.
+// Leaves out: class weights, BCE/Huber losses.
+#pragma once
+
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn_ops.h"
+#include "nn/module.h"
+
+namespace loom::nn {
+
+struct CrossEntropyLossOptions {
+  Reduction reduction = Reduction::Mean;
+  double label_smoothing = 0.0;  // in [0, 1)
+  int64_t ignore_index = -100;
+};
+
+// input: (N, C) logits, target: (N) int64 classes -> 0-d (Mean, Sum) or (N) (None).
+class CrossEntropyLoss : public Module {
+ public:
+  explicit CrossEntropyLoss(CrossEntropyLossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  std::string extra_repr() const override;
+
+  CrossEntropyLossOptions options;
+};
+
+struct NLLLossOptions {
+  Reduction reduction = Reduction::Mean;
+  int64_t ignore_index = -100;
+};
+
+// input: (N, C) log-probabilities, target: (N) int64 classes.
+class NLLLoss : public Module {
+ public:
+  explicit NLLLoss(NLLLossOptions options = {}) : Module("NLLLoss"), options(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+
+  NLLLossOptions options;
+};
+
+// mean (or sum, or none) of (input - target)^2; both of one shape.
+class MSELoss : public Module {
+ public:
+  explicit MSELoss(Reduction reduction = Reduction::Mean) : Module("MSELoss"), reduction(reduction) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+
+  Reduction reduction;
+};
+
+// torch.nn.functional's names for the same ops.
+namespace functional {
+using loom::cross_entropy;
+using loom::dropout;
+using loom::gelu;
+using loom::linear;
+using loom::log_softmax;
+using loom::mse_loss;
+using loom::nll_loss;
+using loom::relu;
+using loom::softmax;
+}  // namespace functional
+
+}  // namespace loom::nn

@@ -1,0 +1,115 @@
+// Module: the base of every layer and model. It owns named parameters, buffers and submodules,
+// and gives them back with dotted names ("features.0.weight"), saves and loads them as a
+// StateDict, switches train/eval, moves them between devices and dtypes, and clears gradients.
+// Leaves out: hooks on forward, and the layers themselves (nn/layers.h).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace loom::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// What load_state_dict(sd, strict = false) skipped.
+struct LoadResult {
+  std::vector<std::string> missing_keys;     // in the module, not in sd
+  std::vector<std::string> unexpected_keys;  // in sd, not in the module
+};
+
+// Note [Modules hold their tensors by pointer]
+// A layer keeps its parameters as plain members (`Tensor weight;`) and registers them with
+// register_parameter("weight", weight), which stores a pointer to the member. That lets to()
+// replace the member with a converted tensor (Tensors are handles: a dtype or device change makes
+// a new TensorImpl) while forward() keeps reading `weight`. Hence modules are neither copied nor
+// moved (the pointers would dangle): create them with std::make_shared. Anything that kept an
+// old handle, such as an optimizer, must be built after to().
+class Module {
+ public:
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // One input, one output. Modules with other signatures (losses) add their own forward.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  const std::string& type_name() const { return type_name_; }
+
+  // ---- what the module holds (pre-order: own entries first, then each child's) ----
+  // Parameters shared between submodules are listed once, under their first name.
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
+    return children_;
+  }
+  // This module (named "") and every descendant, with dotted names.
+  std::vector<std::pair<std::string, std::shared_ptr<const Module>>> named_modules() const;
+
+  // ---- saving and loading ----
+  // Parameters and persistent buffers, detached (sharing storage), in registration order.
+  StateDict state_dict() const;
+  // Copies sd's tensors into this module's (converting dtype and device). Entries of the wrong
+  // shape are always an error; with strict, missing and unexpected entries are too. One error
+  // lists every problem by name, and nothing is loaded when there is any.
+  LoadResult load_state_dict(const StateDict& sd, bool strict = true);
+
+  // ---- modes and placement (recursive) ----
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves parameters, their gradients and buffers; requires_grad and names are kept.
+  void to(Device d);
+  // Converts floating parameters, gradients and buffers (integer buffers keep their dtype).
+  void to(DType t);
+  void to(Device d, DType t);
+  // Clears every parameter's gradient (leaves it undefined, as set_to_none=True).
+  void zero_grad();
+
+  // Printing: "Linear(in_features=8, out_features=16, bias=true)", children indented.
+  virtual std::string extra_repr() const { return ""; }
+  void print(std::ostream& os, int indent = 0) const;
+
+ protected:
+  // Registers a member tensor (see Note [Modules hold their tensors by pointer]); parameters get
+  // requires_grad. Names must be unique in the module and contain no '.'.
+  Tensor& register_parameter(const std::string& name, Tensor& t, bool requires_grad = true);
+  Tensor& register_buffer(const std::string& name, Tensor& t, bool persistent = true);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor* t;
+    bool persistent = true;  // buffers only
+  };
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, bool params, bool recurse, bool dedupe, bool persistent_only,
+               NamedTensors& out) const;
+  void set_parameter_names(const std::string& prefix);
+  void convert(const std::function<Tensor(const Tensor&)>& f);
+
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<Entry> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace loom::nn

@@ -1,0 +1,110 @@
+// BatchNorm2d and LayerNorm modules: parameters, running-stat buffers and PyTorch's rules for
+// which statistics are used in training and eval, around loom::batch_norm and loom::layer_norm.
+// Leaves out: BatchNorm1d/3d, GroupNorm, SyncBatchNorm.
+#include "autograd/grad_mode.h"
+#include "autograd/ops/factory.h"
+#include "autograd/ops/nn_ops.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+
+namespace loom::nn {
+
+// ---------------------------------------------------------------- BatchNorm2d
+
+BatchNorm2d::BatchNorm2d(int64_t c, BatchNormOptions opt) : Module("BatchNorm2d"), num_features(c), options(opt) {
+  LOOM_CHECK(c > 0, "BatchNorm2d: num_features ", c, " must be positive");
+  LOOM_CHECK(opt.eps > 0, "BatchNorm2d: eps ", opt.eps, " must be positive");
+  if (opt.affine) {
+    weight = empty({c});
+    bias = empty({c});
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+  if (opt.track_running_stats) {
+    running_mean = zeros({c});
+    running_var = ones({c});
+    num_batches_tracked = zeros({}, {.dtype = kI64});
+    register_buffer("running_mean", running_mean);
+    register_buffer("running_var", running_var);
+    register_buffer("num_batches_tracked", num_batches_tracked);
+  }
+  reset_parameters();
+}
+
+void BatchNorm2d::reset_running_stats() {
+  if (!options.track_running_stats) return;
+  init::zeros_(running_mean);
+  init::ones_(running_var);
+  init::zeros_(num_batches_tracked);
+}
+
+void BatchNorm2d::reset_parameters() {
+  reset_running_stats();
+  if (options.affine) {
+    init::ones_(weight);
+    init::zeros_(bias);
+  }
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features,
+             "): expected input (N, ", num_features, ", H, W), got ",
+             x.defined() ? describe(x) : std::string("an undefined tensor"));
+  // As torch.nn.BatchNorm2d: count batches in training; with momentum = nullopt the running
+  // stats are a cumulative average (factor 1 / batches seen).
+  double factor = options.momentum.value_or(0.0);
+  if (is_training() && options.track_running_stats) {
+    NoGradGuard g;
+    num_batches_tracked.add_(ones_like(num_batches_tracked));
+    if (!options.momentum) factor = 1.0 / num_batches_tracked.item();
+  }
+  // Batch statistics in training, and in eval when there are no running stats.
+  bool use_batch_stats = is_training() || !options.track_running_stats;
+  bool pass_running = !is_training() || options.track_running_stats;
+  return batch_norm(x, weight, bias, pass_running ? running_mean : Tensor(), pass_running ? running_var : Tensor(),
+                    use_batch_stats, factor, options.eps);
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return str(num_features, ", eps=", options.eps, ", momentum=",
+             options.momentum ? str(*options.momentum) : std::string("none"), ", affine=",
+             options.affine ? "true" : "false", ", track_running_stats=",
+             options.track_running_stats ? "true" : "false");
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+LayerNorm::LayerNorm(Shape shape, LayerNormOptions opt)
+    : Module("LayerNorm"), normalized_shape(std::move(shape)), options(opt) {
+  LOOM_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must have at least one dim");
+  for (int64_t d : normalized_shape) LOOM_CHECK(d > 0, "LayerNorm: normalized_shape ", normalized_shape, " has a non-positive size");
+  if (opt.elementwise_affine) {
+    weight = empty(normalized_shape);
+    register_parameter("weight", weight);
+    if (opt.bias) {
+      bias = empty(normalized_shape);
+      register_parameter("bias", bias);
+    }
+  }
+  reset_parameters();
+}
+
+void LayerNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  size_t k = normalized_shape.size();
+  bool ok = x.defined() && size_t(x.dim()) >= k;
+  for (size_t i = 0; ok && i < k; ++i) ok = x.size(int64_t(x.dim() - k + i)) == normalized_shape[i];
+  LOOM_CHECK(ok, "LayerNorm(", normalized_shape, "): input ", x.defined() ? describe(x) : std::string("undefined"),
+             " should end in ", normalized_shape);
+  return layer_norm(x, normalized_shape, weight, bias, options.eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  return str(normalized_shape, ", eps=", options.eps, ", elementwise_affine=", options.elementwise_affine ? "true" : "false");
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,251 @@
+// Optimizer: parameter groups, per-parameter state, and the state_dict layout of
+// Note [Optimizer state layout], with a load that checks everything before changing anything.
+// Leaves out: the update rules (sgd.cpp, adam.cpp).
+#include "nn/optim/optimizer.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/factory.h"
+
+namespace loom::optim {
+
+// ---------------------------------------------------------------- groups and access
+
+void Optimizer::add_group_params(std::vector<Tensor> params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    LOOM_CHECK(p.defined(), name_, ": parameter ", i, " of group ", groups_.size(), " is undefined");
+    LOOM_CHECK(p.is_leaf() && p.is_floating_point(), name_, ": can only optimize floating leaf tensors, got \"",
+               p.name(), "\" ", describe(p));
+    for (const auto& g : groups_)
+      for (const auto& q : g)
+        LOOM_CHECK(!q.is_same(p), name_, ": parameter \"", p.name(), "\" appears in more than one group");
+    for (size_t j = 0; j < i; ++j)
+      LOOM_CHECK(!params[j].is_same(p), name_, ": parameter \"", p.name(), "\" appears twice in one group");
+  }
+  state_.resize(state_.size() + params.size());
+  groups_.push_back(std::move(params));
+}
+
+const std::vector<Tensor>& Optimizer::params(size_t group) const {
+  LOOM_CHECK(group < groups_.size(), name_, ": no parameter group ", group, " (there are ", groups_.size(), ")");
+  return groups_[group];
+}
+
+std::vector<Tensor> Optimizer::all_params() const {
+  std::vector<Tensor> out;
+  for (const auto& g : groups_) out.insert(out.end(), g.begin(), g.end());
+  return out;
+}
+
+size_t Optimizer::first_index(size_t group) const {
+  size_t n = 0;
+  for (size_t g = 0; g < group; ++g) n += groups_[g].size();
+  return n;
+}
+
+const Tensor& Optimizer::param(size_t param_index) const {
+  size_t g = 0;
+  while (g < groups_.size() && param_index >= groups_[g].size()) param_index -= groups_[g++].size();
+  LOOM_CHECK(g < groups_.size(), name_, ": no parameter with that number");
+  return groups_[g][param_index];
+}
+
+std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(size_t group,
+                                                                const std::function<int64_t(size_t)>& key) const {
+  std::vector<StepBucket> out;
+  std::vector<std::tuple<Device, DType, int64_t>> keys;
+  size_t first = first_index(group);
+  for (size_t k = 0; k < groups_[group].size(); ++k) {
+    const Tensor& p = groups_[group][k];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    LOOM_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype() && g.device() == p.device(), name_,
+               ".step: the gradient of \"", p.name(), "\" is ", describe(g), " but the parameter is ", describe(p));
+    auto kk = std::make_tuple(p.device(), p.dtype(), key(first + k));
+    size_t b = 0;
+    while (b < keys.size() && !(std::get<0>(keys[b]) == std::get<0>(kk) && std::get<1>(keys[b]) == std::get<1>(kk) &&
+                                std::get<2>(keys[b]) == std::get<2>(kk)))
+      ++b;
+    if (b == keys.size()) {
+      keys.push_back(kk);
+      out.push_back({{}, p.dtype() == kF32 || p.dtype() == kF64});
+    }
+    out[b].index.push_back(first + k);
+    if (!p.is_contiguous()) out[b].fusable = false;
+  }
+  return out;
+}
+
+const ParamState& Optimizer::state(size_t param_index) const {
+  LOOM_CHECK(param_index < state_.size(), name_, ": no parameter number ", param_index, " (there are ",
+             state_.size(), ")");
+  return state_[param_index];
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g)
+      if (p.grad().defined()) p.set_grad(Tensor());
+}
+
+double Optimizer::lr(size_t group) const {
+  params(group);  // checks the group number
+  for (const auto& [n, v] : hyper_parameters(group))
+    if (n == "lr") return v;
+  LOOM_FAIL(name_, ": has no learning rate");
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  params(group);
+  LOOM_CHECK(lr >= 0.0, name_, ": learning rate ", lr, " is negative");
+  set_hyper_parameter(group, "lr", lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
+}
+
+// ---------------------------------------------------------------- state_dict
+
+StateDict Optimizer::state_dict() const {
+  StateDict sd;
+  size_t i = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto names = buffer_names(g);
+    for (size_t k = 0; k < groups_[g].size(); ++k, ++i) {
+      const ParamState& st = state_[i];
+      if (!st.initialized()) continue;
+      std::string prefix = "state." + std::to_string(i) + ".";
+      if (counts_steps()) sd.emplace_back(prefix + "step", nn::scalar_entry(double(st.step)));
+      for (size_t b = 0; b < st.buffers.size() && b < names.size(); ++b)
+        sd.emplace_back(prefix + names[b], st.buffers[b].detach());
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::string prefix = "param_groups." + std::to_string(g) + ".";
+    std::vector<int64_t> idx(groups_[g].size());
+    for (size_t k = 0; k < idx.size(); ++k) idx[k] = int64_t(first_index(g) + k);
+    sd.emplace_back(prefix + "params", from_vector(idx, {int64_t(idx.size())}));
+    for (const auto& [n, v] : hyper_parameters(g)) sd.emplace_back(prefix + n, nn::scalar_entry(v));
+  }
+  return sd;
+}
+
+namespace {
+// "state.12.exp_avg" -> {"state", "12", "exp_avg"}; buffer names contain no dots.
+std::vector<std::string> split3(const std::string& key) {
+  std::vector<std::string> parts;
+  size_t a = key.find('.');
+  if (a == std::string::npos) return parts;
+  size_t b = key.find('.', a + 1);
+  if (b == std::string::npos) return parts;
+  return {key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1)};
+}
+
+bool parse_index(const std::string& s, size_t limit, size_t& out) {
+  if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  out = size_t(std::stoul(s));
+  return out < limit;
+}
+
+std::string shape_or_undefined(const Tensor& t) { return t.defined() ? str(t.shape()) : std::string("undefined"); }
+}  // namespace
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  std::vector<std::string> problems;
+  size_t total = state_.size();
+  std::vector<size_t> group_of(total);
+  for (size_t g = 0, i = 0; g < groups_.size(); ++g)
+    for (size_t k = 0; k < groups_[g].size(); ++k) group_of[i++] = g;
+
+  // Sort the entries: per parameter (name -> tensor), per group (name -> tensor).
+  std::vector<std::map<std::string, Tensor>> per_param(total), per_group(groups_.size());
+  for (const auto& [key, t] : sd) {
+    auto parts = split3(key);
+    size_t n = 0;
+    bool ok = false;
+    if (parts.size() == 3 && parts[0] == "state" && parse_index(parts[1], total, n)) {
+      auto names = buffer_names(group_of[n]);
+      ok = (counts_steps() && parts[2] == "step") || std::count(names.begin(), names.end(), parts[2]);
+      if (ok) ok = per_param[n].emplace(parts[2], t).second;
+    } else if (parts.size() == 3 && parts[0] == "param_groups" && parse_index(parts[1], groups_.size(), n)) {
+      ok = parts[2] == "params";
+      for (const auto& [h, v] : hyper_parameters(n)) ok = ok || parts[2] == h;
+      if (ok) ok = per_group[n].emplace(parts[2], t).second;
+    }
+    if (!ok) problems.push_back("unexpected (or duplicated) entry \"" + key + "\"");
+  }
+
+  // Every group: its parameter list and all hyper-parameters.
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::string prefix = "param_groups." + std::to_string(g) + ".";
+    auto it = per_group[g].find("params");
+    if (it == per_group[g].end()) {
+      problems.push_back("missing \"" + prefix + "params\"");
+    } else {
+      std::vector<int64_t> want(groups_[g].size());
+      for (size_t k = 0; k < want.size(); ++k) want[k] = int64_t(first_index(g) + k);
+      bool same = it->second.defined() && it->second.dim() == 1 && it->second.to_vector<int64_t>() == want;
+      if (!same)
+        problems.push_back(str("\"", prefix, "params\" lists other parameters than group ", g, "'s ", want.size(),
+                               " (numbers ", want.empty() ? 0 : want.front(), "..", want.empty() ? -1 : want.back(),
+                               ")"));
+    }
+    for (const auto& [h, v] : hyper_parameters(g)) {
+      auto e = per_group[g].find(h);
+      if (e == per_group[g].end()) problems.push_back("missing \"" + prefix + h + "\"");
+      else if (!e->second.defined() || e->second.numel() != 1)
+        problems.push_back("\"" + prefix + h + "\" should hold one value, got " + shape_or_undefined(e->second));
+    }
+  }
+  // Every parameter with state: all of it, of the right shapes.
+  for (size_t i = 0; i < total; ++i) {
+    if (per_param[i].empty()) continue;
+    const Tensor& p = groups_[group_of[i]][i - first_index(group_of[i])];
+    std::string prefix = "state." + std::to_string(i) + ".";
+    if (counts_steps()) {
+      auto e = per_param[i].find("step");
+      if (e == per_param[i].end()) problems.push_back("missing \"" + prefix + "step\"");
+      else if (!e->second.defined() || e->second.numel() != 1)
+        problems.push_back("\"" + prefix + "step\" should hold one value, got " + shape_or_undefined(e->second));
+    }
+    for (const auto& b : buffer_names(group_of[i])) {
+      auto e = per_param[i].find(b);
+      if (e == per_param[i].end()) problems.push_back("missing \"" + prefix + b + "\"");
+      else if (!e->second.defined() || e->second.shape() != p.shape())
+        problems.push_back(str("\"", prefix, b, "\" has shape ", shape_or_undefined(e->second), ", parameter \"",
+                               p.name(), "\" has ", p.shape()));
+    }
+  }
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& s : problems) msg += "\n  " + s;
+    LOOM_FAIL(name_, ".load_state_dict: the state dict does not match this optimizer:", msg);
+  }
+
+  // Apply: hyper-parameters, then state (buffers copied onto each parameter's device and dtype).
+  NoGradGuard guard;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const auto& [h, v] : hyper_parameters(g)) set_hyper_parameter(g, h, per_group[g].at(h).item());
+  for (size_t i = 0; i < total; ++i) {
+    ParamState st;
+    if (!per_param[i].empty()) {
+      const Tensor& p = groups_[group_of[i]][i - first_index(group_of[i])];
+      if (counts_steps()) st.step = int64_t(per_param[i].at("step").item());
+      for (const auto& b : buffer_names(group_of[i])) {
+        Tensor buf = zeros_like(p);
+        buf.copy_(per_param[i].at(b));
+        st.buffers.push_back(buf);
+      }
+    }
+    state_[i] = std::move(st);
+  }
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,99 @@
+// Optimizer: the base of SGD, Adam and AdamW. It holds parameter groups, per-parameter state
+// (a step count and buffers such as exp_avg), zero_grad, learning-rate access for schedulers,
+// and a flat, ordered state_dict ("state.3.exp_avg", "state.3.step", "param_groups.0.lr", as
+// 0-d float64 tensors for numbers) that safetensors can hold.
+// Leaves out: the update rules (nn/optim/sgd.cpp, adam.cpp) and closures (step(closure)).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace loom::optim {
+
+using nn::StateDict;
+
+// Note [Optimizer state layout]
+// Parameters are numbered across groups in order (group 0's first, then group 1's ...), as in
+// PyTorch's state_dict. For parameter i that has state:
+//   state.<i>.step       0-d float64, the number of updates applied (optimizers that count)
+//   state.<i>.<buffer>   a tensor of the parameter's shape (exp_avg, momentum_buffer, ...)
+// and for group g:
+//   param_groups.<g>.params   1-d int64, the numbers of its parameters
+//   param_groups.<g>.<name>   0-d float64, each hyper-parameter (lr, momentum, amsgrad as 0/1...)
+// load_state_dict checks every name and shape and reports all problems in one error.
+
+// Per-parameter state. Buffers are created at the parameter's first update.
+struct ParamState {
+  int64_t step = 0;
+  std::vector<Tensor> buffers;  // named by Optimizer::buffer_names(group); empty before the first update
+  bool initialized() const { return !buffers.empty() || step > 0; }
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient (parameters without one are skipped).
+  virtual void step() = 0;
+  // Clears every parameter's gradient (undefined, as set_to_none=True).
+  void zero_grad();
+
+  const std::string& name() const { return name_; }
+  size_t num_param_groups() const { return groups_.size(); }
+  const std::vector<Tensor>& params(size_t group) const;
+  std::vector<Tensor> all_params() const;
+  const ParamState& state(size_t param_index) const;
+
+  // Learning rate of a group; set_lr(v) sets every group's (what schedulers call).
+  double lr(size_t group = 0) const;
+  void set_lr(size_t group, double lr);
+  void set_lr(double lr);
+
+  StateDict state_dict() const;
+  // Restores state and hyper-parameters saved by an optimizer of the same kind over parameters of
+  // the same shapes (copied onto each parameter's device and dtype).
+  void load_state_dict(const StateDict& sd);
+
+ protected:
+  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  // Checks and appends a group (leaf floating tensors, none already in another group).
+  void add_group_params(std::vector<Tensor> params);
+
+  // ---- what each optimizer describes ----
+  // Hyper-parameters of a group, in a fixed order starting with "lr" (booleans as 0/1).
+  virtual std::vector<std::pair<std::string, double>> hyper_parameters(size_t group) const = 0;
+  virtual void set_hyper_parameter(size_t group, const std::string& name, double value) = 0;
+  // Names of the per-parameter buffers in the group's state, in ParamState::buffers order.
+  virtual std::vector<std::string> buffer_names(size_t group) const = 0;
+  // Whether state.<i>.step is kept (Adam counts steps; SGD does not).
+  virtual bool counts_steps() const = 0;
+
+  // The global number of group g's first parameter.
+  size_t first_index(size_t group) const;
+  const Tensor& param(size_t param_index) const;
+
+  // The parameters of a group that have a gradient, bucketed for the fused kernels: one bucket
+  // per (device, dtype, key(i)) in order of first appearance; a bucket is fusable when its
+  // parameters are float32/float64 and contiguous. Checks each gradient against its parameter.
+  struct StepBucket {
+    std::vector<size_t> index;  // global parameter numbers
+    bool fusable = false;
+  };
+  std::vector<StepBucket> buckets_with_grad(size_t group, const std::function<int64_t(size_t)>& key) const;
+  ParamState& state_of(size_t param_index) { return state_[param_index]; }
+
+ private:
+  std::string name_;
+  std::vector<std::vector<Tensor>> groups_;
+  std::vector<ParamState> state_;  // by global parameter number
+};
+
+}  // namespace loom::optim

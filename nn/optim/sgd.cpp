@@ -1,0 +1,114 @@
+// SGD's step: fused buckets go to Backend::sgd_step, the rest (and fused = false) run the same
+// formula with tensor ops under NoGradGuard.
+// Leaves out: sparse gradients.
+#include "nn/optim/sgd.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
+#include "autograd/ops/factory.h"
+#include "kernels/backend.h"
+
+namespace loom::optim {
+
+namespace {
+void check_options(const SGDOptions& o) {
+  LOOM_CHECK(o.lr >= 0.0, "SGD: learning rate ", o.lr, " is negative");
+  LOOM_CHECK(o.momentum >= 0.0, "SGD: momentum ", o.momentum, " is negative");
+  LOOM_CHECK(o.weight_decay >= 0.0, "SGD: weight_decay ", o.weight_decay, " is negative");
+  LOOM_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
+             "SGD: Nesterov momentum needs momentum > 0 and dampening = 0, got momentum ", o.momentum,
+             " and dampening ", o.dampening);
+}
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer("SGD") {
+  add_param_group(std::move(params), options);
+}
+
+void SGD::add_param_group(std::vector<Tensor> params, SGDOptions options) {
+  check_options(options);
+  add_group_params(std::move(params));
+  options_.push_back(options);
+}
+
+SGDOptions& SGD::options(size_t group) {
+  params(group);
+  return options_[group];
+}
+
+std::vector<std::pair<std::string, double>> SGD::hyper_parameters(size_t g) const {
+  const SGDOptions& o = options_[g];
+  return {{"lr", o.lr}, {"momentum", o.momentum}, {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay}, {"nesterov", o.nesterov ? 1.0 : 0.0}};
+}
+
+void SGD::set_hyper_parameter(size_t g, const std::string& name, double v) {
+  SGDOptions& o = options_[g];
+  if (name == "lr") o.lr = v;
+  else if (name == "momentum") o.momentum = v;
+  else if (name == "dampening") o.dampening = v;
+  else if (name == "weight_decay") o.weight_decay = v;
+  else if (name == "nesterov") o.nesterov = v != 0.0;
+  else LOOM_FAIL("SGD: no hyper-parameter \"", name, "\"");
+}
+
+std::vector<std::string> SGD::buffer_names(size_t g) const {
+  if (options_[g].momentum == 0.0) return {};
+  return {"momentum_buffer"};
+}
+
+void SGD::step_composite(size_t i, const SGDOptions& o) {
+  Tensor p = param(i);
+  Tensor d = p.grad();
+  if (o.weight_decay != 0.0) d = d + p * o.weight_decay;
+  if (o.momentum != 0.0) {
+    ParamState& st = state_of(i);
+    if (st.buffers.empty()) {
+      st.buffers.push_back(d.clone());
+    } else {
+      Tensor& buf = st.buffers[0];
+      buf.mul_(o.momentum);
+      buf.add_(d, 1.0 - o.dampening);
+    }
+    d = o.nesterov ? d + st.buffers[0] * o.momentum : st.buffers[0];
+  }
+  p.add_(d, -o.lr);
+}
+
+void SGD::step() {
+  NoGradGuard guard;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const SGDOptions& o = options_[g];
+    // With momentum, parameters whose buffer is new take the first-step rule: bucket them apart.
+    auto is_new = [&](size_t i) { return int64_t(o.momentum != 0.0 && state_of(i).buffers.empty()); };
+    for (const auto& bucket : buckets_with_grad(g, is_new)) {
+      if (!o.fused || !bucket.fusable) {
+        for (size_t i : bucket.index) step_composite(i, o);
+        continue;
+      }
+      std::vector<Tensor> ps, gs, bufs;
+      bool first = is_new(bucket.index[0]) != 0;
+      for (size_t i : bucket.index) {
+        ps.push_back(param(i));
+        gs.push_back(param(i).grad().contiguous());
+        if (o.momentum != 0.0) {
+          ParamState& st = state_of(i);
+          if (st.buffers.empty()) st.buffers.push_back(zeros_like(param(i)));
+          bufs.push_back(st.buffers[0]);
+        }
+      }
+      SgdStepParams hp;
+      hp.lr = o.lr;
+      hp.momentum = o.momentum;
+      hp.dampening = o.dampening;
+      hp.weight_decay = o.weight_decay;
+      hp.nesterov = o.nesterov;
+      hp.first_step = first;
+      backend_for(ps[0].device()).sgd_step(ps, gs, bufs, hp);
+      for (auto& p : ps) p.bump_version();
+      for (auto& b : bufs) b.bump_version();
+    }
+  }
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,40 @@
+// SGD with momentum, dampening, Nesterov and (L2) weight decay: PyTorch's torch.optim.SGD.
+// Leaves out: maximize, differentiable steps.
+#pragma once
+
+#include "nn/optim/optimizer.h"
+
+namespace loom::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;  // needs momentum > 0 and dampening == 0
+  // Update float32/float64 contiguous parameters with one Backend::sgd_step per (device, dtype);
+  // false: the composite tensor-op version (the fused kernel's test oracle). Not saved.
+  bool fused = true;
+};
+
+// d_p = g + wd * p; buf = d_p (first step) or momentum * buf + (1 - dampening) * d_p;
+// d_p = nesterov ? d_p + momentum * buf : buf; p -= lr * d_p.  State: "momentum_buffer".
+class SGD : public Optimizer {
+ public:
+  explicit SGD(std::vector<Tensor> params, SGDOptions options = {});
+  void add_param_group(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+  SGDOptions& options(size_t group = 0);
+
+ protected:
+  std::vector<std::pair<std::string, double>> hyper_parameters(size_t group) const override;
+  void set_hyper_parameter(size_t group, const std::string& name, double value) override;
+  std::vector<std::string> buffer_names(size_t group) const override;
+  bool counts_steps() const override { return false; }
+
+ private:
+  void step_composite(size_t index, const SGDOptions& o);
+  std::vector<SGDOptions> options_;
+};
+
+}  // namespace loom::optim

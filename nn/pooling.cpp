@@ -1,0 +1,73 @@
+// Pooling modules: MaxPool2d, AvgPool2d (stride defaults to the kernel size, as PyTorch) and
+// AdaptiveAvgPool2d, around the ops of the same names.
+// Leaves out: dilation and ceil_mode, adaptive max pooling.
+#include "autograd/ops/nn_ops.h"
+#include "nn/layers.h"
+
+namespace loom::nn {
+
+namespace {
+void check_input(const char* name, const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() == 4, name, ": expected input (N, C, H, W), got ",
+             x.defined() ? describe(x) : std::string("an undefined tensor"));
+}
+
+void check_window(const char* name, IntPair k, IntPair stride, IntPair pad) {
+  LOOM_CHECK(k.h > 0 && k.w > 0 && stride.h > 0 && stride.w > 0, name, ": kernel (", k.h, ", ", k.w,
+             ") and stride (", stride.h, ", ", stride.w, ") must be positive");
+  LOOM_CHECK(pad.h >= 0 && pad.w >= 0 && 2 * pad.h <= k.h && 2 * pad.w <= k.w, name, ": padding (", pad.h, ", ",
+             pad.w, ") must be non-negative and at most half the kernel (", k.h, ", ", k.w, ")");
+}
+
+std::string window_repr(IntPair k, IntPair s, IntPair p) {
+  return str("kernel_size=(", k.h, ", ", k.w, "), stride=(", s.h, ", ", s.w, "), padding=(", p.h, ", ", p.w, ")");
+}
+}  // namespace
+
+MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt) : Module("MaxPool2d"), kernel_size(k), options(opt) {
+  if (!options.stride) options.stride = k;
+  check_window("MaxPool2d", k, *options.stride, options.padding);
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  check_input("MaxPool2d", x);
+  Pool2dParams p;
+  p.kernel = kernel_size.arr();
+  p.stride = options.stride->arr();
+  p.padding = options.padding.arr();
+  return max_pool2d(x, p);
+}
+
+std::string MaxPool2d::extra_repr() const { return window_repr(kernel_size, *options.stride, options.padding); }
+
+AvgPool2d::AvgPool2d(IntPair k, AvgPool2dOptions opt) : Module("AvgPool2d"), kernel_size(k), options(opt) {
+  if (!options.stride) options.stride = k;
+  check_window("AvgPool2d", k, *options.stride, options.padding);
+}
+
+Tensor AvgPool2d::forward(const Tensor& x) {
+  check_input("AvgPool2d", x);
+  Pool2dParams p;
+  p.kernel = kernel_size.arr();
+  p.stride = options.stride->arr();
+  p.padding = options.padding.arr();
+  p.count_include_pad = options.count_include_pad;
+  return avg_pool2d(x, p);
+}
+
+std::string AvgPool2d::extra_repr() const { return window_repr(kernel_size, *options.stride, options.padding); }
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(IntPair out) : Module("AdaptiveAvgPool2d"), output_size(out) {
+  LOOM_CHECK(out.h > 0 && out.w > 0, "AdaptiveAvgPool2d: output size (", out.h, ", ", out.w, ") must be positive");
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  check_input("AdaptiveAvgPool2d", x);
+  return adaptive_avg_pool2d(x, output_size.arr());
+}
+
+std::string AdaptiveAvgPool2d::extra_repr() const {
+  return str("output_size=(", output_size.h, ", ", output_size.w, ")");
+}
+
+}  // namespace loom::nn
