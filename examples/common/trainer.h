@@ -1,0 +1,55 @@
+// The training loop the example programs share: Fashion-MNIST in, a trained classifier out, with
+// evaluation, progress, TensorBoard logs, checkpoints and exact resume. Each example defines its
+// model and flags and calls train_classifier().
+// Leaves out: distributed training and mixed precision (their own issues).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "data/transforms.h"
+#include "nn/module.h"
+
+namespace loom::examples {
+
+struct TrainConfig {
+  std::string device;            // cpu, cuda, cuda:N; empty = cuda if present
+  int64_t epochs = 10;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  std::string optimizer = "adam";  // sgd (momentum 0.9), adam, adamw
+  double weight_decay = 0.0;
+  double label_smoothing = 0.0;
+  uint64_t seed = 0;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t workers = 2;
+  std::string log_dir;             // TensorBoard event files; empty = none
+  std::string checkpoint_dir;      // empty = no checkpoints
+  int keep_last = 3;
+  bool resume = false;             // continue from the newest valid checkpoint in checkpoint_dir
+  bool cuda_graph = false;         // capture the whole fixed-shape step once, replay it
+  int64_t train_limit = 0;         // use only the first N training images (0 = all)
+  int64_t max_steps = 0;           // stop after this many steps in total (0 = no limit)
+  int64_t log_every = 20;          // read the loss back from the device every N steps
+};
+
+// Adds the common flags (--device, --epochs, ...) to a CLI11 app.
+void add_train_flags(CLI::App& app, TrainConfig& cfg);
+
+struct TrainReport {
+  double train_loss = 0;     // mean over the last epoch
+  double test_loss = 0;
+  double test_accuracy = 0;  // fraction in [0, 1]
+  double seconds = 0;        // whole run
+  int64_t steps = 0;
+};
+
+// Trains `model` on Fashion-MNIST as configured, prints progress and a summary per epoch.
+TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const TrainConfig& cfg,
+                             std::shared_ptr<const data::Transform> train_transform = nullptr);
+
+// Runs main_body, turning loom::Error into a message and exit code 1.
+int run_main(const char* program, const std::function<int()>& main_body);
+
+}  // namespace loom::examples
