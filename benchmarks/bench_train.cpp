@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
 
   Device dev = kCPU;
 #ifdef LOOM_WITH_CUDA
-  if (device.empty() && cuda::is_available()) dev = cuda(0);
+  if (device.empty() && cuda::is_available()) dev = cuda_device(0);
 #endif
   try {
     if (!device.empty()) dev = Device(device);

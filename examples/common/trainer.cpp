@@ -53,7 +53,7 @@ namespace {
 Device pick_device(const std::string& spec) {
   if (!spec.empty()) return Device(spec);
 #ifdef LOOM_WITH_CUDA
-  if (cuda::is_available()) return cuda(0);
+  if (cuda::is_available()) return cuda_device(0);
 #endif
   return kCPU;
 }
