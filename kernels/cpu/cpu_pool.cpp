@@ -1,6 +1,6 @@
 // CPU max and average pooling over the H, W planes of NCHW tensors, forward and backward, with
 // PyTorch's semantics: max pooling pads with -inf and returns the argmax as an index into each
-// H*W plane (the first maximum wins; NaN propagates); average pooling divides by the window
+// H*W plane (the first maximum wins; a NaN wins over any number); average pooling divides by the window
 // clipped to the padded input (count_include_pad) or to the real input. Parallel over planes.
 // Leaves out: ceil_mode, dilation in pooling, 3-d (unbatched) inputs (the op layer adds the batch).
 #include <cmath>
@@ -39,34 +39,60 @@ void for_each_plane(const PoolGeom& g, int64_t work_per_plane, const F& f) {
   });
 }
 
+// Note [Max pooling a row at a time]
+// Comparing window cells one output at a time branches on "is this a new maximum?", which random
+// data makes unpredictable. Instead, one output row (p) is computed at once: for each window
+// cell (r, s), every output q compares x[h0 + r, q*sw - pw + s] with its running best. That
+// inner loop over q (max_update_row) has independent lanes and a select instead of a branch,
+// so it vectorizes. Cells are still visited in (r, s) order for every output, and `>` is strict, so the first
+// maximum wins; a NaN always takes over (as PyTorch), so a window holding a NaN yields NaN.
+
+// One window cell for the outputs q in [q0, q1) of a row: best[q], arg[q] take x[base + q*sw]
+// when it is larger or NaN. Quiet comparisons (no FP exception on NaN) and restrict pointers
+// let the compiler vectorize it as a select.
+template <typename T, typename A>
+void max_update_row(const T* __restrict x, int64_t base, int64_t sw, A* __restrict best,
+                    int64_t* __restrict arg, int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t i = base + q * sw;
+    const A v = A(x[i]), b = best[q];
+    const bool take = std::isgreater(v, b) | std::isnan(v);
+    best[q] = take ? v : b;
+    arg[q] = take ? i : arg[q];
+  }
+}
+
 // x: (N, C, H, W) contiguous -> y, idx: (N, C, P, Q)
 template <typename T>
 void max_pool_kernel(const T* x, T* y, int64_t* idx, const PoolGeom& g) {
   using A = acc_t<T>;
-  for_each_plane(g, g.P * g.Q * g.kh * g.kw, [&](int64_t plane) {
-    const T* xp = x + plane * g.H * g.W;
-    T* yp = y + plane * g.P * g.Q;
-    int64_t* ip = idx + plane * g.P * g.Q;
-    for (int64_t p = 0; p < g.P; ++p) {
-      int64_t h0 = p * g.sh - g.ph, h1 = std::min(h0 + g.kh, g.H);
-      h0 = std::max<int64_t>(h0, 0);
-      for (int64_t q = 0; q < g.Q; ++q) {
-        int64_t w0 = q * g.sw - g.pw, w1 = std::min(w0 + g.kw, g.W);
-        w0 = std::max<int64_t>(w0, 0);
-        A best = -std::numeric_limits<A>::infinity();
-        int64_t arg = h0 * g.W + w0;  // the first real element, if all are -inf
-        bool nan = false;  // a NaN is the maximum: stop at the first one
-        for (int64_t h = h0; h < h1 && !nan; ++h)
-          for (int64_t w = w0; w < w1 && !nan; ++w) {
-            A v = A(xp[h * g.W + w]);
-            nan = std::isnan(v);
-            if (v > best || nan) {
-              best = v;
-              arg = h * g.W + w;
-            }
+  int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(g.P * g.Q * g.kh * g.kw, 1));
+  parallel_for(0, g.planes, grain, [&](int64_t b, int64_t e) {
+    std::vector<A> best(size_t(g.Q));
+    std::vector<int64_t> arg(size_t(g.Q));
+    for (int64_t plane = b; plane < e; ++plane) {
+      const T* xp = x + plane * g.H * g.W;
+      for (int64_t p = 0; p < g.P; ++p) {
+        const int64_t h0 = std::max<int64_t>(p * g.sh - g.ph, 0), h1 = std::min(p * g.sh - g.ph + g.kh, g.H);
+        for (int64_t q = 0; q < g.Q; ++q) {
+          best[q] = -std::numeric_limits<A>::infinity();
+          arg[q] = h0 * g.W + std::max<int64_t>(q * g.sw - g.pw, 0);  // first real cell, if all are -inf
+        }
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t s = 0; s < g.kw; ++s) {
+            // Outputs q whose column q*sw - pw + s lies inside [0, W).
+            const int64_t lo = g.pw - s, hi = g.W - 1 + g.pw - s;
+            const int64_t q0 = lo <= 0 ? 0 : (lo + g.sw - 1) / g.sw;
+            const int64_t q1 = hi < 0 ? 0 : std::min(g.Q, hi / g.sw + 1);
+            const int64_t base = h * g.W + s - g.pw;
+            max_update_row(xp, base, g.sw, best.data(), arg.data(), q0, q1);
           }
-        yp[p * g.Q + q] = T(best);
-        ip[p * g.Q + q] = arg;
+        T* yp = y + (plane * g.P + p) * g.Q;
+        int64_t* ip = idx + (plane * g.P + p) * g.Q;
+        for (int64_t q = 0; q < g.Q; ++q) {
+          yp[q] = T(best[q]);
+          ip[q] = arg[q];
+        }
       }
     }
   });
