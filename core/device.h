@@ -2,6 +2,7 @@
 // Leaves out: streams and device guards (kernels/cuda/stream.h).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
