@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #ifdef LOOM_WITH_CUDA
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
 #include "autograd/ops/factory.h"
 #include "autograd/ops/shape.h"
 #include "core/cuda_host_allocator.h"
 #include "data/dataloader.h"
+#include "data/mnist.h"
 #include "kernels/cuda/stream.h"
 
 using namespace loom;
@@ -77,5 +82,37 @@ TEST(DataLoaderCuda, DatasetOnTheDeviceIsBatchedThere) {
   }
   // Transforms run on the host: asking for one with a device dataset is an error.
   EXPECT_THROW(DataLoader(on_gpu, {.transform = std::make_shared<RandomHorizontalFlip>(0.5)}), Error);
+}
+TEST(DataLoaderCuda, FashionMnistToTheGpuThroughput) {
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  if (!std::filesystem::exists(std::string(FashionMNIST::kDefaultRoot) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const Device gpu(DeviceType::CUDA, 0);
+  FashionMNIST train;
+  auto whole = std::make_shared<TensorDataset>(train.to_tensor_dataset());
+  auto resident = std::make_shared<TensorDataset>(to(whole->data(), gpu), to(whole->target(), gpu));
+  struct Case {
+    const char* name;
+    std::shared_ptr<const Dataset> ds;
+    int64_t workers;
+    bool pin;
+  };
+  for (const Case& c : {Case{"host TensorDataset, pinned", whole, 0, true}, Case{"host TensorDataset, pinned", whole, 2, true},
+                        Case{"host TensorDataset, pageable", whole, 2, false},
+                        Case{"TensorDataset on the GPU", resident, 0, true}}) {
+    for (int rep = 0; rep < 2; ++rep) {  // the first pass warms the pinned and device caches
+      DataLoader loader(c.ds, {.batch_size = 256, .shuffle = true, .num_workers = c.workers, .pin_memory = c.pin,
+                               .device = gpu});
+      auto t0 = std::chrono::steady_clock::now();
+      int64_t samples = 0;
+      for (Batch& b : loader) samples += b.data.size(0);
+      loom::cuda::synchronize(0);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_EQ(samples, 60000);
+      if (rep == 1)
+        std::printf("[ loader->gpu ] %-30s workers=%lld: %9.0f samples/s (epoch in %.3f s)\n", c.name,
+                    (long long)c.workers, double(samples) / secs, secs);
+    }
+  }
 }
 #endif  // LOOM_WITH_CUDA
