@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "autograd/ops/ops.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -137,6 +139,44 @@ TEST(CudaOptim, OptimizersTrainTheSameOnGpuAndCpu) {
     for (size_t i = 0; i < cpu.size(); ++i) {
       auto a = gpu[i].second.to_vector<double>(), b = cpu[i].second.to_vector<double>();
       for (size_t j = 0; j < b.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-4) << cpu[i].first;
+    }
+  }
+}
+
+// Timing, not a check (run with --gtest_also_run_disabled_tests): one Adam step over the
+// parameters of the mlp and wide workloads (../shared/WORKLOADS.md), fused against composite.
+TEST(CudaOptim, DISABLED_TimeAdamStep) {
+  SKIP_WITHOUT_CUDA();
+  auto layers = [](std::vector<std::pair<int64_t, int64_t>> dims) {
+    std::vector<Shape> s;
+    for (auto [in, out] : dims) s.push_back({out, in}), s.push_back({out});
+    return s;
+  };
+  std::vector<std::pair<int64_t, int64_t>> wide{{784, 4096}};
+  for (int i = 0; i < 7; ++i) wide.push_back({4096, 4096});
+  wide.push_back({4096, 10});
+  std::vector<std::pair<const char*, std::vector<Shape>>> models{
+      {"mlp", layers({{784, 1024}, {1024, 1024}, {1024, 10}})}, {"wide", layers(wide)}};
+  for (auto& [name, shapes] : models) {
+    for (bool fused : {true, false}) {
+      std::vector<Tensor> ps;
+      int64_t count = 0;
+      for (auto& s : shapes) {
+        ps.push_back(randn(s, {.device = cuda_device(0)}).requires_grad_());
+        ps.back().set_grad(randn(s, {.device = cuda_device(0)}));
+        count += ps.back().numel();
+      }
+      optim::Adam opt(ps, {.fused = fused});
+      for (int i = 0; i < 3; ++i) opt.step();
+      cuda::synchronize(0);
+      auto t0 = std::chrono::steady_clock::now();
+      const int n = 20;
+      for (int i = 0; i < n; ++i) opt.step();
+      cuda::synchronize(0);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+      std::printf("adam step %-4s (%zu tensors, %.1f M params) %-9s %8.3f ms  (%.0f GB/s of param+grad+state traffic)\n",
+                  name, ps.size(), double(count) / 1e6, fused ? "fused" : "composite", ms,
+                  double(count) * 4 * 7 / (ms * 1e6));
     }
   }
 }
