@@ -5,7 +5,6 @@
 
 #include <sstream>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/shape.h"
@@ -71,26 +70,19 @@ void Module::set_parameter_names(const std::string& prefix) {
 
 // ---------------------------------------------------------------- traversal
 
-void Module::collect(const std::string& prefix, bool params, bool recurse, bool dedupe,
-                     bool persistent_only, NamedTensors& out) const {
-  // Deduplication is by TensorImpl, across the whole walk (tied weights are listed once).
-  auto seen = [&](const Tensor& t) {
-    if (!dedupe) return false;
-    for (const auto& e : out)
-      if (e.second.is_same(t)) return true;
-    return false;
-  };
-  for (const auto& e : params ? params_ : buffers_) {
-    if (persistent_only && !e.persistent) continue;
-    if (!seen(*e.t)) out.emplace_back(prefix + e.name, *e.t);
-  }
+// Pre-order walk; a tensor already listed (tied weights) is skipped: `seen` spans the whole walk.
+void Module::collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
+                     std::unordered_set<const TensorImpl*>& seen) const {
+  for (const auto& e : params ? params_ : buffers_)
+    if (seen.insert(e.t->impl()).second) out.emplace_back(prefix + e.name, *e.t);
   if (!recurse) return;
-  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, true, dedupe, persistent_only, out);
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, true, out, seen);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
   NamedTensors out;
-  collect("", true, recurse, true, false, out);
+  std::unordered_set<const TensorImpl*> seen;
+  collect("", true, recurse, out, seen);
   return out;
 }
 
@@ -102,7 +94,8 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
-  collect("", false, recurse, true, false, out);
+  std::unordered_set<const TensorImpl*> seen;
+  collect("", false, recurse, out, seen);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,7 @@ struct LoadResult {
 // replace the member with a converted tensor (Tensors are handles: a dtype or device change makes
 // a new TensorImpl) while forward() keeps reading `weight`. Hence modules are neither copied nor
 // moved (the pointers would dangle): create them with std::make_shared. Anything that kept an
-// old handle, such as an optimizer, must be built after to().
+// old handle, such as an optimizer or a gradient hook (DDP), must be set up after to().
 class Module {
  public:
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
@@ -65,7 +66,7 @@ class Module {
   LoadResult load_state_dict(const StateDict& sd, bool strict = true);
 
   // ---- modes and placement (recursive) ----
-  void train(bool on = true);
+  virtual void train(bool on = true);  // overrides must call Module::train
   void eval() { train(false); }
   bool is_training() const { return training_; }
   // Moves parameters, their gradients and buffers; requires_grad and names are kept.
@@ -99,8 +100,8 @@ class Module {
     bool persistent = true;  // buffers only
   };
   void check_new_name(const std::string& name) const;
-  void collect(const std::string& prefix, bool params, bool recurse, bool dedupe, bool persistent_only,
-               NamedTensors& out) const;
+  void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
+               std::unordered_set<const TensorImpl*>& seen) const;
   void set_parameter_names(const std::string& prefix);
   void convert(const std::function<Tensor(const Tensor&)>& f);
 
