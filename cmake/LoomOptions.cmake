@@ -37,6 +37,9 @@ function(loom_set_warnings target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()
   if(LOOM_NATIVE)
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+    # -mprefer-vector-width=256: GCC 12.2 with AVX-512 auto-vectorisation was seen to build wrong
+    # constants (std::vector<int64_t>{1,1,1,1,0,0,0,0} came out all ones at -O2/-O3); 256-bit
+    # auto-vectorisation avoids it, and Eigen still uses its AVX-512 kernels.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native -mprefer-vector-width=256>)
   endif()
 endfunction()
