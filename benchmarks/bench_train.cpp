@@ -1,7 +1,8 @@
 // bench_train: the training-step workloads of ../shared/WORKLOADS.md (mlp, cnn, wide) with their
 // timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
 // on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
-// report the median ms/step and the peak device memory. Strict fp32 (TF32 off).
+// report the median ms/step and the peak device memory. Strict fp32 (TF32 off). --cuda-graph
+// replays zero-grad + forward + backward as one graph (see examples/common/step_runner.h).
 //
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
@@ -11,6 +12,7 @@
 #include <cstdio>
 
 #include "autograd/ops/ops.h"
+#include "examples/common/step_runner.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #ifdef LOOM_WITH_CUDA
@@ -46,19 +48,15 @@ struct Result {
   double peak_mib = 0;
 };
 
-Result run(const Workload& w, Device dev, int warmup, int steps, int repeats) {
+Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph) {
   manual_seed(0);
   auto model = w.make();
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
-  auto step = [&] {
-    opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
-    loss.backward();
-    opt.step();
-  };
+  examples::StepRunner runner(*model, opt, 0.0, graph);  // eager, or a replayed CUDA graph
+  auto step = [&] { runner.step(x, y); };
   for (int i = 0; i < warmup; ++i) step();
 #ifdef LOOM_WITH_CUDA
   if (dev.is_cuda()) cuda::reset_peak_memory_stats(dev.index);
@@ -84,11 +82,13 @@ int main(int argc, char** argv) {
   CLI::App app{"loom training-step benchmark (WORKLOADS.md)"};
   std::string workload = "all", device;
   int warmup = 10, steps = 50, repeats = 5;
+  bool graph = false;
   app.add_option("--workload", workload, "mlp, cnn, wide or all")->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", warmup, "warm-up steps")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "timed steps per repeat")->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "repeats (the median is reported)")->check(CLI::PositiveNumber);
+  app.add_flag("--cuda-graph", graph, "replay the step as a CUDA graph (zero-grad, forward, backward)");
   CLI11_PARSE(app, argc, argv);
 
   Device dev = kCPU;
@@ -98,12 +98,13 @@ int main(int argc, char** argv) {
   try {
     if (!device.empty()) dev = Device(device);
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
-    std::printf("%-6s %-8s %6s %12s %12s %14s\n", "model", "device", "batch", "ms/step", "min ms", "peak MiB");
+    std::printf("%-6s %-8s %-6s %6s %12s %12s %14s\n", "model", "device", "mode", "batch", "ms/step", "min ms",
+                "peak MiB");
     for (const Workload& w : all) {
       if (workload != "all" && workload != w.name) continue;
-      Result r = run(w, dev, warmup, steps, repeats);
-      std::printf("%-6s %-8s %6ld %12.3f %12.3f %14.1f\n", w.name.c_str(), dev.str().c_str(), long(w.batch),
-                  r.median_ms, r.min_ms, r.peak_mib);
+      Result r = run(w, dev, warmup, steps, repeats, graph);
+      std::printf("%-6s %-8s %-6s %6ld %12.3f %12.3f %14.1f\n", w.name.c_str(), dev.str().c_str(),
+                  graph ? "graph" : "eager", long(w.batch), r.median_ms, r.min_ms, r.peak_mib);
       std::fflush(stdout);
     }
   } catch (const Error& e) {
