@@ -5,6 +5,7 @@
 // Leaves out: Winograd/FFT algorithms, NHWC layouts, and the bias (the op layer adds it).
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -74,15 +75,56 @@ inline void valid_cols(const ConvGeom& g, int64_t s, int64_t& q0, int64_t& q1) {
   q1 = std::max(q0, q1);
 }
 
+// Note [Flat im2col rows]
+// With stride 1 and an output as wide as the input (Q == W: "same" padding such as 3x3 with
+// padding 1), the col row of (c, r, s) is the input plane read at a constant flat offset
+// off = (r*dh - ph) * W + (s*dw - pw): col[p*W + q] = x[p*W + q + off]. So one long copy fills
+// the valid rows, and only the |s*dw - pw| columns at the left or right edge of each row (which
+// the flat copy filled from the neighbouring row) are set to zero afterwards. col2im runs the
+// same way backwards: zero those edge entries of the (scratch) col row, then one long add.
+// Any other geometry goes row by row.
+
+bool flat_rows(const ConvGeom& g) { return g.sh == 1 && g.sw == 1 && g.Q == g.W; }
+
+// For a flat row (c, r, s): valid output rows [p0, p1), valid columns [q0, q1), the flat offset,
+// and the flat range [lo, hi) of the row that maps inside the input plane.
+struct FlatRow {
+  int64_t p0, p1, q0, q1, off, lo, hi;
+};
+
+FlatRow flat_row(const ConvGeom& g, int64_t r, int64_t s) {
+  const int64_t dr = r * g.dh - g.ph, ds = s * g.dw - g.pw;
+  FlatRow f;
+  f.p0 = std::clamp<int64_t>(-dr, 0, g.P), f.p1 = std::clamp<int64_t>(g.H - dr, f.p0, g.P);
+  f.q0 = std::clamp<int64_t>(-ds, 0, g.Q), f.q1 = std::clamp<int64_t>(g.W - ds, f.q0, g.Q);
+  f.off = dr * g.W + ds;
+  f.lo = std::max(f.p0 * g.W, -f.off), f.hi = std::min(f.p1 * g.W, g.H * g.W - f.off);
+  f.hi = std::max(f.lo, f.hi);
+  return f;
+}
+
 // x: (Cg, H, W) of one image and group -> col: (Cg*R*S, P*Q)
 template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
   const int64_t PQ = g.P * g.Q;
+  const bool flat = flat_rows(g);
   for (int64_t c = 0; c < g.Cg; ++c)
     for (int64_t r = 0; r < g.R; ++r)
       for (int64_t s = 0; s < g.S; ++s) {
         T* row = col + ((c * g.R + r) * g.S + s) * PQ;
         const T* xc = x + c * g.H * g.W;
+        if (flat) {
+          FlatRow f = flat_row(g, r, s);
+          std::fill(row, row + f.lo, T(0));
+          std::memcpy(row + f.lo, xc + f.lo + f.off, size_t(f.hi - f.lo) * sizeof(T));
+          std::fill(row + f.hi, row + PQ, T(0));
+          for (int64_t p = f.p0; p < f.p1; ++p) {
+            T* out = row + p * g.Q;
+            for (int64_t q = 0; q < f.q0; ++q) out[q] = T(0);
+            for (int64_t q = f.q1; q < g.Q; ++q) out[q] = T(0);
+          }
+          continue;
+        }
         int64_t q0, q1;
         valid_cols(g, s, q0, q1);
         const int64_t shift = s * g.dw - g.pw;
@@ -106,14 +148,26 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
 }
 
 // col: (Cg*R*S, P*Q) -> dx: (Cg, H, W) of one image and group, accumulated (dx += ...).
+// col is scratch: the flat path zeroes its out-of-range entries first.
 template <typename T>
-void col2im(const T* col, const ConvGeom& g, T* dx) {
+void col2im(T* col, const ConvGeom& g, T* dx) {
   const int64_t PQ = g.P * g.Q;
+  const bool flat = flat_rows(g);
   for (int64_t c = 0; c < g.Cg; ++c)
     for (int64_t r = 0; r < g.R; ++r)
       for (int64_t s = 0; s < g.S; ++s) {
-        const T* row = col + ((c * g.R + r) * g.S + s) * PQ;
+        T* row = col + ((c * g.R + r) * g.S + s) * PQ;
         T* xc = dx + c * g.H * g.W;
+        if (flat) {
+          FlatRow f = flat_row(g, r, s);
+          for (int64_t p = f.p0; p < f.p1; ++p) {
+            T* in = row + p * g.Q;
+            for (int64_t q = 0; q < f.q0; ++q) in[q] = T(0);
+            for (int64_t q = f.q1; q < g.Q; ++q) in[q] = T(0);
+          }
+          for (int64_t i = f.lo; i < f.hi; ++i) xc[i + f.off] += row[i];  // inside the plane
+          continue;
+        }
         int64_t q0, q1;
         valid_cols(g, s, q0, q1);
         const int64_t shift = s * g.dw - g.pw;
@@ -123,8 +177,7 @@ void col2im(const T* col, const ConvGeom& g, T* dx) {
           const T* in = row + p * g.Q;
           T* xr = xc + ih * g.W;
           if (g.sw == 1) {
-            T* dst = xr + shift;
-            for (int64_t q = q0; q < q1; ++q) dst[q] += in[q];
+            for (int64_t q = q0; q < q1; ++q) xr[q + shift] += in[q];
           } else {
             for (int64_t q = q0; q < q1; ++q) xr[q * g.sw + shift] += in[q];
           }

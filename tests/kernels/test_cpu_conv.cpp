@@ -82,6 +82,9 @@ std::vector<ConvCase> conv_cases() {
       {"asymmetric_params", 3, 4, 11, 13, 5, 3, 2, asym},
       {"kernel_equals_input", 2, 3, 5, 5, 4, 5, 5, params(1, 0)},
       {"padding_wider_than_kernel", 2, 2, 4, 4, 3, 2, 2, params(1, 3)},
+      // Same width but not same height (the flat im2col path with P != H).
+      {"same_width_only", 2, 3, 9, 7, 4, 3, 3, [] { Conv2dParams p; p.padding = {0, 1}; return p; }()},
+      {"same_width_dilated_5x5", 2, 2, 8, 11, 3, 5, 5, [] { Conv2dParams p; p.padding = {1, 4}; p.dilation = {1, 2}; return p; }()},
   };
 }
 
