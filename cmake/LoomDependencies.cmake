@@ -31,4 +31,15 @@ if(LOOM_CUDA)
                HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+  # loom::nccl: NCCL's header and library, and LOOM_WITH_NCCL for the code that uses it.
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND NOT TARGET loom::nccl)
+    add_library(loom::nccl INTERFACE IMPORTED)
+    set_target_properties(loom::nccl PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${NCCL_LIBRARY}"
+      INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_NCCL=1)
+    message(STATUS "NCCL: ${NCCL_LIBRARY}")
+  else()
+    message(STATUS "NCCL not found: multi-GPU communication is not built")
+  endif()
 endif()

@@ -33,7 +33,7 @@ Allocator& cpu_allocator() {
 Allocator& allocator_for(Device d) {
   if (d.is_cpu()) return cpu_allocator();
 #ifdef LOOM_WITH_CUDA
-  return cuda_caching_allocator();
+  return cuda_caching_allocator(d.index);
 #else
   LOOM_FAIL("allocator_for(", d, "): this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)");
 #endif

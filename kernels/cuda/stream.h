@@ -48,7 +48,14 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
-// Blocks the host until all work queued on `device`'s current stream is done.
+// Blocks the host until all work queued on `device`'s current stream is done, then reports
+// errors that kernels flagged on the device (kernels/cuda/device_error.h). An error during capture.
 void synchronize(int device);
+
+// ---- CUDA graph capture (kernels/cuda/cuda_graph.h) ----
+bool is_capturing(cudaStream_t s);
+// Throws loom::Error naming `what` if `s` is being captured into a CUDA graph: the host cannot
+// wait for work that has not been launched. Every path that would synchronise calls this first.
+void check_not_capturing(cudaStream_t s, const char* what);
 
 }  // namespace loom::cuda

@@ -1,0 +1,67 @@
+// The CUDA caching allocator: one per device, handing out device memory from cached cudaMalloc
+// segments (size classes, block splitting, per-stream pools, record_stream, OOM retry, stats,
+// private pools for CUDA graph capture). See Note [Caching allocator] in core/cuda_allocator.cpp.
+// Leaves out: pinned host memory (core/cuda_host_allocator.h) and expandable segments.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+
+namespace loom {
+
+// The caching allocator of CUDA device `device` (an error naming the device if it does not exist).
+Allocator& cuda_caching_allocator(int device);
+
+}  // namespace loom
+
+namespace loom::cuda {
+
+// Byte counts of one device's allocator. "allocated" counts blocks handed out (rounded sizes),
+// "reserved" the cudaMalloc'ed segments that hold them and the cached free blocks.
+struct MemoryStats {
+  size_t allocated = 0;
+  size_t reserved = 0;
+  size_t requested = 0;       // bytes asked for by the live allocations (before rounding)
+  size_t peak_allocated = 0;  // since the start or the last reset_peak_memory_stats
+  size_t peak_reserved = 0;
+  uint64_t num_allocs = 0;    // allocate() calls with a non-zero size
+  uint64_t num_segments = 0;  // cudaMalloc calls (allocations the cache could not serve)
+  uint64_t num_frees_to_cuda = 0;  // cudaFree calls (empty_cache, OOM retry, released pools)
+  uint64_t num_ooms = 0;      // cudaMalloc failures (before or after the retry)
+};
+
+MemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);
+// Returns every cached segment that holds no live block to CUDA (all devices). An error while a
+// CUDA graph is being captured on a device (cudaFree would synchronise).
+void empty_cache();
+
+// Marks the memory of `t` (a CUDA tensor) as used by `stream`, which need not be the stream it was
+// allocated on: when the tensor is freed, its block is reused only after the work queued on
+// `stream` up to that moment has finished (an event is recorded there at free time).
+void record_stream(const Tensor& t, cudaStream_t stream);
+// The same for a data pointer returned by the allocator (a storage's base pointer).
+void record_stream(const void* ptr, cudaStream_t stream);
+
+// The allocator tags each block with the stream it is allocated on, which is the current stream
+// of its device. Streams live one floor up (kernels/cuda/stream.h), which installs this getter.
+using StreamGetter = cudaStream_t (*)(int device);
+void set_stream_getter(StreamGetter getter);
+
+// ---- private pools for CUDA graph capture (kernels/cuda/cuda_graph.h) ----
+// While a capture on `stream` is active, allocations made on that stream come from a new private
+// pool; blocks freed during the capture return to it and may be reused later in the same capture.
+// After end_pool_capture the pool stays reserved for the graph's replays until release_pool.
+using PoolId = uint64_t;
+PoolId begin_pool_capture(int device, cudaStream_t stream);
+void end_pool_capture(int device, PoolId pool);
+// The graph is gone: its pool's memory is returned as soon as the last block in it is freed.
+void release_pool(int device, PoolId pool);
+bool capture_underway(int device);  // a pool capture is active on the device
+
+}  // namespace loom::cuda

@@ -1,0 +1,80 @@
+// envinfo: the first program to run on a new machine. Prints loom's version and build options,
+// the CUDA runtime, driver, cuDNN and NCCL versions, and every GPU with its memory and compute
+// capability -- or, on a machine without a GPU (or a CPU-only build), says so plainly.
+//
+//   ./build/examples/envinfo
+#include <cstdio>
+#include <string>
+
+#include <Eigen/Core>
+
+#include "kernels/cpu/parallel.h"
+#ifdef LOOM_WITH_CUDA
+#include "kernels/cuda/device_info.h"
+#endif
+
+namespace {
+
+const char* yes_no(bool b) { return b ? "yes" : "no"; }
+
+void print_build() {
+  std::printf("loom %s\n", LOOM_VERSION);
+  std::printf("  compiler           %s\n", __VERSION__);
+#ifdef NDEBUG
+  std::printf("  assertions         off (release build)\n");
+#else
+  std::printf("  assertions         on (debug build)\n");
+#endif
+  std::printf("  Eigen              %d.%d.%d\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+  std::printf("  CPU threads        %d (OpenMP)\n", loom::cpu::num_threads());
+#ifdef LOOM_WITH_CUDA
+  std::printf("  CUDA backend       compiled in\n");
+#else
+  std::printf("  CUDA backend       not compiled in (configure with -DLOOM_CUDA=ON)\n");
+#endif
+#ifdef LOOM_WITH_NCCL
+  std::printf("  NCCL               compiled in\n");
+#else
+  std::printf("  NCCL               not compiled in\n");
+#endif
+#ifdef LOOM_WITH_GLOO
+  std::printf("  Gloo               compiled in\n");
+#else
+  std::printf("  Gloo               not compiled in\n");
+#endif
+}
+
+#ifdef LOOM_WITH_CUDA
+void print_cuda() {
+  using namespace loom::cuda;
+  CudaInfo info = cuda_info();
+  std::printf("CUDA\n");
+  std::printf("  runtime            %s\n", cuda_version_string(info.runtime_version).c_str());
+  if (info.driver_version > 0)
+    std::printf("  driver             supports CUDA %s\n", cuda_version_string(info.driver_version).c_str());
+  else
+    std::printf("  driver             none found\n");
+  std::printf("  cuDNN              %s\n", cudnn_version_string(info.cudnn_version).c_str());
+  if (info.nccl_version > 0) std::printf("  NCCL               %s\n", nccl_version_string(info.nccl_version).c_str());
+  std::printf("  available          %s\n", yes_no(info.device_count > 0));
+  std::printf("  devices            %d\n", info.device_count);
+  if (info.device_count == 0) std::printf("  (%s: loom runs on the CPU only)\n", info.error.c_str());
+  for (const DeviceProperties& d : info.devices) {
+    std::printf("  cuda:%d             %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs\n", d.index,
+                d.name.c_str(), double(d.total_memory) / double(1 << 30), double(d.free_memory) / double(1 << 30),
+                d.major, d.minor, d.multiprocessors);
+  }
+}
+#endif
+
+}  // namespace
+
+int main() {
+  print_build();
+#ifdef LOOM_WITH_CUDA
+  print_cuda();
+#else
+  std::printf("CUDA\n  available          no (this build of loom has no CUDA support)\n");
+#endif
+  return 0;
+}

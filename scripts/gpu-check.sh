@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the one script for the GPU machine. Configures and builds loom for Hopper
+# (sm_90, Release, Ninja), prints envinfo, runs every test binary through ctest (the CUDA tests
+# included), runs compute-sanitizer memcheck over the CUDA test binary, runs every bench_*
+# program that exists, and prints a summary table last. Logs go to $OUT (or build-gpu/logs).
+# It never changes GPU settings (clocks, modes, MIG); NCCL's NVLink multicast stays off.
+#
+#   scripts/gpu-check.sh                     # everything
+#   SKIP_BENCH=1 scripts/gpu-check.sh        # no benchmarks
+#   MEMCHECK_FILTER='-CudaReduce.*' ...      # a gtest filter for the memcheck run (default: all)
+#   BENCH_ARGS='--quick' ...                 # extra arguments for every bench_* program
+#   CTEST_ARGS='-R Cuda' ...                 # extra ctest arguments (a subset of the tests)
+# Other knobs: BUILD (build folder), JOBS (default 16), CTEST_JOBS (default 8), *_TIMEOUT (s).
+set -u -o pipefail
+export NCCL_NVLS_ENABLE=0
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+LOG=${OUT:-$BUILD/logs}
+JOBS=${JOBS:-16}
+mkdir -p "$LOG"
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+
+summary=()
+: > "$LOG/summary.txt"
+row() {  # one line of the summary, also saved at once (a run cut short still leaves it)
+  summary+=("$(printf '%-28s %s' "$1" "$2")")
+  printf '%-28s %s\n' "$1" "$2" >> "$LOG/summary.txt"
+}
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
+
+# ---- configure and build
+echo "== configure and build ($BUILD, -j$JOBS)"
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_BUILD_BENCHMARKS="${BUILD_BENCH:-ON}" > "$LOG/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" >> "$LOG/build.log" 2>&1; then
+  row build "ok ($(elapsed))"
+else
+  row build "FAILED (see build.log)"
+  grep -E "error|Error" "$LOG/build.log" | head -30
+  printf '\n%s\n' "${summary[@]}"
+  exit 1
+fi
+
+# ---- environment
+echo "== envinfo"
+"$BUILD/examples/envinfo" 2>&1 | tee "$LOG/envinfo.log"
+row envinfo "$([ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAILED)"
+
+# ---- every test, through ctest
+echo "== ctest"
+# shellcheck disable=SC2086
+(cd "$BUILD" && timeout "${CTEST_TIMEOUT:-1200}" ctest -j "${CTEST_JOBS:-8}" --timeout 300 --output-on-failure \
+  ${CTEST_ARGS:-}) > "$LOG/ctest.log" 2>&1
+tail -n 25 "$LOG/ctest.log"
+total=$(grep -oE 'tests failed out of [0-9]+' "$LOG/ctest.log" | grep -oE '[0-9]+$' || echo "?")
+failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' || echo "?")
+cuda_tests=$(grep -cE 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log" || true)
+cuda_failed=$(grep -E 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log" | grep -cvE ' Passed ' || true)
+row "ctest (all binaries)" "$failed failed of $total"
+row "  of which CUDA tests" "$cuda_failed failed of $cuda_tests"
+
+# ---- memcheck over the CUDA tests (one process: the gtest summary gives skip counts too)
+echo "== compute-sanitizer memcheck"
+if command -v compute-sanitizer > /dev/null && [ -x "$BUILD/tests/test_cuda" ]; then
+  timeout "${MEMCHECK_TIMEOUT:-1500}" compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 \
+    "$BUILD/tests/test_cuda" --gtest_filter="${MEMCHECK_FILTER:-*}" > "$LOG/memcheck.log" 2>&1
+  rc=$?
+  tail -n 8 "$LOG/memcheck.log"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' | tail -1)
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' || echo 0)
+  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' || echo 0)
+  gfailed=$(grep -oE '[0-9]+ FAILED TEST' "$LOG/memcheck.log" | grep -oE '^[0-9]+' || echo 0)
+  [ "$rc" = 124 ] && errors="timed out"
+  row "memcheck errors" "${errors:-?} (exit $rc)"
+  row "  test_cuda under memcheck" "$passed passed, $gfailed failed, $skipped skipped"
+else
+  row "memcheck" "not run (no compute-sanitizer or no test_cuda)"
+fi
+
+# ---- benchmarks
+if [ -z "${SKIP_BENCH:-}" ]; then
+  : > "$LOG/bench.log"
+  for b in "$BUILD"/benchmarks/bench_*; do
+    [ -x "$b" ] || continue
+    name=$(basename "$b")
+    echo "== $name ${BENCH_ARGS:-}"
+    echo "== $name ${BENCH_ARGS:-}" >> "$LOG/bench.log"
+    # shellcheck disable=SC2086
+    timeout "${BENCH_TIMEOUT:-600}" "$b" ${BENCH_ARGS:-} 2>&1 | tee -a "$LOG/bench.log" | tail -n 30
+    row "$name" "exit ${PIPESTATUS[0]}"
+  done
+else
+  row benchmarks "skipped (SKIP_BENCH)"
+fi
+
+# ---- summary
+echo
+echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), total $(elapsed))"
+printf '%s\n' "${summary[@]}"
