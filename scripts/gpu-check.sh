@@ -10,6 +10,7 @@
 #   MEMCHECK_FILTER='-CudaReduce.*' ...      # a gtest filter for the memcheck run (default: all)
 #   BENCH_ARGS='--quick' ...                 # extra arguments for every bench_* program
 #   CTEST_ARGS='-R Cuda' ...                 # extra ctest arguments (a subset of the tests)
+#   TARGETS='test_cuda envinfo' ...          # build only these targets (default: everything)
 # Other knobs: BUILD (build folder), JOBS (default 16), CTEST_JOBS (default 8), *_TIMEOUT (s).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0
@@ -34,7 +35,7 @@ elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
 echo "== configure and build ($BUILD, -j$JOBS)"
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
      -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_BUILD_BENCHMARKS="${BUILD_BENCH:-ON}" > "$LOG/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$JOBS" >> "$LOG/build.log" 2>&1; then
+   cmake --build "$BUILD" -j "$JOBS" ${TARGETS:+--target $TARGETS} >> "$LOG/build.log" 2>&1; then
   row build "ok ($(elapsed))"
 else
   row build "FAILED (see build.log)"
