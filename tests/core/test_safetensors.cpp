@@ -112,6 +112,19 @@ TEST(Crc32c, KnownAnswers) {
   EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);  // RFC 3720 B.4: 32 bytes of zeros
   // Continuing a CRC over two pieces equals the CRC of the whole.
   EXPECT_EQ(crc32c("6789", 4, crc32c("12345", 5)), 0xE3069283u);
+  EXPECT_EQ(crc32c_table("123456789", 9), 0xE3069283u);
+}
+
+TEST(Crc32c, FastPathMatchesTheTable) {
+  std::mt19937 rng(5);
+  std::string buf(4096 + 64, '\0');
+  for (char& c : buf) c = char(rng());
+  for (size_t start = 0; start < 9; ++start)
+    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(63), size_t(1000), size_t(4096)}) {
+      uint32_t seed = rng();
+      EXPECT_EQ(crc32c(buf.data() + start, n, seed), crc32c_table(buf.data() + start, n, seed))
+          << "start " << start << " n " << n;
+    }
 }
 
 TEST(Safetensors, RoundTripEveryDTypeBitExact) {
