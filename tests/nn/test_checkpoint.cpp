@@ -15,6 +15,9 @@
 #include "core/atomic_file.h"
 #include "nn/checkpoint.h"
 #include "nn/serialize.h"
+#ifdef LOOM_WITH_CUDA
+#include "kernels/cuda/stream.h"
+#endif
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -303,4 +306,30 @@ TEST(Checkpoint, KilledWriterLeavesThePreviousCheckpointLoadable) {
 
   save_checkpoint(dir.path, 3, small);
   EXPECT_FALSE(fs::exists(temp)) << "the dead writer's temporary file was not cleaned up";
+}
+
+// Tensors on a GPU (strided, half precision) save through host copies and load back onto the GPU.
+TEST(CheckpointCuda, DeviceTensorsRoundTrip) {
+#ifndef LOOM_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (!cuda::is_available()) GTEST_SKIP() << "no GPU";
+  TempDir dir;
+  const Device gpu = cuda_device(0);
+  Tensor base = arange(0, 12, 1, {.dtype = kF32}).view({3, 4}).to(gpu);
+  NamedTensors in = {{"t", base.t()}, {"h", base.to(kF16)}, {"b", base.to(kBF16).slice(1, 0, 4, 2)}};
+  save_safetensors(dir.file("g.safetensors"), in);
+  SafetensorsFile f = load_safetensors(dir.file("g.safetensors"), gpu);
+  for (const auto& [name, t] : f.tensors) EXPECT_EQ(t.device(), gpu) << name;
+  expect_same(in, f.tensors, "gpu file");
+  EXPECT_EQ(f.at("t").to_vector<float>(), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+
+  TrainingState s;
+  s.model = in;
+  s.optimizer = {{"state.0.exp_avg", full({3, 4}, 0.5, {.device = gpu})}};
+  TrainingState r = load_checkpoint(save_checkpoint(dir.path, 1, s));
+  expect_same(s.model, r.model, "model");
+  expect_same(s.optimizer, r.optimizer, "optimizer");
+  for (const auto& [name, t] : r.model) EXPECT_TRUE(t.device().is_cpu()) << name;  // the caller moves them
+#endif
 }
