@@ -151,7 +151,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   TrainReport rep;
   for (int64_t epoch = train_loader.epoch(); epoch < cfg.epochs; ++epoch) {
     if (epoch != train_loader.epoch()) train_loader.set_epoch(epoch);
-    EpochProgress progress(epoch, cfg.epochs, train_loader.batches_left());
+    EpochProgress progress(epoch + 1, cfg.epochs, train_loader.batches_left());  // counts from 1
     Tensor window_loss;
     int64_t window = 0;
     bool stopped = false;
@@ -181,7 +181,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       break;
     }
     auto [test_loss, test_acc] = evaluate(*model, test_loader);
-    EpochSummary s{epoch, cfg.epochs, progress.mean_loss(), test_loss, test_acc,
+    EpochSummary s{epoch + 1, cfg.epochs, progress.mean_loss(), test_loss, test_acc,
                    progress.samples_per_second(), progress.ms_per_step(), progress.seconds()};
     std::printf("%s\n", format_epoch_summary(s).c_str());
     if (tb) {
