@@ -57,10 +57,12 @@ echo "== ctest"
 tail -n 25 "$LOG/ctest.log"
 total=$(grep -oE 'tests failed out of [0-9]+' "$LOG/ctest.log" | grep -oE '[0-9]+$' || echo "?")
 failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' || echo "?")
-cuda_tests=$(grep -cE 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log" || true)
-cuda_failed=$(grep -E 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log" | grep -cvE ' Passed ' || true)
+cuda_lines=$(grep -E 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log")
+cuda_tests=$(grep -c . <<< "$cuda_lines" || true)
+cuda_failed=$(grep -cE '\*\*\*(Failed|Timeout|Exception)' <<< "$cuda_lines" || true)
+cuda_skipped=$(grep -cE '\*\*\*(Skipped|Not Run)' <<< "$cuda_lines" || true)
 row "ctest (all binaries)" "$failed failed of $total"
-row "  of which CUDA tests" "$cuda_failed failed of $cuda_tests"
+row "  of which CUDA tests" "$cuda_failed failed, $cuda_skipped skipped of $cuda_tests"
 
 # ---- memcheck over the CUDA tests (one process: the gtest summary gives skip counts too)
 echo "== compute-sanitizer memcheck"

@@ -100,14 +100,18 @@ __global__ void __launch_bounds__(kBlockSize) reduce_cols_kernel(const In* x, Ou
   }
 }
 
-// The reference: one thread per row of a contiguous (rows, n) block, sequential.
+// The reference: one thread per row of a contiguous (rows, n) block, a sequential loop that
+// accumulates floating values in double (as the CPU does), so it stays exact enough to judge
+// the float tree reductions above even for millions of elements.
 template <typename T, typename A>
 __global__ void naive_reduce_rows_kernel(const T* x, T* out, int64_t rows, int64_t n, Reducer<A> r) {
+  using W = std::conditional_t<std::is_floating_point_v<A>, double, A>;
+  const Reducer<W> w{r.op};
   int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
-  A a = r.identity();
-  for (int64_t j = 0; j < n; ++j) a = r(a, A(x[row * n + j]));
-  out[row] = T(r.finish(a, n));
+  W a = w.identity();
+  for (int64_t j = 0; j < n; ++j) a = w(a, W(x[row * n + j]));
+  out[row] = T(A(w.finish(a, n)));
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
