@@ -42,13 +42,17 @@ std::pair<std::vector<double>, std::vector<std::vector<float>>> train(bool cnn, 
   return {losses, params};
 }
 
+// Tolerances: the MLP's kernels are deterministic, so eager and graph agree to float32 rounding
+// (1e-5). cuDNN's weight-gradient algorithms may sum with atomics, so two runs of the CNN differ
+// in the last bits even without graphs; over 6 Adam steps that grew to 5e-5 relative on an H200.
 void expect_same(bool cnn) {
+  const double tol = cnn ? 3e-4 : 1e-5;
   auto [le, pe] = train(cnn, false, 6);
   auto [lg, pg] = train(cnn, true, 6);
-  for (size_t i = 0; i < le.size(); ++i) EXPECT_NEAR(lg[i], le[i], 1e-5 * std::max(1.0, std::fabs(le[i]))) << "step " << i;
+  for (size_t i = 0; i < le.size(); ++i) EXPECT_NEAR(lg[i], le[i], tol * std::max(1.0, std::fabs(le[i]))) << "step " << i;
   ASSERT_EQ(pe.size(), pg.size());
   for (size_t k = 0; k < pe.size(); ++k)
-    for (size_t j = 0; j < pe[k].size(); ++j) ASSERT_NEAR(pg[k][j], pe[k][j], 1e-5) << "param " << k << " element " << j;
+    for (size_t j = 0; j < pe[k].size(); ++j) ASSERT_NEAR(pg[k][j], pe[k][j], tol) << "param " << k << " element " << j;
 }
 
 }  // namespace
