@@ -210,7 +210,8 @@ std::vector<OpCase> conv_pool_norm_cases() {
   // ---- batch_norm: running stats made inside the op (the training call updates them)
   cs.push_back({"batch_norm_train", {{{4, 3, 2, 2}}, {{3}}, {{3}}},
                 [](auto& x) {
-                  Tensor rm = zeros({3}, {.dtype = x[0].dtype()}), rv = ones({3}, {.dtype = x[0].dtype()});
+                  Tensor rm = zeros({3}, {.dtype = x[0].dtype(), .device = x[0].device()}),
+                         rv = ones({3}, {.dtype = x[0].dtype(), .device = x[0].device()});
                   return batch_norm(x[0], x[1], x[2], rm, rv, true, 0.1, 1e-5);
                 },
                 [](auto& r) { return batch_norm_ref(r[0], &r[1], &r[2], nullptr, nullptr, 1e-5); }});

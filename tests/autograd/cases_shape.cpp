@@ -54,7 +54,7 @@ std::vector<OpCase> shape_cases() {
                   return o;
                 }});
   cs.push_back({"index_select_repeats", {{{5, 3}}}, [](auto& x) {
-                  return index_select(x[0], 0, from_vector<int64_t>({4, 0, 4, 2}, {4}));
+                  return index_select(x[0], 0, from_vector<int64_t>({4, 0, 4, 2}, {4}).to(x[0].device()));
                 },
                 [](auto& r) {
                   A o = ref::zeros({4, 3});

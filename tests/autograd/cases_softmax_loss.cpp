@@ -62,7 +62,7 @@ A class_loss_ref(const A& a, const A& target, Reduction r, double ls, int64_t ig
 Tensor with_row(const Tensor& target, int64_t row, int64_t value) {
   auto v = target.to_vector<int64_t>();
   v[size_t(row)] = value;
-  return from_vector<int64_t>(v, target.shape());
+  return from_vector<int64_t>(v, target.shape()).to(target.device());
 }
 A with_row(A target, int64_t row, int64_t value) {
   target.v[size_t(row)] = double(value);
@@ -141,7 +141,7 @@ std::vector<OpCase> softmax_loss_cases() {
 
   // ---- index_select on a middle dim and on a transposed view (repeats accumulate in backward)
   cs.push_back({"index_select_middle_dim", {{{2, 5, 3}}},
-                [](auto& x) { return index_select(x[0], 1, from_vector<int64_t>({1, 1, 4, 0}, {4})); },
+                [](auto& x) { return index_select(x[0], 1, from_vector<int64_t>({1, 1, 4, 0}, {4}).to(x[0].device())); },
                 [](auto& r) {
                   A o = ref::zeros({2, 4, 3});
                   int64_t idx[] = {1, 1, 4, 0};
@@ -151,7 +151,7 @@ std::vector<OpCase> softmax_loss_cases() {
                   return o;
                 }});
   cs.push_back({"index_select_transposed", {{{4, 6}}},
-                [](auto& x) { return index_select(x[0].t(), 1, from_vector<int64_t>({3, 0, 3}, {3})); },
+                [](auto& x) { return index_select(x[0].t(), 1, from_vector<int64_t>({3, 0, 3}, {3}).to(x[0].device())); },
                 [](auto& r) {
                   A o = ref::zeros({6, 3});
                   int64_t idx[] = {3, 0, 3};
