@@ -6,6 +6,7 @@
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/op_dispatch.h"
 
 namespace loom::cpu {
 
@@ -13,40 +14,6 @@ CpuBackend& cpu_backend() {
   static CpuBackend b;
   return b;
 }
-
-namespace {
-
-template <typename T>
-bool is_fp() { return std::is_floating_point_v<acc_t<T>>; }
-
-// Calls f(FunctorType{}) for a runtime UnaryOp / BinaryOp.
-template <typename F>
-auto with_unary_functor(UnaryOp op, const F& f) {
-  switch (op) {
-#define LOOM_CASE(n) case UnaryOp::n: return f(n##Op{});
-    LOOM_UNARY_OPS(LOOM_CASE)
-#undef LOOM_CASE
-  }
-  LOOM_FAIL("unary: unknown op");
-}
-
-template <typename F>
-auto with_binary_functor(BinaryOp op, const F& f) {
-  switch (op) {
-#define LOOM_CASE(n) case BinaryOp::n: return f(n##Op{});
-    LOOM_BINARY_OPS(LOOM_CASE)
-#undef LOOM_CASE
-  }
-  LOOM_FAIL("binary: unknown op");
-}
-
-void check_numeric_op(const char* name, bool floating_only, DType t) {
-  LOOM_CHECK(!floating_only || is_floating(t), name, ": dtype ", dtype_name(t),
-             " is not supported (expected a floating type)");
-  LOOM_CHECK(t != DType::Bool, name, ": bool tensors are not supported (convert with to())");
-}
-
-}  // namespace
 
 void CpuBackend::copy_(const Tensor& dst, const Tensor& src) {
   LOOM_DISPATCH_ALL(dst.dtype(), "copy_", [&] {

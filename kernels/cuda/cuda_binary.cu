@@ -5,7 +5,7 @@
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/loops.cuh"
-#include "kernels/cuda/op_dispatch.h"
+#include "kernels/op_dispatch.h"
 
 namespace loom::cuda {
 

@@ -1,12 +1,13 @@
-// Runtime op -> functor dispatch for the CUDA elementwise files (cuda_elementwise.cu and
-// cuda_binary.cu), and the dtype check both apply first.
-// Leaves out: the kernels (kernels/cuda/loops.cuh).
+// Runtime op -> functor dispatch for the elementwise kernels of both backends
+// (kernels/cpu/cpu_elementwise.cpp, kernels/cuda/cuda_elementwise.cu and cuda_binary.cu), and the
+// dtype check they apply first. One switch per registry list of kernels/functors.h.
+// Leaves out: the loops themselves (kernels/cpu/loops.h, kernels/cuda/loops.cuh).
 #pragma once
 
 #include "core/dispatch.h"
 #include "kernels/functors.h"
 
-namespace loom::cuda {
+namespace loom {
 
 // Calls f(FunctorType{}) for a runtime UnaryOp / BinaryOp.
 template <typename F>
@@ -35,4 +36,4 @@ inline void check_numeric_op(const char* name, bool floating_only, DType t) {
   LOOM_CHECK(t != DType::Bool, name, ": bool tensors are not supported (convert with to())");
 }
 
-}  // namespace loom::cuda
+}  // namespace loom
