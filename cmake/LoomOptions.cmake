@@ -40,6 +40,9 @@ function(loom_set_warnings target)
     # -mprefer-vector-width=256: GCC 12.2 with AVX-512 auto-vectorisation was seen to build wrong
     # constants (std::vector<int64_t>{1,1,1,1,0,0,0,0} came out all ones at -O2/-O3); 256-bit
     # auto-vectorisation avoids it, and Eigen still uses its AVX-512 kernels.
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native -mprefer-vector-width=256>)
+    # -Wno-maybe-uninitialized: GCC 12's own avx512fintrin.h trips it inside Eigen's GEMM (a
+    # false positive in the compiler's header, hundreds of lines per build).
+    target_compile_options(${target} PRIVATE
+                           $<$<COMPILE_LANGUAGE:CXX>:-march=native -mprefer-vector-width=256 -Wno-maybe-uninitialized>)
   endif()
 endfunction()

@@ -59,10 +59,10 @@ LOOM_HOST_DEVICE inline double philox_normal(uint64_t seed, uint64_t offset, uin
   // u1 in (0, 1] so that log(u1) is finite.
   double u1 = (double(r.v[0]) + 1.0) * (1.0 / 4294967296.0);
   double u2 = double(r.v[1]) * (1.0 / 4294967296.0);
-  const double two_pi = 6.283185307179586;
 #if defined(__CUDA_ARCH__)
   return sqrt(-2.0 * log(u1)) * cospi(2.0 * u2);
 #else
+  const double two_pi = 6.283185307179586;
   return __builtin_sqrt(-2.0 * __builtin_log(u1)) * __builtin_cos(two_pi * u2);
 #endif
 }

@@ -15,7 +15,7 @@
 
 namespace {
 
-const char* yes_no(bool b) { return b ? "yes" : "no"; }
+[[maybe_unused]] const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
 void print_build() {
   std::printf("loom %s\n", LOOM_VERSION);

@@ -68,9 +68,15 @@ LOOM_HOST_DEVICE inline T pow(T a, T b) {
 struct NegOp { static constexpr bool floating_only = false;
   template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return -x; } };
 struct AbsOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return x < T(0) ? -x : x; } };
+  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? -x : x;
+  } };
 struct SignOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return T((x > T(0)) - (x < T(0))); } };
+  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return T(x > T(0));
+    else return T((x > T(0)) - (x < T(0)));
+  } };
 struct SquareOp { static constexpr bool floating_only = false;
   template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return x * x; } };
 struct ReluOp { static constexpr bool floating_only = false;
