@@ -2,6 +2,9 @@
 #include "core/allocator.h"
 
 #include <cstdlib>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "core/error.h"
 #ifdef LOOM_WITH_CUDA
@@ -12,8 +15,19 @@ namespace loom {
 
 namespace {
 
+// Note [CPU memory reuse]
+// glibc serves blocks over 128 KiB with fresh mmap()s and returns them on free, so every large
+// tensor of every step page-faults its memory in again (about 1.5 ms of an 11 ms 1024^3 matmul).
+// Raising the mmap and trim thresholds keeps freed blocks in the heap for reuse: the cheapest
+// caching allocator there is, and the OS still gets memory back beyond 1 GiB of free heap.
 class CpuAllocator final : public Allocator {
  public:
+  CpuAllocator() {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 512 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+  }
   DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return DataPtr(nullptr, [](void*) {});
     size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
