@@ -7,6 +7,7 @@
 #include "core/dispatch.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/reduce_layout.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/stream.h"
@@ -195,28 +196,13 @@ const char* reduce_name(ReduceOp op) {
 // x: any shape, dims: sorted unique (empty = all) -> x's shape without dims (or 1s with keepdim)
 Tensor CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   const char* name = reduce_name(op);
-  std::vector<bool> reduced(size_t(x.dim()), dims_in.empty());
-  for (int64_t d : dims_in) reduced[size_t(d)] = true;
-  Shape out_shape, kept_shape;
-  std::vector<int64_t> perm_kept, perm_red;
-  int64_t inner = 1;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (reduced[size_t(d)]) {
-      perm_red.push_back(d);
-      inner *= x.size(d);
-      if (keepdim) out_shape.push_back(1);
-    } else {
-      perm_kept.push_back(d);
-      kept_shape.push_back(x.size(d));
-      out_shape.push_back(x.size(d));
-    }
-  }
-  const int64_t outer = numel(kept_shape);
+  const ReduceLayout L = reduce_layout(x.shape(), dims_in, keepdim);
+  const int64_t outer = L.outer, inner = L.inner;
   LOOM_CHECK(inner > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, name,
              ": cannot reduce over zero elements (shape ", x.shape(), ")");
   LOOM_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()), "mean: dtype ", dtype_name(x.dtype()),
              " is not supported (expected a floating type)");
-  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor out = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
   if (inner == 0) {
     fill_(out, op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return out;
@@ -226,14 +212,11 @@ Tensor CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64
   DeviceGuard g(dev);
   cudaStream_t s = current_stream(dev);
   LOOM_DISPATCH_NUMERIC(x.dtype(), name, [&] {
-    bool leading = !perm_red.empty() && perm_red.back() == int64_t(perm_red.size()) - 1;
-    if (leading && x.is_contiguous() && outer > 1 && !use_naive_kernels()) {
+    if (L.reduced_dims_lead && x.is_contiguous() && outer > 1 && !use_naive_kernels()) {
       reduce_cols<scalar_t>(op, x.data<scalar_t>(), out.data<scalar_t>(), inner, outer, dev, s);
       return;
     }
-    std::vector<int64_t> perm = perm_kept;
-    perm.insert(perm.end(), perm_red.begin(), perm_red.end());
-    Tensor xc = raw::contiguous(raw::permute(x, perm));
+    Tensor xc = raw::contiguous(raw::permute(x, L.perm));
     reduce_rows<scalar_t>(op, xc.data<scalar_t>(), out.data<scalar_t>(), outer, inner, dev, s);
   });
   return out;
@@ -334,20 +317,10 @@ __global__ void naive_max_dim_kernel(const T* x, T* values, int64_t* indices, in
 std::pair<Tensor, Tensor> CudaBackend::max_dim(const Tensor& x, int64_t dim, bool keepdim) {
   const int64_t n = x.size(dim);
   LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(), ")");
-  std::vector<int64_t> perm;
-  Shape out_shape;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (d == dim) {
-      if (keepdim) out_shape.push_back(1);
-      continue;
-    }
-    perm.push_back(d);
-    out_shape.push_back(x.size(d));
-  }
-  perm.push_back(dim);
-  Tensor xc = raw::contiguous(raw::permute(x, perm));
-  Tensor values = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
-  Tensor indices = empty(out_shape, {.dtype = DType::I64, .device = x.device()});
+  const ReduceLayout L = reduce_layout(x.shape(), {dim}, keepdim);
+  Tensor xc = raw::contiguous(raw::permute(x, L.perm));
+  Tensor values = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty(L.out_shape, {.dtype = DType::I64, .device = x.device()});
   const int64_t rows = values.numel();
   if (rows == 0) return {values, indices};
   const int dev = x.device().index;

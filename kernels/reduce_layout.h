@@ -1,0 +1,41 @@
+// How both backends lay out a reduction: the result's shape, and a permutation that puts the
+// kept dims first and the reduced dims last, so the input reads as (outer, inner) rows.
+// Leaves out: the kernels (kernels/cpu/cpu_reduce.cpp, kernels/cuda/cuda_reduce.cu).
+#pragma once
+
+#include <vector>
+
+#include "core/shape.h"
+
+namespace loom {
+
+struct ReduceLayout {
+  Shape out_shape;               // the input's shape without the reduced dims (1s with keepdim)
+  std::vector<int64_t> perm;     // kept dims, then reduced dims
+  int64_t outer = 1, inner = 1;  // elements of the kept dims; of the reduced dims
+  bool reduced_dims_lead = false;  // the reduced dims are exactly 0..k-1 (a column reduction)
+};
+
+// dims: sorted, unique, wrapped; empty means every dim.
+inline ReduceLayout reduce_layout(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {
+  std::vector<bool> reduced(shape.size(), dims.empty());
+  for (int64_t d : dims) reduced[size_t(d)] = true;
+  ReduceLayout L;
+  std::vector<int64_t> red;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (reduced[d]) {
+      red.push_back(int64_t(d));
+      L.inner *= shape[d];
+      if (keepdim) L.out_shape.push_back(1);
+    } else {
+      L.perm.push_back(int64_t(d));
+      L.outer *= shape[d];
+      L.out_shape.push_back(shape[d]);
+    }
+  }
+  L.reduced_dims_lead = !red.empty() && red.back() == int64_t(red.size()) - 1;
+  L.perm.insert(L.perm.end(), red.begin(), red.end());
+  return L;
+}
+
+}  // namespace loom
