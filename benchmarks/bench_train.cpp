@@ -16,8 +16,8 @@
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda_allocator.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/stream.h"
 #endif
 
 using namespace loom;

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda_allocator.h"
+#include "core/cuda/allocator.h"
 #endif
 
 namespace loom {

@@ -1,6 +1,6 @@
 // Allocator: the interface every device's memory manager implements, and the registry that finds
 // the allocator of a device. The CPU allocator (64-byte aligned) lives here; the CUDA caching
-// allocator in core/cuda_allocator.h.
+// allocator in core/cuda/allocator.h.
 // Leaves out: caching on the CPU (aligned_alloc is fast enough for host tensors).
 #pragma once
 
@@ -26,7 +26,7 @@ constexpr size_t kCpuAlignment = 64;  // a cache line, and enough for any SIMD l
 Allocator& cpu_allocator();
 
 // The allocator for a device: the CPU one, or the CUDA caching allocator
-// (core/cuda_allocator.cpp, compiled only when loom is built with CUDA).
+// (core/cuda/allocator.cpp, compiled only when loom is built with CUDA).
 Allocator& allocator_for(Device d);
 
 }  // namespace loom

@@ -1,5 +1,5 @@
 // Device: where a tensor's memory lives: the CPU, or CUDA device N.
-// Leaves out: streams and device guards (kernels/cuda/stream.h).
+// Leaves out: streams and device guards (core/cuda/stream.h).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ struct Device {
 };
 
 inline const Device kCPU{DeviceType::CPU, 0};
-// Named cuda_device, not cuda: loom::cuda is the namespace of the CUDA backend (kernels/cuda/).
+// Named cuda_device, not cuda: loom::cuda is the namespace of the CUDA runtime and backend.
 inline Device cuda_device(int index = 0) { return Device(DeviceType::CUDA, index); }
 
 std::ostream& operator<<(std::ostream& os, const Device& d);

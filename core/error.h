@@ -1,6 +1,6 @@
 // loom::Error and LOOM_CHECK: every failed precondition throws an Error whose message names the
 // operation and the offending values, prefixed with file:line.
-// Leaves out: CUDA/cuBLAS/cuDNN/NCCL status checks (kernels/cuda/cuda_check.h).
+// Leaves out: CUDA/cuBLAS/cuDNN/NCCL status checks (core/cuda/check.h).
 #pragma once
 
 #include <cstdint>

@@ -11,8 +11,8 @@
 #include "autograd/ops/shape.h"
 #include "kernels/backend.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda_host_allocator.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/host_allocator.h"
+#include "core/cuda/stream.h"
 #endif
 
 namespace loom::data {
@@ -286,7 +286,7 @@ std::optional<Batch> DataLoader::next() {
 }
 
 // Note [Device copy]
-// Workers collate into pinned host memory (core/cuda_host_allocator.h) when the batch goes to a
+// Workers collate into pinned host memory (core/cuda/host_allocator.h) when the batch goes to a
 // GPU. The copy is Tensor::to on the consumer thread, so it is queued on the device's current
 // stream ahead of the step that reads the batch: ordering needs no event. From pinned memory it
 // is asynchronous: the host goes on queuing the step while the DMA runs. The host tensor is

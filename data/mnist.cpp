@@ -10,7 +10,7 @@
 #include <limits>
 #include <memory>
 
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 
 namespace loom::data {
 

@@ -8,9 +8,9 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 #ifdef LOOM_WITH_CUDA
-#include "kernels/cuda/device_info.h"
+#include "core/cuda/device_info.h"
 #endif
 
 namespace {

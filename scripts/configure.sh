@@ -8,6 +8,8 @@ args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release)
 if [ -z "${LOOM_CUDA:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
+# ccache, when installed, makes rebuilds (and builds of other checkouts) fast.
+command -v ccache >/dev/null && args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 [ -n "${LOOM_CUDA:-}" ] && args+=(-DLOOM_CUDA="$LOOM_CUDA")
 [ -n "${LOOM_CUDA_ARCHITECTURES:-}" ] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$LOOM_CUDA_ARCHITECTURES")
 cmake "${args[@]}" >/dev/null

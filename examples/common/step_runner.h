@@ -7,7 +7,7 @@
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 #ifdef LOOM_WITH_CUDA
-#include "kernels/cuda/cuda_graph.h"
+#include "core/cuda/graph.h"
 #endif
 
 namespace loom::examples {

@@ -15,7 +15,7 @@
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
 #ifdef LOOM_WITH_CUDA
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #endif
 
 namespace loom::examples {

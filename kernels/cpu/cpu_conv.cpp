@@ -11,7 +11,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_conv.h"
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {

@@ -10,7 +10,7 @@
 
 #include "core/dispatch.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {

@@ -3,7 +3,7 @@
 // Leaves out: vectorisation beyond what the compiler does with the plain loop; f16/bf16
 // parameters (loom keeps float32 master weights).
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 #include "kernels/optim_math.h"
 
 namespace loom::cpu {

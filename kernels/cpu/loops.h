@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/library_check.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 

@@ -1,6 +1,6 @@
 // The CUDA backend: every Backend method on NVIDIA GPUs. Kernels launch on the current stream of
-// the tensor's device (kernels/cuda/stream.h); outputs come from the caching allocator
-// (core/cuda_allocator.h). Methods are defined in one file per family:
+// the tensor's device (core/cuda/stream.h); outputs come from the caching allocator
+// (core/cuda/allocator.h). Methods are defined in one file per family:
 //   cuda_copy.cu        copy_ (device<->device, host<->device), fill_, arange_, random_
 //   cuda_elementwise.cu unary, where (functors of kernels/functors.h)
 //   cuda_binary.cu      binary, binary_scalar, binary_ (split off to compile in parallel)

@@ -12,10 +12,10 @@
 #include "core/allocator.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/check.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {

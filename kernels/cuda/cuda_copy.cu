@@ -4,12 +4,12 @@
 // Leaves out: asynchronous device-to-host copies (the host reads the result right away).
 #include <cmath>
 
-#include "core/cuda_allocator.h"
-#include "core/cuda_host_allocator.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/host_allocator.h"
 #include "core/dispatch.h"
 #include "core/philox.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/device_error.h"
+#include "core/cuda/device_error.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/raw_ops.h"
 
@@ -18,7 +18,7 @@ namespace loom::cuda {
 // Note [Host copies]
 // Host to device: a contiguous source of the destination's dtype and shape goes straight to
 // cudaMemcpyAsync on the destination's current stream. From pinned memory the call returns at
-// once (the pinned block is kept from reuse until the copy is done, core/cuda_host_allocator.h);
+// once (the pinned block is kept from reuse until the copy is done, core/cuda/host_allocator.h);
 // from pageable memory the stream is synchronised before returning, so the caller may free or
 // change the host buffer. Any other source (strided, another dtype, broadcast) is first made
 // contiguous on the host in its own dtype, uploaded, and converted/scattered by the device copy

@@ -9,10 +9,10 @@
 #include "core/dispatch.h"
 #include "core/philox.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_error.h"
+#include "core/cuda/check.h"
+#include "core/cuda/device_error.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {

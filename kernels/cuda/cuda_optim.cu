@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/check.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/optim_math.h"
 
 namespace loom::cuda {

@@ -9,8 +9,8 @@
 
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 #include "kernels/functors.h"
 #include "kernels/raw_ops.h"
 

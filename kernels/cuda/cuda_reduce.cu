@@ -8,9 +8,9 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/reduce_layout.h"
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/check.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {

@@ -7,10 +7,10 @@
 #include "core/dispatch.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_error.h"
+#include "core/cuda/check.h"
+#include "core/cuda/device_error.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {

@@ -7,7 +7,7 @@
 #include <array>
 #include <atomic>
 
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/check.h"
 
 namespace loom::cuda {
 

@@ -1,6 +1,6 @@
 // Checking macros for the cuBLAS(Lt) and cuDNN calls of the CUDA backend: a failure throws
 // loom::Error naming the call, the library's status name and its description, with file:line.
-// Leaves out: CUDA runtime checks (kernels/cuda/cuda_check.h) and NCCL (distributed/).
+// Leaves out: CUDA runtime checks (core/cuda/check.h) and NCCL (distributed/).
 #pragma once
 
 #include <cublasLt.h>

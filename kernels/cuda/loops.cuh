@@ -14,9 +14,9 @@
 #include <utility>
 
 #include "core/tensor.h"
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/check.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/functors.h"
 
 namespace loom::cuda {

@@ -13,7 +13,7 @@
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 

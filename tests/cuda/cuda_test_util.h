@@ -11,7 +11,7 @@
 
 #include "autograd/ops/ops.h"
 #ifdef LOOM_WITH_CUDA
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #else
 namespace loom::cuda {
 inline bool is_available() { return false; }  // this build has no CUDA backend

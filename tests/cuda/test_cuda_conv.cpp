@@ -12,7 +12,7 @@
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/math_mode.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::testing;

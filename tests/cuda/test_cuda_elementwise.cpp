@@ -8,7 +8,7 @@
 #include "cuda_test_util.h"
 #include "kernels/backend.h"
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda_host_allocator.h"
+#include "core/cuda/host_allocator.h"
 #include "kernels/cuda/launch.h"
 #endif
 

@@ -15,7 +15,7 @@
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/lt_matmul.h"
 #include "kernels/cuda/math_mode.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
 #include "cuda/nn_kernels_support.h"
 #include "support/reference.h"

@@ -12,7 +12,7 @@
 
 #include "autograd/ops/ops.h"
 #include "cuda/nn_kernels_support.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::testing;

@@ -12,7 +12,7 @@
 
 #include "autograd/ops/ops.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"

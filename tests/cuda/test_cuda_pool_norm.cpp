@@ -13,7 +13,7 @@
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::testing;

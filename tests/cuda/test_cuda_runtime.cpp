@@ -9,11 +9,11 @@
 #include "cuda_test_util.h"
 
 #ifdef LOOM_WITH_CUDA
-#include "core/cuda_allocator.h"
-#include "core/cuda_host_allocator.h"
-#include "kernels/cuda/cuda_graph.h"
-#include "kernels/cuda/device_info.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/host_allocator.h"
+#include "core/cuda/graph.h"
+#include "core/cuda/device_info.h"
+#include "core/cuda/stream.h"
 
 namespace loom::testing {
 namespace {

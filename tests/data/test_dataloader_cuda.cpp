@@ -10,10 +10,10 @@
 
 #include "autograd/ops/factory.h"
 #include "autograd/ops/shape.h"
-#include "core/cuda_host_allocator.h"
+#include "core/cuda/host_allocator.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::data;

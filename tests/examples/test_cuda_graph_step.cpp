@@ -7,7 +7,7 @@
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #ifdef LOOM_WITH_CUDA
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #endif
 
 using namespace loom;

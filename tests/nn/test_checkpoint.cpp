@@ -16,7 +16,7 @@
 #include "nn/checkpoint.h"
 #include "nn/serialize.h"
 #ifdef LOOM_WITH_CUDA
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 #endif
 
 using namespace loom;

@@ -1,6 +1,6 @@
 // The CUDA caching allocator (see Note [Caching allocator]).
 // Leaves out: expandable segments, fragmentation limits (max_split_size) and memory snapshots.
-#include "core/cuda_allocator.h"
+#include "core/cuda/allocator.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cuda/stream.h"
 #include "core/error.h"
 
 namespace loom {
@@ -106,7 +107,7 @@ class DeviceAllocator final : public Allocator {
 
   DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return DataPtr(nullptr, [](void*) {});
-    cudaStream_t stream = stream_getter_ ? stream_getter_(device_) : nullptr;
+    cudaStream_t stream = current_stream(device_);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
     if (captures_.empty()) process_events();
@@ -203,8 +204,6 @@ class DeviceAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     return !captures_.empty();
   }
-
-  static StreamGetter stream_getter_;
 
  private:
   Pool& pool_for(cudaStream_t s) {
@@ -414,29 +413,15 @@ class DeviceAllocator final : public Allocator {
   MemoryStats stats_;
 };
 
-StreamGetter DeviceAllocator::stream_getter_ = nullptr;
-
-int num_devices() {
-  static const int n = [] {
-    int c = 0;
-    if (cudaGetDeviceCount(&c) != cudaSuccess) {
-      cudaGetLastError();
-      c = 0;
-    }
-    return c;
-  }();
-  return n;
-}
-
 // One allocator per device, created on first use and never destroyed: tensors that outlive
 // static destruction still free into a valid object.
 DeviceAllocator& device_allocator(int device) {
   static std::vector<DeviceAllocator*>* all = [] {
     auto* v = new std::vector<DeviceAllocator*>();
-    for (int d = 0; d < num_devices(); ++d) v->push_back(new DeviceAllocator(d));
+    for (int d = 0; d < device_count(); ++d) v->push_back(new DeviceAllocator(d));
     return v;
   }();
-  LOOM_CHECK(num_devices() > 0, "cuda:", device, ": no CUDA device is available (cudaGetDeviceCount found none; ",
+  LOOM_CHECK(device_count() > 0, "cuda:", device, ": no CUDA device is available (cudaGetDeviceCount found none; ",
              "is there a GPU and a driver?)");
   LOOM_CHECK(device >= 0 && device < int(all->size()), "cuda:", device, " does not exist: this machine has ",
              all->size(), " CUDA device(s)");
@@ -449,7 +434,7 @@ MemoryStats memory_stats(int device) { return device_allocator(device).stats(); 
 void reset_peak_memory_stats(int device) { device_allocator(device).reset_peak(); }
 
 void empty_cache() {
-  for (int d = 0; d < num_devices(); ++d) device_allocator(d).empty_cache();
+  for (int d = 0; d < device_count(); ++d) device_allocator(d).empty_cache();
 }
 
 void record_stream(const Tensor& t, cudaStream_t stream) {
@@ -465,8 +450,6 @@ void record_stream(const void* ptr, cudaStream_t stream) {
              "record_stream: pointer ", ptr, " is not CUDA device memory");
   device_allocator(attr.device).record_stream(ptr, stream);
 }
-
-void set_stream_getter(StreamGetter getter) { DeviceAllocator::stream_getter_ = getter; }
 
 PoolId begin_pool_capture(int device, cudaStream_t stream) { return device_allocator(device).begin_capture(stream); }
 void end_pool_capture(int device, PoolId pool) { device_allocator(device).end_capture(pool); }

@@ -6,10 +6,10 @@
 
 #include <cuda_runtime.h>
 
+#include "core/cuda/available.h"
+
 namespace loom::cuda {
 
-int device_count();            // 0 when there is no GPU or no driver (never throws)
-bool is_available();           // device_count() > 0
 int current_device();
 void set_device(int index);
 
@@ -49,10 +49,10 @@ class Event {
 };
 
 // Blocks the host until all work queued on `device`'s current stream is done, then reports
-// errors that kernels flagged on the device (kernels/cuda/device_error.h). An error during capture.
+// errors that kernels flagged on the device (core/cuda/device_error.h). An error during capture.
 void synchronize(int device);
 
-// ---- CUDA graph capture (kernels/cuda/cuda_graph.h) ----
+// ---- CUDA graph capture (core/cuda/graph.h) ----
 bool is_capturing(cudaStream_t s);
 // Throws loom::Error naming `what` if `s` is being captured into a CUDA graph: the host cannot
 // wait for work that has not been launched. Every path that would synchronise calls this first.

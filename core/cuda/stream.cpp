@@ -1,6 +1,6 @@
-// Streams, events and the device guard (kernels/cuda/stream.h).
+// Streams, events and the device guard (core/cuda/stream.h).
 // Leaves out: stream pools and priorities.
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 #include <algorithm>
 #include <array>
@@ -8,10 +8,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/cuda_allocator.h"
 #include "core/error.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_error.h"
+#include "core/cuda/check.h"
+#include "core/cuda/device_error.h"
 
 namespace loom::cuda {
 
@@ -24,7 +23,7 @@ namespace {
 // graph capture on one thread must not pull other threads' work into the graph). A thread that
 // never set one uses the device's compute stream.
 
-constexpr int kMaxDevices = 64;
+constexpr int kMaxDevices = kMaxCudaDevices;
 
 struct DeviceStreams {
   std::once_flag once;
@@ -47,24 +46,7 @@ DeviceStreams& streams_of(int device) {
 
 thread_local std::array<cudaStream_t, kMaxDevices> tls_current{};  // nullptr: the compute stream
 
-// The allocator (core/) learns the current stream from here.
-const bool kStreamGetterInstalled = (set_stream_getter(&current_stream), true);
-
 }  // namespace
-
-int device_count() {
-  static const int n = [] {
-    int c = 0;
-    if (cudaGetDeviceCount(&c) != cudaSuccess) {
-      cudaGetLastError();  // no driver or no device: not an error here
-      c = 0;
-    }
-    return std::min(c, kMaxDevices);
-  }();
-  return n;
-}
-
-bool is_available() { return device_count() > 0; }
 
 int current_device() {
   int d = 0;
@@ -79,7 +61,6 @@ void set_device(int index) {
 }
 
 cudaStream_t current_stream(int device) {
-  (void)kStreamGetterInstalled;
   DeviceStreams& s = streams_of(device);
   cudaStream_t t = tls_current[size_t(device)];
   return t ? t : s.compute;

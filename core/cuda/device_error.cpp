@@ -1,5 +1,5 @@
 // The mapped error slot of each device (see Note [Errors found on the device]).
-#include "kernels/cuda/device_error.h"
+#include "core/cuda/device_error.h"
 
 #include <cuda_runtime.h>
 
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 

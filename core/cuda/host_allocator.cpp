@@ -1,6 +1,6 @@
 // The pinned host allocator (see Note [Pinned memory]).
 // Leaves out: per-NUMA-node pools.
-#include "core/cuda_host_allocator.h"
+#include "core/cuda/host_allocator.h"
 
 #include <deque>
 #include <map>
@@ -156,7 +156,7 @@ class PinnedAllocator final : public Allocator {
 };
 
 PinnedAllocator& pinned() {
-  static PinnedAllocator* a = new PinnedAllocator;  // never destroyed (see core/cuda_allocator.cpp)
+  static PinnedAllocator* a = new PinnedAllocator;  // never destroyed (see core/cuda/allocator.cpp)
   return *a;
 }
 

@@ -1,6 +1,6 @@
 // Pinned (page-locked) host memory for fast, asynchronous host-to-device copies: CPU tensors whose
 // storage comes from cudaHostAlloc, cached by size so that a DataLoader can take a fresh buffer
-// per batch cheaply. See Note [Pinned memory] in core/cuda_host_allocator.cpp.
+// per batch cheaply. See Note [Pinned memory] in core/cuda/host_allocator.cpp.
 // Leaves out: registering existing memory (cudaHostRegister) and write-combined memory.
 #pragma once
 

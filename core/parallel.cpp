@@ -1,5 +1,5 @@
 // The thread count of the CPU pool.
-#include "kernels/cpu/parallel.h"
+#include "core/parallel.h"
 
 namespace loom::cpu {
 

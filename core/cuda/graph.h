@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/cuda_allocator.h"
+#include "core/cuda/allocator.h"
 
 namespace loom::cuda {
 

@@ -1,10 +1,10 @@
-// CUDA graph capture and replay (kernels/cuda/cuda_graph.h).
+// CUDA graph capture and replay (core/cuda/graph.h).
 // Leaves out: per-replay random offsets (see the Note).
-#include "kernels/cuda/cuda_graph.h"
+#include "core/cuda/graph.h"
 
 #include "core/error.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 
@@ -13,7 +13,7 @@ namespace loom::cuda {
 // work already queued on the old one) and starts a thread-local capture there, so that other
 // threads keep running eagerly. Every loom op launches on the current stream, so the whole
 // sequence lands in the graph. Memory: the caching allocator serves allocations made on the
-// capture stream from a private pool (core/cuda_allocator.h) which stays reserved while the
+// capture stream from a private pool (core/cuda/allocator.h) which stays reserved while the
 // graph lives, because every replay writes the same addresses; outputs of the captured ops are
 // therefore overwritten by each replay, like PyTorch's static outputs.
 // What cannot be captured: anything that waits on the host (item(), to_vector(), copies to the

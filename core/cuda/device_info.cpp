@@ -1,5 +1,5 @@
-// The CUDA environment report (kernels/cuda/device_info.h).
-#include "kernels/cuda/device_info.h"
+// The CUDA environment report (core/cuda/device_info.h).
+#include "core/cuda/device_info.h"
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -8,7 +8,7 @@
 #endif
 
 #include "core/error.h"
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 

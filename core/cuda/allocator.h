@@ -1,7 +1,7 @@
 // The CUDA caching allocator: one per device, handing out device memory from cached cudaMalloc
 // segments (size classes, block splitting, per-stream pools, record_stream, OOM retry, stats,
-// private pools for CUDA graph capture). See Note [Caching allocator] in core/cuda_allocator.cpp.
-// Leaves out: pinned host memory (core/cuda_host_allocator.h) and expandable segments.
+// private pools for CUDA graph capture). See Note [Caching allocator] in core/cuda/allocator.cpp.
+// Leaves out: pinned host memory (core/cuda/host_allocator.h) and expandable segments.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,12 +48,7 @@ void record_stream(const Tensor& t, cudaStream_t stream);
 // The same for a data pointer returned by the allocator (a storage's base pointer).
 void record_stream(const void* ptr, cudaStream_t stream);
 
-// The allocator tags each block with the stream it is allocated on, which is the current stream
-// of its device. Streams live one floor up (kernels/cuda/stream.h), which installs this getter.
-using StreamGetter = cudaStream_t (*)(int device);
-void set_stream_getter(StreamGetter getter);
-
-// ---- private pools for CUDA graph capture (kernels/cuda/cuda_graph.h) ----
+// ---- private pools for CUDA graph capture (core/cuda/graph.h) ----
 // While a capture on `stream` is active, allocations made on that stream come from a new private
 // pool; blocks freed during the capture return to it and may be reused later in the same capture.
 // After end_pool_capture the pool stays reserved for the graph's replays until release_pool.
