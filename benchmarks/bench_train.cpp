@@ -2,7 +2,7 @@
 // timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
 // on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median ms/step and the peak device memory. Strict fp32 (TF32 off). --cuda-graph
-// replays zero-grad + forward + backward as one graph (see examples/common/step_runner.h).
+// replays zero-grad + forward + backward as one graph (see train/step_runner.h).
 //
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
@@ -12,7 +12,7 @@
 #include <cstdio>
 
 #include "autograd/ops/ops.h"
-#include "examples/common/step_runner.h"
+#include "train/step_runner.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #ifdef LOOM_WITH_CUDA

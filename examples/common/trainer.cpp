@@ -1,7 +1,7 @@
 // The shared training loop of the example programs. See trainer.h.
 #include "examples/common/trainer.h"
 
-#include "examples/common/step_runner.h"
+#include "train/step_runner.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -9,8 +9,8 @@
 #include "autograd/ops/ops.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
-#include "data/progress.h"
-#include "data/tensorboard.h"
+#include "train/progress.h"
+#include "train/tensorboard.h"
 #include "nn/checkpoint.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"

@@ -1,6 +1,6 @@
 // TensorBoard event files by hand: a tiny protobuf encoder (varints, fixed-width numbers,
 // length-delimited fields) and TFRecord framing.
-#include "data/tensorboard.h"
+#include "train/tensorboard.h"
 
 #include <unistd.h>
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/ops/ops.h"
-#include "examples/common/step_runner.h"
+#include "train/step_runner.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #ifdef LOOM_WITH_CUDA

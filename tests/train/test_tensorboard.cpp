@@ -1,4 +1,4 @@
-// data/tensorboard: CRC-32C and its TFRecord mask, protobuf bytes of the events, record framing,
+// train/tensorboard: CRC-32C and its TFRecord mask, protobuf bytes of the events, record framing,
 // and a written event file decoded back in C++ (tests/data/read_tensorboard.py reads one with the
 // tensorboard package).
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "data/tensorboard.h"
+#include "train/tensorboard.h"
 
 using namespace loom;
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // EpochProgress and the epoch summary line.
-#include "data/progress.h"
+#include "train/progress.h"
 
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "data/tensorboard.h"
+#include "train/tensorboard.h"
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::string(argv[1]) != "write") {
