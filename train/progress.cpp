@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
-namespace loom {
+namespace loom::train {
 
 namespace {
 
@@ -120,4 +120,4 @@ std::string format_epoch_summary(const EpochSummary& s) {
   return line;
 }
 
-}  // namespace loom
+}  // namespace loom::train

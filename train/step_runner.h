@@ -3,14 +3,13 @@
 // Leaves out: mixed precision and gradient accumulation.
 #pragma once
 
-#include "autograd/ops/ops.h"
+#include <memory>
+
+#include "core/tensor.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/graph.h"
-#endif
 
-namespace loom::examples {
+namespace loom::train {
 
 // Note [The training step as a CUDA graph]
 // With --cuda-graph, zero-grad + forward + loss + backward are captured once into a CUDA graph on
@@ -23,67 +22,27 @@ namespace loom::examples {
 // replay, so zero_grad is part of the captured step, not called between replays.
 class StepRunner {
  public:
-  StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph)
-      : model_(model), opt_(opt), smoothing_(label_smoothing), use_graph_(graph) {}
+  // graph = true replays a CUDA graph (an error at the first step in a build without CUDA, or
+  // when the inputs are not on a CUDA device).
+  StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph);
+  ~StepRunner();
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
 
-  // One training step on (x, y); returns the loss (on the device, not synchronised).
-  Tensor step(const Tensor& x, const Tensor& y) {
-    if (!use_graph_) {
-      opt_.zero_grad();
-      Tensor loss = forward_backward(x, y);
-      opt_.step();
-      return loss;
-    }
-#ifdef LOOM_WITH_CUDA
-    LOOM_CHECK(x.device().is_cuda(), "--cuda-graph: the step's inputs are on ", x.device(),
-               "; a CUDA graph needs a CUDA device");
-    if (!graph_.ready()) capture(x, y);
-    {
-      NoGradGuard g;
-      static_x_.copy_(x);
-      static_y_.copy_(y);
-    }
-    graph_.replay();
-    opt_.step();
-    return static_loss_;
-#else
-    LOOM_FAIL("--cuda-graph: this build of loom has no CUDA support");
-#endif
-  }
+  // One training step on x: (N, ...) and class indices y: (N); returns the loss (a scalar on the
+  // device, not synchronised).
+  Tensor step(const Tensor& x, const Tensor& y);
 
  private:
-  Tensor forward_backward(const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
-    loss.backward();
-    return loss.detach();
-  }
+  Tensor forward_backward(const Tensor& x, const Tensor& y);
+  void capture(const Tensor& x, const Tensor& y);
 
-#ifdef LOOM_WITH_CUDA
-  void capture(const Tensor& x, const Tensor& y) {
-    static_x_ = x.clone().detach();
-    static_y_ = y.clone().detach();
-    // Warm-up pass (see the Note), with the buffers it changes restored afterwards.
-    std::vector<std::pair<Tensor, Tensor>> saved;
-    for (auto& [name, b] : model_.named_buffers()) saved.push_back({b, b.clone()});
-    opt_.zero_grad();
-    forward_backward(static_x_, static_y_);
-    {
-      NoGradGuard g;
-      for (auto& [b, copy] : saved) b.copy_(copy);
-    }
-    opt_.zero_grad();  // the captured backward assigns fresh gradients
-    graph_.capture_begin();
-    static_loss_ = forward_backward(static_x_, static_y_);
-    graph_.capture_end();
-  }
-
-  cuda::CudaGraph graph_;
-  Tensor static_x_, static_y_, static_loss_;
-#endif
+  struct Graph;  // the captured step and its static buffers (CUDA builds only)
+  std::unique_ptr<Graph> graph_;
   nn::Module& model_;
   optim::Optimizer& opt_;
   double smoothing_;
   bool use_graph_;
 };
 
-}  // namespace loom::examples
+}  // namespace loom::train

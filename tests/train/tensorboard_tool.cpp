@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   try {
-    loom::SummaryWriter w(argv[2]);
+    loom::train::SummaryWriter w(argv[2]);
     for (int step = 0; step < 10; ++step) w.add_scalar("train/loss", 1.0 / (step + 1), step, 1700000000.5 + step);
     for (int epoch = 1; epoch <= 3; ++epoch) w.add_scalar("test/accuracy", 0.8 + 0.05 * epoch, epoch);
     w.add_scalar("lr", 1e-3, 0);

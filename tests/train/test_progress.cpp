@@ -7,6 +7,7 @@
 #include "train/progress.h"
 
 using namespace loom;
+using namespace loom::train;
 
 namespace {
 

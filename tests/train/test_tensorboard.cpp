@@ -13,6 +13,7 @@
 #include "train/tensorboard.h"
 
 using namespace loom;
+using namespace loom::train;
 namespace fs = std::filesystem;
 
 namespace {
