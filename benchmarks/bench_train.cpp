@@ -1,4 +1,4 @@
-// bench_train: the training-step workloads of ../shared/WORKLOADS.md (mlp, cnn, wide) with their
+// bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide) with their
 // timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
 // on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median ms/step and the peak device memory. Strict fp32 (TF32 off). --cuda-graph

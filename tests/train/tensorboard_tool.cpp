@@ -1,4 +1,4 @@
-// tensorboard_tool: the C++ half of tests/data/read_tensorboard.py.
+// tensorboard_tool: the C++ half of tests/train/read_tensorboard.py.
 //   tensorboard_tool write <log_dir>   writes the known scalars below and prints the file's path
 // Keep the series in step with the Python script.
 #include <cmath>

@@ -1,5 +1,5 @@
 // train/tensorboard: CRC-32C and its TFRecord mask, protobuf bytes of the events, record framing,
-// and a written event file decoded back in C++ (tests/data/read_tensorboard.py reads one with the
+// and a written event file decoded back in C++ (tests/train/read_tensorboard.py reads one with the
 // tensorboard package).
 #include <gtest/gtest.h>
 #include <stdlib.h>
