@@ -5,6 +5,11 @@
 //   ./build/examples/train_mlp                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_mlp --device cpu --epochs 1
 //   ./build/examples/train_mlp --checkpoint-dir ckpt --log-dir runs/mlp   # then: --resume
+//
+// The training loop is examples::train_classifier (examples/common/trainer.cpp): for each batch
+// it calls train::StepRunner::step (train/step_runner.cpp), which is zero_grad, forward,
+// cross_entropy, backward and the optimizer's step, then logs the loss; after each epoch it tests
+// and saves a checkpoint. docs/tour.md follows one such step through the library.
 #include "autograd/ops/ops.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
