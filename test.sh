@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds loom with its tests, and runs the whole suite with ctest.
-# CUDA tests skip themselves on a machine without a GPU.
+# CUDA tests skip themselves on a machine without a GPU. The last line counts passed, failed and
+# skipped tests apart (ctest's own summary counts skipped as passed; see scripts/test_summary.py);
+# the exit status is non-zero when a test failed.
 set -euo pipefail
 cd "$(dirname "$0")"
+root=$(pwd)
 scripts/install-deps.sh
 build=$(scripts/configure.sh)
 cmake --build "$build" -j"$(nproc)"
-cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@"
+junit="$(cd "$build" && pwd)/ctest-junit.xml"
+rm -f "$junit"
+rc=0
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" --output-junit "$junit" "$@") || rc=$?
+python3 "$root/scripts/test_summary.py" "$junit" || rc=1
+exit "$rc"

@@ -1,6 +1,7 @@
 // The 64-byte-aligned CPU allocator and the allocator registry.
 #include "core/allocator.h"
 
+#include <atomic>
 #include <cstdlib>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -14,6 +15,8 @@
 namespace loom {
 
 namespace {
+
+std::atomic<uint64_t> g_cpu_allocations{0}, g_cpu_bytes{0};
 
 // Note [CPU memory reuse]
 // glibc serves blocks over 128 KiB with fresh mmap()s and returns them on free, so every large
@@ -33,6 +36,8 @@ class CpuAllocator final : public Allocator {
     size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, rounded);
     LOOM_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes");
+    g_cpu_allocations.fetch_add(1, std::memory_order_relaxed);
+    g_cpu_bytes.fetch_add(nbytes, std::memory_order_relaxed);
     return DataPtr(p, [](void* q) { std::free(q); });
   }
 };
@@ -42,6 +47,10 @@ class CpuAllocator final : public Allocator {
 Allocator& cpu_allocator() {
   static CpuAllocator a;
   return a;
+}
+
+CpuAllocStats cpu_alloc_stats() {
+  return {g_cpu_allocations.load(std::memory_order_relaxed), g_cpu_bytes.load(std::memory_order_relaxed)};
 }
 
 Allocator& allocator_for(Device d) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -24,6 +25,15 @@ class Allocator {
 constexpr size_t kCpuAlignment = 64;  // a cache line, and enough for any SIMD load
 
 Allocator& cpu_allocator();
+
+// Counts of the CPU allocator's work since the program started: an instrumentation hook for tests
+// that check an optimisation skips work (e.g. mm's backward not computing a product nobody needs
+// allocates nothing the size of that product). Relaxed atomics: exact when one thread allocates.
+struct CpuAllocStats {
+  uint64_t allocations = 0;  // calls that returned memory (nbytes > 0)
+  uint64_t bytes = 0;        // sum of the requested sizes
+};
+CpuAllocStats cpu_alloc_stats();
 
 // The allocator for a device: the CPU one, or the CUDA caching allocator
 // (core/cuda/allocator.cpp, compiled only when loom is built with CUDA).

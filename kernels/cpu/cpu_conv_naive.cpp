@@ -12,6 +12,30 @@ namespace {
 
 using Geom = ConvGeom;
 
+// Note [Naive conv geometry]
+// The oracle computes its own sizes rather than calling conv_geom / conv_out_size, which the fast
+// kernels use: a mistake there would otherwise shape both paths alike and pass every comparison.
+// Here the output extent is found by counting window positions instead of by the closed formula:
+// position p is valid while its last tap, p * stride + dil * (k - 1), stays inside the padded
+// extent in + 2 pad.
+int64_t count_positions(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+  int64_t n = 0;
+  while (n * stride + dil * (k - 1) < in + 2 * pad) ++n;
+  return n;
+}
+
+Geom naive_geom(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  Geom g{};
+  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3];
+  g.K = w[0], g.Cg = w[1], g.R = w[2], g.S = w[3];
+  g.G = p.groups, g.Kg = g.K / p.groups;
+  g.sh = p.stride[0], g.sw = p.stride[1], g.ph = p.padding[0], g.pw = p.padding[1];
+  g.dh = p.dilation[0], g.dw = p.dilation[1];
+  g.P = count_positions(g.H, g.R, g.sh, g.ph, g.dh);
+  g.Q = count_positions(g.W, g.S, g.sw, g.pw, g.dw);
+  return g;
+}
+
 Tensor f64(const Tensor& t) { return raw::contiguous(raw::cast(t, DType::F64)); }
 
 // Calls f(x_index, w_index, y_index) for every product x[n, c, ih, iw] * w[k, c % Cg, r, s] that
@@ -38,7 +62,7 @@ void for_each_term(const Geom& g, const F& f) {
 }  // namespace
 
 Tensor conv2d_naive(const Tensor& x0, const Tensor& w0, const Conv2dParams& p) {
-  Geom g = conv_geom(x0.shape(), w0.shape(), p);
+  Geom g = naive_geom(x0.shape(), w0.shape(), p);
   Tensor x = f64(x0), w = f64(w0), y = empty({g.N, g.K, g.P, g.Q}, {.dtype = DType::F64});
   const double *xp = x.data<double>(), *wp = w.data<double>();
   double* yp = y.data<double>();
@@ -49,7 +73,7 @@ Tensor conv2d_naive(const Tensor& x0, const Tensor& w0, const Conv2dParams& p) {
 
 Tensor conv2d_backward_input_naive(const Tensor& gy0, const Tensor& w0, const Shape& x_shape,
                                    const Conv2dParams& p) {
-  Geom g = conv_geom(x_shape, w0.shape(), p);
+  Geom g = naive_geom(x_shape, w0.shape(), p);
   Tensor gy = f64(gy0), w = f64(w0), gx = empty(x_shape, {.dtype = DType::F64});
   const double *gyp = gy.data<double>(), *wp = w.data<double>();
   double* gxp = gx.data<double>();
@@ -60,7 +84,7 @@ Tensor conv2d_backward_input_naive(const Tensor& gy0, const Tensor& w0, const Sh
 
 Tensor conv2d_backward_weight_naive(const Tensor& gy0, const Tensor& x0, const Shape& w_shape,
                                     const Conv2dParams& p) {
-  Geom g = conv_geom(x0.shape(), w_shape, p);
+  Geom g = naive_geom(x0.shape(), w_shape, p);
   Tensor gy = f64(gy0), x = f64(x0), gw = empty(w_shape, {.dtype = DType::F64});
   const double *gyp = gy.data<double>(), *xp = x.data<double>();
   double* gwp = gw.data<double>();

@@ -2,8 +2,11 @@
 // hooks and end-of-backward callbacks, diamond graphs, deep graphs without recursion.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "autograd/function.h"
 #include "autograd/ops/ops.h"
+#include "core/allocator.h"
 
 using namespace loom;
 
@@ -148,12 +151,53 @@ TEST(Engine, GradientOfAViewFlowsToTheBase) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 1, 3, 0, 2, 4}));
 }
 
+// Bytes the CPU allocator hands out while f runs (core/allocator.h's instrumentation counter).
+template <typename F>
+uint64_t bytes_allocated_by(const F& f) {
+  uint64_t before = cpu_alloc_stats().bytes;
+  f();
+  return cpu_alloc_stats().bytes - before;
+}
+
+// mm's and bmm's backward compute an input's product only when needs_input_grad says it is
+// needed. The unneeded product has that input's shape (256 KiB here) while everything else the
+// backward allocates is a few KiB, so the bytes allocated show whether it was computed. The
+// same backward with both inputs requiring grad must allocate it (the counter sees it).
 TEST(Engine, NeedsInputGradSkipsUnneededProducts) {
-  Tensor x = randn({4, 3}, {.dtype = kF64});  // data: no grad
-  Tensor w = randn({3, 2}, {.dtype = kF64, .requires_grad = true});
-  mm(x, w).sum().backward();
-  EXPECT_TRUE(w.grad().defined());
-  EXPECT_FALSE(x.grad().defined());
+  using MatFn = Tensor (*)(const Tensor&, const Tensor&);
+  struct Case { const char* name; MatFn fn; Shape big, small; };
+  for (const Case& c : {Case{"mm", &mm, {512, 64}, {64, 2}}, Case{"bmm", &bmm, {2, 256, 64}, {2, 64, 2}}}) {
+    const uint64_t big_bytes = uint64_t(numel(c.big)) * 8;  // f64
+    for (bool big_first : {true, false}) {
+      // big_first: data (big, no grad) @ weight (small, grad); else the transposed problem,
+      // weight (small^T, grad) @ data (big^T, no grad).
+      Shape big = c.big, small = c.small;
+      if (!big_first) {
+        std::swap(big[big.size() - 1], big[big.size() - 2]);
+        std::swap(small[small.size() - 1], small[small.size() - 2]);
+      }
+      Tensor data = randn(big, {.dtype = kF64});
+      Tensor weight = randn(small, {.dtype = kF64, .requires_grad = true});
+      Tensor loss = (big_first ? c.fn(data, weight) : c.fn(weight, data)).sum();
+      uint64_t bytes = bytes_allocated_by([&] { loss.backward(); });
+      EXPECT_LT(bytes, big_bytes) << c.name << (big_first ? " (data @ w)" : " (w @ data)")
+                                  << ": backward allocated the unneeded product";
+      EXPECT_FALSE(data.grad().defined());
+      ASSERT_TRUE(weight.grad().defined());
+      // Its value: the ones-gradient against data, i.e. sums of data's rows or columns.
+      Tensor ones_like_out = ones(big_first ? c.fn(data, weight).shape() : c.fn(weight, data).shape(), {.dtype = kF64});
+      Tensor want = big_first ? c.fn(data.transpose(-1, -2), ones_like_out) : c.fn(ones_like_out, data.transpose(-1, -2));
+      auto g = weight.grad().to_vector<double>(), wv = want.to_vector<double>();
+      ASSERT_EQ(g.size(), wv.size());
+      for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], wv[i], 1e-9) << c.name << " " << i;
+
+      // Control: with grad on both, the big product is computed and the counter sees it.
+      Tensor data2 = data.clone().requires_grad_(true), weight2 = weight.detach().requires_grad_(true);
+      Tensor loss2 = (big_first ? c.fn(data2, weight2) : c.fn(weight2, data2)).sum();
+      EXPECT_GE(bytes_allocated_by([&] { loss2.backward(); }), big_bytes) << c.name;
+      EXPECT_TRUE(data2.grad().defined());
+    }
+  }
 }
 
 TEST(Engine, GradOfNonScalarNeedsAnExplicitGradient) {

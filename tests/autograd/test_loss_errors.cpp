@@ -35,8 +35,17 @@ TEST(LossErrors, NllLossTargetOutOfRange) {
 TEST(LossErrors, NllLossNegativeTargetThatIsNotIgnored) {
   expect_error([&] { nll_loss(randn({3, 4}), targets({0, -1, 1}), Reduction::Sum); },
                {"nll_loss", "target -1", "ignore_index is -100"});
-  // The same value is fine once it is the ignore_index.
-  EXPECT_NO_THROW(nll_loss(randn({3, 4}), targets({0, -1, 1}), Reduction::Sum, -1));
+  // The same value is fine once it is the ignore_index: row 1 then counts for nothing, in the
+  // value, in the mean's denominator and in the gradient (-1 is not class C - 1, nor row 0's last).
+  Tensor logp = from_vector<double>({-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12}, {3, 4});
+  Tensor t = targets({0, -1, 1});
+  EXPECT_EQ(nll_loss(logp, t, Reduction::Sum, -1).item(), 1.0 + 10.0);
+  EXPECT_EQ(nll_loss(logp, t, Reduction::Mean, -1).item(), (1.0 + 10.0) / 2);
+  EXPECT_EQ(nll_loss(logp, t, Reduction::None, -1).to_vector<double>(), (std::vector<double>{1, 0, 10}));
+  Tensor lp = logp.clone().requires_grad_(true);
+  nll_loss(lp, t, Reduction::Mean, -1).backward();
+  EXPECT_EQ(lp.grad().to_vector<double>(),
+            (std::vector<double>{-0.5, 0, 0, 0, 0, 0, 0, 0, 0, -0.5, 0, 0}));
 }
 
 // cross_entropy is log_softmax + nll_loss: the range check happens in the nll_loss kernel, which

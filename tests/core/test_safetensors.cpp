@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -159,11 +160,16 @@ TEST(Safetensors, ByteLayoutMatchesTheSpec) {
   EXPECT_EQ(header[0], '{');
   auto j = nlohmann::json::parse(header);  // trailing pad is spaces, which JSON allows
   EXPECT_EQ(j["__metadata__"]["k"], "v");
+  // The spec's dtype strings, spelled out here (never taken from the code under test).
+  const std::map<std::string, std::string> spec_dtype = {
+      {"u8", "U8"},   {"f64", "F64"}, {"bool", "BOOL"}, {"f16", "F16"},    {"bf16", "BF16"},      {"i64", "I64"},
+      {"i32", "I32"}, {"f32", "F32"}, {"scalar", "F32"}, {"empty", "F32"}, {"empty_i64", "I64"}};
+  ASSERT_EQ(spec_dtype.size(), in.size());
   // Offsets tile the data section in order; each tensor is aligned to its element size.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, t] : in) {
     const auto& e = j.at(name);
-    EXPECT_EQ(e["dtype"], safetensors_dtype_name(t.dtype())) << name;
+    EXPECT_EQ(e["dtype"], spec_dtype.at(name)) << name;
     EXPECT_EQ(e["shape"].get<std::vector<int64_t>>(), t.shape()) << name;
     uint64_t b = e["data_offsets"][0], end = e["data_offsets"][1];
     EXPECT_EQ(end - b, uint64_t(t.numel()) * t.element_size()) << name;
@@ -181,8 +187,30 @@ TEST(Safetensors, ByteLayoutMatchesTheSpec) {
     at = e;
   }
   EXPECT_EQ(8 + n + at, bytes.size());
-  EXPECT_STREQ(safetensors_dtype_name(kBF16), "BF16");
-  EXPECT_STREQ(safetensors_dtype_name(kBool), "BOOL");
+}
+
+// Every dtype's name, both ways, against the spec's literal strings: a consistent rename in the
+// writer and the reader would still round-trip, so only literals catch it.
+TEST(Safetensors, DTypeNamesAreTheSpecsStrings) {
+  const std::vector<std::pair<DType, std::string>> spec = {
+      {kF64, "F64"}, {kF32, "F32"}, {kF16, "F16"}, {kBF16, "BF16"},
+      {kI64, "I64"}, {kI32, "I32"}, {kU8, "U8"},   {kBool, "BOOL"}};
+  ASSERT_EQ(spec.size(), 8u) << "one entry per loom dtype";
+  for (const auto& [t, name] : spec) {
+    EXPECT_STREQ(safetensors_dtype_name(t), name.c_str()) << dtype_name(t);
+    EXPECT_EQ(dtype_from_safetensors_name(name, "test"), t) << name;
+  }
+  // A hand-built file naming each dtype literally reads back as that dtype.
+  TempDir dir;
+  for (const auto& [t, name] : spec) {
+    std::string path = dir.file(name + ".safetensors");
+    size_t nbytes = dtype_size(t);
+    std::string header = R"({"x":{"dtype":")" + name + R"(","shape":[1],"data_offsets":[0,)" +
+                         std::to_string(nbytes) + "]}}";
+    write_bytes(path, make_file(header, std::string(nbytes, '\x01')));
+    SafetensorsFile f = read_safetensors(path);
+    EXPECT_EQ(f.at("x").dtype(), t) << name;
+  }
 }
 
 TEST(Safetensors, ReadsAHandBuiltFile) {

@@ -10,12 +10,9 @@
 #include <vector>
 
 #include "autograd/ops/ops.h"
+#include "core/cuda/available.h"  // is_available() in every build (false without the backend)
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/stream.h"
-#else
-namespace loom::cuda {
-inline bool is_available() { return false; }  // this build has no CUDA backend
-}  // namespace loom::cuda
 #endif
 
 namespace loom::testing {

@@ -367,8 +367,19 @@ TEST(CudaInfo, ReportsEveryDevice) {
 
 #else  // a CPU-only build
 
-TEST(CudaRuntime, SkippedWithoutCuda) {
-  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+// A build without the CUDA backend says so, counts no devices, and refuses CUDA tensors with an
+// Error that names the missing support (never a crash or a silent CPU tensor).
+TEST(CudaRuntime, CpuOnlyBuildHasNoCuda) {
+  EXPECT_FALSE(loom::cuda::compiled_with_cuda());
+  EXPECT_EQ(loom::cuda::device_count(), 0);
+  EXPECT_FALSE(loom::cuda::is_available());
+  std::string msg;
+  try {
+    loom::Tensor t = loom::empty({2}, {.device = loom::cuda_device(0)});
+  } catch (const loom::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("no CUDA support"), std::string::npos) << "got: \"" << msg << "\"";
 }
 
 #endif

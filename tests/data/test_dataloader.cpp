@@ -264,19 +264,40 @@ TEST(DataLoader, ResumeMidEpochGivesTheSameRemainingBatches) {
   EXPECT_EQ(second->index, 1);
 }
 
+// 31 samples over 3 ranks do not divide: each rank takes ceil(31 / 3) = 11, 33 in all, so the
+// shuffled list is padded with its first two entries (Note [DistributedSampler sizes]).
 TEST(DataLoader, WithDistributedSampler) {
+  const int64_t n = 31, R = 3;
   std::vector<int64_t> seen;
-  for (int64_t r = 0; r < 3; ++r) {
+  for (int64_t r = 0; r < R; ++r) {
     auto sampler = std::make_shared<DistributedSampler>(
-        30, DistributedSamplerOptions{.num_replicas = 3, .rank = r, .seed = 4});
-    DataLoader loader(std::make_shared<TensorDataset>(rows(30)), sampler, {.batch_size = 4, .num_workers = 2});
-    EXPECT_EQ(loader.size(), 3);
-    for (Batch& b : loader) seen.insert(seen.end(), b.indices.begin(), b.indices.end());
+        n, DistributedSamplerOptions{.num_replicas = R, .rank = r, .seed = 4});
+    DataLoader loader(std::make_shared<TensorDataset>(rows(n)), sampler, {.batch_size = 4, .num_workers = 2});
+    EXPECT_EQ(loader.size(), 3);  // batches of 4, 4, 3
+    std::vector<int64_t> sizes;
+    for (Batch& b : loader) {
+      sizes.push_back(int64_t(b.indices.size()));
+      // The rows are the examples the indices name, padding included.
+      auto d = b.data.to_vector<float>();
+      auto t = b.target.to_vector<int64_t>();
+      for (size_t k = 0; k < b.indices.size(); ++k) {
+        EXPECT_EQ(d[3 * k], float(b.indices[k]));
+        EXPECT_EQ(t[k], 10 * b.indices[k]);
+      }
+      seen.insert(seen.end(), b.indices.begin(), b.indices.end());
+    }
+    EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 3})) << "rank " << r;
   }
-  std::sort(seen.begin(), seen.end());
-  std::vector<int64_t> want(30);
+  ASSERT_EQ(int64_t(seen.size()), 33);
+  // Every sample once, and the head of the epoch-0 permutation (seed 4) a second time.
+  std::vector<int64_t> perm = random_permutation(n, 4);
+  std::vector<int64_t> want(static_cast<size_t>(n));
   std::iota(want.begin(), want.end(), int64_t(0));
-  EXPECT_EQ(seen, want);  // disjoint shards covering the set
+  want.push_back(perm[0]);
+  want.push_back(perm[1]);
+  std::sort(want.begin(), want.end());
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, want);
 }
 
 TEST(DataLoader, TransformsRunPerSampleAndDeterministically) {

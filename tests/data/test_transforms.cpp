@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "data/transforms.h"
 
@@ -22,6 +24,33 @@ Tensor image(int64_t c, int64_t h, int64_t w) {
 
 float at(const Tensor& t, int64_t c, int64_t y, int64_t x) {
   return t.data<float>()[(c * t.size(1) + y) * t.size(2) + x];
+}
+
+// x (C, H, W) padded by P on every side with `fill`, built naively: (C, H + 2P, W + 2P) row-major.
+std::vector<float> pad_image(const Tensor& x, int64_t P, float fill) {
+  const int64_t C = x.size(0), H = x.size(1), W = x.size(2), PH = H + 2 * P, PW = W + 2 * P;
+  std::vector<float> padded(size_t(C * PH * PW), fill);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t w = 0; w < W; ++w) padded[size_t((c * PH + y + P) * PW + w + P)] = at(x, c, y, w);
+  return padded;
+}
+
+// The (top, left) corners of every window of `padded` (C, PH, PW) equal to out (C, SH, SW).
+std::vector<std::pair<int64_t, int64_t>> matching_windows(const Tensor& out, const std::vector<float>& padded,
+                                                          int64_t PH, int64_t PW) {
+  const int64_t C = out.size(0), SH = out.size(1), SW = out.size(2);
+  std::vector<std::pair<int64_t, int64_t>> found;
+  for (int64_t top = 0; top + SH <= PH; ++top)
+    for (int64_t left = 0; left + SW <= PW; ++left) {
+      bool match = true;
+      for (int64_t c = 0; c < C && match; ++c)
+        for (int64_t y = 0; y < SH && match; ++y)
+          for (int64_t w = 0; w < SW && match; ++w)
+            match = at(out, c, y, w) == padded[size_t((c * PH + top + y) * PW + left + w)];
+      if (match) found.emplace_back(top, left);
+    }
+  return found;
 }
 
 }  // namespace
@@ -93,10 +122,7 @@ TEST(Transforms, RandomCropIsAWindowOfTheZeroPaddedImage) {
   Tensor x = image(C, H, W);
   // The padded image, built naively here.
   const int64_t PH = H + 2 * P, PW = W + 2 * P;
-  std::vector<float> padded(size_t(C * PH * PW), 0.0f);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t w = 0; w < W; ++w) padded[size_t((c * PH + y + P) * PW + w + P)] = at(x, c, y, w);
+  std::vector<float> padded = pad_image(x, P, 0.0f);
   RandomCrop crop(S, P);
   std::set<std::pair<int64_t, int64_t>> offsets;
   for (int64_t i = 0; i < 3000; ++i) {
@@ -104,20 +130,9 @@ TEST(Transforms, RandomCropIsAWindowOfTheZeroPaddedImage) {
     Tensor out = crop(x, rng);
     ASSERT_EQ(out.shape(), (Shape{C, S, S}));
     // Find the window it is (values are distinct, so at most one matches).
-    int64_t found = 0;
-    for (int64_t top = 0; top + S <= PH; ++top)
-      for (int64_t left = 0; left + S <= PW; ++left) {
-        bool match = true;
-        for (int64_t c = 0; c < C && match; ++c)
-          for (int64_t y = 0; y < S && match; ++y)
-            for (int64_t w = 0; w < S && match; ++w)
-              match = at(out, c, y, w) == padded[size_t((c * PH + top + y) * PW + left + w)];
-        if (match) {
-          ++found;
-          offsets.insert({top, left});
-        }
-      }
-    ASSERT_EQ(found, 1) << "sample " << i;
+    auto found = matching_windows(out, padded, PH, PW);
+    ASSERT_EQ(found.size(), 1u) << "sample " << i;
+    offsets.insert(found[0]);
     SampleRng again(11, 0, i);
     ASSERT_EQ(crop(x, again).to_vector<float>(), out.to_vector<float>());
   }
@@ -125,15 +140,38 @@ TEST(Transforms, RandomCropIsAWindowOfTheZeroPaddedImage) {
   EXPECT_EQ(int64_t(offsets.size()), (PH - S + 1) * (PW - S + 1));
   EXPECT_TRUE(offsets.count({0, 0}) && offsets.count({PH - S, PW - S}));
 
-  // A 2-d image, a rectangular crop, a fill value, and a crop larger than the padded image.
+  // A crop larger than the padded image.
   SampleRng rng(1, 1, 1);
-  Tensor y2 = RandomCrop({3, 2}, 1, -1.0f)(image(1, 4, 4).view({4, 4}), rng);
-  EXPECT_EQ(y2.shape(), (Shape{3, 2}));
   EXPECT_THROW(RandomCrop(9, 1)(image(1, 6, 6), rng), Error);
-  Tensor filled = RandomCrop(8, 4, -1.0f)(image(1, 2, 2), rng);  // mostly fill
-  int fills = 0;
-  for (float v : filled.to_vector<float>()) fills += v == -1.0f;
-  EXPECT_EQ(fills, 64 - 4);
+}
+
+// A fill value, a 2-d image and a rectangular (3, 2) crop: every output is exactly one window of
+// the image padded with -1, and every window position occurs.
+TEST(Transforms, RandomCropWithFillIsAWindowOfTheFilledImage) {
+  Tensor x = image(1, 4, 4);
+  std::vector<float> padded = pad_image(x, 1, -1.0f);  // (1, 6, 6)
+  RandomCrop crop({3, 2}, 1, -1.0f);
+  std::set<std::pair<int64_t, int64_t>> offsets;
+  for (int64_t i = 0; i < 400; ++i) {
+    SampleRng rng(5, 0, i);
+    Tensor y2 = crop(x.view({4, 4}), rng);
+    ASSERT_EQ(y2.shape(), (Shape{3, 2}));
+    auto found = matching_windows(y2.view({1, 3, 2}), padded, 6, 6);
+    ASSERT_EQ(found.size(), 1u) << "sample " << i;
+    offsets.insert(found[0]);
+  }
+  EXPECT_EQ(offsets.size(), size_t((6 - 3 + 1) * (6 - 2 + 1)));
+
+  // Mostly fill: an (8, 8) crop of a (2, 2) image padded by 4 holds the 4 pixels and 60 fills.
+  std::vector<float> padded2 = pad_image(image(1, 2, 2), 4, -1.0f);  // (1, 10, 10)
+  for (int64_t i = 0; i < 50; ++i) {
+    SampleRng rng(6, 0, i);
+    Tensor filled = RandomCrop(8, 4, -1.0f)(image(1, 2, 2), rng);
+    int fills = 0;
+    for (float v : filled.to_vector<float>()) fills += v == -1.0f;
+    EXPECT_EQ(fills, 64 - 4);
+    ASSERT_EQ(matching_windows(filled, padded2, 10, 10).size(), 1u) << "sample " << i;
+  }
 }
 
 TEST(Transforms, ComposeRunsInOrderOnOneStream) {

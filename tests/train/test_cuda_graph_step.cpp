@@ -2,6 +2,10 @@
 // (same losses, same weights after several steps), for the MLP and for the CNN with BatchNorm.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "nn/models.h"
@@ -14,8 +18,14 @@ namespace {
 
 bool have_gpu() { return cuda::is_available(); }
 
-// Runs `steps` steps on fixed random batches; returns the losses and the final parameters.
-std::pair<std::vector<double>, std::vector<std::vector<float>>> run_steps(bool cnn, bool graph, int steps) {
+struct Run {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;
+};
+
+// Runs 6 steps on fixed random batches; returns the losses and the final parameters.
+Run run(bool cnn, bool graph) {
+  const int steps = 6;
   manual_seed(3);
   std::shared_ptr<nn::Module> model = cnn ? std::shared_ptr<nn::Module>(nn::make_cnn()) : nn::make_mlp(256);
   Device dev = cuda_device(0);
@@ -34,17 +44,44 @@ std::pair<std::vector<double>, std::vector<std::vector<float>>> run_steps(bool c
   return {losses, params};
 }
 
-// Tolerances: the MLP's kernels are deterministic, so eager and graph agree to float32 rounding
-// (1e-5). cuDNN's weight-gradient algorithms may sum with atomics, so two runs of the CNN differ
-// in the last bits even without graphs; over 6 Adam steps that grew to 5e-5 relative on an H200.
+// The largest |a - b| over every parameter element, and over the losses relative to max(1, |loss|).
+std::pair<double, double> max_diff(const Run& a, const Run& b) {
+  double dl = 0, dp = 0;
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    dl = std::max(dl, std::fabs(a.losses[i] - b.losses[i]) / std::max(1.0, std::fabs(a.losses[i])));
+  for (size_t k = 0; k < a.params.size(); ++k)
+    for (size_t j = 0; j < a.params[k].size(); ++j)
+      dp = std::max(dp, double(std::fabs(a.params[k][j] - b.params[k][j])));
+  return {dl, dp};
+}
+
+// Note [Graph vs eager tolerance]
+// A graph replays the eager step's kernels (the same cuBLASLt and cuDNN algorithms: both are
+// chosen once per shape and cached, and a warm-up eager run fills those caches first), so it may
+// differ from eager only as much as eager differs from itself. The MLP's kernels are
+// deterministic: it must agree to float32 rounding over 6 steps (1e-5). cuDNN's weight-gradient
+// algorithms may sum with atomics, so two eager CNN runs differ in the last bits; the test
+// measures that spread (eager against eager) and allows the graph 4 times it, at least the MLP's
+// 1e-5, and never more than the old fixed 3e-4. For scale: Adam at lr 1e-3 moves a weight by up to
+// about 1e-3 a step (its update m / (sqrt(v) + eps) is at most about 1 early on), 6e-3 over 6
+// steps; a fixed 3e-4 let a graph that lost or repeated part of a step's update pass.
 void expect_same(bool cnn) {
-  const double tol = cnn ? 3e-4 : 1e-5;
-  auto [le, pe] = run_steps(cnn, false, 6);
-  auto [lg, pg] = run_steps(cnn, true, 6);
-  for (size_t i = 0; i < le.size(); ++i) EXPECT_NEAR(lg[i], le[i], tol * std::max(1.0, std::fabs(le[i]))) << "step " << i;
-  ASSERT_EQ(pe.size(), pg.size());
-  for (size_t k = 0; k < pe.size(); ++k)
-    for (size_t j = 0; j < pe[k].size(); ++j) ASSERT_NEAR(pg[k][j], pe[k][j], tol) << "param " << k << " element " << j;
+  run(cnn, false);  // warm-up: algorithm choice and caches, so the runs below all reuse them
+  Run eager = run(cnn, false), again = run(cnn, false), graph = run(cnn, true);
+  ASSERT_EQ(graph.params.size(), eager.params.size());
+  auto [noise_loss, noise_param] = max_diff(eager, again);
+  double tol_loss = 1e-5, tol_param = 1e-5;
+  if (cnn) {
+    tol_loss = std::min(3e-4, std::max(1e-5, 4 * noise_loss));
+    tol_param = std::min(3e-4, std::max(1e-5, 4 * noise_param));
+  } else {
+    EXPECT_LE(noise_param, 1e-5) << "the MLP's eager step is not deterministic";
+  }
+  auto [diff_loss, diff_param] = max_diff(graph, eager);
+  std::cout << (cnn ? "cnn" : "mlp") << ": eager vs eager " << noise_loss << " (loss), " << noise_param
+            << " (param); graph vs eager " << diff_loss << " (loss), " << diff_param << " (param)\n";
+  EXPECT_LE(diff_loss, tol_loss);
+  EXPECT_LE(diff_param, tol_param);
 }
 
 }  // namespace
