@@ -14,6 +14,7 @@
 #include "distributed/launcher/signals.h"
 #include "distributed/launcher/worker_group.h"
 #include "distributed/launcher/worker_process.h"
+#include "distributed/tcp_store.h"
 
 using namespace loom::distributed::launcher;
 using Outcome = GroupResult::Outcome;
@@ -32,8 +33,8 @@ void say(const std::string& line) { std::cerr << "loomrun: " << line << std::end
 std::string failure_summary(const WorkerExit& f, const LaunchOptions& o) {
   std::ostringstream s;
   if (o.nnodes > 1) s << "node " << o.node_rank << ": ";
-  s << "rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid << ") failed: "
-    << f.how;
+  s << "rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid
+    << ") failed: " << f.how;
   return s.str();
 }
 
@@ -44,7 +45,8 @@ std::string report_failures(const GroupResult& r, const LaunchOptions& o) {
   if (!first.stderr_tail.empty()) {
     say("last " + std::to_string(first.stderr_tail.size()) + " stderr lines of rank " +
         std::to_string(first.rank) + ":");
-    for (const auto& line : first.stderr_tail) std::cerr << "  [rank " << first.rank << "] " << line << "\n";
+    for (const auto& line : first.stderr_tail)
+      std::cerr << "  [rank " << first.rank << "] " << line << "\n";
   } else {
     say("rank " + std::to_string(first.rank) + " wrote nothing to stderr");
   }
@@ -79,7 +81,19 @@ int run(const LaunchOptions& o) {
     return interrupted;
   };
 
+  const bool serve_store = o.worker_store == "loomrun";
   for (int attempt = 0;; ++attempt) {
+    // Note [Who serves the store]
+    // With --worker_store loomrun (the default), node 0's loomrun serves the workers' store on
+    // MASTER_ADDR:MASTER_PORT and every worker connects as a client (LOOM_STORE_EXTERNAL=1, read
+    // by init_process_group; TORCHELASTIC_USE_AGENT_STORE=True for PyTorch programs). It is a
+    // fresh server per attempt, so a restarted group never reads keys of the failed one, and it
+    // stays up until every node of the attempt is done. With rank0, the program's rank 0 serves
+    // it, as without a launcher. The loomruns' own store (node_rendezvous.h) is another port.
+    std::unique_ptr<loom::distributed::TCPStoreServer> worker_store;
+    if (serve_store && o.node_rank == 0)
+      worker_store =
+          std::make_unique<loom::distributed::TCPStoreServer>(o.master_addr, o.master_port);
     NodeAssignment where{o.node_rank * o.nproc_per_node, o.nnodes * o.nproc_per_node};
     if (nodes) where = nodes->join(attempt, o.nproc_per_node, o.max_restarts, cancelled);
     GroupSpec spec;
@@ -101,6 +115,7 @@ int run(const LaunchOptions& o) {
       w.master_port = o.master_port;
       w.restart_count = attempt;
       w.max_restarts = o.max_restarts;
+      w.launcher_store = serve_store;
       spec.workers.push_back(w);
     }
     if (nodes) spec.remote_failure = [&nodes, attempt] { return nodes->failure(attempt); };
@@ -134,8 +149,9 @@ int run(const LaunchOptions& o) {
       case Outcome::kSignalled:
         say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
             seconds(r.stop_seconds));
-        if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) +
-                                                      "'s loomrun got " + signal_name(r.signal));
+        if (nodes)
+          nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + "'s loomrun got " +
+                                             signal_name(r.signal));
         code = 128 + r.signal;
         break;
       case Outcome::kRemoteFailed:
@@ -144,8 +160,9 @@ int run(const LaunchOptions& o) {
         break;
       case Outcome::kSpawnFailed:
         say(r.spawn_error);
-        if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + ": " +
-                                                      r.spawn_error);
+        if (nodes)
+          nodes->report_failure(attempt,
+                                "node " + std::to_string(o.node_rank) + ": " + r.spawn_error);
         break;
       case Outcome::kSucceeded:
         break;

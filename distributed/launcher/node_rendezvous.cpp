@@ -34,7 +34,9 @@ static std::string hostname() {
 
 NodeRendezvous::NodeRendezvous(const std::string& host, int port, int nnodes, int node_rank,
                                milliseconds timeout)
-    : nnodes_(nnodes), node_rank_(node_rank), timeout_(timeout),
+    : nnodes_(nnodes),
+      node_rank_(node_rank),
+      timeout_(timeout),
       last_beat_(static_cast<size_t>(nnodes), -1),
       beat_seen_(static_cast<size_t>(nnodes), Clock::now()) {
   TCPStoreOptions opts;
@@ -69,8 +71,8 @@ NodeAssignment NodeRendezvous::join(int attempt, int nproc, int max_restarts,
       std::string missing;
       for (int n = 0; n < nnodes_; ++n)
         if (!store_->check({keys[static_cast<size_t>(n)]})) missing += " " + std::to_string(n);
-      LOOM_FAIL("loomrun: node ", node_rank_, ": nodes", missing, " did not join attempt ",
-                attempt, " within ", timeout_.count() / 1000.0, " s (--rdzv_timeout)");
+      LOOM_FAIL("loomrun: node ", node_rank_, ": nodes", missing, " did not join attempt ", attempt,
+                " within ", timeout_.count() / 1000.0, " s (--rdzv_timeout)");
     }
   }
   NodeAssignment a;

@@ -63,7 +63,7 @@ class NodeRendezvous {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TCPStore> store_;
   std::chrono::steady_clock::time_point next_beat_;
-  std::vector<int64_t> last_beat_;                       // node 0: each node's counter
+  std::vector<int64_t> last_beat_;  // node 0: each node's counter
   std::vector<std::chrono::steady_clock::time_point> beat_seen_;
 };
 

@@ -36,8 +36,8 @@ int resolve_nproc(const std::string& spec) {
   char* end = nullptr;
   errno = 0;
   long n = std::strtol(spec.c_str(), &end, 10);
-  LOOM_CHECK(!spec.empty() && *end == '\0' && errno == 0,
-             "loomrun: --nproc_per_node '", spec, "' is not a number, gpu, cpu or auto");
+  LOOM_CHECK(!spec.empty() && *end == '\0' && errno == 0, "loomrun: --nproc_per_node '", spec,
+             "' is not a number, gpu, cpu or auto");
   LOOM_CHECK(n >= 1 && n <= 4096, "loomrun: --nproc_per_node ", n, " must be in [1, 4096]");
   return static_cast<int>(n);
 }
@@ -48,7 +48,8 @@ int pick_free_port(const std::string& host) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     int err = errno;
     ::close(fd);
@@ -84,6 +85,12 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--standalone", o.standalone,
                "one node on this machine: master 127.0.0.1 and a free port picked by loomrun");
+  app.add_option("--worker_store,--worker-store", o.worker_store,
+                 "who serves the workers' store on master_addr:master_port: loomrun (node 0's, a "
+                 "fresh one per attempt; workers get LOOM_STORE_EXTERNAL=1) or rank0 (the "
+                 "program's rank 0, as without a launcher)")
+      ->check(CLI::IsMember({"loomrun", "rank0"}))
+      ->capture_default_str();
   app.add_option("--rdzv_port,--rdzv-port", o.rdzv_port,
                  "with --nnodes > 1: the port of node 0's loomrun store (default master_port + 1; "
                  "the workers' own store stays on master_port)");
@@ -131,12 +138,14 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     o.master_addr = "127.0.0.1";
     o.master_port = pick_free_port(o.master_addr);
   }
-  LOOM_CHECK(o.master_port >= 1 && o.master_port <= 65535, "loomrun: --master_port ",
-             o.master_port, " must be in [1, 65535]");
+  LOOM_CHECK(o.master_port >= 1 && o.master_port <= 65535, "loomrun: --master_port ", o.master_port,
+             " must be in [1, 65535]");
   if (o.rdzv_port == 0) o.rdzv_port = o.master_port < 65535 ? o.master_port + 1 : o.master_port - 1;
   LOOM_CHECK(o.rdzv_port >= 1 && o.rdzv_port <= 65535 && o.rdzv_port != o.master_port,
-             "loomrun: --rdzv_port ", o.rdzv_port, " must be in [1, 65535] and differ from "
-             "--master_port ", o.master_port);
+             "loomrun: --rdzv_port ", o.rdzv_port,
+             " must be in [1, 65535] and differ from "
+             "--master_port ",
+             o.master_port);
   return o;
 }
 

@@ -84,7 +84,8 @@ class Supervisor {
     for (const WorkerIdentity& who : spec_.workers) {
       Worker& w = workers_.emplace_back();
       w.who = who;
-      SpawnedWorker s = spawn_worker(spec_.program, to_envp(worker_environment(spec_.parent_env, who)));
+      SpawnedWorker s =
+          spawn_worker(spec_.program, to_envp(worker_environment(spec_.parent_env, who)));
       w.pid = s.pid;
       w.running = true;
       std::string prefix = "[rank " + std::to_string(who.rank) + "] ";
@@ -186,7 +187,8 @@ class Supervisor {
   int poll_timeout_ms() const {
     int ms = spec_.remote_failure ? spec_.remote_poll_ms : 1000;
     if (stopping_ && !killed_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
       ms = std::min<int>(ms, static_cast<int>(std::max<int64_t>(0, left.count())) + 1);
     }
     return ms;

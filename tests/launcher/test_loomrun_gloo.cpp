@@ -35,9 +35,9 @@ TEST(LoomrunGloo, CollectivesOnTwoNodes) {
   std::string master = std::to_string(pick_free_port());
   std::string rdzv = std::to_string(pick_free_port());
   auto node = [&](int rank) {
-    return std::vector<std::string>{"--nnodes", "2", "--node_rank", std::to_string(rank),
-                                    "--nproc_per_node", "2", "--master_port", master,
-                                    "--rdzv_port", rdzv, kDistTool, "collectives"};
+    return std::vector<std::string>{"--nnodes",         "2",  "--node_rank",   std::to_string(rank),
+                                    "--nproc_per_node", "2",  "--master_port", master,
+                                    "--rdzv_port",      rdzv, kDistTool,       "collectives"};
   };
   Loomrun n1(node(1), dir.str(), {"LOOM_TEST_BACKEND=gloo"}, "node1");
   Loomrun n0(node(0), dir.str(), {"LOOM_TEST_BACKEND=gloo"}, "node0");

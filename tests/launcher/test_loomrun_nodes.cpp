@@ -20,9 +20,12 @@ struct TwoNodes {
   std::string master = std::to_string(pick_free_port());
   std::string rdzv = std::to_string(pick_free_port());
   std::vector<std::string> node(int rank, int nproc, std::vector<std::string> rest) const {
-    std::vector<std::string> a{"--nnodes", "2", "--node_rank", std::to_string(rank),
-                               "--nproc_per_node", std::to_string(nproc), "--master_port", master,
-                               "--rdzv_port", rdzv, "--rdzv_timeout", "30"};
+    std::vector<std::string> a{"--nnodes",         "2",
+                               "--node_rank",      std::to_string(rank),
+                               "--nproc_per_node", std::to_string(nproc),
+                               "--master_port",    master,
+                               "--rdzv_port",      rdzv,
+                               "--rdzv_timeout",   "30"};
     a.insert(a.end(), rest.begin(), rest.end());
     return a;
   }
