@@ -11,6 +11,20 @@ if(NOT CLI11_FOUND)
   add_library(CLI11::CLI11 INTERFACE IMPORTED)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
+# Gloo (Debian's libgloo-dev): the CPU collectives of loom::distributed. Optional: without it
+# (the GPU machine) only NCCL is built. loom::gloo carries LOOM_WITH_GLOO for the code that uses it.
+find_path(GLOO_INCLUDE_DIR gloo/config.h)
+find_library(GLOO_LIBRARY gloo)
+if(GLOO_INCLUDE_DIR AND GLOO_LIBRARY AND NOT TARGET loom::gloo)
+  add_library(loom::gloo INTERFACE IMPORTED)
+  set_target_properties(loom::gloo PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${GLOO_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${GLOO_LIBRARY};Threads::Threads"
+    INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_GLOO=1)
+  message(STATUS "Gloo: ${GLOO_LIBRARY}")
+elseif(NOT TARGET loom::gloo)
+  message(STATUS "Gloo not found: the CPU (gloo) process group is not built")
+endif()
 if(LOOM_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

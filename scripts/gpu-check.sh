@@ -82,12 +82,39 @@ else
   row "memcheck" "not run (no compute-sanitizer or no test_cuda)"
 fi
 
+# ---- distributed: NCCL across two GPUs (one process each), and all_reduce bus bandwidth
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${ngpu:-0}" -ge 2 ] && [ -x "$BUILD/tests/test_distributed" ]; then
+  echo "== distributed (NCCL, 2 processes)"
+  timeout 600 "$BUILD/tests/test_distributed" --gtest_filter='Nccl.*' > "$LOG/distributed.log" 2>&1
+  rc=$?
+  tail -n 20 "$LOG/distributed.log"
+  dpassed=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/distributed.log" | grep -oE '[0-9]+$' || echo 0)
+  dskipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$LOG/distributed.log" | grep -oE '[0-9]+$' || echo 0)
+  row "NCCL tests (2 GPUs)" "$dpassed passed, $dskipped skipped (exit $rc)"
+  grep -m1 'timed out after' "$LOG/distributed.log" | cut -c1-160 >> "$LOG/summary.txt"
+  if [ -z "${SKIP_BENCH:-}" ] && [ -x "$BUILD/benchmarks/bench_allreduce" ]; then
+    echo "== bench_allreduce --nproc 2 --backend nccl"
+    timeout 600 "$BUILD/benchmarks/bench_allreduce" --nproc 2 --backend nccl \
+      > "$LOG/bench_allreduce.log" 2>&1
+    row "bench_allreduce (nccl x2)" "exit $?"
+    cat "$LOG/bench_allreduce.log"
+    # size(B) count time(us) algbw busbw -> one summary row per size
+    while read -r bytes _ us _ busbw; do
+      row "  busbw $bytes B" "$busbw GB/s ($us us)"
+    done < <(grep -E '^ +[0-9]+ ' "$LOG/bench_allreduce.log")
+  fi
+else
+  row "NCCL tests (2 GPUs)" "not run ($ngpu GPU(s))"
+fi
+
 # ---- benchmarks
 if [ -z "${SKIP_BENCH:-}" ]; then
   : > "$LOG/bench.log"
   for b in "$BUILD"/benchmarks/bench_*; do
     [ -x "$b" ] || continue
     name=$(basename "$b")
+    [ "$name" = bench_allreduce ] && continue  # multi-process: run in the distributed section
     echo "== $name ${BENCH_ARGS:-}"
     echo "== $name ${BENCH_ARGS:-}" >> "$LOG/bench.log"
     # shellcheck disable=SC2086

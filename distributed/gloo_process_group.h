@@ -1,0 +1,67 @@
+// GlooProcessGroup: the CPU backend over Debian's Gloo (TCP transport), rendezvous through loom's
+// store. Collectives run in order on one worker thread per group; send/recv are posted at once.
+// Leaves out: CUDA tensors (NCCL's job: an error naming the device) and Gloo's ibverbs transport.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "distributed/process_group.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+class UnboundBuffer;
+}  // namespace transport
+}  // namespace gloo
+
+namespace loom::distributed {
+
+class GlooProcessGroup : public ProcessGroup {
+ public:
+  // hostname: the address other ranks reach this one at (127.0.0.1 on one machine). Blocks until
+  // every member has joined (the rendezvous), at most the store's timeout.
+  GlooProcessGroup(int rank, int size, std::shared_ptr<Store> store, Millis timeout,
+                   const std::string& hostname);
+  ~GlooProcessGroup() override;
+  std::string backend() const override { return "gloo"; }
+
+ protected:
+  std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_broadcast(Tensor& t, int root, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_all_gather(Tensor& out, const Tensor& in, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
+                                          const OpRecord& rec) override;
+  std::shared_ptr<Work> do_barrier(const OpRecord& rec) override;
+  std::shared_ptr<Work> do_send(const Tensor& t, int dst, int tag, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_recv(Tensor& t, int src, int tag, const OpRecord& rec) override;
+  void check_device(const char* op, const Tensor& t) const override;
+
+ private:
+  struct Job {
+    std::function<void()> run;
+    OpRecord rec;
+    std::shared_ptr<CompletionWork> work;
+  };
+  std::shared_ptr<Work> enqueue(std::deque<Job>& queue, OpRecord rec, std::function<void()> run);
+  void worker(std::deque<Job>& queue);
+  void run_job(Job& job);
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> collectives_;  // run in order by collective_thread_
+  std::deque<Job> p2p_waits_;    // posted sends/recvs, waited for in order by p2p_thread_
+  bool stop_ = false;
+  std::string broken_;  // the first failure: every later op fails with it
+  std::thread collective_thread_, p2p_thread_;
+};
+
+}  // namespace loom::distributed

@@ -1,0 +1,323 @@
+// NcclProcessGroup: the unique id through the store, ops on the communication stream (Note [NCCL
+// stream order]), NcclWork, and the watchdog that turns hangs into errors (Note [NCCL watchdog]).
+// Leaves out: batched send/recv groups across calls (each send/recv is its own NCCL group).
+#include "distributed/nccl_process_group.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "core/cuda/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+
+#define LOOM_NCCL_CHECK(call)                                                                  \
+  do {                                                                                         \
+    ncclResult_t loom_nccl_ = (call);                                                          \
+    if (loom_nccl_ != ncclSuccess)                                                             \
+      LOOM_FAIL(#call, " failed: ", ncclGetErrorString(loom_nccl_), " (", ncclGetLastError(nullptr), ")"); \
+  } while (0)
+
+namespace loom::distributed {
+
+using Clock = std::chrono::steady_clock;
+
+void ensure_nvls_disabled() {
+  const char* v = std::getenv("NCCL_NVLS_ENABLE");
+  if (!v || std::strcmp(v, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1);
+}
+
+struct NcclProcessGroup::Comm {
+  ncclComm_t comm = nullptr;
+};
+
+// Note [NCCL stream order]
+// Like PyTorch: an op (1) records an event on the device's current (compute) stream and makes the
+// communication stream wait for it, so the NCCL kernel reads what the compute stream wrote;
+// (2) runs on the communication stream; (3) tells the caching allocator the tensors are used
+// there (record_stream), so freeing them on the compute stream cannot hand their memory out
+// before the collective is done; (4) records an end event. Work::wait() makes the current compute
+// stream wait for that event (no host block); synchronize() blocks the host until it completes
+// or the watchdog fails it.
+class NcclWork : public Work {
+ public:
+  NcclWork(OpRecord rec, int device, bool host_blocking)
+      : rec_(std::move(rec)), device_(device), host_blocking_(host_blocking), start_(Clock::now()) {
+    LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
+  }
+  ~NcclWork() override { cudaEventDestroy(end_); }
+
+  bool wait(Millis timeout) override {
+    if (host_blocking_) {  // barrier: the host waits, as a barrier must
+      synchronize_for(timeout);
+      return true;
+    }
+    rethrow();
+    cuda::DeviceGuard g(device_);
+    LOOM_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), end_, 0));
+    return true;
+  }
+  void synchronize() override { synchronize_for(kNoTimeout); }
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_ || err_;
+  }
+  std::exception_ptr error() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return err_;
+  }
+
+  // ---- for the group and its watchdog ----
+  cudaEvent_t end() const { return end_; }
+  const OpRecord& rec() const { return rec_; }
+  Clock::time_point start() const { return start_; }
+  void finish(std::exception_ptr err) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_ && !err_) {
+      done_ = err == nullptr;
+      err_ = err;
+    }
+  }
+
+ private:
+  void rethrow() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (err_) std::rethrow_exception(err_);
+  }
+  // Polls (never cudaEventSynchronize: a hung kernel would hold the host past the abort).
+  void synchronize_for(Millis timeout) {
+    auto deadline = timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+    for (;;) {
+      rethrow();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (done_) return;
+      }
+      cudaError_t q = cudaEventQuery(end_);
+      if (q == cudaSuccess) {
+        finish(nullptr);
+        return;
+      }
+      LOOM_CHECK(q == cudaErrorNotReady, rec_.describe(), ": CUDA error while waiting: ",
+                 cudaGetErrorString(q));
+      LOOM_CHECK(Clock::now() < deadline, rec_.describe(), ": not finished within the wait's ",
+                 timeout.count(), " ms");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  OpRecord rec_;
+  int device_;
+  bool host_blocking_;
+  Clock::time_point start_;
+  cudaEvent_t end_ = nullptr;
+  std::mutex mu_;
+  bool done_ = false;
+  std::exception_ptr err_;
+};
+
+namespace {
+ncclDataType_t nccl_dtype(DType d) {
+  switch (d) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I64: return ncclInt64;
+    case DType::I32: return ncclInt32;
+    case DType::U8:
+    case DType::Bool: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+// Note [Reductions and dtypes]: bool Sum/Max = or (NCCL max on 0/1), Product/Min = and (min).
+ncclRedOp_t nccl_op(ReduceOp op, DType d) {
+  if (d == DType::Bool) return (op == ReduceOp::Sum || op == ReduceOp::Max) ? ncclMax : ncclMin;
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Product: return ncclProd;
+  }
+  return ncclSum;
+}
+}  // namespace
+
+NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> store,
+                                   Millis timeout, int device)
+    : ProcessGroup(rank, size, store, timeout), device_(device), comm_(std::make_unique<Comm>()) {
+  int n = cuda::device_count();
+  LOOM_CHECK(device >= 0 && device < n, "nccl: rank ", rank, " asked for cuda:", device,
+             " but this process sees ", n, " CUDA device(s) (set LOCAL_RANK or CUDA_VISIBLE_DEVICES)");
+  ensure_nvls_disabled();
+  ncclUniqueId id;
+  if (rank == 0) {
+    LOOM_NCCL_CHECK(ncclGetUniqueId(&id));
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(&id);
+    store->set("nccl_id", Bytes(p, p + sizeof(id)));
+  } else {
+    Bytes b = store->get("nccl_id");
+    LOOM_CHECK(b.size() == sizeof(id), "nccl: the unique id in the store has ", b.size(),
+               " bytes, expected ", sizeof(id));
+    std::memcpy(&id, b.data(), sizeof(id));
+  }
+  cuda::DeviceGuard g(device_);
+  LOOM_NCCL_CHECK(ncclCommInitRank(&comm_->comm, size, id, rank));
+  barrier_buf_ = empty({1}, {.dtype = DType::F32, .device = cuda_device(device_)});
+  watchdog_ = std::thread([this] { watchdog(); });
+}
+
+NcclProcessGroup::~NcclProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  watchdog_.join();
+  if (comm_->comm) {
+    // Let queued ops finish before the communicator goes (a healthy group finishes quickly).
+    cudaStreamSynchronize(cuda::comm_stream(device_));
+    ncclCommDestroy(comm_->comm);
+  }
+}
+
+void NcclProcessGroup::check_device(const char* op, const Tensor& t) const {
+  LOOM_CHECK(t.device() == cuda_device(device_), op, ": this nccl group's tensors live on cuda:",
+             device_, ", got ", describe(t));
+}
+
+template <typename Body>
+std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
+                                               std::initializer_list<Tensor> tensors,
+                                               bool host_blocking, Body&& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_CHECK(broken_.empty(), rec.describe(), ": the group failed earlier: ", broken_);
+  cuda::DeviceGuard g(device_);
+  cudaStream_t compute = cuda::current_stream(device_), comm = cuda::comm_stream(device_);
+  cuda::check_not_capturing(comm, "a NCCL collective");
+  cuda::Event ready;
+  ready.record(compute);
+  ready.wait(comm);
+  body(comm_->comm, comm);
+  for (const Tensor& t : tensors)
+    if (t.numel() > 0) cuda::record_stream(t, comm);
+  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking);
+  LOOM_CUDA_CHECK(cudaEventRecord(work->end(), comm));
+  outstanding_.push_back(work);
+  cv_.notify_all();
+  return work;
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) {
+  return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
+    if (t.numel() == 0) return;
+    LOOM_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_dtype(t.dtype()),
+                                  nccl_op(op, t.dtype()), c, s));
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_broadcast(Tensor& t, int root, const OpRecord& rec) {
+  return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
+    if (t.numel() == 0) return;
+    LOOM_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()),
+                                  nccl_dtype(t.dtype()), root, c, s));
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_all_gather(Tensor& out, const Tensor& in,
+                                                      const OpRecord& rec) {
+  return launch(rec, {out, in}, false, [&](ncclComm_t c, cudaStream_t s) {
+    if (in.numel() == 0) return;
+    LOOM_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()),
+                                  nccl_dtype(in.dtype()), c, s));
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_reduce_scatter(Tensor& out, const Tensor& in,
+                                                          ReduceOp op, const OpRecord& rec) {
+  return launch(rec, {out, in}, false, [&](ncclComm_t c, cudaStream_t s) {
+    if (out.numel() == 0) return;
+    LOOM_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()),
+                                      nccl_dtype(in.dtype()), nccl_op(op, in.dtype()), c, s));
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_barrier(const OpRecord& rec) {
+  Tensor b = barrier_buf_;
+  return launch(rec, {b}, true, [&](ncclComm_t c, cudaStream_t s) {
+    LOOM_NCCL_CHECK(ncclAllReduce(b.data_ptr(), b.data_ptr(), 1, ncclFloat32, ncclSum, c, s));
+  });
+}
+
+// send/recv: each is its own NCCL group; a rank's sends and recvs run in call order on the
+// communication stream, so a ring must alternate (even ranks send first, odd ranks receive first).
+std::shared_ptr<Work> NcclProcessGroup::do_send(const Tensor& t, int dst, int tag,
+                                                const OpRecord& rec) {
+  (void)tag;  // NCCL matches by order per peer, not by tag
+  return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
+    if (t.numel() == 0) return;
+    LOOM_NCCL_CHECK(ncclGroupStart());
+    LOOM_NCCL_CHECK(ncclSend(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, dst, c, s));
+    LOOM_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor& t, int src, int tag, const OpRecord& rec) {
+  (void)tag;
+  return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
+    if (t.numel() == 0) return;
+    LOOM_NCCL_CHECK(ncclGroupStart());
+    LOOM_NCCL_CHECK(ncclRecv(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, src, c, s));
+    LOOM_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+// Note [NCCL watchdog]
+// Every 50 ms: outstanding works whose end event completed are finished; NCCL's asynchronous
+// error (a peer gone, a network failure) or a work older than the timeout fails the group: the
+// communicator is aborted (ncclCommAbort, which also unblocks its kernels), every outstanding
+// work fails with the message (Note [Timeout errors]), and later ops fail at once.
+void NcclProcessGroup::watchdog() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    if (stop_ || !comm_->comm) continue;
+    for (auto it = outstanding_.begin(); it != outstanding_.end();) {
+      if (cudaEventQuery((*it)->end()) == cudaSuccess) {
+        (*it)->finish(nullptr);
+        it = outstanding_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_->comm, &async);
+    std::string msg;
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const OpRecord& r = outstanding_.empty() ? OpRecord{"nccl", 0, 0, DType::U8, -1}
+                                               : outstanding_.front()->rec();
+      msg = str(r.describe(), " failed on rank ", rank(), ": NCCL reported ",
+                ncclGetErrorString(async), " (did a peer exit?)");
+    } else if (!outstanding_.empty() && Clock::now() - outstanding_.front()->start() > timeout()) {
+      OpRecord r = outstanding_.front()->rec();
+      lock.unlock();  // reading the store takes a moment; ops issued meanwhile queue behind
+      msg = log().timeout_message(r, timeout());
+      lock.lock();
+    }
+    if (!msg.empty()) {
+      broken_ = msg;
+      ncclCommAbort(comm_->comm);
+      comm_->comm = nullptr;
+      for (auto& w : outstanding_) w->finish(std::make_exception_ptr(Error(msg)));
+      outstanding_.clear();
+    }
+  }
+}
+
+}  // namespace loom::distributed

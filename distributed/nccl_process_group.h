@@ -1,0 +1,65 @@
+// NcclProcessGroup: the CUDA backend: one NCCL communicator per group on one device, ops on the
+// device's communication stream ordered against the compute stream by events, a watchdog that
+// aborts the communicator when an op outlives the timeout or NCCL reports an async error.
+// Leaves out: several devices per process, and NCCL's non-blocking communicator mode.
+#pragma once
+
+#include <condition_variable>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "distributed/process_group.h"
+
+namespace loom::distributed {
+
+class NcclWork;
+
+// Note [NCCL and NVLS]
+// NVLink SHARP (multicast) stays off: before the first communicator loom sets
+// NCCL_NVLS_ENABLE=0 in its own environment (overriding any other value, never to 1), and every
+// process it starts inherits it. Multicast objects can take a shared machine's GPUs out of
+// service, and loom's collectives do not need them.
+void ensure_nvls_disabled();
+
+class NcclProcessGroup : public ProcessGroup {
+ public:
+  // device: the CUDA device of this rank (tensors must live there). Rank 0 makes the unique id
+  // and puts it in the store under "nccl_id"; every rank then joins the communicator.
+  NcclProcessGroup(int rank, int size, std::shared_ptr<Store> store, Millis timeout, int device);
+  ~NcclProcessGroup() override;
+  std::string backend() const override { return "nccl"; }
+  int device() const { return device_; }
+
+ protected:
+  std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_broadcast(Tensor& t, int root, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_all_gather(Tensor& out, const Tensor& in, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
+                                          const OpRecord& rec) override;
+  std::shared_ptr<Work> do_barrier(const OpRecord& rec) override;
+  std::shared_ptr<Work> do_send(const Tensor& t, int dst, int tag, const OpRecord& rec) override;
+  std::shared_ptr<Work> do_recv(Tensor& t, int src, int tag, const OpRecord& rec) override;
+  void check_device(const char* op, const Tensor& t) const override;
+
+ private:
+  struct Comm;  // the ncclComm_t, behind a pointer so this header needs no nccl.h
+  template <typename Body>
+  std::shared_ptr<Work> launch(const OpRecord& rec, std::initializer_list<Tensor> tensors,
+                               bool host_blocking, Body&& body);
+  void watchdog();
+
+  int device_;
+  std::unique_ptr<Comm> comm_;
+  Tensor barrier_buf_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::list<std::shared_ptr<NcclWork>> outstanding_;
+  std::string broken_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace loom::distributed

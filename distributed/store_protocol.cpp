@@ -1,0 +1,144 @@
+// Encoding and bounds-checked decoding of the TCP store's messages (Note [Store protocol]).
+#include "distributed/store_protocol.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace loom::distributed::wire {
+
+namespace {
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+}  // namespace
+
+bool is_request(uint8_t t) { return (t >= 1 && t <= 9) || t == uint8_t(Type::Auth); }
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::Set: return "set";
+    case Type::Get: return "get";
+    case Type::Add: return "add";
+    case Type::CompareSet: return "compare_set";
+    case Type::Wait: return "wait";
+    case Type::Check: return "check";
+    case Type::Delete: return "delete_key";
+    case Type::NumKeys: return "num_keys";
+    case Type::Ping: return "ping";
+    case Type::Auth: return "auth";
+    case Type::Ok: return "ok";
+    case Type::Timeout: return "timeout";
+    case Type::Failed: return "failed";
+  }
+  return "?";
+}
+
+bool parse_header(const uint8_t* p, Header& h, std::string& why) {
+  uint32_t magic = load_u32(p);
+  if (magic != kMagic) {
+    why = str("bad magic 0x", std::hex, magic);
+    return false;
+  }
+  if (p[4] != kVersion) {
+    why = str("protocol version ", int(p[4]), " (this server speaks ", int(kVersion), ")");
+    return false;
+  }
+  h.type = p[5];
+  h.length = load_u32(p + 8);
+  if (h.length > kMaxPayload) {
+    why = str("message of ", h.length, " bytes (the limit is ", kMaxPayload, ")");
+    return false;
+  }
+  return true;
+}
+
+Writer::Writer(Type t) {
+  buf_.reserve(64);
+  u32(kMagic);
+  buf_.push_back(kVersion);
+  buf_.push_back(uint8_t(t));
+  buf_.push_back(0);
+  buf_.push_back(0);
+  u32(0);  // length, filled by finish()
+}
+
+void Writer::u32(uint32_t v) {
+  for (int i = 0; i < 4; ++i) buf_.push_back(uint8_t(v >> (8 * i)));
+}
+Writer& Writer::str(const std::string& s) {
+  LOOM_CHECK(s.size() <= kMaxPayload, "store: a field of ", s.size(), " bytes is over the limit");
+  u32(uint32_t(s.size()));
+  buf_.insert(buf_.end(), s.begin(), s.end());
+  return *this;
+}
+Writer& Writer::bytes(const Bytes& b) {
+  LOOM_CHECK(b.size() <= kMaxPayload, "store: a value of ", b.size(), " bytes is over the limit ",
+             kMaxPayload);
+  u32(uint32_t(b.size()));
+  buf_.insert(buf_.end(), b.begin(), b.end());
+  return *this;
+}
+Writer& Writer::i64(int64_t v) {
+  for (int i = 0; i < 8; ++i) buf_.push_back(uint8_t(uint64_t(v) >> (8 * i)));
+  return *this;
+}
+Writer& Writer::list(const std::vector<std::string>& keys) {
+  LOOM_CHECK(keys.size() <= kMaxKeysPerWait, "store: ", keys.size(), " keys in one call (limit ",
+             kMaxKeysPerWait, ")");
+  u32(uint32_t(keys.size()));
+  for (const auto& k : keys) str(k);
+  return *this;
+}
+const Bytes& Writer::finish() {
+  size_t n = buf_.size() - kHeaderBytes;
+  LOOM_CHECK(n <= kMaxPayload, "store: a message of ", n, " bytes is over the limit ", kMaxPayload);
+  for (int i = 0; i < 4; ++i) buf_[8 + i] = uint8_t(n >> (8 * i));
+  return buf_;
+}
+
+void Reader::need(size_t k) const {
+  LOOM_CHECK(k <= n_ - at_, "store: malformed message (a field needs ", k, " bytes, ", n_ - at_,
+             " left)");
+}
+uint32_t Reader::u32() {
+  need(4);
+  uint32_t v = load_u32(p_ + at_);
+  at_ += 4;
+  return v;
+}
+std::string Reader::str(uint32_t max_len) {
+  uint32_t len = u32();
+  LOOM_CHECK(len <= max_len, "store: malformed message (a key of ", len, " bytes)");
+  need(len);
+  std::string s(reinterpret_cast<const char*>(p_ + at_), len);
+  at_ += len;
+  return s;
+}
+Bytes Reader::bytes() {
+  uint32_t len = u32();
+  need(len);
+  Bytes b(p_ + at_, p_ + at_ + len);
+  at_ += len;
+  return b;
+}
+int64_t Reader::i64() {
+  need(8);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p_[at_ + i]) << (8 * i);
+  at_ += 8;
+  return int64_t(v);
+}
+std::vector<std::string> Reader::list() {
+  uint32_t count = u32();
+  LOOM_CHECK(count <= kMaxKeysPerWait, "store: malformed message (", count, " keys)");
+  std::vector<std::string> keys;
+  keys.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) keys.push_back(str(kMaxKeyBytes));
+  return keys;
+}
+void Reader::done() const {
+  LOOM_CHECK(at_ == n_, "store: malformed message (", n_ - at_, " bytes left over)");
+}
+
+}  // namespace loom::distributed::wire

@@ -1,0 +1,73 @@
+// The Gloo process group in real processes: every collective against a reference (dist_tool.cpp),
+// for 2, 3 and 4 processes, with rank 0 serving the store or an external one; the timeout error;
+// a world of one without a store.
+#include <gtest/gtest.h>
+
+#include "distributed/process_group.h"
+#include "distributed/tcp_store.h"
+#include "spawn.h"
+
+using namespace loom;
+using namespace loom::distributed;
+
+namespace {
+void expect_all_ok(const test::WorkerRun& run) {
+  EXPECT_FALSE(run.timed_out) << run.summary();
+  for (size_t r = 0; r < run.exit_codes.size(); ++r)
+    EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << "\n" << run.summary();
+}
+
+#ifdef LOOM_WITH_GLOO
+class GlooCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCollectives, EveryOpMatchesTheReference) {
+  int n = GetParam();
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"collectives"}, n, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
+  expect_all_ok(run);
+}
+INSTANTIATE_TEST_SUITE_P(Processes, GlooCollectives, ::testing::Values(2, 3, 4));
+
+TEST(Gloo, ExternalStoreFromTheLauncher) {
+  // The launcher's way: it serves the store, the ranks only connect (LOOM_STORE_EXTERNAL=1).
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"collectives"}, 2, server.port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}, {"LOOM_STORE_EXTERNAL", "1"}}, 240);
+  expect_all_ok(run);
+}
+
+TEST(Gloo, ARankThatStopsIsNamedInTheTimeoutError) {
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run = test::run_workers(
+      LOOM_DIST_TOOL, {"timeout"}, 3, server.port(),
+      {{"LOOM_TEST_BACKEND", "gloo"}, {"LOOM_STORE_EXTERNAL", "1"}, {"LOOM_TEST_TIMEOUT_MS", "2000"}},
+      60);
+  expect_all_ok(run);
+  EXPECT_NE(run.output[0].find("rank 2 has not reached it"), std::string::npos) << run.summary();
+}
+#endif
+
+TEST(ProcessGroup, AWorldOfOneNeedsNoStore) {
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("SLURM_PROCID");
+  InitOptions o;
+  o.backend = "gloo";
+  auto pg = init_process_group(o);
+  EXPECT_EQ(pg->size(), 1);
+  EXPECT_EQ(pg->backend(), "local");
+  Tensor t = from_vector<float>({1, 2, 3}, {3});
+  pg->all_reduce(t, ReduceOp::Avg)->wait();
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  Tensor out = from_vector<float>({0, 0, 0}, {3});
+  pg->all_gather(out, t)->wait();
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  Tensor i = from_vector<int64_t>({1}, {1});
+  EXPECT_THROW(pg->all_reduce(i, ReduceOp::Avg), Error);
+  EXPECT_THROW(pg->send(t, 1), Error);
+  EXPECT_EQ(new_group({0})->size(), 1);
+  EXPECT_THROW(new_group({0, 1}), Error);
+  destroy_process_group();
+  EXPECT_FALSE(is_initialized());
+}
+}  // namespace
