@@ -1,8 +1,10 @@
 // bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide) with their
 // timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
 // on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
-// report the median ms/step and the peak device memory. Strict fp32 (TF32 off). --cuda-graph
-// replays zero-grad + forward + backward as one graph (see train/step_runner.h).
+// report the median, min and max ms/step, the peak device memory and the time from process start
+// to the end of the first step. Strict fp32 (TF32 off). --cuda-graph replays zero-grad + forward +
+// backward as one graph (see train/step_runner.h). benchmarks/libtorch/ holds its
+// libtorch twin, with the same output columns; scripts/bench-compare.sh runs both side by side.
 //
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
@@ -20,6 +22,9 @@
 using namespace loom;
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+const Clock::time_point kProcessStart = Clock::now();  // as close to process start as C++ allows
 
 struct Workload {
   std::string name;
@@ -39,8 +44,9 @@ double now_synced(Device d) {
 }
 
 struct Result {
-  double median_ms = 0, min_ms = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
   double peak_mib = 0;
+  double first_step_s = 0;  // process start to the end of the first step
 };
 
 Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph) {
@@ -52,7 +58,10 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
   train::StepRunner runner(*model, opt, 0.0, graph);  // eager, or a replayed CUDA graph
   auto step = [&] { runner.step(x, y); };
-  for (int i = 0; i < warmup; ++i) step();
+  step();
+  now_synced(dev);
+  double first_step_s = std::chrono::duration<double>(Clock::now() - kProcessStart).count();
+  for (int i = 1; i < warmup; ++i) step();
   if (dev.is_cuda()) cuda::reset_peak_memory_stats(dev.index);
   std::vector<double> ms;
   for (int r = 0; r < repeats; ++r) {
@@ -62,7 +71,7 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
     ms.push_back((t1 - t0) * 1e3 / steps);
   }
   std::sort(ms.begin(), ms.end());
-  Result res{ms[ms.size() / 2], ms.front(), 0};
+  Result res{ms[ms.size() / 2], ms.front(), ms.back(), 0, first_step_s};
   if (dev.is_cuda()) res.peak_mib = double(cuda::memory_stats(dev.index).peak_allocated) / (1 << 20);
   return res;
 }
@@ -87,13 +96,14 @@ int main(int argc, char** argv) {
   try {
     if (!device.empty()) dev = Device(device);
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
-    std::printf("%-6s %-8s %-6s %6s %12s %12s %14s\n", "model", "device", "mode", "batch", "ms/step", "min ms",
-                "peak MiB");
+    std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype", "mode", "batch",
+                "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
       if (workload != "all" && workload != w.name) continue;
       Result r = run(w, dev, warmup, steps, repeats, graph);
-      std::printf("%-6s %-8s %-6s %6ld %12.3f %12.3f %14.1f\n", w.name.c_str(), dev.str().c_str(),
-                  graph ? "graph" : "eager", long(w.batch), r.median_ms, r.min_ms, r.peak_mib);
+      std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
+                  dev.str().c_str(), "fp32", graph ? "graph" : "eager", long(w.batch), r.median_ms, r.min_ms,
+                  r.max_ms, r.peak_mib, r.first_step_s);
       std::fflush(stdout);
     }
   } catch (const Error& e) {

@@ -11,6 +11,7 @@ endif()
 option(LOOM_CUDA "Build the CUDA backend" ${_loom_cuda_default})
 option(LOOM_BUILD_TESTS "Build the tests" ON)
 option(LOOM_BUILD_BENCHMARKS "Build the benchmarks (needs Google Benchmark)" ON)
+option(LOOM_LIBTORCH "Build benchmarks/libtorch, the libtorch twin of bench_train (needs Torch)" OFF)
 option(LOOM_NATIVE "Compile the CPU code for this machine's instruction set (-march=native)" ON)
 option(LOOM_WERROR "Treat warnings as errors" OFF)
 

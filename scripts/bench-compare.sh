@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench-compare.sh: loom's training-step benchmark (benchmarks/bench_train) and its libtorch twin
+# (benchmarks/libtorch/bench_train_torch) side by side, in one run on one machine, then one table:
+# ms/step of each (median; min and max shown), the ratio loom/libtorch, peak device memory of each
+# and its ratio, and the time from process start to the first finished step. Each (workload,
+# framework) runs in a fresh process, the two frameworks alternating, so both see the same machine
+# state. The machine, GPU clocks and versions are printed above the table.
+#
+#   scripts/bench-compare.sh                        # every workload on the GPU if there is one
+#   DEVICE=cpu WORKLOADS="mlp cnn" STEPS=10 REPEATS=3 scripts/bench-compare.sh
+#
+# Torch: Debian's libtorch-dev (CPU) is found without hints; on a machine with PyTorch installed
+# the wheel's CMake package is used (TORCH_PREFIX overrides). Knobs: BUILD (build folder, default
+# build-bench), JOBS, DEVICE (cpu, cuda), WORKLOADS, STEPS, REPEATS, WARMUP. Output also goes to
+# $OUT/bench-compare.txt when OUT is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+BUILD=${BUILD:-build-bench}
+JOBS=${JOBS:-$(nproc)}
+WORKLOADS=${WORKLOADS:-"mlp cnn wide"}
+STEPS=${STEPS:-50}
+REPEATS=${REPEATS:-5}
+WARMUP=${WARMUP:-10}
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+if [ -z "${DEVICE:-}" ]; then
+  DEVICE=cpu
+  command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU && DEVICE=cuda
+fi
+if [ -z "${TORCH_PREFIX:-}" ]; then
+  TORCH_PREFIX=$(python3 -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null || true)
+fi
+out=${OUT:+$OUT/bench-compare.txt}
+log() { echo "$@"; [ -n "$out" ] && echo "$@" >> "$out"; return 0; }
+[ -n "$out" ] && : > "$out"
+
+# ---- build both programs
+cuda_flag=OFF
+[ "$DEVICE" != cpu ] && cuda_flag=ON
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA="$cuda_flag" \
+  -DCMAKE_CUDA_ARCHITECTURES="${LOOM_CUDA_ARCHITECTURES:-90}" -DLOOM_BUILD_TESTS=OFF \
+  -DLOOM_LIBTORCH=ON ${TORCH_PREFIX:+-DCMAKE_PREFIX_PATH="$TORCH_PREFIX"} > "$BUILD.configure.log" 2>&1 \
+  || { tail -20 "$BUILD.configure.log"; echo "bench-compare: configure failed (is Torch installed? see above)"; exit 1; }
+cmake --build "$BUILD" -j "$JOBS" --target bench_train bench_train_torch > "$BUILD.build.log" 2>&1 \
+  || { grep -E "error" "$BUILD.build.log" | head -20; echo "bench-compare: build failed"; exit 1; }
+
+# ---- the machine
+log "== bench-compare $(date -u +%Y-%m-%dT%H:%MZ), device $DEVICE, $STEPS steps x $REPEATS repeats after $WARMUP warm-up"
+log "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(nproc) threads)"
+if [ "$DEVICE" != cpu ]; then
+  log "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv,noheader | head -1)"
+fi
+log "loom: $(git describe --always --dirty 2>/dev/null || echo unknown); torch: $(grep -m1 'libtorch twin' "$BUILD.configure.log" | sed 's/.*Torch //')"
+if [ "$DEVICE" = cpu ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}; log "OMP_NUM_THREADS=$OMP_NUM_THREADS"; fi
+
+# ---- run: one process per (workload, framework, mode); the columns of both programs are
+# model device dtype mode batch ms/step min max peak first-step
+common=(--device "$DEVICE" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP")
+rows=$(mktemp)
+for w in $WORKLOADS; do
+  "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
+  "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
+  if [ "$DEVICE" != cpu ]; then
+    "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" --cuda-graph | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
+    "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" --dtype bf16 "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
+  fi
+done
+
+# ---- one table: rows keyed by (model, dtype, mode); a missing side prints "-"
+table=$(awk '
+  { key = $2 " " $4 " " $5; if (!(key in seen)) { seen[key] = 1; keys[++n] = key }
+    ms[$1, key] = $7; mn[$1, key] = $8; mx[$1, key] = $9; pk[$1, key] = $10; fs[$1, key] = $11 }
+  function v(f, k, a) { return ((f, k) in a) ? a[f, k] : "-" }
+  function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
+  END {
+    printf "%-6s %-5s %-6s %10s %10s %6s %19s %19s %9s %9s %5s %8s %8s %5s\n", "model", "dtype", "mode",
+      "loom ms", "torch ms", "ratio", "loom min-max", "torch min-max", "loom MiB", "torch MiB", "ratio",
+      "loom 1st", "torch 1st", "ratio"
+    for (i = 1; i <= n; ++i) { k = keys[i]; split(k, p, " ")
+      lr = (("loom", k) in ms) ? sprintf("%s-%s", mn["loom", k], mx["loom", k]) : "-"
+      tr = (("torch", k) in ms) ? sprintf("%s-%s", mn["torch", k], mx["torch", k]) : "-"
+      printf "%-6s %-5s %-6s %10s %10s %6s %19s %19s %9s %9s %5s %8s %8s %5s\n", p[1], p[2], p[3],
+        v("loom", k, ms), v("torch", k, ms), ratio(v("loom", k, ms), v("torch", k, ms)), lr, tr,
+        v("loom", k, pk), v("torch", k, pk), ratio(v("loom", k, pk), v("torch", k, pk)),
+        v("loom", k, fs), v("torch", k, fs), ratio(v("loom", k, fs), v("torch", k, fs)) } }' "$rows")
+rm -f "$rows"
+log ""
+log "$table"
+log "(ratio = loom / libtorch: below 1 is loom faster or smaller; MiB = peak device memory, 0 on the CPU;"
+log " 1st = seconds from process start to the end of the first step; graph rows replay a CUDA graph (loom only))"
