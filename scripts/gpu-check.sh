@@ -53,7 +53,7 @@ row envinfo "$([ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAILED)"
 echo "== ctest"
 # shellcheck disable=SC2086
 (cd "$BUILD" && timeout "${CTEST_TIMEOUT:-1200}" ctest -j "${CTEST_JOBS:-8}" --timeout 300 --output-on-failure \
-  ${CTEST_ARGS:-}) > "$LOG/ctest.log" 2>&1
+  --output-junit "$LOG/ctest-junit.xml" ${CTEST_ARGS:-}) > "$LOG/ctest.log" 2>&1
 tail -n 25 "$LOG/ctest.log"
 total=$(grep -oE 'tests failed out of [0-9]+' "$LOG/ctest.log" | grep -oE '[0-9]+$' || echo "?")
 failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' || echo "?")
@@ -62,6 +62,7 @@ cuda_tests=$(grep -c . <<< "$cuda_lines" || true)
 cuda_failed=$(grep -cE '\*\*\*(Failed|Timeout|Exception)' <<< "$cuda_lines" || true)
 cuda_skipped=$(grep -cE '\*\*\*(Skipped|Not Run)' <<< "$cuda_lines" || true)
 row "ctest (all binaries)" "$failed failed of $total"
+row "  passed/failed/skipped" "$(python3 "$ROOT/scripts/test_summary.py" "$LOG/ctest-junit.xml" | tail -n 1)"
 row "  of which CUDA tests" "$cuda_failed failed, $cuda_skipped skipped of $cuda_tests"
 
 # ---- memcheck over the CUDA tests (one process: the gtest summary gives skip counts too)
