@@ -65,7 +65,8 @@ int run(const LaunchOptions& o) {
   if (o.nnodes > 1) {
     nodes = std::make_unique<NodeRendezvous>(
         o.master_addr, o.rdzv_port, o.nnodes, o.node_rank,
-        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)));
+        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)),
+        std::chrono::milliseconds(static_cast<int64_t>(o.node_timeout_seconds * 1000)));
   }
   {
     std::vector<std::string> notes;

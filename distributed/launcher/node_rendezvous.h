@@ -26,9 +26,10 @@ struct NodeAssignment {
 class NodeRendezvous {
  public:
   // Node 0 serves the store on host:port (bound to host); every node connects, retrying until
-  // `timeout` (the join timeout; also how long node 0 waits for the others at the end).
+  // `timeout` (the join timeout). Node 0 reports a node whose heartbeat stopped for `lost_after`.
   NodeRendezvous(const std::string& host, int port, int nnodes, int node_rank,
-                 std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout,
+                 std::chrono::milliseconds lost_after = std::chrono::seconds(15));
   ~NodeRendezvous();
 
   // Blocks until all nodes joined `attempt` (an error naming the missing nodes after the
@@ -61,6 +62,8 @@ class NodeRendezvous {
 
   int nnodes_, node_rank_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds lost_after_;  // node 0: a node silent this long has failed
+  int lost_nodes_ = 0;                    // node 0: nodes of this attempt found lost
   std::shared_ptr<TCPStore> store_;
   std::chrono::steady_clock::time_point next_beat_;
   std::vector<int64_t> last_beat_;  // node 0: each node's counter

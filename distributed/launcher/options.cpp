@@ -103,6 +103,10 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   app.add_option("--rdzv_timeout,--rdzv-timeout", o.rdzv_timeout_seconds,
                  "seconds to wait for all nodes to join (and, on node 0, to finish)")
       ->capture_default_str();
+  app.add_option("--node_timeout,--node-timeout", o.node_timeout_seconds,
+                 "with --nnodes > 1: node 0 declares a node failed when its loomrun has not "
+                 "sent a heartbeat for this many seconds")
+      ->capture_default_str();
   app.add_option("--log_dir,--log-dir", o.log_dir,
                  "write each rank's output to DIR/attempt_K/rank_N.{stdout,stderr} instead of "
                  "the console");
@@ -132,6 +136,8 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   LOOM_CHECK(o.tail_lines >= 0, "loomrun: --tail ", o.tail_lines, " must be >= 0");
   LOOM_CHECK(o.rdzv_timeout_seconds > 0, "loomrun: --rdzv_timeout ", o.rdzv_timeout_seconds,
              " must be > 0");
+  LOOM_CHECK(o.node_timeout_seconds >= 2, "loomrun: --node_timeout ", o.node_timeout_seconds,
+             " must be >= 2 (heartbeats are sent every second)");
   LOOM_CHECK(!o.tee || !o.log_dir.empty(), "loomrun: --tee needs --log-dir");
   if (o.standalone) {
     LOOM_CHECK(o.nnodes == 1, "loomrun: --standalone is one node, but --nnodes is ", o.nnodes);
