@@ -138,9 +138,14 @@ int run(const LaunchOptions& o) {
 
     GroupResult r = run_worker_group(spec);
     if (r.outcome == Outcome::kSucceeded && nodes) {
-      if (auto why = nodes->finish(attempt)) {
-        r.outcome = Outcome::kRemoteFailed;
-        r.remote_reason = *why;
+      if (auto why = nodes->finish(attempt, cancelled)) {
+        if (interrupted) {  // Ctrl-C while waiting for the other nodes: they must stop too
+          r.outcome = Outcome::kSignalled;
+          r.signal = interrupted;
+        } else {
+          r.outcome = Outcome::kRemoteFailed;
+          r.remote_reason = *why;
+        }
       }
     }
     if (r.outcome == Outcome::kSucceeded) {

@@ -159,12 +159,14 @@ void NodeRendezvous::stopped(int attempt, bool last_attempt, double grace_second
   }
 }
 
-std::optional<std::string> NodeRendezvous::finish(int attempt) {
+std::optional<std::string> NodeRendezvous::finish(int attempt,
+                                                  const std::function<bool()>& cancelled) {
   try {
     store_->add(key(attempt, "done"), 1);
     for (;;) {
       if (store_->add(key(attempt, "done"), 0) >= nnodes_) break;
       if (auto why = failure(attempt)) return why;
+      if (cancelled && cancelled()) return "cancelled";
       std::this_thread::sleep_for(milliseconds(100));
     }
     store_->add(key(attempt, "left"), 1);

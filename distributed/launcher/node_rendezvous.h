@@ -51,7 +51,8 @@ class NodeRendezvous {
 
   // This node's workers all succeeded: waits until every node's did. Returns a failure reason if
   // another node failed meanwhile (then this node takes part in the restart, or exits non-zero).
-  std::optional<std::string> finish(int attempt);
+  // When `cancelled` says true (asked every 0.1 s), stops waiting and returns "cancelled".
+  std::optional<std::string> finish(int attempt, const std::function<bool()>& cancelled);
 
   int port() const;
 
