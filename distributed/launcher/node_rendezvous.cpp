@@ -75,10 +75,20 @@ NodeAssignment NodeRendezvous::join(int attempt, int nproc, int max_restarts,
                 " within ", timeout_.count() / 1000.0, " s (--rdzv_timeout)");
     }
   }
+  std::vector<std::string> records;
+  for (const auto& k : keys) records.push_back(store_->get_string(k, timeout_));
+  // Node 0 may leave (on a mismatch below) only once every node has read the records: the store
+  // goes away with it.
+  store_->add(key(attempt, "read"), 1);
+  if (node_rank_ == 0) {
+    auto deadline = Clock::now() + milliseconds(5000);
+    while (Clock::now() < deadline && store_->add(key(attempt, "read"), 0) < nnodes_)
+      std::this_thread::sleep_for(milliseconds(10));
+  }
   NodeAssignment a;
   int my_restarts = max_restarts;
   for (int n = 0; n < nnodes_; ++n) {
-    std::istringstream in(store_->get_string(keys[static_cast<size_t>(n)], timeout_));
+    std::istringstream in(records[static_cast<size_t>(n)]);
     int np = 0, mr = 0;
     std::string host;
     in >> np >> mr >> host;

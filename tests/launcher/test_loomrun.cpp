@@ -254,3 +254,21 @@ TEST(Loomrun, MissingProgramFailsAtOnce) {
   EXPECT_TRUE(contains(run.err(), "/nonexistent/prog")) << run.err();
   EXPECT_FALSE(contains(run.err(), "restarting")) << run.err();  // no point in retrying
 }
+
+// A second SIGTERM skips the grace period: workers that ignore SIGTERM are killed at once.
+TEST(Loomrun, SecondSignalKillsWithoutWaiting) {
+  TempDir dir;
+  Loomrun run(
+      {"--standalone", "--nproc_per_node", "2", "--grace", "30", kWorker, "ignore-term", dir.str()},
+      dir.str());
+  auto pids = worker_pids(dir, {0, 1});
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  auto t0 = Clock::now();
+  ::kill(run.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(process_gone(pids[0]) == false) << "SIGTERM is ignored: it must still run";
+  ::kill(run.pid(), SIGTERM);
+  EXPECT_EQ(run.run_to_end(10), 128 + SIGTERM) << run.err();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);  // not 30 s
+  for (pid_t p : pids) EXPECT_TRUE(process_gone(p));
+}

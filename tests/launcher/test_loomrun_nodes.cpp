@@ -148,3 +148,17 @@ TEST(LoomrunNodes, NodeOneLoomrunKilled) {
   EXPECT_TRUE(contains(n0.err(), "node 1 stopped answering (no heartbeat for 2 s")) << n0.err();
   std::printf("node 1's loomrun killed: node 0 stopped after %.3f s\n", seconds);
 }
+
+TEST(LoomrunNodes, NodesMustAgreeOnMaxRestarts) {
+  TempDir dir;
+  TwoNodes job;
+  Loomrun n0(job.node(0, 1, {kWorker, "env", dir.str()}, {"--max_restarts", "0"}), dir.str(), {},
+             "node0");
+  Loomrun n1(job.node(1, 1, {kWorker, "env", dir.str()}, {"--max_restarts", "2"}), dir.str(), {},
+             "node1");
+  EXPECT_EQ(n0.run_to_end(30), 1);
+  EXPECT_EQ(n1.run_to_end(30), 1);
+  EXPECT_TRUE(contains(n1.err(), "--max_restarts differs between nodes: node 1 has 2, node 0"))
+      << n1.err();
+  EXPECT_FALSE(exists(dir / "env_0")) << "no worker may start";
+}
