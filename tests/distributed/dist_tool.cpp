@@ -128,7 +128,7 @@ void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks, const std::vec
       expect_equal<T>(out, n, str("reduce_scatter ", reduce_op_name(op), " ", at),
                       [&](int64_t i) { return reduced<T>(ranks, pg.rank() * n + i, op); });
     }
-    {  // a ring: send to the next rank, receive from the previous one (even ranks send first:
+    if (n_ranks > 1) {  // a ring: send to the next rank, receive from the previous one (even ranks send first:
        // NCCL runs a rank's sends and recvs in call order)
       Tensor s = filled<T>(me, n), r = filled<T>(99, n);
       int next = (pg.rank() + 1) % n_ranks, prev = (pg.rank() + n_ranks - 1) % n_ranks;
