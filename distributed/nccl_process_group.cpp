@@ -284,6 +284,7 @@ std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor& t, int src, int tag, con
 // communicator is aborted (ncclCommAbort, which also unblocks its kernels), every outstanding
 // work fails with the message (Note [Timeout errors]), and later ops fail at once.
 void NcclProcessGroup::watchdog() {
+  cudaSetDevice(device_);  // events are queried on the group's device
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, std::chrono::milliseconds(50));

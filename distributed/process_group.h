@@ -98,7 +98,8 @@ bool is_initialized();
 std::shared_ptr<ProcessGroup> world();  // the group init_process_group made (an error before)
 // A sub-group of world ranks `ranks` with its own communicator and store prefix. Every process of
 // the world calls it, in the same order, with the same ranks; members get the group, others null.
-// backend "" uses the world's; timeout 0 uses the world's.
+// A member's rank in the group is its position among the sorted `ranks`. backend "" uses the
+// world's; timeout 0 uses the world's.
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, Millis timeout = Millis(0),
                                         const std::string& backend = "");
 void destroy_process_group();  // drops the world group and the store (rank 0 stops serving)

@@ -28,7 +28,9 @@ std::string seconds(double s) {
 }
 
 // Everything loomrun says itself goes to stderr, prefixed, so it stands out from the workers'.
-void say(const std::string& line) { std::cerr << "loomrun: " << line << std::endl; }
+void say(const std::string& line) {
+  std::cerr << (line.rfind("loomrun: ", 0) == 0 ? "" : "loomrun: ") << line << std::endl;
+}
 
 std::string failure_summary(const WorkerExit& f, const LaunchOptions& o) {
   std::ostringstream s;
@@ -65,7 +67,8 @@ int run(const LaunchOptions& o) {
   if (o.nnodes > 1) {
     nodes = std::make_unique<NodeRendezvous>(
         o.master_addr, o.rdzv_port, o.nnodes, o.node_rank,
-        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)));
+        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)),
+        std::chrono::milliseconds(static_cast<int64_t>(o.node_timeout_seconds * 1000)));
   }
   {
     std::vector<std::string> notes;
@@ -74,11 +77,11 @@ int run(const LaunchOptions& o) {
     if (o.nproc_per_node > 1 && !parent.count("OMP_NUM_THREADS") && !o.quiet)
       say("OMP_NUM_THREADS=1 for each worker (set OMP_NUM_THREADS to choose)");
   }
-  bool interrupted = false;
+  int interrupted = 0;  // a signal that came while no worker ran (waiting for the nodes)
   auto cancelled = [&interrupted] {
     for (int sig : take_signals())
-      if (sig != SIGCHLD) interrupted = true;
-    return interrupted;
+      if (sig != SIGCHLD) interrupted = sig;
+    return interrupted != 0;
   };
 
   const bool serve_store = o.worker_store == "loomrun";
@@ -95,7 +98,14 @@ int run(const LaunchOptions& o) {
       worker_store =
           std::make_unique<loom::distributed::TCPStoreServer>(o.master_addr, o.master_port);
     NodeAssignment where{o.node_rank * o.nproc_per_node, o.nnodes * o.nproc_per_node};
-    if (nodes) where = nodes->join(attempt, o.nproc_per_node, o.max_restarts, cancelled);
+    if (nodes) {
+      try {
+        where = nodes->join(attempt, o.nproc_per_node, o.max_restarts, cancelled);
+      } catch (const std::exception& e) {
+        say(e.what());
+        return interrupted ? 128 + interrupted : 1;
+      }
+    }
     GroupSpec spec;
     spec.program = o.program;
     spec.parent_env = parent;
@@ -128,9 +138,14 @@ int run(const LaunchOptions& o) {
 
     GroupResult r = run_worker_group(spec);
     if (r.outcome == Outcome::kSucceeded && nodes) {
-      if (auto why = nodes->finish(attempt)) {
-        r.outcome = Outcome::kRemoteFailed;
-        r.remote_reason = *why;
+      if (auto why = nodes->finish(attempt, cancelled)) {
+        if (interrupted) {  // Ctrl-C while waiting for the other nodes: they must stop too
+          r.outcome = Outcome::kSignalled;
+          r.signal = interrupted;
+        } else {
+          r.outcome = Outcome::kRemoteFailed;
+          r.remote_reason = *why;
+        }
       }
     }
     if (r.outcome == Outcome::kSucceeded) {
@@ -191,7 +206,7 @@ int main(int argc, char** argv) {
   try {
     return run(options);
   } catch (const std::exception& e) {
-    say(std::string("error: ") + e.what());
+    say(e.what());
     return 1;
   }
 }

@@ -81,7 +81,8 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   app.add_option("--master_addr,--master-addr", o.master_addr,
                  "address of node 0 (it serves the store there)")
       ->capture_default_str();
-  app.add_option("--master_port,--master-port", o.master_port, "port of node 0's store")
+  app.add_option("--master_port,--master-port", o.master_port,
+                 "port of the workers' store on master_addr")
       ->capture_default_str();
   app.add_flag("--standalone", o.standalone,
                "one node on this machine: master 127.0.0.1 and a free port picked by loomrun");
@@ -101,7 +102,11 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
                  "seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
   app.add_option("--rdzv_timeout,--rdzv-timeout", o.rdzv_timeout_seconds,
-                 "seconds to wait for all nodes to join (and, on node 0, to finish)")
+                 "with --nnodes > 1: seconds to wait for all nodes to join")
+      ->capture_default_str();
+  app.add_option("--node_timeout,--node-timeout", o.node_timeout_seconds,
+                 "with --nnodes > 1: node 0 declares a node failed when its loomrun has not "
+                 "sent a heartbeat for this many seconds")
       ->capture_default_str();
   app.add_option("--log_dir,--log-dir", o.log_dir,
                  "write each rank's output to DIR/attempt_K/rank_N.{stdout,stderr} instead of "
@@ -120,7 +125,13 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     std::exit(app.exit(e));
   }
   o.program = app.remaining();
-  if (!o.program.empty() && o.program.front() == "--") o.program.erase(o.program.begin());
+  if (!o.program.empty() && o.program.front() == "--") {
+    o.program.erase(o.program.begin());
+  } else if (!o.program.empty() && o.program.front().rfind("-", 0) == 0) {
+    // CLI11 hands an unknown flag over as the start of the program: say what it is instead.
+    LOOM_FAIL("loomrun: unknown flag ", o.program.front(),
+              " (loomrun's flags come before the program; --help lists them)");
+  }
 
   LOOM_CHECK(!o.program.empty(), "loomrun: no program to run (loomrun [flags] program [args...])");
   o.nproc_per_node = resolve_nproc(o.nproc_spec);
@@ -132,6 +143,8 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   LOOM_CHECK(o.tail_lines >= 0, "loomrun: --tail ", o.tail_lines, " must be >= 0");
   LOOM_CHECK(o.rdzv_timeout_seconds > 0, "loomrun: --rdzv_timeout ", o.rdzv_timeout_seconds,
              " must be > 0");
+  LOOM_CHECK(o.node_timeout_seconds >= 2, "loomrun: --node_timeout ", o.node_timeout_seconds,
+             " must be >= 2 (heartbeats are sent every second)");
   LOOM_CHECK(!o.tee || !o.log_dir.empty(), "loomrun: --tee needs --log-dir");
   if (o.standalone) {
     LOOM_CHECK(o.nnodes == 1, "loomrun: --standalone is one node, but --nnodes is ", o.nnodes);

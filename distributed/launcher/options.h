@@ -20,6 +20,7 @@ struct LaunchOptions {
   int rdzv_port = 0;  // nnodes > 1: node 0's loomrun store (0 -> master_port + 1)
   int max_restarts = 0;
   double grace_seconds = 3.0;           // SIGTERM -> SIGKILL
+  double node_timeout_seconds = 15.0;   // nnodes > 1: a node silent this long has failed
   double rdzv_timeout_seconds = 300.0;  // nodes joining, and node 0 waiting for the others
   std::string log_dir;                  // empty: output goes to the console, prefixed "[rank N] "
   bool tee = false;                     // with log_dir: also print to the console

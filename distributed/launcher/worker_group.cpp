@@ -137,9 +137,14 @@ class Supervisor {
       if (!exited_cleanly(status) && !stopping_) failed_now_.push_back(exit_of(w, status));
     }
     if (!failed_now_.empty()) {
-      // Everything that failed in this one batch failed on its own; the lowest rank leads.
+      // Everything that failed in this one batch failed on its own. Which came first is lost, so
+      // a death by signal (a crash, a kill) leads over an exit code (often a peer noticing the
+      // crash: "connection closed"), then the lowest rank.
+      auto key = [](const WorkerExit& e) {
+        return std::pair(WIFSIGNALED(e.status) ? 0 : 1, e.rank);
+      };
       std::sort(failed_now_.begin(), failed_now_.end(),
-                [](const WorkerExit& a, const WorkerExit& b) { return a.rank < b.rank; });
+                [&](const WorkerExit& a, const WorkerExit& b) { return key(a) < key(b); });
       result_.outcome = GroupResult::Outcome::kWorkerFailed;
       result_.failures = std::move(failed_now_);
       failed_now_.clear();

@@ -1,6 +1,6 @@
 // A worker the distributed tests start N times (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set):
 // "collectives" checks every op against a reference computed here; "timeout" has the last rank
-// stop calling collectives and checks the others' error. Exit 0 = pass; failures go to stderr.
+// stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 = pass; failures go to stderr.
 // Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on cuda:LOCAL_RANK for nccl).
 #include <chrono>
 #include <cstdlib>
@@ -128,7 +128,7 @@ void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks, const std::vec
       expect_equal<T>(out, n, str("reduce_scatter ", reduce_op_name(op), " ", at),
                       [&](int64_t i) { return reduced<T>(ranks, pg.rank() * n + i, op); });
     }
-    {  // a ring: send to the next rank, receive from the previous one (even ranks send first:
+    if (n_ranks > 1) {  // a ring: send to the next rank, receive from the previous one (even ranks send first:
        // NCCL runs a rank's sends and recvs in call order)
       Tensor s = filled<T>(me, n), r = filled<T>(99, n);
       int next = (pg.rank() + 1) % n_ranks, prev = (pg.rank() + n_ranks - 1) % n_ranks;
@@ -257,6 +257,35 @@ int timeout_test() {
   std::cout.flush();
   std::_Exit(0);
 }
+// The last rank exits (code 3) after two collectives; the others' next collective must fail on
+// its own long before the 60 s timeout (a dead peer is noticed, not waited for).
+int peer_exit_test() {
+  InitOptions o;
+  o.backend = backend_name();
+  o.timeout = Millis(60000);
+  auto pg = init_process_group(o);
+  int me = pg->rank(), last = pg->size() - 1;
+  for (int k = 0; k < 2; ++k) {
+    Tensor t = filled<float>(me, 1000);
+    pg->all_reduce(t)->wait();
+  }
+  if (me == last) std::_Exit(3);
+  auto start = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    for (int k = 0; k < 3; ++k) {
+      Tensor t = filled<float>(me, 1000);
+      pg->all_reduce(t)->synchronize();
+    }
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  EXPECT_TOOL(msg.find("all_reduce #3 (1000 float32 elements) failed on rank") != std::string::npos, msg);
+  EXPECT_TOOL(s < 10.0, "a dead peer was noticed only after ", s, " s");
+  std::_Exit(0);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -267,6 +296,7 @@ int main(int argc, char** argv) {
     g_device = backend && std::string(backend) == "nccl" ? cuda_device(env.local_rank) : kCPU;
     if (mode == "collectives") return collectives();
     if (mode == "timeout") return timeout_test();
+    if (mode == "peer_exit") return peer_exit_test();
     std::cerr << "dist_tool: unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& e) {

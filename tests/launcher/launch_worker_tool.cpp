@@ -113,7 +113,12 @@ int main(int argc, char** argv) {
     int64_t arrival = store.add("arrivals", 1);
     touch(g_dir + "/arrival_" + env("RANK") + "_attempt_" + env("LOOM_RESTART_COUNT"),
           std::to_string(arrival));
+    store.set("written_" + env("RANK"), std::string("1"));
     if (rank() == target && env("LOOM_RESTART_COUNT") == "0") {
+      std::vector<std::string> all;  // fail only once every rank has written its file
+      for (int r = 0; r < std::atoi(env("WORLD_SIZE").c_str()); ++r)
+        all.push_back("written_" + std::to_string(r));
+      store.wait(all, std::chrono::seconds(20));
       std::cerr << "worker " << rank() << ": failing in attempt 0" << std::endl;
       return code;
     }

@@ -91,6 +91,7 @@ TEST(LaunchOptions, BadValuesNameTheFlag) {
   expect_error({"--nnodes", "2", "--standalone", "p"}, "--standalone is one node");
   expect_error({"--nproc_per_node", "2"}, "no program to run");
   expect_error({"--max_restarts", "-1", "p"}, "--max_restarts -1");
+  expect_error({"--nprocs", "2", "p"}, "unknown flag --nprocs");
 }
 
 TEST(WorkerEnvironment, IdentityAndMulticastOff) {

@@ -47,7 +47,9 @@ TEST(Loomrun, EveryRankGetsItsEnvironment) {
     EXPECT_EQ(env_value(e, "LOOM_RESTART_COUNT"), "0");
     EXPECT_EQ(env_value(e, "NCCL_NVLS_ENABLE"), "0");  // the parent's 1 is overridden
     EXPECT_EQ(env_value(e, "NVSHMEM_DISABLE_NVLS"), "1");
-    EXPECT_EQ(env_value(e, "TORCH_SYMM_MEM_DISABLE_MULTICAST"), "<unset>");
+    // Passed through when set (the GPU machine sets it to 1), absent otherwise.
+    EXPECT_EQ(env_value(e, "TORCH_SYMM_MEM_DISABLE_MULTICAST"),
+              std::getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") ? "1" : "<unset>");
     EXPECT_EQ(env_value(e, "LOOM_TEST_MARK"), "kept");    // the rest of the parent's environment
     EXPECT_EQ(env_value(e, "LOOM_STORE_EXTERNAL"), "1");  // loomrun serves the store
     EXPECT_EQ(env_value(e, "TORCHELASTIC_USE_AGENT_STORE"), "True");
@@ -251,4 +253,22 @@ TEST(Loomrun, MissingProgramFailsAtOnce) {
   EXPECT_EQ(run.run_to_end(10), 1);
   EXPECT_TRUE(contains(run.err(), "/nonexistent/prog")) << run.err();
   EXPECT_FALSE(contains(run.err(), "restarting")) << run.err();  // no point in retrying
+}
+
+// A second SIGTERM skips the grace period: workers that ignore SIGTERM are killed at once.
+TEST(Loomrun, SecondSignalKillsWithoutWaiting) {
+  TempDir dir;
+  Loomrun run(
+      {"--standalone", "--nproc_per_node", "2", "--grace", "30", kWorker, "ignore-term", dir.str()},
+      dir.str());
+  auto pids = worker_pids(dir, {0, 1});
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  auto t0 = Clock::now();
+  ::kill(run.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(process_gone(pids[0]) == false) << "SIGTERM is ignored: it must still run";
+  ::kill(run.pid(), SIGTERM);
+  EXPECT_EQ(run.run_to_end(10), 128 + SIGTERM) << run.err();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);  // not 30 s
+  for (pid_t p : pids) EXPECT_TRUE(process_gone(p));
 }
