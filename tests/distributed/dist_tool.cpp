@@ -180,6 +180,31 @@ void check_errors(ProcessGroup& pg) {
   }
 }
 
+// is_completed() on an op that cannot have finished: the last rank joins 700 ms late, so the
+// others' all_reduce is still pending; it must say false (and no error), then true after
+// synchronize(). An op issued before another that was synchronized is complete at once (NCCL:
+// the same stream ran it first; is_completed() asks its end event, not a periodic watchdog).
+void check_is_completed(ProcessGroup& pg, const std::vector<int>& ranks) {
+  const int me = pg.rank(), late = pg.size() - 1;
+  Tensor a = filled<float>(me, 4096), b = filled<float>(me, 4096);
+  if (me == late) std::this_thread::sleep_for(Millis(700));
+  auto wa = pg.all_reduce(a);
+  if (me != late) {
+    std::this_thread::sleep_for(Millis(100));
+    EXPECT_TOOL(!wa->is_completed(), "rank ", me, ": is_completed() is true for an all_reduce that rank ",
+                late, " has not joined yet");
+    EXPECT_TOOL(!wa->error(), "rank ", me, ": a pending all_reduce has an error");
+  }
+  auto wb = pg.all_reduce(b);
+  wb->synchronize();
+  EXPECT_TOOL(wb->is_completed() && !wb->error(), "is_completed() is false after synchronize()");
+  EXPECT_TOOL(wa->is_completed() && !wa->error(),
+              "is_completed() is false for an op issued before one that synchronize() saw finish");
+  wa->wait();
+  expect_equal<float>(a, 4096, "all_reduce checked with is_completed",
+                      [&](int64_t i) { return reduced<float>(ranks, i, ReduceOp::Sum); });
+}
+
 int collectives() {
   InitOptions o;
   o.backend = backend_name();
@@ -197,11 +222,13 @@ int collectives() {
     ws.push_back(pg->all_reduce(ts.back()));
   }
   for (int k = 0; k < 8; ++k) {
-    ws[size_t(k)]->wait();
+    ws[size_t(k)]->wait();  // NCCL: orders the compute stream only; the host may run ahead
+    ws[size_t(k)]->synchronize();  // the host waits (every backend)
     EXPECT_TOOL(ws[size_t(k)]->is_completed() && !ws[size_t(k)]->error(), "async op ", k);
     expect_equal<float>(ts[size_t(k)], 1000 + k, str("async all_reduce ", k),
                         [&](int64_t i) { return reduced<float>(all, i, ReduceOp::Sum); });
   }
+  check_is_completed(*pg, all);
   // Sub-groups: the even ranks, and {last, 0} (every rank calls new_group for both).
   std::vector<int> even, ends = {world - 1, 0};
   for (int i = 0; i < world; i += 2) even.push_back(i);
@@ -301,6 +328,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?") << " FAILED: " << e.what() << std::endl;
-    return 1;
+    // Leave at once: a normal exit would tear the communicators down, which can wait for peers
+    // that are themselves waiting in a collective for this rank.
+    std::cout.flush();
+    std::_Exit(1);
   }
 }
