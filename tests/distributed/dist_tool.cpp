@@ -280,6 +280,21 @@ int timeout_test() {
   EXPECT_TOOL(msg.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos, msg);
   EXPECT_TOOL(msg.find(want_late) != std::string::npos, msg);
   EXPECT_TOOL(s < ms / 1000.0 + 5.0, "failed after ", s, " s");
+  // The group is broken: the next op fails at once with the same message. With NCCL this also
+  // shows that ncclCommAbort returned: the watchdog holds the group's lock while it aborts.
+  auto again_start = std::chrono::steady_clock::now();
+  std::string again;
+  try {
+    pg->all_reduce(t)->synchronize();
+  } catch (const Error& e) {
+    again = e.what();
+  }
+  double again_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - again_start).count();
+  std::cout << "rank " << me << " next op after " << again_s << " s: " << again << std::endl;
+  EXPECT_TOOL(again.find("the group failed earlier") != std::string::npos &&
+                  again.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos,
+              again);
+  EXPECT_TOOL(again_s < 10.0, "the op after the failure took ", again_s, " s (ncclCommAbort hanging?)");
   std::this_thread::sleep_for(Millis(500));  // the other failing ranks read the store meanwhile
   std::cout.flush();
   std::_Exit(0);
