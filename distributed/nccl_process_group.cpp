@@ -228,10 +228,14 @@ NcclProcessGroup::~NcclProcessGroup() {
   }
   cv_.notify_all();
   watchdog_.join();
-  cuda::DeviceGuard g(device_);
+  int prev = -1;  // no DeviceGuard: it may throw, and a destructor must not
+  cudaGetDevice(&prev);
+  if (prev != device_) cudaSetDevice(device_);
   barrier_buf_ = Tensor();
   if (comm_->comm) ncclCommDestroy(comm_->comm);
   comm_->comm = nullptr;
+  if (prev != device_ && prev >= 0) cudaSetDevice(prev);
+  cudaGetLastError();
 }
 
 void NcclProcessGroup::check_device(const char* op, const Tensor& t) const {
@@ -251,13 +255,13 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
   // watchdog polls) into the graph through the ready event.
   cuda::check_not_capturing(compute, "a NCCL collective");
   cuda::check_not_capturing(comm, "a NCCL collective");
+  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking, health_);  // may throw
   cuda::Event ready;
   ready.record(compute);
   ready.wait(comm);
   body(comm_->comm, comm);
   for (const Tensor& t : tensors)
     if (t.numel() > 0) cuda::record_stream(t, comm);
-  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking, health_);
   LOOM_CUDA_CHECK(cudaEventRecord(work->end(), comm));
   outstanding_.push_back(work);
   cv_.notify_all();

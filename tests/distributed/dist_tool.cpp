@@ -2,6 +2,7 @@
 // "collectives" checks every op against a reference computed here; "timeout" has the last rank
 // stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 = pass; failures go to stderr.
 // Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on cuda:LOCAL_RANK for nccl).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "core/cuda/available.h"
 #include "core/tensor.h"
 #include "distributed/env.h"
 #include "distributed/process_group.h"
@@ -335,7 +337,10 @@ int main(int argc, char** argv) {
   try {
     JobEnv env = job_env();
     const char* backend = std::getenv("LOOM_TEST_BACKEND");
-    g_device = backend && std::string(backend) == "nccl" ? cuda_device(env.local_rank) : kCPU;
+    // The device init_process_group picks for NCCL (LOCAL_RANK % device_count()).
+    g_device = backend && std::string(backend) == "nccl"
+                   ? cuda_device(env.local_rank % std::max(1, cuda::device_count()))
+                   : kCPU;
     if (mode == "collectives") return collectives();
     if (mode == "timeout") return timeout_test();
     if (mode == "peer_exit") return peer_exit_test();
