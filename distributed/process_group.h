@@ -93,6 +93,7 @@ struct InitOptions {
 
 // Reads the job from the environment (distributed/env.h), connects the store and builds the world
 // group; every process of the job calls it once. A world of one needs no store or network.
+// With NCCL it makes the rank's device current (cuda::set_device), as PyTorch users do by hand.
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 bool is_initialized();
 std::shared_ptr<ProcessGroup> world();  // the group init_process_group made (an error before)
