@@ -3,6 +3,8 @@
 // Leaves out: everything else about devices (core/cuda/device_info.h, core/cuda/stream.h).
 #pragma once
 
+#include <string>
+
 namespace loom::cuda {
 
 // The most devices one process addresses (the per-device tables are this long).
@@ -13,5 +15,14 @@ bool compiled_with_cuda();
 // The number of usable CUDA devices: 0 without the CUDA backend, a driver, or a GPU. Never throws.
 int device_count();
 bool is_available();  // device_count() > 0
+
+// Why no CUDA device is usable, in words, from what the runtime answered: cudaGetDeviceCount's
+// error code (0 = success with 0 devices), cudaDriverGetVersion's version (0 = no driver
+// installed) and the runtime version loom was built with. Tells apart no driver, a driver too old
+// for the runtime, and a driver that sees no GPU. Plain ints so that it is testable everywhere.
+std::string explain_no_device(int count_error, int driver_version, int runtime_version);
+// The error codes it reads (cudaError_t values, stable across CUDA versions).
+constexpr int kCudaErrorInsufficientDriver = 35;
+constexpr int kCudaErrorNoDevice = 100;
 
 }  // namespace loom::cuda

@@ -1,6 +1,8 @@
 // The CUDA environment report (core/cuda/device_info.h).
 #include "core/cuda/device_info.h"
 
+#include "core/cuda/available.h"
+
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #ifdef LOOM_WITH_NCCL
@@ -23,12 +25,11 @@ CudaInfo cuda_info() {
 #endif
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    info.error = str(cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  if (err != cudaSuccess || n == 0) {
+    info.error = explain_no_device(int(err), info.driver_version, info.runtime_version);
+    if (err != cudaSuccess) info.error += str(" [", cudaGetErrorName(err), ": ", cudaGetErrorString(err), "]");
     cudaGetLastError();
     n = 0;
-  } else if (n == 0) {
-    info.error = "the driver reports no CUDA device";
   }
   info.device_count = n;
   for (int d = 0; d < n; ++d) {
