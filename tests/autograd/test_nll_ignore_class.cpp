@@ -17,6 +17,8 @@ TEST(NllIgnoreClass, IgnoredRowsGetExactlyZeroGradient) {
     (r == Reduction::None ? sum(loss) : loss).backward();
     std::vector<double> g = logp.grad().to_vector<double>();
     for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(g[size_t(i)], i == 4 + 1 ? -1.0 : 0.0) << "element " << i;
-    if (r != Reduction::None) EXPECT_EQ(loss.item(), 1.5);
+    if (r != Reduction::None) {
+      EXPECT_EQ(loss.item(), 1.5);
+    }
   }
 }

@@ -121,7 +121,9 @@ TEST(CheckpointIntegrity, ResumeFallsBackToThePreviousValidOneNamingFileAndProbl
   ASSERT_TRUE(st.has_value());
   EXPECT_NE(st->source, newest);
   for (const auto& [name, t] : st->model) {
-    if (name == "fc.weight") EXPECT_EQ(t.sum().item(), 6.0);  // checkpoint 1's weights
+    if (name == "fc.weight") {
+      EXPECT_EQ(t.sum().item(), 6.0);  // checkpoint 1's weights
+    }
   }
   EXPECT_NE(warn.find(newest), std::string::npos) << warn;
   EXPECT_NE(warn.find("checksum mismatch"), std::string::npos) << warn;
