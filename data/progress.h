@@ -76,7 +76,7 @@ struct EpochSummary {
   double samples_per_second = 0;
   double ms_per_step = 0;
   double seconds = 0;                  // training only: samples/s and ms/step exclude evaluation
-  std::optional<double> eval_seconds;  // the evaluation's own time
+  std::optional<double> eval_seconds = std::nullopt;  // the evaluation's own time
 };
 
 // "epoch 3/10  train loss 0.3121  test loss 0.3390  test acc 88.12%  12345 samples/s
