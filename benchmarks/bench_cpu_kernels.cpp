@@ -4,6 +4,8 @@
 //   ./build/benchmarks/bench_cpu_kernels --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+
 #include <Eigen/Core>
 #include <cstring>
 
@@ -70,4 +72,16 @@ BENCHMARK(BM_AddLoom)->Arg(1 << 16)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_Memcpy)->Arg(1 << 16)->Arg(1 << 24)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Conv2dForward)->Arg(16)->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN, but an error in a benchmark ends the program with one line and exit code 1.
+int main(int argc, char** argv) {
+  try {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cpu_kernels: error: %s\n", e.what());
+    return 1;
+  }
+}

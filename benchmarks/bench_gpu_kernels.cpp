@@ -313,7 +313,7 @@ void print_table() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_all(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) g_quick = g_quick || std::strcmp(argv[i], "--quick") == 0;
   if (!cuda::is_available()) {
     std::printf("bench_gpu_kernels: no CUDA device, nothing to measure\n");
@@ -340,4 +340,14 @@ int main(int argc, char** argv) {
   cublasDestroy(blas);
   print_table();
   return 0;
+}
+
+// Any error (a CUDA call that fails, a loom::Error) ends the program with one line and exit code 1.
+int main(int argc, char** argv) {
+  try {
+    return run_all(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu_kernels: error: %s\n", e.what());
+    return 1;
+  }
 }

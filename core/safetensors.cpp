@@ -93,7 +93,7 @@ class MemorySource : public ByteSource {
   uint64_t size() const override { return size_; }
   void read(void* buf, uint64_t n, uint64_t offset, const std::string& what) const override {
     LOOM_CHECK(offset <= size_ && n <= size_ - offset, prefix(name()), "reading ", what,
-               " failed: unexpected end of data");
+               " failed: unexpected end of data (was it truncated?)");
     if (n) std::memcpy(buf, data_ + offset, size_t(n));
   }
 
@@ -309,7 +309,16 @@ SafetensorsFile read_safetensors(const void* data, size_t n, const std::string& 
 
 // ---------------------------------------------------------------- writing
 
-void write_safetensors(const std::string& path, const NamedTensors& host_tensors, const StringMap& metadata) {
+namespace {
+
+// The first 8 + N bytes of a file (length, header JSON padded to a multiple of 8) and the order
+// in which the tensors' bytes follow it.
+struct EncodedHeader {
+  std::string head;
+  std::vector<size_t> order;
+};
+
+EncodedHeader encode_header(const std::string& path, const NamedTensors& host_tensors, const StringMap& metadata) {
   std::set<std::string> names;
   for (const auto& [name, t] : host_tensors) {
     LOOM_CHECK(name != "__metadata__", prefix(path), "'__metadata__' is reserved and cannot name a tensor");
@@ -319,10 +328,11 @@ void write_safetensors(const std::string& path, const NamedTensors& host_tensors
                describe(t), t.is_contiguous() ? "" : " (not contiguous)",
                "; write_safetensors takes contiguous CPU tensors (save_safetensors in nn/serialize.h copies)");
   }
+  EncodedHeader enc;
   // Largest elements first so every tensor starts at a multiple of its element size.
-  std::vector<size_t> order(host_tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+  enc.order.resize(host_tensors.size());
+  for (size_t i = 0; i < enc.order.size(); ++i) enc.order[i] = i;
+  std::stable_sort(enc.order.begin(), enc.order.end(), [&](size_t a, size_t b) {
     return host_tensors[a].second.element_size() > host_tensors[b].second.element_size();
   });
 
@@ -333,7 +343,7 @@ void write_safetensors(const std::string& path, const NamedTensors& host_tensors
     header["__metadata__"] = std::move(m);
   }
   uint64_t offset = 0;
-  for (size_t i : order) {
+  for (size_t i : enc.order) {
     const auto& [name, t] = host_tensors[i];
     uint64_t nbytes = uint64_t(t.numel()) * t.element_size();
     header[name] = {{"dtype", safetensors_dtype_name(t.dtype())},
@@ -349,17 +359,39 @@ void write_safetensors(const std::string& path, const NamedTensors& host_tensors
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data then starts at a multiple of 8
 
-  uint8_t len_bytes[8];
   uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(n >> (8 * i));
+  enc.head.resize(8);
+  for (int i = 0; i < 8; ++i) enc.head[size_t(i)] = char(uint8_t(n >> (8 * i)));
+  enc.head += text;
+  return enc;
+}
+
+size_t byte_size(const Tensor& t) { return size_t(t.numel()) * t.element_size(); }
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const NamedTensors& host_tensors, const StringMap& metadata) {
+  EncodedHeader enc = encode_header(path, host_tensors, metadata);
   AtomicFileWriter out(path);
-  out.write(len_bytes, 8);
-  out.write(text.data(), text.size());
-  for (size_t i : order) {
+  out.write(enc.head.data(), enc.head.size());
+  for (size_t i : enc.order) {
     const Tensor& t = host_tensors[i].second;
-    if (t.numel() > 0) out.write(t.data_ptr(), size_t(t.numel()) * t.element_size());
+    if (t.numel() > 0) out.write(t.data_ptr(), byte_size(t));
   }
   out.commit();
+}
+
+std::string encode_safetensors(const NamedTensors& host_tensors, const StringMap& metadata, const std::string& name) {
+  EncodedHeader enc = encode_header(name, host_tensors, metadata);
+  size_t total = enc.head.size();
+  for (const auto& nt : host_tensors) total += byte_size(nt.second);
+  std::string out = std::move(enc.head);
+  out.reserve(total);
+  for (size_t i : enc.order) {
+    const Tensor& t = host_tensors[i].second;
+    if (t.numel() > 0) out.append(static_cast<const char*>(t.data_ptr()), byte_size(t));
+  }
+  return out;
 }
 
 }  // namespace loom

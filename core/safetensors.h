@@ -58,6 +58,11 @@ DType dtype_from_safetensors_name(const std::string& s, const std::string& where
 void write_safetensors(const std::string& path, const NamedTensors& host_tensors,
                        const StringMap& metadata = {});
 
+// The bytes write_safetensors would write, in memory (for callers that checksum or patch the
+// file before writing it; nn/checkpoint.cpp). `name` stands for the file in errors.
+std::string encode_safetensors(const NamedTensors& host_tensors, const StringMap& metadata,
+                               const std::string& name);
+
 // Reads and checks the whole file. Any defect (truncation, bad JSON, unknown dtype, a shape that
 // does not match its byte range, overlapping or gapped offsets, a data section of the wrong size,
 // duplicate names) is an Error naming the file and what is wrong; never a crash.

@@ -1,5 +1,7 @@
-// Shape arithmetic.
+// Shape arithmetic, and the overflow-checked counts of core/checked_math.h.
 #include "core/shape.h"
+
+#include "core/checked_math.h"
 
 #include "core/error.h"
 
@@ -7,8 +9,24 @@ namespace loom {
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) n *= d;  // shapes of tensors passed checked_numel (core/checked_math.h)
   return n;
+}
+
+int64_t checked_numel(const char* op, const Shape& s) {
+  for (int64_t d : s) LOOM_CHECK(d >= 0, op, ": negative size ", d, " in shape ", s);
+  int64_t n = 1;
+  for (int64_t d : s)
+    LOOM_CHECK(!__builtin_mul_overflow(n, d, &n), op, ": shape ", s,
+               " has more elements than int64 can count (the product of the sizes overflows)");
+  return n;
+}
+
+int64_t checked_nbytes(const char* op, const Shape& s, size_t element_size) {
+  int64_t n = checked_numel(op, s), bytes = 0;
+  LOOM_CHECK(!__builtin_mul_overflow(n, int64_t(element_size), &bytes), op, ": shape ", s, " of ", element_size,
+             "-byte elements needs more bytes than int64 can count (", n, " elements)");
+  return bytes;
 }
 
 Strides contiguous_strides(const Shape& s) {

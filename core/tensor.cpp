@@ -1,5 +1,6 @@
 // Tensor and TensorImpl: metadata, autograd metadata, and the core constructors.
 #include "core/tensor.h"
+#include "core/checked_math.h"
 
 #include <cstring>
 #include <sstream>
@@ -84,8 +85,7 @@ std::string Tensor::name() const {
 // ---- constructors ----
 
 Tensor empty(const Shape& shape, Options opt) {
-  for (int64_t d : shape) LOOM_CHECK(d >= 0, "empty: negative size in shape ", shape);
-  auto storage = make_storage(size_t(numel(shape)) * dtype_size(opt.dtype), opt.device);
+  auto storage = make_storage(size_t(checked_nbytes("empty", shape, dtype_size(opt.dtype))), opt.device);
   Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0,
                                         opt.dtype));
   if (opt.requires_grad) t.requires_grad_(true);
@@ -99,7 +99,7 @@ Tensor make_view(const Tensor& src, Shape sizes, Strides strides, int64_t offset
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, bool requires_grad) {
-  LOOM_CHECK(int64_t(values.size()) == numel(shape), "from_vector: ", values.size(),
+  LOOM_CHECK(int64_t(values.size()) == checked_numel("from_vector", shape), "from_vector: ", values.size(),
              " values do not fill shape ", shape, " (", numel(shape), " elements)");
   Tensor t = empty(shape, {.dtype = DTypeOf<T>::value});
   if constexpr (std::is_same_v<T, bool>) {

@@ -1,5 +1,6 @@
 // Raw view arithmetic: every function returns a tensor sharing x's storage.
 #include "core/tensor_views.h"
+#include "core/checked_math.h"
 
 #include <algorithm>
 
@@ -14,7 +15,8 @@ Shape infer_shape(const char* op, const Shape& s, int64_t n) {
       infer = int64_t(i);
     } else {
       LOOM_CHECK(s[i] >= 0, op, ": invalid size ", s[i], " in shape ", s);
-      known *= s[i];
+      LOOM_CHECK(!__builtin_mul_overflow(known, s[i], &known), op, ": shape ", s,
+                 " has more elements than int64 can count, not the ", n, " of the tensor");
     }
   }
   if (infer >= 0) {
@@ -22,7 +24,7 @@ Shape infer_shape(const char* op, const Shape& s, int64_t n) {
                " elements");
     out[infer] = n / known;
   }
-  LOOM_CHECK(numel(out) == n, op, ": shape ", s, " is invalid for a tensor of ", n, " elements");
+  LOOM_CHECK(checked_numel(op, out) == n, op, ": shape ", s, " is invalid for a tensor of ", n, " elements");
   return out;
 }
 
@@ -138,6 +140,7 @@ Tensor expand(const Tensor& x, const Shape& s) {
     sizes[i] = want;
     strides[i] = have == want ? x.strides()[i - off] : 0;
   }
+  checked_numel("expand", sizes);
   return make_view(x, sizes, strides, x.offset());
 }
 

@@ -50,12 +50,12 @@ void print_cuda() {
   if (info.driver_version > 0)
     std::printf("  driver             supports CUDA %s\n", cuda_version_string(info.driver_version).c_str());
   else
-    std::printf("  driver             none found\n");
+    std::printf("  driver             none installed\n");
   std::printf("  cuDNN              %s\n", cudnn_version_string(info.cudnn_version).c_str());
   if (info.nccl_version > 0) std::printf("  NCCL               %s\n", nccl_version_string(info.nccl_version).c_str());
   std::printf("  available          %s\n", yes_no(info.device_count > 0));
   std::printf("  devices            %d\n", info.device_count);
-  if (info.device_count == 0) std::printf("  (%s: loom runs on the CPU only)\n", info.error.c_str());
+  if (info.device_count == 0) std::printf("  why none           %s: loom runs on the CPU only\n", info.error.c_str());
   for (const DeviceProperties& d : info.devices) {
     std::printf("  cuda:%d             %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs\n", d.index,
                 d.name.c_str(), double(d.total_memory) / double(1 << 30), double(d.free_memory) / double(1 << 30),
@@ -66,10 +66,15 @@ void print_cuda() {
 }  // namespace
 
 int main() {
-  print_build();
-  if (loom::cuda::compiled_with_cuda())
-    print_cuda();
-  else
-    std::printf("CUDA\n  available          no (this build of loom has no CUDA support)\n");
-  return 0;
+  try {
+    print_build();
+    if (loom::cuda::compiled_with_cuda())
+      print_cuda();
+    else
+      std::printf("CUDA\n  available          no (this build of loom has no CUDA support)\n");
+    return 0;
+  } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1
+    std::fprintf(stderr, "envinfo: error: %s\n", e.what());
+    return 1;
+  }
 }

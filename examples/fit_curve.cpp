@@ -10,7 +10,9 @@
 
 using namespace loom;
 
-int main() {
+namespace {
+
+int fit() {
   manual_seed(0);
   const int64_t n = 256, hidden = 64;
   // Data: x in [-1, 1], y = sin(3x). Shapes: x (n, 1), y (n, 1).
@@ -44,4 +46,15 @@ int main() {
     if (step % 200 == 0) std::printf("step %4d  loss %.6f\n", step, loss.item());
   }
   return 0;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return fit();
+  } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1
+    std::fprintf(stderr, "fit_curve: error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -7,6 +7,7 @@
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
+#include "examples/common/flags.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
 
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--augment", augment, "random crop (padding 2) and horizontal flip of training images");
   app.add_option("--model", arch, "classifier (default) or workload (the benchmark's cnn)")
       ->check(CLI::IsMember({"classifier", "workload"}));
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = examples::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return examples::run_main("train_cnn", [&] {
     manual_seed(cfg.seed);
@@ -65,8 +66,7 @@ int main(int argc, char** argv) {
           std::make_shared<data::RandomCrop>(28, 2, black), std::make_shared<data::RandomHorizontalFlip>(0.5)});
     }
     auto report = examples::train_classifier(model, cfg, aug);
-    std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * report.test_accuracy,
-                long(report.steps), report.seconds);
+    examples::print_final(report);
     return 0;
   });
 }

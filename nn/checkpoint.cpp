@@ -1,4 +1,5 @@
-// Training checkpoints on top of safetensors: naming, metadata, checksum, keep-last-K, fallback.
+// Training checkpoints on top of safetensors: naming, metadata, whole-file checksum, keep-last-K,
+// fallback.
 #include "nn/checkpoint.h"
 
 #include <signal.h>
@@ -8,8 +9,12 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <string_view>
 
 #include "core/atomic_file.h"
 #include "core/crc32c.h"
@@ -49,18 +54,52 @@ int64_t parse_checkpoint_name(const std::string& name) {
   return parse_int(digits, n) ? n : -1;
 }
 
-// CRC-32C over every tensor in name order: name, '\0', then its bytes (host, contiguous).
-uint32_t checksum(const NamedTensors& host) {
-  std::vector<const std::pair<std::string, Tensor>*> sorted;
-  for (const auto& nt : host) sorted.push_back(&nt);
-  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->first < b->first; });
-  uint32_t crc = 0;
-  for (const auto* nt : sorted) {
-    crc = crc32c(nt->first.c_str(), nt->first.size() + 1, crc);
-    const Tensor& t = nt->second;
-    if (t.numel() > 0) crc = crc32c(t.data_ptr(), size_t(t.numel()) * t.element_size(), crc);
-  }
-  return crc;
+// Note [Checkpoint integrity]
+// safetensors has no checksum, and a reader that checks only the data misses a changed byte in
+// the JSON header (a shape, an offset, a dtype) or in the metadata (epoch, step, RNG state). So
+// the CRC-32C covers the whole file, every byte: it is written into the header's metadata as
+// "loom_crc32c": "<8 lowercase hex digits>", computed over the file with those 8 digits set to
+// '0'. The reader finds that one field in the raw header bytes, zeroes its digits and recomputes.
+// A changed byte anywhere is then caught: in the digits (they no longer match), in the key (the
+// field is missing), anywhere else (CRC-32C detects every error burst of up to 32 bits), and
+// before the CRC is even checked when it breaks the JSON or the length prefix. The file stays a
+// plain safetensors file (nothing is appended), so Python's safetensors still reads it.
+constexpr char kCrcField[] = "\"loom_crc32c\":\"";
+constexpr size_t kCrcDigits = 8;
+
+std::string hex8(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// The offset of the CRC digits in `bytes` (a whole file): the one place where the field appears
+// inside the header; npos when it does not appear exactly once.
+size_t find_crc_digits(std::string_view bytes) {
+  if (bytes.size() < 8) return std::string::npos;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
+  size_t end = size_t(std::min<uint64_t>(bytes.size(), 8 + std::min<uint64_t>(n, bytes.size())));
+  size_t at = bytes.find(kCrcField, 8);
+  if (at == std::string::npos || at + sizeof(kCrcField) - 1 + kCrcDigits > end) return std::string::npos;
+  if (bytes.find(kCrcField, at + 1) < end) return std::string::npos;
+  return at + sizeof(kCrcField) - 1;
+}
+
+// CRC-32C of the file with its CRC digits read as zeros.
+uint32_t whole_file_crc(std::string_view bytes, size_t digits_at) {
+  static const char zeros[kCrcDigits] = {'0', '0', '0', '0', '0', '0', '0', '0'};
+  uint32_t crc = crc32c(bytes.data(), digits_at);
+  crc = crc32c(zeros, kCrcDigits, crc);
+  return crc32c(bytes.data() + digits_at + kCrcDigits, bytes.size() - digits_at - kCrcDigits, crc);
+}
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOOM_CHECK(in.good(), "checkpoint '", path, "': cannot open: ", std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  LOOM_CHECK(!in.bad(), "checkpoint '", path, "': read failed: ", std::strerror(errno));
+  return bytes;
 }
 
 // Removes "ckpt-*.safetensors.tmp.<pid>" files whose writer process no longer exists.
@@ -105,7 +144,7 @@ std::string save_checkpoint(const std::string& dir, int64_t number, const Traini
   StringMap meta;
   meta["loom_checkpoint_format"] = std::to_string(kCheckpointFormat);
   meta["loom_version"] = LOOM_VERSION;
-  meta["loom_crc32c"] = std::to_string(checksum(host));
+  meta["loom_crc32c"] = std::string(kCrcDigits, '0');  // patched below: Note [Checkpoint integrity]
   for (const auto& [k, v] : state.extra) meta["extra." + k] = v;
   auto rng = state.rng;
   if (!rng.count("default")) rng["default"] = default_generator().state();
@@ -113,7 +152,16 @@ std::string save_checkpoint(const std::string& dir, int64_t number, const Traini
     meta["rng." + name + ".seed"] = std::to_string(g.seed);
     meta["rng." + name + ".offset"] = std::to_string(g.offset);
   }
-  write_safetensors(path, host, meta);
+  std::string bytes = encode_safetensors(host, meta, path);
+  size_t digits_at = find_crc_digits(bytes);
+  LOOM_CHECK(digits_at != std::string::npos, "save_checkpoint '", path,
+             "': the loom_crc32c field must appear once in the header (does a name or metadata key contain it?)");
+  bytes.replace(digits_at, kCrcDigits, hex8(whole_file_crc(bytes, digits_at)));
+  {
+    AtomicFileWriter out(path);  // a failed write leaves the previous checkpoints as they were
+    out.write(bytes.data(), bytes.size());
+    out.commit();
+  }
 
   if (keep_last > 0) {
     auto all = list_checkpoints(dir);
@@ -126,21 +174,32 @@ std::string save_checkpoint(const std::string& dir, int64_t number, const Traini
 }
 
 TrainingState load_checkpoint(const std::string& path) {
-  SafetensorsFile f = read_safetensors(path);
+  std::string bytes = read_whole_file(path);
+  return load_checkpoint_bytes(bytes.data(), bytes.size(), path);
+}
+
+TrainingState load_checkpoint_bytes(const void* data, size_t n, const std::string& path) {
   std::string where = "checkpoint '" + path + "'";
+  std::string_view bytes(static_cast<const char*>(data), n);
+  SafetensorsFile f = read_safetensors(data, n, path);
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = f.metadata.find(key);
     LOOM_CHECK(it != f.metadata.end(), where, ": metadata has no '", key,
-               "' (not a loom checkpoint, or written by another format version)");
+               "' (not a loom checkpoint, a corrupt one, or one written by another format version)");
     return it->second;
   };
   LOOM_CHECK(meta("loom_checkpoint_format") == std::to_string(kCheckpointFormat), where, ": format version '",
              meta("loom_checkpoint_format"), "', this loom reads version ", kCheckpointFormat);
-  uint32_t stored = 0;
-  LOOM_CHECK(parse_int(meta("loom_crc32c"), stored), where, ": bad loom_crc32c '", meta("loom_crc32c"), "'");
-  uint32_t actual = checksum(f.tensors);
+  const std::string& stored = meta("loom_crc32c");
+  bool hex = stored.size() == kCrcDigits &&
+             std::all_of(stored.begin(), stored.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  LOOM_CHECK(hex, where, ": bad loom_crc32c '", stored, "' (expected 8 lowercase hex digits): the file is corrupt");
+  size_t digits_at = find_crc_digits(bytes);
+  LOOM_CHECK(digits_at != std::string::npos && bytes.compare(digits_at, kCrcDigits, stored) == 0, where,
+             ": the loom_crc32c field is not where it belongs in the header: the file is corrupt");
+  std::string actual = hex8(whole_file_crc(bytes, digits_at));
   LOOM_CHECK(stored == actual, where, ": checksum mismatch (stored ", stored, ", computed ", actual,
-             "): the data is corrupt");
+             "): the file is corrupt (a byte of its header, metadata or data changed)");
 
   TrainingState st;
   st.source = path;

@@ -16,15 +16,16 @@
 namespace loom {
 
 // Bumped when the layout below changes; load_checkpoint refuses other versions.
-constexpr int kCheckpointFormat = 1;
+constexpr int kCheckpointFormat = 2;  // 2: the CRC covers the whole file
 
 // Note [Checkpoint layout]
 // One safetensors file "<dir>/ckpt-<8-digit number>.safetensors". Tensors are named
 // "model.<name>", "optim.<name>", "scaler.<name>". "__metadata__" holds:
-//   loom_checkpoint_format  "1"
+//   loom_checkpoint_format  "2"
 //   loom_version            LOOM_VERSION of the writer
-//   loom_crc32c             CRC-32C over every tensor (sorted by name: name, '\0', bytes), so a
-//                           corrupt data section is caught even though safetensors has no checksum
+//   loom_crc32c             CRC-32C of the whole file, every byte of header, metadata and data,
+//                           as 8 hex digits (computed with them as '0'): Note [Checkpoint
+//                           integrity] in nn/checkpoint.cpp
 //   extra.<key>             TrainingState::extra
 //   rng.<name>.seed/offset  TrainingState::rng, decimal
 // A file written by loom loads in Python's safetensors library like any other.
@@ -54,6 +55,8 @@ std::string save_checkpoint(const std::string& dir, int64_t number, const Traini
 // Reads and checks a checkpoint: tensors come back on the CPU (the caller moves them, e.g. with
 // load_state_dict on a module already on its device). Errors name the file and what is wrong.
 TrainingState load_checkpoint(const std::string& path);
+// The same from a whole file's n bytes in memory; `path` names it in errors.
+TrainingState load_checkpoint_bytes(const void* data, size_t n, const std::string& path);
 
 // Sets loom::default_generator() to state.rng["default"] (no-op when absent).
 void restore_default_rng(const TrainingState& state);

@@ -21,6 +21,11 @@ LOG=${OUT:-$BUILD/logs}
 JOBS=${JOBS:-16}
 mkdir -p "$LOG"
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+# Tests that train on Fashion-MNIST find it here (the GPU machine has no Debian dataset package;
+# the .gz files are carried into the git-ignored .data/fashion-mnist); without it they skip.
+if [ -z "${FASHION_MNIST_DIR:-}" ] && [ -f "$ROOT/.data/fashion-mnist/train-images-idx3-ubyte.gz" ]; then
+  export FASHION_MNIST_DIR=$ROOT/.data/fashion-mnist
+fi
 
 summary=()
 : > "$LOG/summary.txt"

@@ -101,6 +101,11 @@ void EpochProgress::step(double loss, int64_t samples) {
   }
 }
 
+bool EpochProgress::line_due(int64_t n) const {
+  if (bar_) return false;
+  return n == total_ || (opt_.line_every > 0 && double(n) >= double(next_line_) * opt_.line_every * double(total_) - 1e-6);
+}
+
 void EpochProgress::finish() {
   if (finished_) return;
   finished_ = true;
@@ -117,6 +122,7 @@ std::string format_epoch_summary(const EpochSummary& s) {
   if (s.test_loss) line += format("  test loss %.4f", *s.test_loss);
   if (s.test_accuracy) line += format("  test acc %.2f%%", 100.0 * *s.test_accuracy);
   line += format("  %.0f samples/s  %.2f ms/step  %.1f s", s.samples_per_second, s.ms_per_step, s.seconds);
+  if (s.eval_seconds) line += format("  eval %.1f s", *s.eval_seconds);
   return line;
 }
 

@@ -38,6 +38,9 @@ class EpochProgress {
 
   // After each training step: its loss and how many samples it saw.
   void step(double loss, int64_t samples);
+  // Lines style: whether the step that makes steps_done() == n prints a line. A caller that reads
+  // the loss back only every few steps reads it at such a step too, so the line is current.
+  bool line_due(int64_t n) const;
   // Ends the epoch's display (the bar's final line and newline).
   void finish();
 
@@ -72,11 +75,12 @@ struct EpochSummary {
   std::optional<double> test_accuracy;  // a fraction in [0, 1]
   double samples_per_second = 0;
   double ms_per_step = 0;
-  double seconds = 0;
+  double seconds = 0;                  // training only: samples/s and ms/step exclude evaluation
+  std::optional<double> eval_seconds = std::nullopt;  // the evaluation's own time
 };
 
 // "epoch 3/10  train loss 0.3121  test loss 0.3390  test acc 88.12%  12345 samples/s
-//  4.21 ms/step  5.1 s" (on one line; the test parts only when present).
+//  4.21 ms/step  5.1 s  eval 0.4 s" (on one line; the test and eval parts only when present).
 std::string format_epoch_summary(const EpochSummary& s);
 
 }  // namespace loom::train

@@ -1,5 +1,6 @@
 // Factories: allocate with core's empty(), fill with the device's backend.
 #include "autograd/ops/factory.h"
+#include "core/checked_math.h"
 
 #include <cmath>
 
@@ -19,18 +20,29 @@ Options no_grad(Options o) {
 }  // namespace
 
 Tensor full(const Shape& s, double value, Options opt) {
+  checked_nbytes("full", s, dtype_size(opt.dtype));
   Tensor t = empty(s, no_grad(opt));
   backend_for(opt.device).fill_(t, value);
   return finish(t, opt.requires_grad);
 }
 
-Tensor zeros(const Shape& s, Options opt) { return full(s, 0.0, opt); }
-Tensor ones(const Shape& s, Options opt) { return full(s, 1.0, opt); }
+Tensor zeros(const Shape& s, Options opt) {
+  checked_nbytes("zeros", s, dtype_size(opt.dtype));
+  return full(s, 0.0, opt);
+}
+Tensor ones(const Shape& s, Options opt) {
+  checked_nbytes("ones", s, dtype_size(opt.dtype));
+  return full(s, 1.0, opt);
+}
 
 Tensor arange(double start, double end, double step, Options opt) {
   LOOM_CHECK(step != 0, "arange: step must be non-zero");
   LOOM_CHECK((end - start) / step >= 0, "arange: [", start, ", ", end, ") with step ", step, " is empty backwards");
-  int64_t n = int64_t(std::ceil((end - start) / step));
+  double count = std::ceil((end - start) / step);
+  LOOM_CHECK(std::isfinite(count) && count < 9.2e18, "arange: [", start, ", ", end, ") with step ", step,
+             " has more elements than int64 can count");
+  int64_t n = int64_t(count);
+  checked_nbytes("arange", {n}, dtype_size(opt.dtype));
   Tensor t = empty({n}, no_grad(opt));
   if (n > 0) backend_for(opt.device).arange_(t, start, step);
   return finish(t, opt.requires_grad);
@@ -38,16 +50,21 @@ Tensor arange(double start, double end, double step, Options opt) {
 
 Tensor uniform(const Shape& s, double lo, double hi, Options opt, Generator* gen) {
   LOOM_CHECK(is_floating(opt.dtype), "uniform: dtype ", dtype_name(opt.dtype), " is not floating");
+  checked_nbytes("uniform", s, dtype_size(opt.dtype));
   Tensor t = empty(s, no_grad(opt));
   GeneratorState st = (gen ? *gen : default_generator()).reserve(uint64_t(t.numel()));
   if (t.numel() > 0) backend_for(opt.device).random_(t, RandomKind::Uniform, lo, hi, st.seed, st.offset);
   return finish(t, opt.requires_grad);
 }
 
-Tensor rand(const Shape& s, Options opt, Generator* gen) { return uniform(s, 0.0, 1.0, opt, gen); }
+Tensor rand(const Shape& s, Options opt, Generator* gen) {
+  checked_nbytes("rand", s, dtype_size(opt.dtype));
+  return uniform(s, 0.0, 1.0, opt, gen);
+}
 
 Tensor randn(const Shape& s, Options opt, Generator* gen) {
   LOOM_CHECK(is_floating(opt.dtype), "randn: dtype ", dtype_name(opt.dtype), " is not floating");
+  checked_nbytes("randn", s, dtype_size(opt.dtype));
   Tensor t = empty(s, no_grad(opt));
   GeneratorState st = (gen ? *gen : default_generator()).reserve(uint64_t(t.numel()));
   if (t.numel() > 0) backend_for(opt.device).random_(t, RandomKind::Normal, 0.0, 1.0, st.seed, st.offset);
@@ -57,6 +74,7 @@ Tensor randn(const Shape& s, Options opt, Generator* gen) {
 Tensor randint(int64_t low, int64_t high, const Shape& s, Options opt, Generator* gen) {
   LOOM_CHECK(low < high, "randint: low ", low, " must be below high ", high);
   LOOM_CHECK(opt.dtype != DType::Bool, "randint: dtype bool is not supported");
+  checked_nbytes("randint", s, dtype_size(opt.dtype));
   Tensor t = empty(s, no_grad(opt));
   GeneratorState st = (gen ? *gen : default_generator()).reserve(uint64_t(t.numel()));
   if (t.numel() > 0)

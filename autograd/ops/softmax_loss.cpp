@@ -64,7 +64,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r, do
   LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
              "cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
   Tensor logp = log_softmax(logits, 1);
-  Tensor nll = nll_loss(logp, target, r, ignore_index);
+  Tensor nll;
+  try {
+    nll = nll_loss(logp, target, r, ignore_index);
+  } catch (const Error& e) {
+    // The user called cross_entropy: a bad target is reported under that name, about the logits.
+    std::string msg = e.what();
+    const std::string inner = "nll_loss: ";
+    if (msg.compare(0, inner.size(), inner) != 0) throw;
+    msg = "cross_entropy: " + msg.substr(inner.size());
+    for (size_t at = msg.find(" for logp "); at != std::string::npos; at = msg.find(" for logp ", at))
+      msg.replace(at, 10, " for logits ");
+    throw Error(msg);
+  }
   if (label_smoothing == 0.0) return nll;
   Backend& be = backend_for(logits.device());
   // keep_i = 1 for rows that count, 0 for ignored rows (no gradient flows into it).

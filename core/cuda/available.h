@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace loom::cuda {
 
@@ -42,5 +43,14 @@ struct MemoryStats {
 // Both throw in a build without CUDA.
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
+
+// Why no CUDA device is usable, in words, from what the runtime answered: cudaGetDeviceCount's
+// error code (0 = success with 0 devices), cudaDriverGetVersion's version (0 = no driver
+// installed) and the runtime version loom was built with. Tells apart no driver, a driver too old
+// for the runtime, and a driver that sees no GPU. Plain ints so that it is testable everywhere.
+std::string explain_no_device(int count_error, int driver_version, int runtime_version);
+// The error codes it reads (cudaError_t values, stable across CUDA versions).
+constexpr int kCudaErrorInsufficientDriver = 35;
+constexpr int kCudaErrorNoDevice = 100;
 
 }  // namespace loom::cuda

@@ -2,6 +2,7 @@
 // backend the report says so.
 #include "core/cuda/device_info.h"
 
+#include "core/cuda/available.h"
 #include "core/error.h"
 #ifdef LOOM_WITH_CUDA
 #include <cuda_runtime.h>
@@ -30,12 +31,11 @@ CudaInfo cuda_info() {
 #endif
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    info.error = str(cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  if (err != cudaSuccess || n == 0) {
+    info.error = explain_no_device(int(err), info.driver_version, info.runtime_version);
+    if (err != cudaSuccess) info.error += str(" [", cudaGetErrorName(err), ": ", cudaGetErrorString(err), "]");
     cudaGetLastError();
     n = 0;
-  } else if (n == 0) {
-    info.error = "the driver reports no CUDA device";
   }
   info.device_count = n;
   for (int d = 0; d < n; ++d) {

@@ -32,9 +32,12 @@ struct TrainConfig {
   int64_t train_limit = 0;         // use only the first N training images (0 = all)
   int64_t max_steps = 0;           // stop after this many steps in total (0 = no limit)
   int64_t log_every = 20;          // read the loss back from the device every N steps
+  bool allow_nonfinite = false;    // keep going when the loss is nan/inf (default: stop with an error)
 };
 
-// Adds the common flags (--device, --epochs, ...) to a CLI11 app.
+// Adds the common flags (--device, --epochs, ...) to a CLI11 app, each checked with a readable
+// range (examples/common/flags.h); sets the app up so that --help shows defaults. Call it before
+// adding the program's own options.
 void add_train_flags(CLI::App& app, TrainConfig& cfg);
 
 struct TrainReport {
@@ -43,13 +46,21 @@ struct TrainReport {
   double test_accuracy = 0;  // fraction in [0, 1]
   double seconds = 0;        // whole run
   int64_t steps = 0;
+  bool evaluated = false;    // an epoch ended and the test set was evaluated (test_* are set)
 };
 
 // Trains `model` on Fashion-MNIST as configured, prints progress and a summary per epoch.
+// Errors (before the first step when they can be known then): no full batch to train on, a
+// --resume folder that does not exist, an unwritable --checkpoint-dir or --log-dir, a checkpoint
+// that does not fit the run, a non-finite loss (unless allow_nonfinite), a failed checkpoint write.
 TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const TrainConfig& cfg,
                              std::shared_ptr<const data::Transform> train_transform = nullptr);
 
-// Runs main_body, turning loom::Error into a message and exit code 1.
+// "final test accuracy ..." when an evaluation ran, else a line saying none did.
+void print_final(const TrainReport& r);
+
+// Runs main_body, turning loom::Error and any std::exception into one line on stderr
+// ("<program>: error: ...") and exit code 1.
 int run_main(const char* program, const std::function<int()>& main_body);
 
 }  // namespace loom::examples

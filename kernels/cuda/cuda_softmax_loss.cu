@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kBlockSize)
     A v = A(0);
     if (t != ignore && (t < 0 || t >= C)) {
       if (j == 0) report_device_error(err, DeviceOp::NllLossBackward, t, i, C);
-    } else if (t == j) {
+    } else if (t == j && t != ignore) {  // an ignore_index inside [0, C) is a class: its rows get 0
       const double sc = scale ? *scale : 1.0;
       v = A(-double(A(grad[i * gs])) * sc);
     }

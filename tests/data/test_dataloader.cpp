@@ -2,6 +2,8 @@
 // collate paths, transforms on the workers, exceptions, early stop, bounded prefetch, resume.
 #include <gtest/gtest.h>
 
+#include "support/fashion_mnist.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -359,9 +361,8 @@ TEST(DataLoader, BadOptionsAreErrors) {
 }
 
 TEST(DataLoader, FashionMnistThroughput) {
-  if (!std::filesystem::exists(std::string(FashionMNIST::kDefaultRoot) + "/train-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  FashionMNIST train;
+  LOOM_FASHION_MNIST_OR_SKIP(root);
+  FashionMNIST train(root);
   auto whole = std::make_shared<TensorDataset>(train.to_tensor_dataset());
   auto mnist = std::make_shared<FashionMNIST>(train);
   // The first batches of a sequential loader are the first rows of the normalised set.

@@ -3,6 +3,8 @@
 // there. Compiled only in CUDA builds; skipped when no GPU is present.
 #include <gtest/gtest.h>
 
+#include "support/fashion_mnist.h"
+
 #ifdef LOOM_WITH_CUDA
 #include <chrono>
 #include <cstdio>
@@ -85,10 +87,9 @@ TEST(DataLoaderCuda, DatasetOnTheDeviceIsBatchedThere) {
 }
 TEST(DataLoaderCuda, FashionMnistToTheGpuThroughput) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no GPU";
-  if (!std::filesystem::exists(std::string(FashionMNIST::kDefaultRoot) + "/train-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  LOOM_FASHION_MNIST_OR_SKIP(root);
   const Device gpu(DeviceType::CUDA, 0);
-  FashionMNIST train;
+  FashionMNIST train(root);
   auto whole = std::make_shared<TensorDataset>(train.to_tensor_dataset());
   auto resident = std::make_shared<TensorDataset>(to(whole->data(), gpu), to(whole->target(), gpu));
   struct Case {

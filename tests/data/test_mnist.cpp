@@ -1,6 +1,8 @@
 // data/mnist: the idx reader on the real Fashion-MNIST files (checked against bytes read here
 // with zlib directly) and every error case on small files written to a temporary folder.
 #include <gtest/gtest.h>
+
+#include "support/fashion_mnist.h"
 #include <zlib.h>
 
 #include <chrono>
@@ -19,9 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRoot = FashionMNIST::kDefaultRoot;
 
-bool have_fashion_mnist() { return fs::exists(kRoot + "/train-images-idx3-ubyte.gz"); }
 
 // The whole decompressed file, read with zlib here (independent of the reader under test).
 std::vector<uint8_t> gunzip_file(const std::string& path) {
@@ -110,9 +110,9 @@ class TempDir : public ::testing::Test {
 // ---------------------------------------------------------------- the real files
 
 TEST(FashionMnist, TrainSplitMatchesRawBytes) {
-  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  LOOM_FASHION_MNIST_OR_SKIP(kRoot);
   auto t0 = std::chrono::steady_clock::now();
-  FashionMNIST train;  // default root, train split
+  FashionMNIST train(kRoot);  // train split
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[ load ] Fashion-MNIST train split (60000 images, gzip) loaded in %.3f s\n", secs);
   RecordProperty("load_seconds", std::to_string(secs));
@@ -145,8 +145,8 @@ TEST(FashionMnist, TrainSplitMatchesRawBytes) {
 }
 
 TEST(FashionMnist, TestSplitHistogram) {
-  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  FashionMNIST test(FashionMNIST::kDefaultRoot, /*train=*/false);
+  LOOM_FASHION_MNIST_OR_SKIP(kRoot);
+  FashionMNIST test(kRoot, /*train=*/false);
   ASSERT_EQ(test.size(), 10000);
   std::vector<int64_t> hist(10, 0);
   for (int64_t v : test.labels().to_vector<int64_t>()) hist[size_t(v)]++;
@@ -156,8 +156,8 @@ TEST(FashionMnist, TestSplitHistogram) {
 }
 
 TEST(FashionMnist, NormalisationGetGatherAndWholeSetAgree) {
-  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  FashionMNIST train;
+  LOOM_FASHION_MNIST_OR_SKIP(kRoot);
+  FashionMNIST train(kRoot);
   const uint8_t* px = train.images().data<uint8_t>();
   Tensor whole = train.float_images();
   ASSERT_EQ(whole.shape(), (Shape{60000, 1, 28, 28}));

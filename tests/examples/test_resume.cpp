@@ -2,6 +2,8 @@
 // bit-identical final weights on the CPU (SPECS.md, Checkpoints). Also: the short CPU run learns.
 #include <gtest/gtest.h>
 
+#include "support/fashion_mnist.h"
+
 #include <filesystem>
 
 #include "autograd/ops/ops.h"
@@ -14,8 +16,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-examples::TrainConfig small_run(const fs::path& dir) {
+examples::TrainConfig small_run(const fs::path& dir, const std::string& data) {
   examples::TrainConfig c;
+  c.data_dir = data;
   c.device = "cpu";
   c.epochs = 2;
   c.batch_size = 64;
@@ -41,14 +44,15 @@ fs::path temp_dir(const std::string& name) {
 }  // namespace
 
 TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
+  LOOM_FASHION_MNIST_OR_SKIP(data);
   fs::path a = temp_dir("straight"), b = temp_dir("resumed");
-  auto straight = examples::train_classifier(fresh_model(7), small_run(a));
+  auto straight = examples::train_classifier(fresh_model(7), small_run(a, data));
   EXPECT_EQ(straight.steps, 32);
 
-  auto crashed_cfg = small_run(b);
+  auto crashed_cfg = small_run(b, data);
   crashed_cfg.max_steps = 21;  // dies 5 steps into epoch 2, after the epoch-1 checkpoint
   examples::train_classifier(fresh_model(7), crashed_cfg);
-  auto resumed_cfg = small_run(b);
+  auto resumed_cfg = small_run(b, data);
   resumed_cfg.resume = true;
   auto resumed = examples::train_classifier(fresh_model(99), resumed_cfg);  // other init: must be overwritten
   EXPECT_EQ(resumed.steps, 32);
@@ -69,7 +73,9 @@ TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
 }
 
 TEST(Resume, ShortCpuRunLearns) {
+  LOOM_FASHION_MNIST_OR_SKIP(data);
   examples::TrainConfig c;
+  c.data_dir = data;
   c.device = "cpu";
   c.epochs = 1;
   c.batch_size = 128;

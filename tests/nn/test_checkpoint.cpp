@@ -143,7 +143,7 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   EXPECT_TRUE(f.contains("scaler.scale"));
   EXPECT_EQ(f.metadata.at("extra.epoch"), "2");
   EXPECT_EQ(f.metadata.at("rng.sampler.seed"), "42");
-  EXPECT_EQ(f.metadata.at("loom_checkpoint_format"), "1");
+  EXPECT_EQ(f.metadata.at("loom_checkpoint_format"), "2");  // 2: the CRC covers the whole file
 }
 
 TEST(Checkpoint, EmptySectionsAndExplicitDefaultRng) {
