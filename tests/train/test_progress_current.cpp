@@ -5,9 +5,10 @@
 
 #include <sstream>
 
-#include "data/progress.h"
+#include "train/progress.h"
 
 using namespace loom;
+using namespace loom::train;
 
 TEST(ProgressCurrent, LineDueAtEachTenthAndAtTheEnd) {
   std::ostringstream out;
