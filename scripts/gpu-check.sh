@@ -8,6 +8,7 @@
 #   scripts/gpu-check.sh                     # everything
 #   SKIP_BENCH=1 scripts/gpu-check.sh        # no benchmarks
 #   MEMCHECK_FILTER='-CudaReduce.*' ...      # a gtest filter for the memcheck run (default: all)
+#   SKIP_MEMCHECK=1 ...                      # no memcheck (with 2+ GPUs it overlaps ctest anyway)
 #   BENCH_ARGS='--quick' ...                 # extra arguments for every bench_* program
 #   CTEST_ARGS='-R Cuda' ...                 # extra ctest arguments (a subset of the tests)
 #   TARGETS='test_cuda envinfo' ...          # build only these targets (default: everything)
@@ -54,6 +55,37 @@ echo "== envinfo"
 "$BUILD/examples/envinfo" 2>&1 | tee "$LOG/envinfo.log"
 row envinfo "$([ "${PIPESTATUS[0]}" = 0 ] && echo ok || echo FAILED)"
 
+# ---- memcheck over the CUDA tests (one process: the gtest summary gives skip counts too)
+# With two or more GPUs it runs on the last GPU while ctest runs on the first (ctest's NCCL tests
+# then skip; the distributed section below runs them on every GPU); with one GPU, after ctest.
+have_memcheck() { command -v compute-sanitizer > /dev/null && [ -x "$BUILD/tests/test_cuda" ]; }
+run_memcheck() {
+  timeout "${MEMCHECK_TIMEOUT:-1500}" compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 \
+    "$BUILD/tests/test_cuda" --gtest_filter="${MEMCHECK_FILTER:-*}" > "$LOG/memcheck.log" 2>&1
+  echo $? > "$LOG/memcheck.rc"
+}
+report_memcheck() {
+  echo "== compute-sanitizer memcheck"
+  if ! have_memcheck; then row "memcheck" "not run (no compute-sanitizer or no test_cuda)"; return; fi
+  rc=$(cat "$LOG/memcheck.rc" 2>/dev/null || echo "?")
+  tail -n 8 "$LOG/memcheck.log"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' | tail -1)
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' || echo 0)
+  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' || echo 0)
+  gfailed=$(grep -oE '[0-9]+ FAILED TEST' "$LOG/memcheck.log" | grep -oE '^[0-9]+' || echo 0)
+  [ "$rc" = 124 ] && errors="timed out after ${MEMCHECK_TIMEOUT:-1500} s"
+  row "memcheck errors" "${errors:-?} (exit $rc)"
+  row "  test_cuda under memcheck" "$passed passed, $gfailed failed, $skipped skipped"
+}
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+memcheck_pid=""
+if [ -z "${SKIP_MEMCHECK:-}" ] && have_memcheck && [ "${ngpu:-0}" -ge 2 ]; then
+  echo "== memcheck on GPU $((ngpu - 1)), in the background"
+  CUDA_VISIBLE_DEVICES=$((ngpu - 1)) run_memcheck &
+  memcheck_pid=$!
+  export CUDA_VISIBLE_DEVICES=0  # ctest on the first GPU
+fi
+
 # ---- every test, through ctest
 echo "== ctest"
 # shellcheck disable=SC2086
@@ -70,26 +102,15 @@ row "ctest (all binaries)" "$failed failed of $total"
 row "  passed/failed/skipped" "$(python3 "$ROOT/scripts/test_summary.py" "$LOG/ctest-junit.xml" | tail -n 1)"
 row "  of which CUDA tests" "$cuda_failed failed, $cuda_skipped skipped of $cuda_tests"
 
-# ---- memcheck over the CUDA tests (one process: the gtest summary gives skip counts too)
-echo "== compute-sanitizer memcheck"
-if command -v compute-sanitizer > /dev/null && [ -x "$BUILD/tests/test_cuda" ]; then
-  timeout "${MEMCHECK_TIMEOUT:-1500}" compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 \
-    "$BUILD/tests/test_cuda" --gtest_filter="${MEMCHECK_FILTER:-*}" > "$LOG/memcheck.log" 2>&1
-  rc=$?
-  tail -n 8 "$LOG/memcheck.log"
-  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' | tail -1)
-  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' || echo 0)
-  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$LOG/memcheck.log" | grep -oE '[0-9]+$' || echo 0)
-  gfailed=$(grep -oE '[0-9]+ FAILED TEST' "$LOG/memcheck.log" | grep -oE '^[0-9]+' || echo 0)
-  [ "$rc" = 124 ] && errors="timed out"
-  row "memcheck errors" "${errors:-?} (exit $rc)"
-  row "  test_cuda under memcheck" "$passed passed, $gfailed failed, $skipped skipped"
+unset CUDA_VISIBLE_DEVICES
+if [ -n "${SKIP_MEMCHECK:-}" ]; then
+  row memcheck "skipped (SKIP_MEMCHECK)"
 else
-  row "memcheck" "not run (no compute-sanitizer or no test_cuda)"
+  if [ -n "$memcheck_pid" ]; then wait "$memcheck_pid"; elif have_memcheck; then run_memcheck; fi
+  report_memcheck
 fi
 
 # ---- distributed: NCCL across two GPUs (one process each), and all_reduce bus bandwidth
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${ngpu:-0}" -ge 2 ] && [ -x "$BUILD/tests/test_distributed" ]; then
   echo "== distributed (NCCL, 2 processes)"
   timeout 600 "$BUILD/tests/test_distributed" --gtest_filter='Nccl.*' > "$LOG/distributed.log" 2>&1
