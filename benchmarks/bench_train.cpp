@@ -15,9 +15,9 @@
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
-#include "examples/common/flags.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
+#include "train/flags.h"
 #include "train/step_runner.h"
 
 using namespace loom;
@@ -81,17 +81,17 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
 
 int main(int argc, char** argv) {
   CLI::App app{"loom training-step benchmark (WORKLOADS.md)"};
-  examples::configure_app(app);
+  train::configure_app(app);
   std::string workload = "all", device;
   int warmup = 10, steps = 50, repeats = 5;
   bool graph = false;
   app.add_option("--workload", workload, "mlp, cnn, wide or all")->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
-  app.add_option("--warmup", warmup, "warm-up steps")->check(examples::int_range(1, 1000000));
-  app.add_option("--steps", steps, "timed steps per repeat")->check(examples::int_range(1, 1000000));
-  app.add_option("--repeats", repeats, "repeats (the median is reported)")->check(examples::int_range(1, 10000));
+  app.add_option("--warmup", warmup, "warm-up steps")->check(train::int_range(1, 1000000));
+  app.add_option("--steps", steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
+  app.add_option("--repeats", repeats, "repeats (the median is reported)")->check(train::int_range(1, 10000));
   app.add_flag("--cuda-graph", graph, "replay the step as a CUDA graph (zero-grad, forward, backward)");
-  if (int rc = examples::parse_flags(app, argc, argv); rc >= 0) return rc;
+  if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   Device dev = kCPU;
   if (device.empty() && cuda::is_available()) dev = cuda_device(0);

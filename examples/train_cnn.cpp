@@ -7,7 +7,7 @@
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
-#include "examples/common/flags.h"
+#include "train/flags.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
 
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--augment", augment, "random crop (padding 2) and horizontal flip of training images");
   app.add_option("--model", arch, "classifier (default) or workload (the benchmark's cnn)")
       ->check(CLI::IsMember({"classifier", "workload"}));
-  if (int rc = examples::parse_flags(app, argc, argv); rc >= 0) return rc;
+  if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return examples::run_main("train_cnn", [&] {
     manual_seed(cfg.seed);

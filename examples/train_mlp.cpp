@@ -11,7 +11,7 @@
 // cross_entropy, backward and the optimizer's step, then logs the loss; after each epoch it tests
 // and saves a checkpoint. docs/tour.md follows one such step through the library.
 #include "autograd/ops/ops.h"
-#include "examples/common/flags.h"
+#include "train/flags.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
 
@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
   examples::TrainConfig cfg;
   int64_t hidden = 1024;
   examples::add_train_flags(app, cfg);
-  app.add_option("--hidden", hidden, "width of the two hidden layers")->check(examples::int_range(1, 65536));
-  if (int rc = examples::parse_flags(app, argc, argv); rc >= 0) return rc;
+  app.add_option("--hidden", hidden, "width of the two hidden layers")->check(train::int_range(1, 65536));
+  if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return examples::run_main("train_mlp", [&] {
     manual_seed(cfg.seed);  // the same seed gives the same initial weights on every device

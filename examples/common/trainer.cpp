@@ -19,7 +19,7 @@
 #include "nn/checkpoint.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
-#include "examples/common/flags.h"
+#include "train/flags.h"
 #include "train/progress.h"
 #include "train/step_runner.h"
 #include "train/tensorboard.h"

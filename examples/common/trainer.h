@@ -36,7 +36,7 @@ struct TrainConfig {
 };
 
 // Adds the common flags (--device, --epochs, ...) to a CLI11 app, each checked with a readable
-// range (examples/common/flags.h); sets the app up so that --help shows defaults. Call it before
+// range (train/flags.h); sets the app up so that --help shows defaults. Call it before
 // adding the program's own options.
 void add_train_flags(CLI::App& app, TrainConfig& cfg);
 

@@ -1,11 +1,11 @@
-// The example programs' flags (examples/common/flags.h, add_train_flags): ranges named in
+// The example programs' flags (train/flags.h, add_train_flags): ranges named in
 // readable form, non-finite numbers refused, --help with defaults, a bad flag answered with the
 // usage line and exit code 2. Leaves out: what the flags do (the trainer tests).
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "examples/common/flags.h"
+#include "train/flags.h"
 #include "examples/common/trainer.h"
 
 using namespace loom;
@@ -54,8 +54,8 @@ TEST(Flags, NonFiniteNumbersAreRefused) {
 }
 
 TEST(Flags, ResourceFlagsAreCheckedAgainstTheMachine) {
-  expect_refused({"--workers", "100000"}, {"--workers", "100000", std::to_string(examples::max_workers())});
-  EXPECT_EQ(parse_error({"--workers", std::to_string(examples::max_workers())}), "");
+  expect_refused({"--workers", "100000"}, {"--workers", "100000", std::to_string(train::max_workers())});
+  EXPECT_EQ(parse_error({"--workers", std::to_string(train::max_workers())}), "");
 }
 
 TEST(Flags, HelpShowsDefaultsAndABadFlagPrintsUsage) {
@@ -71,7 +71,7 @@ TEST(Flags, HelpShowsDefaultsAndABadFlagPrintsUsage) {
   char* argv[] = {prog, bad};
   testing::internal::CaptureStderr();
   testing::internal::CaptureStdout();
-  int rc = examples::parse_flags(app, 2, argv);
+  int rc = train::parse_flags(app, 2, argv);
   std::string out = testing::internal::GetCapturedStdout() + testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("--no-such-flag"), std::string::npos) << out;

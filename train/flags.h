@@ -1,4 +1,4 @@
-// Flag checking for the example and benchmark programs (CLI11): numeric ranges with readable
+// Flag checking for programs built on loom (CLI11), used by the examples and benchmarks: numeric ranges with readable
 // bounds, non-finite numbers refused, defaults shown by --help, and a bad flag answered with the
 // message, the usage line and exit code 2. Leaves out: the flags themselves (each program's own).
 #pragma once
@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-namespace loom::examples {
+namespace loom::train {
 
 // Accepts an integer in [lo, hi]; refuses anything else with "expected an integer in [lo, hi],
 // got <value>". CLI11 puts the flag's name in front.
@@ -86,4 +86,4 @@ inline int parse_flags(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
-}  // namespace loom::examples
+}  // namespace loom::train
