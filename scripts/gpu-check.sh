@@ -10,6 +10,7 @@
 #   MEMCHECK_FILTER='-CudaReduce.*' ...      # a gtest filter for the memcheck run (default: all)
 #   SKIP_MEMCHECK=1 ...                      # no memcheck (with 2+ GPUs it overlaps ctest anyway)
 #   BENCH_ARGS='--quick' ...                 # extra arguments for every bench_* program
+#   BENCHES='bench_train' ...                # only these single-process benchmarks (none: BENCHES=-)
 #   CTEST_ARGS='-R Cuda' ...                 # extra ctest arguments (a subset of the tests)
 #   TARGETS='test_cuda envinfo' ...          # build only these targets (default: everything)
 # Other knobs: BUILD (build folder), JOBS (default 16), CTEST_JOBS (default 8), *_TIMEOUT (s).
@@ -143,6 +144,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     [ -x "$b" ] || continue
     name=$(basename "$b")
     [ "$name" = bench_allreduce ] && continue  # multi-process: run in the distributed section
+    [ -n "${BENCHES:-}" ] && ! grep -qw "$name" <<< "$BENCHES" && continue
     echo "== $name ${BENCH_ARGS:-}"
     echo "== $name ${BENCH_ARGS:-}" >> "$LOG/bench.log"
     # shellcheck disable=SC2086
