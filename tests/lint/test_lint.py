@@ -97,9 +97,11 @@ with tempfile.TemporaryDirectory() as tmp:
         expect("format switch on: a misformatted file fails", fmt, "format", 1, "core/error.cpp",
                env={"LOOM_LINT_FORMAT": "1"})
         expect("format switch off: not checked", fmt, "format", 0, env={"LOOM_LINT_FORMAT": "0"})
-    else:
+    elif os.environ.get("CI"):  # CI installs it (scripts/install-deps.sh): missing there is a fault
         print("FAIL clang-format is not installed (scripts/install-deps.sh installs it)")
         failures.append("clang-format")
+    else:  # e.g. the GPU machine, which has no clang-format and installs nothing
+        print("skip the format cases: clang-format is not installed (scripts/install-deps.sh installs it)")
 
 print(f"{len(failures)} failure(s)" + (": " + ", ".join(failures) if failures else ""))
 sys.exit(1 if failures else 0)
