@@ -1,8 +1,8 @@
-// bench_train: the training-step workloads of ../shared/WORKLOADS.md (mlp, cnn, wide) with their
+// bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide) with their
 // timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
 // on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median ms/step and the peak device memory. Strict fp32 (TF32 off). --cuda-graph
-// replays zero-grad + forward + backward as one graph (see examples/common/step_runner.h).
+// replays zero-grad + forward + backward as one graph (see train/step_runner.h).
 //
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
@@ -12,13 +12,10 @@
 #include <cstdio>
 
 #include "autograd/ops/ops.h"
-#include "examples/common/step_runner.h"
+#include "core/cuda/available.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/allocator.h"
-#include "core/cuda/stream.h"
-#endif
+#include "train/step_runner.h"
 
 using namespace loom;
 
@@ -36,9 +33,7 @@ std::shared_ptr<nn::Sequential> wide() { return nn::make_wide(); }
 
 // Seconds since an arbitrary start, after all queued device work finished.
 double now_synced(Device d) {
-#ifdef LOOM_WITH_CUDA
   if (d.is_cuda()) cuda::synchronize(d.index);
-#endif
   (void)d;
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -55,12 +50,10 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
-  examples::StepRunner runner(*model, opt, 0.0, graph);  // eager, or a replayed CUDA graph
+  train::StepRunner runner(*model, opt, 0.0, graph);  // eager, or a replayed CUDA graph
   auto step = [&] { runner.step(x, y); };
   for (int i = 0; i < warmup; ++i) step();
-#ifdef LOOM_WITH_CUDA
   if (dev.is_cuda()) cuda::reset_peak_memory_stats(dev.index);
-#endif
   std::vector<double> ms;
   for (int r = 0; r < repeats; ++r) {
     double t0 = now_synced(dev);
@@ -70,9 +63,7 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   }
   std::sort(ms.begin(), ms.end());
   Result res{ms[ms.size() / 2], ms.front(), 0};
-#ifdef LOOM_WITH_CUDA
   if (dev.is_cuda()) res.peak_mib = double(cuda::memory_stats(dev.index).peak_allocated) / (1 << 20);
-#endif
   return res;
 }
 
@@ -92,9 +83,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   Device dev = kCPU;
-#ifdef LOOM_WITH_CUDA
   if (device.empty() && cuda::is_available()) dev = cuda_device(0);
-#endif
   try {
     if (!device.empty()) dev = Device(device);
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};

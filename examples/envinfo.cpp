@@ -8,14 +8,13 @@
 
 #include <Eigen/Core>
 
-#include "core/parallel.h"
-#ifdef LOOM_WITH_CUDA
+#include "core/cuda/available.h"
 #include "core/cuda/device_info.h"
-#endif
+#include "core/parallel.h"
 
 namespace {
 
-[[maybe_unused]] const char* yes_no(bool b) { return b ? "yes" : "no"; }
+const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
 void print_build() {
   std::printf("loom %s\n", LOOM_VERSION);
@@ -27,11 +26,10 @@ void print_build() {
 #endif
   std::printf("  Eigen              %d.%d.%d\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
   std::printf("  CPU threads        %d (OpenMP)\n", loom::cpu::num_threads());
-#ifdef LOOM_WITH_CUDA
-  std::printf("  CUDA backend       compiled in\n");
-#else
-  std::printf("  CUDA backend       not compiled in (configure with -DLOOM_CUDA=ON)\n");
-#endif
+  if (loom::cuda::compiled_with_cuda())
+    std::printf("  CUDA backend       compiled in\n");
+  else
+    std::printf("  CUDA backend       not compiled in (configure with -DLOOM_CUDA=ON)\n");
 #ifdef LOOM_WITH_NCCL
   std::printf("  NCCL               compiled in\n");
 #else
@@ -44,7 +42,6 @@ void print_build() {
 #endif
 }
 
-#ifdef LOOM_WITH_CUDA
 void print_cuda() {
   using namespace loom::cuda;
   CudaInfo info = cuda_info();
@@ -65,16 +62,14 @@ void print_cuda() {
                 d.major, d.minor, d.multiprocessors);
   }
 }
-#endif
 
 }  // namespace
 
 int main() {
   print_build();
-#ifdef LOOM_WITH_CUDA
-  print_cuda();
-#else
-  std::printf("CUDA\n  available          no (this build of loom has no CUDA support)\n");
-#endif
+  if (loom::cuda::compiled_with_cuda())
+    print_cuda();
+  else
+    std::printf("CUDA\n  available          no (this build of loom has no CUDA support)\n");
   return 0;
 }

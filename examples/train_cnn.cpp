@@ -1,6 +1,6 @@
 // train_cnn: trains a CNN on Fashion-MNIST: two blocks of [Conv-BatchNorm-ReLU x 2, MaxPool],
 // then dropout and a two-layer classifier. --model workload trains the benchmark's cnn instead
-// (three conv blocks and global average pooling; ../shared/WORKLOADS.md). --augment adds
+// (three conv blocks and global average pooling; docs/workloads.md). --augment adds
 // random-crop and flip augmentation.
 //
 //   ./build/examples/train_cnn                          # 10 epochs, Adam lr 1e-3, batch 128

@@ -19,7 +19,7 @@ Backend& backend_for(Device d) {
 
 bool has_backend(DeviceType t) {
 #ifdef LOOM_WITH_CUDA
-  return true;
+  return t == DeviceType::CPU || t == DeviceType::CUDA;
 #else
   return t == DeviceType::CPU;
 #endif

@@ -6,7 +6,8 @@
 // are the single registry of elementwise ops: the enum, and both backends' switches, expand them.
 // Adding an op: write its functor here, add it to a list, then its autograd op (see
 // docs/adding-an-op.md).
-// Leaves out: reductions (kernels/reduce_ops.h) and anything with state (dropout draws from Philox).
+// Leaves out: reductions (Backend::reduce; kernels/reduce_layout.h) and anything with state
+// (dropout draws from Philox).
 #pragma once
 
 #include <cmath>

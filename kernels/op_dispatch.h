@@ -1,6 +1,5 @@
-// Runtime op -> functor dispatch for the elementwise kernels of both backends
-// (kernels/cpu/cpu_elementwise.cpp, kernels/cuda/cuda_elementwise.cu and cuda_binary.cu), and the
-// dtype check they apply first. One switch per registry list of kernels/functors.h.
+// Runtime op -> functor dispatch for the elementwise kernels of both backends (used by the shared
+// front-end, kernels/elementwise_ops.h), and the dtype check they apply first. One switch per registry list of kernels/functors.h.
 // Leaves out: the loops themselves (kernels/cpu/loops.h, kernels/cuda/loops.cuh).
 #pragma once
 

@@ -1,13 +1,28 @@
 // How both backends lay out a reduction: the result's shape, and a permutation that puts the
-// kept dims first and the reduced dims last, so the input reads as (outer, inner) rows.
+// kept dims first and the reduced dims last, so the input reads as (outer, inner) rows; and the
+// name of a reduction in error messages.
 // Leaves out: the kernels (kernels/cpu/cpu_reduce.cpp, kernels/cuda/cuda_reduce.cu).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/shape.h"
+#include "kernels/params.h"
 
 namespace loom {
+
+// "sum", "mean", "max", "min": the op named in a reduction's errors.
+inline const char* reduce_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "reduce";
+}
 
 struct ReduceLayout {
   Shape out_shape;               // the input's shape without the reduced dims (1s with keepdim)

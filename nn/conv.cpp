@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "autograd/ops/factory.h"
-#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/conv_pool.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 

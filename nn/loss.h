@@ -3,9 +3,10 @@
 // Leaves out: class weights, BCE/Huber losses.
 #pragma once
 
+#include "autograd/ops/dropout.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/linalg.h"
-#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/softmax_loss.h"
 #include "nn/module.h"
 
 namespace loom::nn {

@@ -1,4 +1,4 @@
-// The reference models of ../shared/WORKLOADS.md, shared by the example programs and the
+// The reference models of docs/workloads.md, shared by the example programs and the
 // benchmarks so both train exactly the same networks.
 // Leaves out: anything beyond MLP/CNN classifiers for 1x28x28 images.
 #pragma once

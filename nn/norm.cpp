@@ -3,7 +3,7 @@
 // Leaves out: BatchNorm1d/3d, GroupNorm, SyncBatchNorm.
 #include "autograd/grad_mode.h"
 #include "autograd/ops/factory.h"
-#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/norm.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 

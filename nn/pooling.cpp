@@ -1,7 +1,7 @@
 // Pooling modules: MaxPool2d, AvgPool2d (stride defaults to the kernel size, as PyTorch) and
 // AdaptiveAvgPool2d, around the ops of the same names.
 // Leaves out: dilation and ceil_mode, adaptive max pooling.
-#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/conv_pool.h"
 #include "nn/layers.h"
 
 namespace loom::nn {

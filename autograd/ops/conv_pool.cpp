@@ -5,7 +5,7 @@
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/conv_pool.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "kernels/raw_ops.h"

@@ -4,7 +4,7 @@
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/nn_ops.h"
+#include "autograd/ops/dropout.h"
 #include "core/generator.h"
 
 namespace loom {

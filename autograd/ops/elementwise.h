@@ -62,7 +62,4 @@ inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 inline Tensor operator/(double s, const Tensor& a) { return rdiv(a, s); }
 inline Tensor operator-(const Tensor& x) { return neg(x); }
 
-// Reduces a gradient of a broadcast result back to `shape` (sums over broadcast dims).
-Tensor sum_to(const Tensor& g, const Shape& shape);
-
 }  // namespace loom

@@ -9,8 +9,20 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
 #include "autograd/ops/shape.h"
+#include "kernels/raw_ops.h"
 
 namespace loom {
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  // Sum the leading dims that `shape` lacks, and the dims where `shape` has 1 but g does not.
+  size_t lead = g.dim() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < size_t(g.dim()); ++d)
+    if (d < lead || (shape[d - lead] == 1 && g.size(d) != 1)) dims.push_back(int64_t(d));
+  Tensor s = dims.empty() ? g : backend_for(g.device()).reduce(ReduceOp::Sum, g, dims, true);
+  return raw::view(raw::contiguous(s), shape);
+}
 
 namespace {
 

@@ -1,10 +1,14 @@
-// Differentiable reductions: sum, mean, max/min (all elements, or along a dim), var; argmax.
+// Differentiable reductions: sum, mean, max/min (all elements, or along a dim), var; argmax;
+// sum_to, which reduces a broadcast gradient back to its input's shape.
 // Leaves out: prod, median, sort (not needed by the models loom trains).
 #pragma once
 
 #include "core/tensor.h"
 
 namespace loom {
+
+// Reduces a gradient of a broadcast result back to `shape` (sums over broadcast dims).
+Tensor sum_to(const Tensor& g, const Shape& shape);
 
 // dims may be negative and in any order; an empty list means every dim.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

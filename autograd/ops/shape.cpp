@@ -6,6 +6,7 @@
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
+#include "autograd/ops/reduce.h"
 #include "core/tensor_views.h"
 #include "kernels/raw_ops.h"
 

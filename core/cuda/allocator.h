@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/allocator.h"
+#include "core/cuda/available.h"
 #include "core/tensor.h"
 
 namespace loom {
@@ -21,22 +22,8 @@ Allocator& cuda_caching_allocator(int device);
 
 namespace loom::cuda {
 
-// Byte counts of one device's allocator. "allocated" counts blocks handed out (rounded sizes),
-// "reserved" the cudaMalloc'ed segments that hold them and the cached free blocks.
-struct MemoryStats {
-  size_t allocated = 0;
-  size_t reserved = 0;
-  size_t requested = 0;       // bytes asked for by the live allocations (before rounding)
-  size_t peak_allocated = 0;  // since the start or the last reset_peak_memory_stats
-  size_t peak_reserved = 0;
-  uint64_t num_allocs = 0;    // allocate() calls with a non-zero size
-  uint64_t num_segments = 0;  // cudaMalloc calls (allocations the cache could not serve)
-  uint64_t num_frees_to_cuda = 0;  // cudaFree calls (empty_cache, OOM retry, released pools)
-  uint64_t num_ooms = 0;      // cudaMalloc failures (before or after the retry)
-};
+// MemoryStats, memory_stats and reset_peak_memory_stats are declared in core/cuda/available.h.
 
-MemoryStats memory_stats(int device);
-void reset_peak_memory_stats(int device);
 // Returns every cached segment that holds no live block to CUDA (all devices). An error while a
 // CUDA graph is being captured on a device (cudaFree would synchronise).
 void empty_cache();

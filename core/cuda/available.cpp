@@ -1,8 +1,10 @@
-// Device count in every build (core/cuda/available.h): the one file of core/cuda/ that is compiled
-// without the CUDA backend too.
+// Device count in every build (core/cuda/available.h), and the answers of a build without CUDA
+// to the calls that need a device. Compiled in every build, like device_info.cpp.
 #include "core/cuda/available.h"
 
 #include <algorithm>
+
+#include "core/error.h"
 
 #ifdef LOOM_WITH_CUDA
 #include <cuda_runtime.h>
@@ -35,5 +37,16 @@ int device_count() {
 }
 
 bool is_available() { return device_count() > 0; }
+
+#ifndef LOOM_WITH_CUDA
+// Without the CUDA backend there is no device to synchronise or to ask for memory statistics.
+void synchronize(int device) { LOOM_FAIL("cuda::synchronize(", device, "): this build of loom has no CUDA support"); }
+MemoryStats memory_stats(int device) {
+  LOOM_FAIL("cuda::memory_stats(", device, "): this build of loom has no CUDA support");
+}
+void reset_peak_memory_stats(int device) {
+  LOOM_FAIL("cuda::reset_peak_memory_stats(", device, "): this build of loom has no CUDA support");
+}
+#endif
 
 }  // namespace loom::cuda

@@ -1,19 +1,26 @@
-// The CUDA environment report (core/cuda/device_info.h).
+// The CUDA environment report (core/cuda/device_info.h). Compiled in every build: without the CUDA
+// backend the report says so.
 #include "core/cuda/device_info.h"
 
+#include "core/error.h"
+#ifdef LOOM_WITH_CUDA
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #ifdef LOOM_WITH_NCCL
 #include <nccl.h>
 #endif
 
-#include "core/error.h"
 #include "core/cuda/stream.h"
+#endif
 
 namespace loom::cuda {
 
 CudaInfo cuda_info() {
   CudaInfo info;
+#ifndef LOOM_WITH_CUDA
+  info.error = "this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)";
+  return info;
+#else
   cudaRuntimeGetVersion(&info.runtime_version);
   if (cudaDriverGetVersion(&info.driver_version) != cudaSuccess) info.driver_version = 0;
   info.cudnn_version = int(cudnnGetVersion());
@@ -49,6 +56,7 @@ CudaInfo cuda_info() {
     info.devices.push_back(p);
   }
   return info;
+#endif
 }
 
 std::string cuda_version_string(int v) { return str(v / 1000, ".", (v % 1000) / 10); }

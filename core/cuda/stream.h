@@ -48,9 +48,7 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
-// Blocks the host until all work queued on `device`'s current stream is done, then reports
-// errors that kernels flagged on the device (core/cuda/device_error.h). An error during capture.
-void synchronize(int device);
+// synchronize(int device) is declared in core/cuda/available.h.
 
 // ---- CUDA graph capture (core/cuda/graph.h) ----
 bool is_capturing(cudaStream_t s);

@@ -1,24 +1,23 @@
 // The shared training loop of the example programs. See trainer.h.
 #include "examples/common/trainer.h"
 
-#include "examples/common/step_runner.h"
-
 #include <cstdio>
 #include <filesystem>
 
 #include "autograd/ops/ops.h"
+#include "core/cuda/available.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
-#include "data/progress.h"
-#include "data/tensorboard.h"
 #include "nn/checkpoint.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/stream.h"
-#endif
+#include "train/progress.h"
+#include "train/step_runner.h"
+#include "train/tensorboard.h"
 
 namespace loom::examples {
+
+using namespace loom::train;
 
 void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda if present)");
@@ -54,9 +53,7 @@ namespace {
 
 Device pick_device(const std::string& spec) {
   if (!spec.empty()) return Device(spec);
-#ifdef LOOM_WITH_CUDA
   if (cuda::is_available()) return cuda_device(0);
-#endif
   return kCPU;
 }
 

@@ -6,14 +6,10 @@
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/op_dispatch.h"
 
 namespace loom::cpu {
-
-CpuBackend& cpu_backend() {
-  static CpuBackend b;
-  return b;
-}
 
 void CpuBackend::copy_(const Tensor& dst, const Tensor& src) {
   LOOM_DISPATCH_ALL(dst.dtype(), "copy_", [&] {
@@ -59,73 +55,29 @@ void CpuBackend::random_(const Tensor& t, RandomKind kind, double a, double b, u
   });
 }
 
-Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) {
-  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  with_unary_functor(op, [&](auto f) {
-    check_numeric_op(op_name(op), decltype(f)::floating_only, x.dtype());
-    LOOM_DISPATCH_NUMERIC(x.dtype(), op_name(op), [&] {
-      if constexpr (decltype(f)::floating_only && !std::is_floating_point_v<acc_t<scalar_t>>) return;
-      else elementwise<scalar_t, scalar_t>(out, f, x);
-    });
-  });
-  return out;
-}
-
 namespace {
 
-// out = f(a, b) (or f(a, s)) for the dtype of a; Out is bool for comparisons.
-template <typename F>
-void run_binary(const char* name, const Tensor& out, const Tensor& a, const Tensor* b, double s,
-                bool scalar_first, F f) {
-  check_numeric_op(name, F::floating_only, a.dtype());
-  LOOM_DISPATCH_NUMERIC(a.dtype(), name, [&] {
-    using acc = acc_t<scalar_t>;
-    if constexpr (F::floating_only && !std::is_floating_point_v<acc>) {
-      return;
-    } else {
-      using Out = std::conditional_t<F::returns_bool, bool, scalar_t>;
-      if constexpr (std::is_same_v<F, DivOp> && !std::is_floating_point_v<acc>) {
-        LOOM_FAIL(name, ": integer division is not supported (convert to a floating dtype first)");
-      } else if (b) {
-        elementwise<Out, scalar_t, scalar_t>(out, f, a, *b);
-      } else {
-        acc sv = acc(s);
-        if (scalar_first) elementwise<Out, scalar_t>(out, [=](acc x) { return f(sv, x); }, a);
-        else elementwise<Out, scalar_t>(out, [=](acc x) { return f(x, sv); }, a);
-      }
-    }
-  });
-}
+// The CPU loop (kernels/cpu/loops.h) as the type the shared front-end takes.
+struct CpuLoop {
+  template <typename Out, typename... Ins, typename F, typename... Ts>
+  static void run(const Tensor& out, const F& f, const Ts&... in) {
+    elementwise<Out, Ins...>(out, f, in...);
+  }
+};
 
 }  // namespace
 
+// The host side of these five is kernels/elementwise_ops.h, shared with the CUDA backend.
+Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) { return elementwise_ops::unary<CpuLoop>(op, x); }
 Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  Shape shape = broadcast_shapes(op_name(op), a.shape(), b.shape());
-  Tensor out = empty(shape, {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
-  with_binary_functor(op, [&](auto f) { run_binary(op_name(op), out, a, &b, 0, false, f); });
-  return out;
+  return elementwise_ops::binary<CpuLoop>(op, a, b);
 }
-
 Tensor CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
-  Tensor out = empty(a.shape(), {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
-  with_binary_functor(op, [&](auto f) { run_binary(op_name(op), out, a, nullptr, s, scalar_first, f); });
-  return out;
+  return elementwise_ops::binary_scalar<CpuLoop>(op, a, s, scalar_first);
 }
-
-void CpuBackend::binary_(BinaryOp op, const Tensor& a, const Tensor& b) {
-  LOOM_CHECK(!returns_bool(op), op_name(op), "_: comparisons have no in-place form");
-  with_binary_functor(op, [&](auto f) { run_binary(op_name(op), a, a, &b, 0, false, f); });
-}
-
+void CpuBackend::binary_(BinaryOp op, const Tensor& a, const Tensor& b) { elementwise_ops::binary_<CpuLoop>(op, a, b); }
 Tensor CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
-  Tensor out = empty(shape, {.dtype = a.dtype(), .device = a.device()});
-  LOOM_DISPATCH_ALL(a.dtype(), "where", [&] {
-    using acc = acc_t<scalar_t>;
-    elementwise<scalar_t, bool, scalar_t, scalar_t>(
-        out, [](bool c, acc x, acc y) { return c ? x : y; }, cond, a, b);
-  });
-  return out;
+  return elementwise_ops::where<CpuLoop>(cond, a, b);
 }
 
 }  // namespace loom::cpu

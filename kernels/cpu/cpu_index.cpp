@@ -6,6 +6,7 @@
 
 #include "core/dispatch.h"
 #include "core/philox.h"
+#include "kernels/layout.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
 #include "kernels/raw_ops.h"
@@ -14,20 +15,6 @@ namespace loom::cpu {
 
 namespace {
 
-// A tensor viewed as (outer, n, inner) around `dim`.
-struct DimSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-DimSplit split_at(const Shape& s, int64_t dim) {
-  DimSplit d;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < dim) d.outer *= s[i];
-    else if (i == dim) d.n = s[i];
-    else d.inner *= s[i];
-  }
-  return d;
-}
 
 // The entries of a 1-d int64 index, each checked to lie in [0, size).
 std::vector<int64_t> read_index(const char* op, const Tensor& index, int64_t dim, int64_t size) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "kernels/layout.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
 #include "kernels/raw_ops.h"
@@ -16,19 +17,6 @@ namespace loom::cpu {
 
 namespace {
 
-struct PoolGeom {
-  int64_t planes, H, W, P, Q, kh, kw, sh, sw, ph, pw;
-};
-
-PoolGeom pool_geom(const Shape& x, const Pool2dParams& p) {
-  PoolGeom g{};
-  g.planes = x[0] * x[1], g.H = x[2], g.W = x[3];
-  g.kh = p.kernel[0], g.kw = p.kernel[1], g.sh = p.stride[0], g.sw = p.stride[1];
-  g.ph = p.padding[0], g.pw = p.padding[1];
-  g.P = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
-  g.Q = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
-  return g;
-}
 
 // Runs f(plane) over all planes in parallel, in chunks of about kGrainSize elements of work.
 template <typename F>

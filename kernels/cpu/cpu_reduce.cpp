@@ -69,15 +69,6 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t rows, int64_t cols) {
   });
 }
 
-const char* reduce_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "reduce";
-}
 
 }  // namespace
 

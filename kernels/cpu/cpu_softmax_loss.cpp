@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "kernels/layout.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
 #include "kernels/raw_ops.h"
@@ -89,39 +90,6 @@ void softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t
   });
 }
 
-// The permutation that moves `dim` last, and its inverse.
-std::vector<int64_t> dim_last_perm(int64_t ndim, int64_t dim) {
-  std::vector<int64_t> p;
-  for (int64_t d = 0; d < ndim; ++d)
-    if (d != dim) p.push_back(d);
-  p.push_back(dim);
-  return p;
-}
-
-std::vector<int64_t> inverse_perm(const std::vector<int64_t>& p) {
-  std::vector<int64_t> inv(p.size());
-  for (size_t i = 0; i < p.size(); ++i) inv[p[i]] = int64_t(i);
-  return inv;
-}
-
-// Runs `rows_fn(inputs..., out, rows, n)` over rows along `dim` (see Note [Softmax layout]).
-// All inputs share one shape and dtype; the result is contiguous with that shape.
-template <typename RowsFn>
-Tensor along_dim(const std::vector<Tensor>& in, int64_t dim, const RowsFn& rows_fn) {
-  const Tensor& x0 = in[0];
-  int64_t nd = x0.dim();
-  bool last = nd == 0 || dim == nd - 1;
-  std::vector<Tensor> c;
-  std::vector<int64_t> perm;
-  if (!last) perm = dim_last_perm(nd, dim);
-  for (const Tensor& t : in) c.push_back(raw::contiguous(last ? t : raw::permute(t, perm)));
-  Tensor out = empty(c[0].shape(), {.dtype = x0.dtype(), .device = x0.device()});
-  int64_t n = nd == 0 ? 1 : x0.size(dim);
-  int64_t rows = n == 0 ? 0 : x0.numel() / n;
-  rows_fn(c, out, rows, n);
-  if (last) return out;
-  return raw::contiguous(raw::permute(out, inverse_perm(perm)));
-}
 
 // Reads element i of a 1-d tensor of int64 (any stride).
 inline int64_t read_i64(const Tensor& t, int64_t i) { return t.data<int64_t>()[i * t.stride(0)]; }

@@ -1,7 +1,7 @@
 // The CPU's one strided, broadcasting elementwise iterator. `for_each_element` walks an output
 // shape with up to four operands (the output first), each with its own strides (0 along broadcast
 // dims), in parallel chunks; contiguous inner runs take a branch the compiler vectorizes.
-// Leaves out: reductions (kernels/cpu/reduce.cpp walks its own layout).
+// Leaves out: reductions (kernels/cpu/cpu_reduce.cpp walks its own layout).
 #pragma once
 
 #include <array>

@@ -8,6 +8,7 @@
 
 #include "core/dispatch.h"
 #include "core/philox.h"
+#include "kernels/layout.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "core/cuda/check.h"
 #include "core/cuda/device_error.h"
@@ -19,20 +20,6 @@ namespace loom::cuda {
 
 namespace {
 
-// A shape seen as (outer, n, inner) around `dim`.
-struct DimSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-DimSplit split_at(const Shape& s, int64_t dim) {
-  DimSplit d;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < dim) d.outer *= s[size_t(i)];
-    else if (i == dim) d.n = s[size_t(i)];
-    else d.inner *= s[size_t(i)];
-  }
-  return d;
-}
 
 // out: (outer, K, inner) <- x: (outer, n, inner) at the K indices.
 template <typename W>

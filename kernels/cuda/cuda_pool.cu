@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/dispatch.h"
+#include "kernels/layout.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
@@ -32,20 +33,6 @@ namespace {
 // p in [p_lo, p_hi) with p_lo = (h + pad - k) / stride + 1 (0 when h + pad < k) and
 // p_hi = min((h + pad) / stride + 1, P). Deterministic, no atomics, no zero-fill pass.
 
-struct PoolGeom {
-  int64_t planes, H, W, P, Q;
-  int kh, kw, sh, sw, ph, pw;
-};
-
-PoolGeom pool_geom(const Shape& x, const Pool2dParams& p) {
-  PoolGeom g{};
-  g.planes = x[0] * x[1], g.H = x[2], g.W = x[3];
-  g.kh = int(p.kernel[0]), g.kw = int(p.kernel[1]), g.sh = int(p.stride[0]), g.sw = int(p.stride[1]);
-  g.ph = int(p.padding[0]), g.pw = int(p.padding[1]);
-  g.P = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
-  g.Q = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
-  return g;
-}
 
 constexpr int kThreads = 256;
 

@@ -181,15 +181,6 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t R, int64_t C, int dev,
   LOOM_CUDA_CHECK_LAUNCH("reduce_cols_kernel (final)");
 }
 
-const char* reduce_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "reduce";
-}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/dispatch.h"
+#include "kernels/layout.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "core/cuda/check.h"
@@ -145,38 +146,6 @@ RowLaunch row_launch(int64_t rows, int64_t n) {
   return {rows, false};
 }
 
-std::vector<int64_t> dim_last_perm(int64_t ndim, int64_t dim) {
-  std::vector<int64_t> p;
-  for (int64_t d = 0; d < ndim; ++d)
-    if (d != dim) p.push_back(d);
-  p.push_back(dim);
-  return p;
-}
-
-std::vector<int64_t> inverse_perm(const std::vector<int64_t>& p) {
-  std::vector<int64_t> inv(p.size());
-  for (size_t i = 0; i < p.size(); ++i) inv[size_t(p[i])] = int64_t(i);
-  return inv;
-}
-
-// Runs rows_fn(contiguous inputs, out, rows, n) with `dim` moved last; returns the result in
-// the inputs' shape (contiguous).
-template <typename RowsFn>
-Tensor along_dim(const std::vector<Tensor>& in, int64_t dim, const RowsFn& rows_fn) {
-  const Tensor& x0 = in[0];
-  const int64_t nd = x0.dim();
-  const bool last = nd == 0 || dim == nd - 1;
-  std::vector<int64_t> perm;
-  if (!last) perm = dim_last_perm(nd, dim);
-  std::vector<Tensor> c;
-  for (const Tensor& t : in) c.push_back(raw::contiguous(last ? t : raw::permute(t, perm)));
-  Tensor out = empty(c[0].shape(), {.dtype = x0.dtype(), .device = x0.device()});
-  const int64_t n = nd == 0 ? 1 : x0.size(dim);
-  const int64_t rows = n == 0 ? 0 : x0.numel() / n;
-  if (rows > 0) rows_fn(c, out, rows, n);
-  if (last) return out;
-  return raw::contiguous(raw::permute(out, inverse_perm(perm)));
-}
 
 }  // namespace
 

@@ -1,5 +1,5 @@
-// Adam/AdamW's step: count the step, then fused buckets go to Backend::adam_step and the rest
-// (and fused = false) run the same formula with tensor ops under NoGradGuard.
+// Adam/AdamW's step: count the step, then fused buckets go to adam_step_ (autograd/ops/optim.h)
+// and the rest (and fused = false) run the same formula with tensor ops under NoGradGuard.
 // Leaves out: sparse gradients.
 #include "nn/optim/adam.h"
 
@@ -8,7 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
-#include "kernels/backend.h"
+#include "autograd/ops/optim.h"
 
 namespace loom::optim {
 
@@ -133,9 +133,7 @@ void Adam::step() {
       hp.decoupled_weight_decay = decoupled_;
       hp.amsgrad = o.amsgrad;
       hp.step = state_of(bucket.index[0]).step;
-      backend_for(ps[0].device()).adam_step(ps, gs, ms, vs, vmaxs, hp);
-      for (auto* list : {&ps, &ms, &vs, &vmaxs})
-        for (auto& t : *list) t.bump_version();
+      adam_step_(ps, gs, ms, vs, vmaxs, hp);
     }
   }
 }

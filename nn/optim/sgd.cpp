@@ -1,12 +1,12 @@
-// SGD's step: fused buckets go to Backend::sgd_step, the rest (and fused = false) run the same
-// formula with tensor ops under NoGradGuard.
+// SGD's step: fused buckets go to sgd_step_ (autograd/ops/optim.h), the rest (and fused = false)
+// run the same formula with tensor ops under NoGradGuard.
 // Leaves out: sparse gradients.
 #include "nn/optim/sgd.h"
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
-#include "kernels/backend.h"
+#include "autograd/ops/optim.h"
 
 namespace loom::optim {
 
@@ -104,9 +104,7 @@ void SGD::step() {
       hp.weight_decay = o.weight_decay;
       hp.nesterov = o.nesterov;
       hp.first_step = first;
-      backend_for(ps[0].device()).sgd_step(ps, gs, bufs, hp);
-      for (auto& p : ps) p.bump_version();
-      for (auto& b : bufs) b.bump_version();
+      sgd_step_(ps, gs, bufs, hp);
     }
   }
 }

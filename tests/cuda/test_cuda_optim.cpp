@@ -155,7 +155,7 @@ TEST(CudaOptim, OptimizersTrainTheSameOnGpuAndCpu) {
 }
 
 // Timing, not a check (run with --gtest_also_run_disabled_tests): one Adam step over the
-// parameters of the mlp and wide workloads (../shared/WORKLOADS.md), fused against composite.
+// parameters of the mlp and wide workloads (docs/workloads.md), fused against composite.
 TEST(CudaOptim, DISABLED_TimeAdamStep) {
   SKIP_WITHOUT_CUDA();
   auto layers = [](std::vector<std::pair<int64_t, int64_t>> dims) {

@@ -9,7 +9,7 @@
 #include "autograd/ops/ops.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
-#include "nn/optim/clip.h"
+#include "nn/clip.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/sgd.h"
 

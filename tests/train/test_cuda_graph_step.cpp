@@ -3,33 +3,25 @@
 #include <gtest/gtest.h>
 
 #include "autograd/ops/ops.h"
-#include "examples/common/step_runner.h"
+#include "core/cuda/available.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
-#ifdef LOOM_WITH_CUDA
-#include "core/cuda/stream.h"
-#endif
+#include "train/step_runner.h"
 
 using namespace loom;
 
 namespace {
 
-bool have_gpu() {
-#ifdef LOOM_WITH_CUDA
-  return cuda::is_available();
-#else
-  return false;
-#endif
-}
+bool have_gpu() { return cuda::is_available(); }
 
 // Runs `steps` steps on fixed random batches; returns the losses and the final parameters.
-std::pair<std::vector<double>, std::vector<std::vector<float>>> train(bool cnn, bool graph, int steps) {
+std::pair<std::vector<double>, std::vector<std::vector<float>>> run_steps(bool cnn, bool graph, int steps) {
   manual_seed(3);
   std::shared_ptr<nn::Module> model = cnn ? std::shared_ptr<nn::Module>(nn::make_cnn()) : nn::make_mlp(256);
   Device dev = cuda_device(0);
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
-  examples::StepRunner runner(*model, opt, 0.0, graph);
+  train::StepRunner runner(*model, opt, 0.0, graph);
   std::vector<double> losses;
   Generator gen(11);
   for (int i = 0; i < steps; ++i) {
@@ -47,8 +39,8 @@ std::pair<std::vector<double>, std::vector<std::vector<float>>> train(bool cnn, 
 // in the last bits even without graphs; over 6 Adam steps that grew to 5e-5 relative on an H200.
 void expect_same(bool cnn) {
   const double tol = cnn ? 3e-4 : 1e-5;
-  auto [le, pe] = train(cnn, false, 6);
-  auto [lg, pg] = train(cnn, true, 6);
+  auto [le, pe] = run_steps(cnn, false, 6);
+  auto [lg, pg] = run_steps(cnn, true, 6);
   for (size_t i = 0; i < le.size(); ++i) EXPECT_NEAR(lg[i], le[i], tol * std::max(1.0, std::fabs(le[i]))) << "step " << i;
   ASSERT_EQ(pe.size(), pg.size());
   for (size_t k = 0; k < pe.size(); ++k)
@@ -71,7 +63,7 @@ TEST(CudaGraphStep, CpuDeviceIsRejected) {
   manual_seed(0);
   auto model = nn::make_mlp(8);
   optim::Adam opt(model->parameters());
-  examples::StepRunner runner(*model, opt, 0.0, true);
+  train::StepRunner runner(*model, opt, 0.0, true);
   Tensor x = randn({2, 1, 28, 28});
   Tensor y = randint(0, 10, {2});
   EXPECT_THROW(runner.step(x, y), Error);

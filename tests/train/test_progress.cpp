@@ -1,12 +1,13 @@
-// data/progress: the plain-line and bar formats with an injected clock, and the summary line.
+// train/progress: the plain-line and bar formats with an injected clock, and the summary line.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <sstream>
 
-#include "data/progress.h"
+#include "train/progress.h"
 
 using namespace loom;
+using namespace loom::train;
 
 namespace {
 

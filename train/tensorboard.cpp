@@ -1,6 +1,6 @@
 // TensorBoard event files by hand: a tiny protobuf encoder (varints, fixed-width numbers,
 // length-delimited fields) and TFRecord framing.
-#include "data/tensorboard.h"
+#include "train/tensorboard.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 
-namespace loom {
+namespace loom::train {
 
 namespace tensorboard {
 
@@ -154,4 +154,4 @@ void SummaryWriter::flush() {
   LOOM_CHECK(std::fflush(file_) == 0, "SummaryWriter: flushing '", path_, "' failed: ", std::strerror(errno));
 }
 
-}  // namespace loom
+}  // namespace loom::train

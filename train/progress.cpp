@@ -1,5 +1,5 @@
 // EpochProgress and the epoch summary line.
-#include "data/progress.h"
+#include "train/progress.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
-namespace loom {
+namespace loom::train {
 
 namespace {
 
@@ -120,4 +120,4 @@ std::string format_epoch_summary(const EpochSummary& s) {
   return line;
 }
 
-}  // namespace loom
+}  // namespace loom::train

@@ -1,5 +1,5 @@
-// data/tensorboard: CRC-32C and its TFRecord mask, protobuf bytes of the events, record framing,
-// and a written event file decoded back in C++ (tests/data/read_tensorboard.py reads one with the
+// train/tensorboard: CRC-32C and its TFRecord mask, protobuf bytes of the events, record framing,
+// and a written event file decoded back in C++ (tests/train/read_tensorboard.py reads one with the
 // tensorboard package).
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -10,9 +10,10 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "data/tensorboard.h"
+#include "train/tensorboard.h"
 
 using namespace loom;
+using namespace loom::train;
 namespace fs = std::filesystem;
 
 namespace {

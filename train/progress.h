@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-namespace loom {
+namespace loom::train {
 
 // Seconds from a monotonic clock; tests inject their own.
 using ProgressClock = std::function<double()>;
@@ -79,4 +79,4 @@ struct EpochSummary {
 //  4.21 ms/step  5.1 s" (on one line; the test parts only when present).
 std::string format_epoch_summary(const EpochSummary& s);
 
-}  // namespace loom
+}  // namespace loom::train

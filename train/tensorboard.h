@@ -8,7 +8,7 @@
 #include <mutex>
 #include <string>
 
-namespace loom {
+namespace loom::train {
 
 class SummaryWriter {
  public:
@@ -50,4 +50,4 @@ std::string frame_record(const std::string& data);
 double unix_time();
 }  // namespace tensorboard
 
-}  // namespace loom
+}  // namespace loom::train

@@ -1,11 +1,11 @@
-// tensorboard_tool: the C++ half of tests/data/read_tensorboard.py.
+// tensorboard_tool: the C++ half of tests/train/read_tensorboard.py.
 //   tensorboard_tool write <log_dir>   writes the known scalars below and prints the file's path
 // Keep the series in step with the Python script.
 #include <cmath>
 #include <iostream>
 
 #include "core/error.h"
-#include "data/tensorboard.h"
+#include "train/tensorboard.h"
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::string(argv[1]) != "write") {
@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   try {
-    loom::SummaryWriter w(argv[2]);
+    loom::train::SummaryWriter w(argv[2]);
     for (int step = 0; step < 10; ++step) w.add_scalar("train/loss", 1.0 / (step + 1), step, 1700000000.5 + step);
     for (int epoch = 1; epoch <= 3; ++epoch) w.add_scalar("test/accuracy", 0.8 + 0.05 * epoch, epoch);
     w.add_scalar("lr", 1e-3, 0);

@@ -1,7 +1,7 @@
 // clip_grad_norm_: one norm per gradient, the norm of those norms, then an in-place scale by
 // the clamped coefficient (always applied, so there is no data-dependent host branch).
 // Leaves out: gradients spread over several devices (they must share one).
-#include "nn/optim/clip.h"
+#include "nn/clip.h"
 
 #include <cmath>
 

@@ -1,0 +1,17 @@
+// Normalisation: batch_norm and layer_norm (autograd/ops/norm.cpp).
+// Leaves out: the Modules that hold the affine parameters and running statistics (nn/layers.h).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace loom {
+
+// x: (N, C, ...). In training, running_mean/var (if defined) are updated in place.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum = 0.1, double eps = 1e-5);
+// Normalises over the trailing dims of `normalized_shape`; weight/bias of that shape or undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+}  // namespace loom

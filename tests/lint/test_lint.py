@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+# The lint's own test (.ci/lint): it passes on a copy of the clean tree, and fails, naming the
+# planted file, on one planted violation of each kind: an include up a floor, a kernels/cuda include
+# from above kernels/, one program including another, a file over 600 lines, a header that does
+# not compile alone, a comment naming a missing path or ../shared, and (with the format switch on)
+# a line that differs from .clang-format.
+# Leaves out: compiler warnings (the CI build's LOOM_WERROR=ON makes those fail the build).
+#
+#   python3 tests/lint/test_lint.py <repo root>
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+LINT = os.path.join(ROOT, ".ci", "lint")
+failures = []
+
+
+def ignore(d, names):
+    return [n for n in names if n.startswith("build") or n in (".git", "__pycache__")]
+
+
+def lint(root, only, env=None):
+    r = subprocess.run([sys.executable, LINT, "--root", root, "--only", only], capture_output=True,
+                       text=True, env=dict(os.environ, **(env or {})))
+    return r.returncode, r.stdout + r.stderr
+
+
+def expect(name, root, only, rc_wanted, needle=None, env=None):
+    rc, out = lint(root, only, env)
+    ok = rc == rc_wanted and (needle is None or needle in out)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: rc {rc}" + ("" if ok else f"\n{out}"))
+    if not ok:
+        failures.append(name)
+
+
+def write(root, path, text):
+    os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+    with open(os.path.join(root, path), "w") as f:
+        f.write(text)
+
+
+def append(root, path, text):
+    with open(os.path.join(root, path), "a") as f:
+        f.write(text)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    clean = os.path.join(tmp, "clean")
+    shutil.copytree(ROOT, clean, ignore=ignore)
+    # Every check passes on the clean tree (format as the switch in .ci/lint says).
+    expect("clean tree passes every check", clean, "floors,size,headers,paths,format", 0)
+
+    cases = [
+        # (name, check, file, appended text, message that must appear)
+        ("include up a floor", "floors", "core/shape.cpp", '#include "nn/module.h"\n',
+         "core/shape.cpp"),
+        ("kernels/cuda included above kernels/", "floors", "nn/linear.cpp",
+         '#include "kernels/cuda/cuda_backend.h"\n', "private to kernels/"),
+        ("a benchmark including an example", "floors", "benchmarks/bench_train.cpp",
+         '#include "examples/common/trainer.h"\n', "separate floors"),
+        ("a file over 600 lines", "size", "nn/linear.cpp", "// padding\n" * 600, "nn/linear.cpp has"),
+        ("a comment naming a missing path", "paths", "nn/linear.cpp",
+         "// see nn/no_such_file.h\n", "nn/no_such_file.h"),
+        ("a comment pointing outside the repository", "paths", "docs/tour.md",
+         "\nSee ../shared/DESIGN.md.\n", "outside the repository"),
+    ]
+    for name, check, path, text, needle in cases:
+        tree = os.path.join(tmp, "case")
+        shutil.copytree(clean, tree)
+        append(tree, path, text)
+        expect(name, tree, check, 1, needle)
+        shutil.rmtree(tree)
+
+    # Headers: a small tree (core/ alone) keeps this fast; a header using size_t without
+    # <cstddef> is caught, the clean core/ passes.
+    small = os.path.join(tmp, "small")
+    shutil.copytree(os.path.join(clean, "core"), os.path.join(small, "core"))
+    expect("core/ alone: headers compile", small, "headers", 0)
+    write(small, "core/planted.h", "// A planted header.\n#pragma once\ninline size_t planted() { return 0; }\n")
+    expect("a header that does not compile alone", small, "headers", 1, "core/planted.h")
+
+    # Format: with the switch on, a formatted file passes and a misformatted one fails; with the
+    # switch off the same file passes.
+    if shutil.which("clang-format"):
+        fmt = os.path.join(tmp, "fmt")
+        os.makedirs(os.path.join(fmt, "core"))
+        shutil.copy(os.path.join(clean, ".clang-format"), fmt)
+        shutil.copy(os.path.join(clean, "core", "error.cpp"), os.path.join(fmt, "core", "error.cpp"))
+        subprocess.run(["clang-format", "-i", "--style=file", os.path.join(fmt, "core", "error.cpp")],
+                       check=True, cwd=fmt)
+        expect("format switch on: a formatted file passes", fmt, "format", 0, env={"LOOM_LINT_FORMAT": "1"})
+        append(fmt, "core/error.cpp", "int   planted_badly_formatted ( ) {return 1 ;}\n")
+        expect("format switch on: a misformatted file fails", fmt, "format", 1, "core/error.cpp",
+               env={"LOOM_LINT_FORMAT": "1"})
+        expect("format switch off: not checked", fmt, "format", 0, env={"LOOM_LINT_FORMAT": "0"})
+    else:
+        print("FAIL clang-format is not installed (scripts/install-deps.sh installs it)")
+        failures.append("clang-format")
+
+print(f"{len(failures)} failure(s)" + (": " + ", ".join(failures) if failures else ""))
+sys.exit(1 if failures else 0)

@@ -1,0 +1,82 @@
+// The training step, eager or as a replayed CUDA graph (train/step_runner.h). The only file of
+// train/ that knows whether loom was built with CUDA.
+#include "train/step_runner.h"
+
+#include <utility>
+#include <vector>
+
+#include "autograd/ops/ops.h"
+#ifdef LOOM_WITH_CUDA
+#include "core/cuda/graph.h"
+#endif
+
+namespace loom::train {
+
+struct StepRunner::Graph {
+#ifdef LOOM_WITH_CUDA
+  cuda::CudaGraph graph;
+#endif
+  Tensor static_x, static_y, static_loss;
+};
+
+StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph)
+    : graph_(std::make_unique<Graph>()), model_(model), opt_(opt), smoothing_(label_smoothing),
+      use_graph_(graph) {}
+
+StepRunner::~StepRunner() = default;
+
+Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
+  if (!use_graph_) {
+    opt_.zero_grad();
+    Tensor loss = forward_backward(x, y);
+    opt_.step();
+    return loss;
+  }
+#ifdef LOOM_WITH_CUDA
+  LOOM_CHECK(x.device().is_cuda(), "--cuda-graph: the step's inputs are on ", x.device(),
+             "; a CUDA graph needs a CUDA device");
+  if (!graph_->graph.ready()) capture(x, y);
+  {
+    NoGradGuard g;
+    graph_->static_x.copy_(x);
+    graph_->static_y.copy_(y);
+  }
+  graph_->graph.replay();
+  opt_.step();
+  return graph_->static_loss;
+#else
+  LOOM_FAIL("--cuda-graph: this build of loom has no CUDA support");
+#endif
+}
+
+Tensor StepRunner::forward_backward(const Tensor& x, const Tensor& y) {
+  Tensor loss = cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
+  loss.backward();
+  return loss.detach();
+}
+
+void StepRunner::capture(const Tensor& x, const Tensor& y) {
+#ifdef LOOM_WITH_CUDA
+  Graph& g = *graph_;
+  g.static_x = x.clone().detach();
+  g.static_y = y.clone().detach();
+  // Warm-up pass (see the Note), with the buffers it changes restored afterwards.
+  std::vector<std::pair<Tensor, Tensor>> saved;
+  for (auto& [name, b] : model_.named_buffers()) saved.push_back({b, b.clone()});
+  opt_.zero_grad();
+  forward_backward(g.static_x, g.static_y);
+  {
+    NoGradGuard ng;
+    for (auto& [b, copy] : saved) b.copy_(copy);
+  }
+  opt_.zero_grad();  // the captured backward assigns fresh gradients
+  g.graph.capture_begin();
+  g.static_loss = forward_backward(g.static_x, g.static_y);
+  g.graph.capture_end();
+#else
+  (void)x;
+  (void)y;
+#endif
+}
+
+}  // namespace loom::train
