@@ -1,0 +1,174 @@
+// loomrun: loom's torchrun-compatible launcher. Starts --nproc_per_node workers on this node (and,
+// with --nnodes, meets the other nodes' loomruns), fails fast, restarts up to --max_restarts.
+// Leaves out: the pieces it composes (options.h, worker_group.h, node_rendezvous.h).
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/launcher/node_rendezvous.h"
+#include "distributed/launcher/options.h"
+#include "distributed/launcher/signals.h"
+#include "distributed/launcher/worker_group.h"
+#include "distributed/launcher/worker_process.h"
+
+using namespace loom::distributed::launcher;
+using Outcome = GroupResult::Outcome;
+
+namespace {
+
+// Everything loomrun says itself goes to stderr, prefixed, so it stands out from the workers'.
+void say(const std::string& line) { std::cerr << "loomrun: " << line << std::endl; }
+
+std::string failure_summary(const WorkerExit& f, const LaunchOptions& o) {
+  std::ostringstream s;
+  if (o.nnodes > 1) s << "node " << o.node_rank << ": ";
+  s << "rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid << ") failed: "
+    << f.how;
+  return s.str();
+}
+
+// The lines printed when this node's workers failed; returns the one-line reason for the others.
+std::string report_failures(const GroupResult& r, const LaunchOptions& o) {
+  const WorkerExit& first = r.failures.front();
+  say(failure_summary(first, o));
+  if (!first.stderr_tail.empty()) {
+    say("last " + std::to_string(first.stderr_tail.size()) + " stderr lines of rank " +
+        std::to_string(first.rank) + ":");
+    for (const auto& line : first.stderr_tail) std::cerr << "  [rank " << first.rank << "] " << line << "\n";
+  } else {
+    say("rank " + std::to_string(first.rank) + " wrote nothing to stderr");
+  }
+  if (!first.stderr_log.empty()) say("its whole stderr: " + first.stderr_log);
+  for (size_t i = 1; i < r.failures.size(); ++i) say("also " + failure_summary(r.failures[i], o));
+  say("stopped the other workers in " + std::to_string(r.stop_seconds) + " s");
+  std::string reason = failure_summary(first, o);
+  if (!first.stderr_tail.empty()) reason += "; last stderr line: " + first.stderr_tail.back();
+  return reason;
+}
+
+int run(const LaunchOptions& o) {
+  install_signal_pipe();
+  const Environment parent = current_environment();
+  std::unique_ptr<NodeRendezvous> nodes;
+  if (o.nnodes > 1) {
+    nodes = std::make_unique<NodeRendezvous>(
+        o.master_addr, o.rdzv_port, o.nnodes, o.node_rank,
+        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)));
+  }
+  {
+    std::vector<std::string> notes;
+    worker_environment(parent, WorkerIdentity{}, &notes);
+    for (const auto& n : notes) say(n);
+    if (o.nproc_per_node > 1 && !parent.count("OMP_NUM_THREADS") && !o.quiet)
+      say("OMP_NUM_THREADS=1 for each worker (set OMP_NUM_THREADS to choose)");
+  }
+  bool interrupted = false;
+  auto cancelled = [&interrupted] {
+    for (int sig : take_signals())
+      if (sig != SIGCHLD) interrupted = true;
+    return interrupted;
+  };
+
+  for (int attempt = 0;; ++attempt) {
+    NodeAssignment where{o.node_rank * o.nproc_per_node, o.nnodes * o.nproc_per_node};
+    if (nodes) where = nodes->join(attempt, o.nproc_per_node, o.max_restarts, cancelled);
+    GroupSpec spec;
+    spec.program = o.program;
+    spec.parent_env = parent;
+    spec.grace_seconds = o.grace_seconds;
+    spec.tail_lines = o.tail_lines;
+    spec.log_dir = o.log_dir;
+    spec.tee = o.tee;
+    for (int l = 0; l < o.nproc_per_node; ++l) {
+      WorkerIdentity w;
+      w.rank = where.first_rank + l;
+      w.local_rank = l;
+      w.world_size = where.world_size;
+      w.local_world_size = o.nproc_per_node;
+      w.group_rank = o.node_rank;
+      w.nnodes = o.nnodes;
+      w.master_addr = o.master_addr;
+      w.master_port = o.master_port;
+      w.restart_count = attempt;
+      w.max_restarts = o.max_restarts;
+      spec.workers.push_back(w);
+    }
+    if (nodes) spec.remote_failure = [&nodes, attempt] { return nodes->failure(attempt); };
+    if (!o.quiet)
+      say("attempt " + std::to_string(attempt) + ": starting ranks " +
+          std::to_string(where.first_rank) + ".." +
+          std::to_string(where.first_rank + o.nproc_per_node - 1) + " of world size " +
+          std::to_string(where.world_size) + " on node " + std::to_string(o.node_rank) + " (" +
+          o.master_addr + ":" + std::to_string(o.master_port) + ")");
+
+    GroupResult r = run_worker_group(spec);
+    if (r.outcome == Outcome::kSucceeded && nodes) {
+      if (auto why = nodes->finish(attempt)) {
+        r.outcome = Outcome::kRemoteFailed;
+        r.remote_reason = *why;
+      }
+    }
+    if (r.outcome == Outcome::kSucceeded) {
+      if (!o.quiet) say("all workers of this node exited normally");
+      return 0;
+    }
+    const bool last = attempt >= o.max_restarts || r.outcome == Outcome::kSignalled ||
+                      r.outcome == Outcome::kSpawnFailed;
+    int code = 1;
+    switch (r.outcome) {
+      case Outcome::kWorkerFailed: {
+        std::string reason = report_failures(r, o);
+        if (nodes) nodes->report_failure(attempt, reason);
+        break;
+      }
+      case Outcome::kSignalled:
+        say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
+            std::to_string(r.stop_seconds) + " s");
+        if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) +
+                                                      "'s loomrun got " + signal_name(r.signal));
+        code = 128 + r.signal;
+        break;
+      case Outcome::kRemoteFailed:
+        say("job failed elsewhere: " + r.remote_reason);
+        say("stopped this node's workers in " + std::to_string(r.stop_seconds) + " s");
+        break;
+      case Outcome::kSpawnFailed:
+        say(r.spawn_error);
+        if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + ": " +
+                                                      r.spawn_error);
+        break;
+      case Outcome::kSucceeded:
+        break;
+    }
+    if (nodes) nodes->stopped(attempt, last, o.grace_seconds);
+    if (last) {
+      say("job failed after " + std::to_string(attempt + 1) + " attempt(s) (--max_restarts " +
+          std::to_string(o.max_restarts) + ")");
+      return code;
+    }
+    say("restarting all workers (restart " + std::to_string(attempt + 1) + " of " +
+        std::to_string(o.max_restarts) + ")");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  LaunchOptions options;
+  try {
+    options = parse_launch_options(argc, argv);
+  } catch (const std::exception& e) {
+    say(e.what());
+    return 2;
+  }
+  try {
+    return run(options);
+  } catch (const std::exception& e) {
+    say(std::string("error: ") + e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,143 @@
+// loomrun's flags, parsed with CLI11; see options.h.
+#include "distributed/launcher/options.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "core/cuda/available.h"
+#include "core/error.h"
+
+namespace loom::distributed::launcher {
+
+int resolve_nproc(const std::string& spec) {
+  if (spec == "gpu") {
+    int n = loom::cuda::device_count();
+    LOOM_CHECK(n > 0, "loomrun: --nproc_per_node gpu, but no CUDA device is usable (",
+               loom::cuda::compiled_with_cuda() ? "no GPU or driver" : "loom built without CUDA",
+               "); give a number");
+    return n;
+  }
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads < 1) threads = 1;
+  if (spec == "cpu") return threads;
+  if (spec == "auto") {
+    int n = loom::cuda::device_count();
+    return n > 0 ? n : threads;
+  }
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(spec.c_str(), &end, 10);
+  LOOM_CHECK(!spec.empty() && *end == '\0' && errno == 0,
+             "loomrun: --nproc_per_node '", spec, "' is not a number, gpu, cpu or auto");
+  LOOM_CHECK(n >= 1 && n <= 4096, "loomrun: --nproc_per_node ", n, " must be in [1, 4096]");
+  return static_cast<int>(n);
+}
+
+int pick_free_port(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  LOOM_CHECK(fd >= 0, "loomrun: socket() failed: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    int err = errno;
+    ::close(fd);
+    LOOM_FAIL("loomrun: cannot bind a free port on ", host, ": ", std::strerror(err));
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+LaunchOptions parse_launch_options(int argc, char** argv) {
+  LaunchOptions o;
+  CLI::App app{
+      "loomrun: starts N worker processes per node with torchrun's environment (RANK, LOCAL_RANK,\n"
+      "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT); when one fails, stops\n"
+      "the others and says which rank failed and why.\n\n"
+      "  loomrun --nproc_per_node 4 ./build/examples/train_mlp --epochs 1",
+      "loomrun"};
+  app.prefix_command();  // the first positional argument and everything after it: the program
+  app.add_option("--nproc_per_node,--nproc-per-node", o.nproc_spec,
+                 "workers on this node: a number, gpu (one per CUDA device), cpu (one per hardware "
+                 "thread) or auto (gpu if there are GPUs, else cpu)")
+      ->capture_default_str();
+  app.add_option("--nnodes", o.nnodes, "number of nodes (one loomrun per node)")
+      ->capture_default_str();
+  app.add_option("--node_rank,--node-rank", o.node_rank, "this node's index in [0, nnodes)")
+      ->capture_default_str();
+  app.add_option("--master_addr,--master-addr", o.master_addr,
+                 "address of node 0 (it serves the store there)")
+      ->capture_default_str();
+  app.add_option("--master_port,--master-port", o.master_port, "port of node 0's store")
+      ->capture_default_str();
+  app.add_flag("--standalone", o.standalone,
+               "one node on this machine: master 127.0.0.1 and a free port picked by loomrun");
+  app.add_option("--rdzv_port,--rdzv-port", o.rdzv_port,
+                 "with --nnodes > 1: the port of node 0's loomrun store (default master_port + 1; "
+                 "the workers' own store stays on master_port)");
+  app.add_option("--max_restarts,--max-restarts", o.max_restarts,
+                 "restart the whole group this many times after a failure")
+      ->capture_default_str();
+  app.add_option("--grace,--grace-period", o.grace_seconds,
+                 "seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  app.add_option("--rdzv_timeout,--rdzv-timeout", o.rdzv_timeout_seconds,
+                 "seconds to wait for all nodes to join (and, on node 0, to finish)")
+      ->capture_default_str();
+  app.add_option("--log_dir,--log-dir", o.log_dir,
+                 "write each rank's output to DIR/attempt_K/rank_N.{stdout,stderr} instead of "
+                 "the console");
+  app.add_flag("--tee", o.tee, "with --log-dir: also print each rank's output to the console");
+  app.add_option("--tail", o.tail_lines,
+                 "stderr lines of a failed rank shown in the failure report")
+      ->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "no progress lines from loomrun itself (failures still print)");
+  app.footer(
+      "Every worker also gets LOOM_RESTART_COUNT (the attempt, from 0), LOOM_MAX_RESTARTS and\n"
+      "NCCL_NVLS_ENABLE=0 (NVLink multicast stays off). See docs/launcher.md.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  o.program = app.remaining();
+  if (!o.program.empty() && o.program.front() == "--") o.program.erase(o.program.begin());
+
+  LOOM_CHECK(!o.program.empty(), "loomrun: no program to run (loomrun [flags] program [args...])");
+  o.nproc_per_node = resolve_nproc(o.nproc_spec);
+  LOOM_CHECK(o.nnodes >= 1, "loomrun: --nnodes ", o.nnodes, " must be >= 1");
+  LOOM_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "loomrun: --node_rank ", o.node_rank,
+             " must be in [0, ", o.nnodes, ") for --nnodes ", o.nnodes);
+  LOOM_CHECK(o.max_restarts >= 0, "loomrun: --max_restarts ", o.max_restarts, " must be >= 0");
+  LOOM_CHECK(o.grace_seconds >= 0, "loomrun: --grace ", o.grace_seconds, " must be >= 0");
+  LOOM_CHECK(o.tail_lines >= 0, "loomrun: --tail ", o.tail_lines, " must be >= 0");
+  LOOM_CHECK(o.rdzv_timeout_seconds > 0, "loomrun: --rdzv_timeout ", o.rdzv_timeout_seconds,
+             " must be > 0");
+  LOOM_CHECK(!o.tee || !o.log_dir.empty(), "loomrun: --tee needs --log-dir");
+  if (o.standalone) {
+    LOOM_CHECK(o.nnodes == 1, "loomrun: --standalone is one node, but --nnodes is ", o.nnodes);
+    o.master_addr = "127.0.0.1";
+    o.master_port = pick_free_port(o.master_addr);
+  }
+  LOOM_CHECK(o.master_port >= 1 && o.master_port <= 65535, "loomrun: --master_port ",
+             o.master_port, " must be in [1, 65535]");
+  if (o.rdzv_port == 0) o.rdzv_port = o.master_port < 65535 ? o.master_port + 1 : o.master_port - 1;
+  LOOM_CHECK(o.rdzv_port >= 1 && o.rdzv_port <= 65535 && o.rdzv_port != o.master_port,
+             "loomrun: --rdzv_port ", o.rdzv_port, " must be in [1, 65535] and differ from "
+             "--master_port ", o.master_port);
+  return o;
+}
+
+}  // namespace loom::distributed::launcher
