@@ -5,6 +5,7 @@
 //
 //   ./build/examples/train_cnn                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
+//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one process per GPU (or CPU process)
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
 #include "examples/common/trainer.h"
@@ -65,8 +66,9 @@ int main(int argc, char** argv) {
           std::make_shared<data::RandomCrop>(28, 2, black), std::make_shared<data::RandomHorizontalFlip>(0.5)});
     }
     auto report = examples::train_classifier(model, cfg, aug);
-    std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * report.test_accuracy,
-                long(report.steps), report.seconds);
+    if (report.rank == 0)
+      std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * report.test_accuracy,
+                  long(report.steps), report.seconds);
     return 0;
   });
 }

@@ -5,6 +5,7 @@
 //   ./build/examples/train_mlp                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_mlp --device cpu --epochs 1
 //   ./build/examples/train_mlp --checkpoint-dir ckpt --log-dir runs/mlp   # then: --resume
+//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_mlp   # one process per GPU (or CPU process)
 #include "autograd/ops/ops.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
@@ -23,8 +24,9 @@ int main(int argc, char** argv) {
     manual_seed(cfg.seed);  // the same seed gives the same initial weights on every device
     auto model = nn::make_mlp(hidden);
     auto report = examples::train_classifier(model, cfg);
-    std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * report.test_accuracy,
-                long(report.steps), report.seconds);
+    if (report.rank == 0)
+      std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * report.test_accuracy,
+                  long(report.steps), report.seconds);
     return 0;
   });
 }
