@@ -4,10 +4,6 @@
 
 #if defined(__CUDACC__)
 #define LOOM_HOST_DEVICE __host__ __device__
-#define LOOM_DEVICE __device__
 #else
 #define LOOM_HOST_DEVICE
-#define LOOM_DEVICE
 #endif
-
-#define LOOM_FORCE_INLINE inline __attribute__((always_inline))

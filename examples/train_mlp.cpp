@@ -6,6 +6,11 @@
 //   ./build/examples/train_mlp --device cpu --epochs 1
 //   ./build/examples/train_mlp --checkpoint-dir ckpt --log-dir runs/mlp   # then: --resume
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_mlp   # one process per GPU (or CPU process)
+//
+// The training loop is examples::train_classifier (examples/common/trainer.cpp): for each batch
+// it calls train::StepRunner::step (train/step_runner.cpp), which is zero_grad, forward,
+// cross_entropy, backward and the optimizer's step, then logs the loss; after each epoch it tests
+// and saves a checkpoint. docs/tour.md follows one such step through the library.
 #include "autograd/ops/ops.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"

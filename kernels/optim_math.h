@@ -1,12 +1,14 @@
 // The per-element math of the fused optimizer steps (Backend::adam_step / sgd_step), written
 // once for the CPU loop (kernels/cpu/cpu_optim.cpp) and the CUDA kernel (kernels/cuda/
-// cuda_optim.cu), plus the argument checks both backends run.
+// cuda_optim.cu), plus the host side both backends run: argument checks and the dtype switch.
 // Leaves out: the loops over tensors and elements (each backend has its own).
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "core/macros.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
@@ -101,6 +103,38 @@ inline void check_fused_step_args(const char* op, const std::vector<Tensor>& par
     check(grads[i], params[i], i, "gradient");
     for (const auto* s : states) check((*s)[i], params[i], i, "state tensor");
   }
+}
+
+// The host side of Backend::adam_step and sgd_step, written once: the checks, then the backend's
+// loop for the parameters' dtype. Impl provides
+//   template <typename T> static void adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+//   template <typename T> static void sgd(params, grads, momentum_bufs, hp);
+// with T = float or double (check_fused_step_args admits only those).
+template <typename Impl>
+void fused_adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                     const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                     const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+  std::vector<const std::vector<Tensor>*> states{&exp_avgs, &exp_avg_sqs};
+  if (hp.amsgrad) states.push_back(&max_exp_avg_sqs);
+  check_fused_step_args("adam_step", params, grads, states);
+  if (params.empty()) return;
+  LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
+    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>)
+      Impl::template adam<scalar_t>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  });
+}
+
+template <typename Impl>
+void fused_sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+  std::vector<const std::vector<Tensor>*> states;
+  if (hp.momentum != 0.0) states.push_back(&momentum_bufs);
+  check_fused_step_args("sgd_step", params, grads, states);
+  if (params.empty()) return;
+  LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
+    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>)
+      Impl::template sgd<scalar_t>(params, grads, momentum_bufs, hp);
+  });
 }
 
 }  // namespace loom

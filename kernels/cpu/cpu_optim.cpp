@@ -43,25 +43,34 @@ void sgd_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
 
 }  // namespace
 
+namespace {
+
+// This backend's loops, as the type the shared front-end (kernels/optim_math.h) takes.
+struct Fused {
+  template <typename T>
+  static void adam(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                   const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                   const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+    adam_loop<T>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  }
+  template <typename T>
+  static void sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                  const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+    sgd_loop<T>(params, grads, momentum_bufs, hp);
+  }
+};
+
+}  // namespace
+
 void CpuBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                           const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                           const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
-  std::vector<const std::vector<Tensor>*> states{&exp_avgs, &exp_avg_sqs};
-  if (hp.amsgrad) states.push_back(&max_exp_avg_sqs);
-  check_fused_step_args("adam_step", params, grads, states);
-  if (params.empty()) return;
-  if (params[0].dtype() == DType::F32) adam_loop<float>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
-  else adam_loop<double>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+                      const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                      const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+  fused_adam_step<Fused>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
 }
 
 void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                          const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
-  std::vector<const std::vector<Tensor>*> states;
-  if (hp.momentum != 0.0) states.push_back(&momentum_bufs);
-  check_fused_step_args("sgd_step", params, grads, states);
-  if (params.empty()) return;
-  if (params[0].dtype() == DType::F32) sgd_loop<float>(params, grads, momentum_bufs, hp);
-  else sgd_loop<double>(params, grads, momentum_bufs, hp);
+                     const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+  fused_sgd_step<Fused>(params, grads, momentum_bufs, hp);
 }
 
 }  // namespace loom::cpu

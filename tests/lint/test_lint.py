@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # The lint's own test (.ci/lint): it passes on a copy of the clean tree, and fails, naming the
-# planted file, on one planted violation of each kind: an include up a floor, a kernels/cuda include
-# from above kernels/, one program including another, a file over 600 lines, a header that does
-# not compile alone, a comment naming a missing path or ../shared, and (with the format switch on)
-# a line that differs from .clang-format.
+# planted file, on one planted violation of each kind: an include up a floor, a kernels/cuda
+# include from above kernels/, one program including another, a file over 600 lines, a header
+# that does not compile alone, a comment naming a missing path or a folder outside the
+# repository, and (with the format switch on) a line that differs from .clang-format.
 # Leaves out: compiler warnings (the CI build's LOOM_WERROR=ON makes those fail the build).
 #
 #   python3 tests/lint/test_lint.py <repo root>
@@ -50,8 +50,9 @@ def append(root, path, text):
 with tempfile.TemporaryDirectory() as tmp:
     clean = os.path.join(tmp, "clean")
     shutil.copytree(ROOT, clean, ignore=ignore)
-    # Every check passes on the clean tree (format as the switch in .ci/lint says).
-    expect("clean tree passes every check", clean, "floors,size,headers,paths,format", 0)
+    # The clean tree passes (format as the switch in .ci/lint says). The header check on the whole
+    # tree is .ci/run's own first step; here it runs on core/ alone, below, to keep this test fast.
+    expect("clean tree passes", clean, "floors,size,paths,format", 0)
 
     cases = [
         # (name, check, file, appended text, message that must appear)
