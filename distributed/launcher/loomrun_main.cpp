@@ -20,6 +20,12 @@ using Outcome = GroupResult::Outcome;
 
 namespace {
 
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", s);
+  return buf;
+}
+
 // Everything loomrun says itself goes to stderr, prefixed, so it stands out from the workers'.
 void say(const std::string& line) { std::cerr << "loomrun: " << line << std::endl; }
 
@@ -44,7 +50,7 @@ std::string report_failures(const GroupResult& r, const LaunchOptions& o) {
   }
   if (!first.stderr_log.empty()) say("its whole stderr: " + first.stderr_log);
   for (size_t i = 1; i < r.failures.size(); ++i) say("also " + failure_summary(r.failures[i], o));
-  say("stopped the other workers in " + std::to_string(r.stop_seconds) + " s");
+  say("stopped the other workers in " + seconds(r.stop_seconds));
   std::string reason = failure_summary(first, o);
   if (!first.stderr_tail.empty()) reason += "; last stderr line: " + first.stderr_tail.back();
   return reason;
@@ -127,14 +133,14 @@ int run(const LaunchOptions& o) {
       }
       case Outcome::kSignalled:
         say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
-            std::to_string(r.stop_seconds) + " s");
+            seconds(r.stop_seconds));
         if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) +
                                                       "'s loomrun got " + signal_name(r.signal));
         code = 128 + r.signal;
         break;
       case Outcome::kRemoteFailed:
         say("job failed elsewhere: " + r.remote_reason);
-        say("stopped this node's workers in " + std::to_string(r.stop_seconds) + " s");
+        say("stopped this node's workers in " + seconds(r.stop_seconds));
         break;
       case Outcome::kSpawnFailed:
         say(r.spawn_error);

@@ -7,13 +7,9 @@
 #include <thread>
 
 #include "core/error.h"
-#if __has_include("distributed/tcp_store.h")  // TEMPORARY until the dist branch is merged
 #include "distributed/tcp_store.h"
-#define LOOM_HAVE_STORE 1
-#endif
 
 namespace loom::distributed::launcher {
-#ifdef LOOM_HAVE_STORE
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -177,15 +173,4 @@ std::optional<std::string> NodeRendezvous::finish(int attempt) {
   }
 }
 
-#else
-NodeRendezvous::NodeRendezvous(const std::string&, int, int, int, std::chrono::milliseconds) {
-  LOOM_FAIL("loomrun: --nnodes > 1 needs the TCP store, not in this build");
-}
-NodeRendezvous::~NodeRendezvous() = default;
-NodeAssignment NodeRendezvous::join(int, int, int, const std::function<bool()>&) { return {}; }
-std::optional<std::string> NodeRendezvous::failure(int) { return {}; }
-void NodeRendezvous::report_failure(int, const std::string&) {}
-void NodeRendezvous::stopped(int, bool, double) {}
-std::optional<std::string> NodeRendezvous::finish(int) { return {}; }
-#endif
 }  // namespace loom::distributed::launcher

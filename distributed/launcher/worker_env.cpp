@@ -52,7 +52,7 @@ Environment worker_environment(const Environment& parent, const WorkerIdentity& 
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(who.restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(who.max_restarts);
   // torchrun's default too: N workers with OpenMP each would oversubscribe the cores.
-  if (who.local_world_size > 1 && !env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
+  if (who.local_world_size > 1) env.emplace("OMP_NUM_THREADS", "1");  // only when unset
 
   force(env, "NCCL_NVLS_ENABLE", "0", notes);  // Note [Multicast off]
   for (const char* key : {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"})
