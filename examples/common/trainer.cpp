@@ -142,6 +142,8 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   LOOM_CHECK(!cfg.cuda_graph || world == 1, "--cuda-graph with ", world, " processes: the distributed step "
              "runs eagerly (see Note [DDP and CUDA graphs] in docs/ddp.md: the process group's watchdog "
              "cannot track collectives inside a captured graph); drop --cuda-graph");
+  LOOM_CHECK(!cfg.profile || !cfg.cuda_graph, "--profile times the phases of the eager step; with "
+             "--cuda-graph the step is one replay (drop one of the two flags)");
   LOOM_CHECK(cfg.batch_size % world == 0, "--batch-size ", cfg.batch_size, " is the global batch and must "
              "be divisible by the ", world, " processes");
   const int64_t local_batch = cfg.batch_size / world;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 
 #include "core/cuda/available.h"
 #include "ddp_case.h"
@@ -22,21 +23,21 @@ using namespace loom::distributed;
 
 namespace {
 
-std::string temp_dir() {
+[[maybe_unused]] std::string temp_dir() {
   char t[] = "/tmp/loom-ddp-XXXXXX";
   return mkdtemp(t);
 }
 
-NamedTensors load(const std::string& dir, const std::string& what, int rank) {
+[[maybe_unused]] NamedTensors load(const std::string& dir, const std::string& what, int rank) {
   return load_safetensors(dir + "/" + what + "_rank" + std::to_string(rank) + ".safetensors").tensors;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
+[[maybe_unused]] double max_abs_diff(const Tensor& a, const Tensor& b) {
   NoGradGuard g;
   return max(abs(a.detach().to(kF64) - b.detach().to(kF64))).item();
 }
 
-void expect_bitwise_equal(const NamedTensors& a, const NamedTensors& b, const std::string& what) {
+[[maybe_unused]] void expect_bitwise_equal(const NamedTensors& a, const NamedTensors& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].first, b[i].first) << what;
@@ -48,7 +49,7 @@ void expect_bitwise_equal(const NamedTensors& a, const NamedTensors& b, const st
 }
 
 // One process on the whole global batch: the run DDP must reproduce.
-NamedTensors reference(DType dt, int world, int micro, int steps, bool init_only = false) {
+[[maybe_unused]] NamedTensors reference(DType dt, int world, int micro, int steps, bool init_only = false) {
   auto model = test::ddp_case_model(dt, 100);
   if (init_only) return model->named_parameters();
   auto sgd = test::ddp_case_optimizer(*model);
@@ -61,13 +62,13 @@ NamedTensors reference(DType dt, int world, int micro, int steps, bool init_only
   return model->named_parameters();
 }
 
-void expect_all_ok(const test::WorkerRun& run) {
+[[maybe_unused]] void expect_all_ok(const test::WorkerRun& run) {
   ASSERT_FALSE(run.timed_out) << run.summary();
   for (size_t r = 0; r < run.exit_codes.size(); ++r)
     ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << "\n" << run.summary();
 }
 
-void expect_all_failed_with(const test::WorkerRun& run, const std::vector<std::string>& parts) {
+[[maybe_unused]] void expect_all_failed_with(const test::WorkerRun& run, const std::vector<std::string>& parts) {
   ASSERT_FALSE(run.timed_out) << run.summary();
   for (size_t r = 0; r < run.exit_codes.size(); ++r) {
     EXPECT_EQ(run.exit_codes[r], 3) << "rank " << r << "\n" << run.summary();
@@ -78,8 +79,9 @@ void expect_all_failed_with(const test::WorkerRun& run, const std::vector<std::s
 }
 
 // Runs ddp_tool train on `world` ranks and checks the whole contract against the reference.
-void check_training(const std::string& backend, int world, DType dt, int micro, int steps,
-                    const std::vector<std::string>& extra, double tol) {
+[[maybe_unused]] void check_training(const std::string& backend, int world, DType dt, int micro, int steps,
+                    const std::vector<std::string>& extra, double tol,
+                    const std::function<void(const std::string&, int)>& also = nullptr) {
   std::string dir = temp_dir();
   std::vector<std::string> args{"train", dt == kF64 ? "f64" : "f32", std::to_string(steps), dir,
                                 "micro=" + std::to_string(micro)};
@@ -106,7 +108,26 @@ void check_training(const std::string& backend, int world, DType dt, int micro, 
     EXPECT_NE(run.output[0].find("rebuilt 1"), std::string::npos) << run.output[0];
     EXPECT_EQ(run.output[0].find("buckets 1 "), std::string::npos) << run.output[0];
   }
+  if (also) also(dir, world);
   std::filesystem::remove_all(dir);
+}
+
+// Inside no_sync a rank's .grad is its own micro-batch's gradient (no communication): equal to
+// one process's gradient on that rank's rows, and different between the ranks.
+[[maybe_unused]] void check_no_sync_grads(const std::string& dir, int world) {
+  for (int r = 0; r < world; ++r) {
+    auto model = test::ddp_case_model(kF64, 100);
+    auto [x, y] = test::ddp_case_batch(0, int64_t(world) * 4 * 4, kF64);
+    int64_t lo = int64_t(r) * 16;
+    (cross_entropy((*model)(x.slice(0, lo, lo + 4)), y.slice(0, lo, lo + 4)) * 0.25).backward();
+    auto saved = load(dir, "nosync_grad", r);
+    auto params = model->named_parameters();
+    ASSERT_EQ(saved.size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_LE(max_abs_diff(saved[i].second, params[i].second.grad()), 1e-14) << "rank " << r << " " << params[i].first;
+  }
+  EXPECT_GT(max_abs_diff(load(dir, "nosync_grad", 0)[0].second, load(dir, "nosync_grad", 1)[0].second), 1e-6)
+      << "inside no_sync the ranks' gradients must still differ";
 }
 
 #ifdef LOOM_WITH_GLOO
@@ -122,10 +143,13 @@ TEST_P(DDPGloo, TwentyStepsEqualOneProcessOnTheConcatenatedBatches) {
   check_training("gloo", world, dt, 1, 20, {"cap=512"}, dt == kF64 ? 1e-12 : 1e-5);
 }
 INSTANTIATE_TEST_SUITE_P(Processes, DDPGloo,
-                         ::testing::Values(Case{2, kF32}, Case{3, kF32}, Case{2, kF64}, Case{3, kF64}));
+                         ::testing::Values(Case{2, kF32}, Case{3, kF32}, Case{2, kF64}, Case{3, kF64}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.world) + "ranks_" + dtype_name(info.param.dt);
+                         });
 
 TEST(DDPGlooNoSync, FourMicroStepsEqualOneLargeBatch) {
-  check_training("gloo", 2, kF64, 4, 5, {"cap=512"}, 1e-12);
+  check_training("gloo", 2, kF64, 4, 5, {"cap=512"}, 1e-12, check_no_sync_grads);
 }
 
 TEST(DDPGlooCompression, Bf16GradientsStayCloseAndIdenticalAcrossRanks) {
@@ -143,8 +167,12 @@ TEST(DDPGlooUnused, FindUnusedParametersReducesWhatWasUsedAndSkipsTheRest) {
   manual_seed(7);
   nn::Linear fc(test::kIn, test::kClasses), some(test::kIn, test::kClasses), never(test::kIn, test::kClasses);
   for (auto& [n, t] : a) {
-    if (n == "never.weight") EXPECT_EQ(max_abs_diff(t, never.weight), 0.0);
-    if (n == "some.weight") EXPECT_GT(max_abs_diff(t, some.weight), 1e-4);
+    if (n == "never.weight") {
+      EXPECT_EQ(max_abs_diff(t, never.weight), 0.0);
+    }
+    if (n == "some.weight") {
+      EXPECT_GT(max_abs_diff(t, some.weight), 1e-4);
+    }
   }
   std::filesystem::remove_all(dir);
 }
@@ -190,7 +218,7 @@ TEST(DDPNccl, TwentyStepsEqualOneProcessOnTwoGpus) {
   // looser tolerance (different summation orders in cuBLAS); f64 keeps 1e-12.
   check_training("nccl", 2, kF32, 1, 20, {"cap=512"}, 1e-5);
   check_training("nccl", 2, kF64, 1, 20, {"cap=512"}, 1e-12);
-  check_training("nccl", 2, kF64, 4, 5, {"cap=512"}, 1e-12);
+  check_training("nccl", 2, kF64, 4, 5, {"cap=512"}, 1e-12, check_no_sync_grads);
   check_training("nccl", 2, kF32, 1, 20, {"comm=bf16"}, 2e-2);
 #endif
 }

@@ -64,7 +64,7 @@ TEST(DDPExamples, TrainMlpOnTwoProcessesReachesTheOneProcessAccuracy) {
   ASSERT_EQ(two.status, 0) << two.output;
   double a1 = final_accuracy(one.output), a2 = final_accuracy(two.output);
   ASSERT_GT(a1, 60) << one.output;
-  EXPECT_NEAR(a2, a1, 0.5) << two.output;  // the same global batches: nearly the same weights
+  EXPECT_NEAR(a2, a1, 1.0) << two.output;  // the same global batches: nearly the same weights
   EXPECT_NE(two.output.find("x 2 processes (gloo)"), std::string::npos) << two.output;
   // Rank 0 alone prints the result; every rank prints its profile.
   EXPECT_EQ(two.output.find("[rank 1] final test accuracy"), std::string::npos) << two.output;
