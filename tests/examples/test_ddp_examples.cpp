@@ -17,15 +17,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
+struct Outcome {
   int status = -1;
   std::string output;
 };
 
 // Runs a shell command line with a hard time limit; stdout and stderr together.
-Run run(const std::string& cmd, int seconds = 240) {
+[[maybe_unused]] Outcome run_cmd(const std::string& cmd, int seconds = 240) {
   std::string line = "timeout -k 5 " + std::to_string(seconds) + " " + cmd + " 2>&1";
-  Run r;
+  Outcome r;
   FILE* p = popen(line.c_str(), "r");
   std::array<char, 4096> buf{};
   while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
@@ -33,20 +33,20 @@ Run run(const std::string& cmd, int seconds = 240) {
   return r;
 }
 
-std::string mlp(int procs, const std::string& args) {
+[[maybe_unused]] std::string mlp(int procs, const std::string& args) {
   std::string prog = std::string(TRAIN_MLP_BIN) + " --device cpu --workers 0 --hidden 64 --seed 3 " + args;
   if (procs == 1) return prog;
   return std::string(LOOMRUN_BIN) + " --standalone --nproc_per_node=" + std::to_string(procs) + " " + prog;
 }
 
-double final_accuracy(const std::string& out) {
+[[maybe_unused]] double final_accuracy(const std::string& out) {
   std::smatch m;
   std::regex re("final test accuracy ([0-9.]+)%");
   if (!std::regex_search(out, m, re)) return -1;
   return std::stod(m[1]);
 }
 
-fs::path temp_dir(const std::string& name) {
+[[maybe_unused]] fs::path temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("loom_ddp_ex_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
@@ -58,9 +58,9 @@ fs::path temp_dir(const std::string& name) {
 #ifdef LOOM_WITH_GLOO
 TEST(DDPExamples, TrainMlpOnTwoProcessesReachesTheOneProcessAccuracy) {
   std::string args = "--epochs 1 --batch-size 128 --train-limit 4096";
-  Run one = run(mlp(1, args));
+  Outcome one = run_cmd(mlp(1, args));
   ASSERT_EQ(one.status, 0) << one.output;
-  Run two = run(mlp(2, args + " --profile"));
+  Outcome two = run_cmd(mlp(2, args + " --profile"));
   ASSERT_EQ(two.status, 0) << two.output;
   double a1 = final_accuracy(one.output), a2 = final_accuracy(two.output);
   ASSERT_GT(a1, 60) << one.output;
@@ -77,11 +77,11 @@ TEST(DDPExamples, SavedByTwoProcessesResumedByThreeContinuesTheSameRun) {
   // Global batch 96 (divisible by 1, 2 and 3), 16 steps per epoch; checkpoints every 6 steps.
   fs::path straight = temp_dir("straight"), split = temp_dir("split");
   std::string common = "--epochs 1 --batch-size 96 --train-limit 1536 --optimizer sgd --lr 0.05 --checkpoint-every 6 ";
-  Run a = run(mlp(1, common + "--max-steps 12 --checkpoint-dir " + straight.string()));
+  Outcome a = run_cmd(mlp(1, common + "--max-steps 12 --checkpoint-dir " + straight.string()));
   ASSERT_EQ(a.status, 0) << a.output;
-  Run b = run(mlp(2, common + "--max-steps 6 --checkpoint-dir " + split.string()));
+  Outcome b = run_cmd(mlp(2, common + "--max-steps 6 --checkpoint-dir " + split.string()));
   ASSERT_EQ(b.status, 0) << b.output;
-  Run c = run(mlp(3, common + "--max-steps 12 --resume --checkpoint-dir " + split.string()));
+  Outcome c = run_cmd(mlp(3, common + "--max-steps 12 --resume --checkpoint-dir " + split.string()));
   ASSERT_EQ(c.status, 0) << c.output;
   EXPECT_NE(c.output.find("written by 2 process(es), now 3"), std::string::npos) << c.output;
 
