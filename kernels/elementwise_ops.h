@@ -30,7 +30,9 @@ struct ScalarOp {
 
 struct WhereOp {
   template <typename T>
-  LOOM_HOST_DEVICE T operator()(bool c, T x, T y) const { return c ? x : y; }
+  LOOM_HOST_DEVICE T operator()(bool c, T x, T y) const {
+    return c ? x : y;
+  }
 };
 
 // x: any shape -> same shape and dtype (contiguous)
@@ -40,8 +42,10 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   with_unary_functor(op, [&](auto f) {
     check_numeric_op(op_name(op), decltype(f)::floating_only, x.dtype());
     LOOM_DISPATCH_NUMERIC(x.dtype(), op_name(op), [&] {
-      if constexpr (decltype(f)::floating_only && !std::is_floating_point_v<acc_t<scalar_t>>) return;
-      else Loop::template run<scalar_t, scalar_t>(out, f, x);
+      if constexpr (decltype(f)::floating_only && !std::is_floating_point_v<acc_t<scalar_t>>)
+        return;
+      else
+        Loop::template run<scalar_t, scalar_t>(out, f, x);
     });
   });
   return out;
@@ -73,7 +77,8 @@ void run_binary(const char* name, const Tensor& out, const Tensor& a, const Tens
 template <typename Loop>
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(op_name(op), a.shape(), b.shape());
-  Tensor out = empty(shape, {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
+  Tensor out =
+      empty(shape, {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
   with_binary_functor(op, [&](auto f) { run_binary<Loop>(op_name(op), out, a, &b, 0, false, f); });
   return out;
 }
@@ -81,8 +86,10 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 // a: any shape -> same shape (bool for comparisons)
 template <typename Loop>
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
-  Tensor out = empty(a.shape(), {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
-  with_binary_functor(op, [&](auto f) { run_binary<Loop>(op_name(op), out, a, nullptr, s, scalar_first, f); });
+  Tensor out =
+      empty(a.shape(), {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
+  with_binary_functor(
+      op, [&](auto f) { run_binary<Loop>(op_name(op), out, a, nullptr, s, scalar_first, f); });
   return out;
 }
 
@@ -96,7 +103,8 @@ void binary_(BinaryOp op, const Tensor& a, const Tensor& b) {
 // cond (bool), a, b: broadcast together -> a's dtype
 template <typename Loop>
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+  Shape shape =
+      broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
   Tensor out = empty(shape, {.dtype = a.dtype(), .device = a.device()});
   LOOM_DISPATCH_ALL(a.dtype(), "where", [&] {
     Loop::template run<scalar_t, bool, scalar_t, scalar_t>(out, WhereOp{}, cond, a, b);

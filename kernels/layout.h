@@ -23,9 +23,12 @@ struct DimSplit {
 inline DimSplit split_at(const Shape& s, int64_t dim) {
   DimSplit d;
   for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < dim) d.outer *= s[size_t(i)];
-    else if (i == dim) d.n = s[size_t(i)];
-    else d.inner *= s[size_t(i)];
+    if (i < dim)
+      d.outer *= s[size_t(i)];
+    else if (i == dim)
+      d.n = s[size_t(i)];
+    else
+      d.inner *= s[size_t(i)];
   }
   return d;
 }

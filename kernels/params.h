@@ -11,7 +11,11 @@ namespace loom {
 
 enum class ReduceOp { Sum, Mean, Max, Min };
 enum class Reduction { None, Mean, Sum };
-enum class RandomKind { Uniform, Normal, Int };  // Uniform [a, b); Normal (mean a, std b); Int [a, b)
+enum class RandomKind {
+  Uniform,
+  Normal,
+  Int
+};  // Uniform [a, b); Normal (mean a, std b); Int [a, b)
 
 struct Conv2dParams {
   std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};

@@ -19,7 +19,7 @@ row() { summary+=("$(printf '%-34s %s' "$1" "$2")"); printf '%-34s %s\n' "$1" "$
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   > "$LOG/train_build.log" 2>&1 &&
-  cmake --build "$BUILD" -j "${JOBS:-16}" --target train_mlp train_cnn bench_train test_examples envinfo \
+  cmake --build "$BUILD" -j "${JOBS:-16}" --target train_mlp train_cnn bench_train test_train envinfo \
   >> "$LOG/train_build.log" 2>&1 || { grep -E "error" "$LOG/train_build.log" | head -20; echo "build FAILED"; exit 1; }
 row build "ok ($(( $(date +%s) - t0 ))s)"
 "$BUILD/examples/envinfo" | head -20
@@ -39,7 +39,7 @@ s=$(date +%s)
 tail -n 2 "$LOG/train_mlp_graph.log"
 row "train_mlp --cuda-graph (1 epoch)" "$(acc "$LOG/train_mlp_graph.log"), $(( $(date +%s) - s ))s wall"
 
-(cd "$BUILD" && ./tests/test_examples --gtest_filter='CudaGraphStep.*') > "$LOG/graph_test.log" 2>&1
+(cd "$BUILD" && ./tests/test_train --gtest_filter='CudaGraphStep.*') > "$LOG/graph_test.log" 2>&1
 row "graph vs eager step test" "$(grep -E '\[  (PASSED|FAILED) ' "$LOG/graph_test.log" | tr '\n' ' ')"
 
 "$BUILD/benchmarks/bench_train" > "$LOG/bench_eager.log" 2>&1; cat "$LOG/bench_eager.log"

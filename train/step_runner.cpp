@@ -20,7 +20,10 @@ struct StepRunner::Graph {
 };
 
 StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph)
-    : graph_(std::make_unique<Graph>()), model_(model), opt_(opt), smoothing_(label_smoothing),
+    : graph_(std::make_unique<Graph>()),
+      model_(model),
+      opt_(opt),
+      smoothing_(label_smoothing),
       use_graph_(graph) {}
 
 StepRunner::~StepRunner() = default;

@@ -10,7 +10,8 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                 const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& p) {
   if (params.empty()) return;
-  backend_for(params[0].device()).adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, p);
+  backend_for(params[0].device())
+      .adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, p);
   for (auto* list : {&params, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs})
     for (const Tensor& t : *list) t.bump_version();
 }

@@ -33,10 +33,10 @@ struct MemoryStats {
   size_t requested = 0;       // bytes asked for by the live allocations (before rounding)
   size_t peak_allocated = 0;  // since the start or the last reset_peak_memory_stats
   size_t peak_reserved = 0;
-  uint64_t num_allocs = 0;    // allocate() calls with a non-zero size
-  uint64_t num_segments = 0;  // cudaMalloc calls (allocations the cache could not serve)
+  uint64_t num_allocs = 0;         // allocate() calls with a non-zero size
+  uint64_t num_segments = 0;       // cudaMalloc calls (allocations the cache could not serve)
   uint64_t num_frees_to_cuda = 0;  // cudaFree calls (empty_cache, OOM retry, released pools)
-  uint64_t num_ooms = 0;      // cudaMalloc failures (before or after the retry)
+  uint64_t num_ooms = 0;           // cudaMalloc failures (before or after the retry)
 };
 
 // Both throw in a build without CUDA.

@@ -79,8 +79,11 @@ TEST_P(CudaOpTable, ForwardMatchesCpuFloat64) {
     std::string why;
     if (!run_gpu(c, in.gpu, got, why)) GTEST_SKIP() << why;
     EXPECT_TRUE(got.device().is_cuda()) << describe(got);
-    if (want.is_floating_point()) EXPECT_EQ(got.dtype(), d) << describe(got);
-    else EXPECT_EQ(got.dtype(), want.dtype()) << describe(got);
+    if (want.is_floating_point()) {
+      EXPECT_EQ(got.dtype(), d) << describe(got);
+    } else {
+      EXPECT_EQ(got.dtype(), want.dtype()) << describe(got);
+    }
     double tol = want.is_floating_point() ? std::max(forward_tol(d), d == DType::F32 ? c.tol32 : 0.0) : 0.0;
     EXPECT_TRUE(all_close(want, got, tol));
   }

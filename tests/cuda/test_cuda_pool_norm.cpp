@@ -87,8 +87,11 @@ TEST(CudaPool, MaxPoolPaddingIsMinusInfinityAndNaNWins) {
   std::vector<double> yv = host(y);
   ASSERT_EQ(yv.size(), y_ref.size());
   for (size_t i = 0; i < yv.size(); ++i) {
-    if (std::isnan(y_ref[i])) EXPECT_TRUE(std::isnan(yv[i])) << "output " << i;
-    else EXPECT_EQ(yv[i], y_ref[i]) << "output " << i;
+    if (std::isnan(y_ref[i])) {
+      EXPECT_TRUE(std::isnan(yv[i])) << "output " << i;
+    } else {
+      EXPECT_EQ(yv[i], y_ref[i]) << "output " << i;
+    }
     if (!std::isnan(yv[i])) EXPECT_LT(yv[i], 0.0) << "padding won at output " << i;
   }
   EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref);

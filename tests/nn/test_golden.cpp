@@ -5,6 +5,8 @@
 // 2026-11-30 with torch 2.15), so the test holds it to 1e-10.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>

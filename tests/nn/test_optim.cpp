@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "autograd/ops/ops.h"
+#include "kernels/backend.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
 #include "nn/clip.h"

@@ -2,6 +2,8 @@
 // (same losses, same weights after several steps), for the MLP and for the CNN with BatchNorm.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "nn/models.h"
