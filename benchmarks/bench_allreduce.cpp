@@ -116,8 +116,10 @@ int run(const Args& a) {
   const bool nccl = pg->backend() == "nccl";
   const int n = pg->size();
   Device device = kCPU;
-  if (nccl) device = cuda_device(std::atoi(std::getenv("LOCAL_RANK") ? std::getenv("LOCAL_RANK") : "0") %
-                                 std::max(1, cuda::device_count()));
+#ifdef LOOM_WITH_CUDA
+  // init_process_group made this rank's GPU current (InitOptions::device or LOCAL_RANK).
+  if (nccl) device = cuda_device(cuda::current_device());
+#endif
   if (pg->rank() == 0) {
     std::printf("# all_reduce sum float32, %d ranks, backend %s, %d iters (+%d warm-up)\n", n,
                 pg->backend().c_str(), a.iters, a.warmup);
@@ -141,6 +143,7 @@ int run(const Args& a) {
     double us = 0;
 #ifdef LOOM_WITH_CUDA
     if (nccl) {
+      cuda::DeviceGuard guard(device.index);  // the events belong to the stream's device
       cudaStream_t s = cuda::current_stream(device.index);
       cuda::Event start(true), end(true);
       start.record(s);

@@ -1,4 +1,4 @@
-// NcclProcessGroup: the unique id through the store, ops on the communication stream (Note [NCCL
+// NcclProcessGroup: the unique id through the store, ops on the group's stream (Note [NCCL
 // stream order]), NcclWork, and the watchdog that turns hangs into errors (Note [NCCL watchdog]).
 // Leaves out: batched send/recv groups across calls (each send/recv is its own NCCL group).
 #include "distributed/nccl_process_group.h"
@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -33,39 +34,65 @@ void ensure_nvls_disabled() {
 
 struct NcclProcessGroup::Comm {
   ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;  // this group's own stream (Note [NCCL stream order])
+};
+
+struct NcclProcessGroup::Health {
+  std::atomic<bool> broken{false};
 };
 
 // Note [NCCL stream order]
 // Like PyTorch: an op (1) records an event on the device's current (compute) stream and makes the
-// communication stream wait for it, so the NCCL kernel reads what the compute stream wrote;
-// (2) runs on the communication stream; (3) tells the caching allocator the tensors are used
-// there (record_stream), so freeing them on the compute stream cannot hand their memory out
-// before the collective is done; (4) records an end event. Work::wait() makes the current compute
-// stream wait for that event (no host block); synchronize() blocks the host until it completes
-// or the watchdog fails it.
+// group's stream wait for it, so the NCCL kernel reads what the compute stream wrote; (2) runs on
+// the group's stream; (3) tells the caching allocator the tensors are used there (record_stream),
+// so freeing them on the compute stream cannot hand their memory out before the collective is
+// done; (4) records an end event. Work::wait() makes the current compute stream wait for that
+// event (no host block); synchronize() blocks the host until it completes or the watchdog fails
+// it; is_completed() asks the event itself (no watchdog delay).
+// Each group has its own stream (never the device's shared comm stream): two groups' kernels on
+// one stream would run in one rank's issue order, and ranks that issue two groups' ops in
+// different orders (legal: the order rule is per group) would deadlock. The stream is never
+// destroyed: tensors recorded on it may be freed after the group, and the allocator then records
+// an event on it.
+
+// Note [NCCL failure order]
+// ncclCommAbort makes the pending kernels return, so their end events complete: an event that
+// completed says "finished or aborted", never "succeeded" by itself. Hence:
+// - the watchdog, holding the group's mutex, (1) sets Health::broken, (2) fails every
+//   outstanding work with the error, (3) only then calls ncclCommAbort. A work leaves the
+//   outstanding list only when the watchdog saw its event complete before any abort (success).
+// - a waiter (synchronize, is_completed) that sees the end event complete first reads
+//   Health::broken: if set, it does not decide; the watchdog fails that work (step 2) at once.
+//   If not set, it finishes the work with success and then reports the work's final state, which
+//   is the watchdog's error if the watchdog finished it first.
+// Interleavings of waiter W (query Q, read broken R, finish F) and watchdog D (steps 1-3):
+// - Q before D1: the event completed before any abort, so the kernel really finished. If R sees
+//   broken anyway, W waits for D2, which fails it (a conservative error on a broken group);
+//   otherwise F races D2 under the work's mutex, whichever comes first wins and W reports it.
+// - Q after D1: the completion may be the abort's. R sees broken (D1 happened before, atomics are
+//   sequentially consistent), so W never marks success; D2 fails the work (it was outstanding:
+//   ops launched after D1 are refused, launch and D hold the same mutex).
+// - A work the watchdog already reaped is finished with success before D1: nothing to race.
+// So no waiter reports success for an op that the abort cut short.
 class NcclWork : public Work {
  public:
-  NcclWork(OpRecord rec, int device, bool host_blocking)
-      : rec_(std::move(rec)), device_(device), host_blocking_(host_blocking), start_(Clock::now()) {
+  NcclWork(OpRecord rec, int device, bool host_blocking,
+           std::shared_ptr<NcclProcessGroup::Health> health)
+      : rec_(std::move(rec)), device_(device), host_blocking_(host_blocking), start_(Clock::now()),
+        health_(std::move(health)) {
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   }
   ~NcclWork() override { cudaEventDestroy(end_); }
 
   bool wait(Millis timeout) override {
-    if (host_blocking_) {  // barrier: the host waits, as a barrier must
-      synchronize_for(timeout);
-      return true;
-    }
+    if (host_blocking_) return synchronize_for(timeout);  // barrier: the host waits
     rethrow();
     cuda::DeviceGuard g(device_);
     LOOM_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), end_, 0));
     return true;
   }
   void synchronize() override { synchronize_for(kNoTimeout); }
-  bool is_completed() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_ || err_;
-  }
+  bool is_completed() override { return poll(); }
   std::exception_ptr error() override {
     std::lock_guard<std::mutex> lock(mu_);
     return err_;
@@ -88,32 +115,41 @@ class NcclWork : public Work {
     std::lock_guard<std::mutex> lock(mu_);
     if (err_) std::rethrow_exception(err_);
   }
+  // True once the work finished (with success or an error), Note [NCCL failure order].
+  bool poll() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_ || err_) return true;
+    }
+    cudaError_t q = cudaEventQuery(end_);
+    if (q == cudaErrorNotReady) return false;
+    if (q != cudaSuccess) {
+      cudaGetLastError();
+      finish(std::make_exception_ptr(
+          Error(str(rec_.describe(), ": CUDA error while waiting: ", cudaGetErrorString(q)))));
+      return true;
+    }
+    if (health_->broken.load()) return false;  // the watchdog is failing it (step 2)
+    finish(nullptr);
+    return true;
+  }
   // Polls (never cudaEventSynchronize: a hung kernel would hold the host past the abort).
-  void synchronize_for(Millis timeout) {
+  // False if not finished within `timeout` (the op goes on; the watchdog times it out).
+  bool synchronize_for(Millis timeout) {
     auto deadline = timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
-    for (;;) {
-      rethrow();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (done_) return;
-      }
-      cudaError_t q = cudaEventQuery(end_);
-      if (q == cudaSuccess) {
-        finish(nullptr);
-        return;
-      }
-      LOOM_CHECK(q == cudaErrorNotReady, rec_.describe(), ": CUDA error while waiting: ",
-                 cudaGetErrorString(q));
-      LOOM_CHECK(Clock::now() < deadline, rec_.describe(), ": not finished within the wait's ",
-                 timeout.count(), " ms");
+    while (!poll()) {
+      if (Clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    rethrow();
+    return true;
   }
 
   OpRecord rec_;
   int device_;
   bool host_blocking_;
   Clock::time_point start_;
+  std::shared_ptr<NcclProcessGroup::Health> health_;
   cudaEvent_t end_ = nullptr;
   std::mutex mu_;
   bool done_ = false;
@@ -151,11 +187,14 @@ ncclRedOp_t nccl_op(ReduceOp op, DType d) {
 
 NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> store,
                                    Millis timeout, int device)
-    : ProcessGroup(rank, size, store, timeout), device_(device), comm_(std::make_unique<Comm>()) {
+    : ProcessGroup(rank, size, store, timeout), device_(device), comm_(std::make_unique<Comm>()),
+      health_(std::make_shared<Health>()) {
   int n = cuda::device_count();
   LOOM_CHECK(device >= 0 && device < n, "nccl: rank ", rank, " asked for cuda:", device,
              " but this process sees ", n, " CUDA device(s) (set LOCAL_RANK or CUDA_VISIBLE_DEVICES)");
   ensure_nvls_disabled();
+  // Everything below (NCCL's own allocations, the stream, the buffer) belongs to cuda:device.
+  cuda::DeviceGuard g(device_);
   ncclUniqueId id;
   if (rank == 0) {
     LOOM_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -167,24 +206,36 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> st
                " bytes, expected ", sizeof(id));
     std::memcpy(&id, b.data(), sizeof(id));
   }
-  cuda::DeviceGuard g(device_);
+  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_->stream, cudaStreamNonBlocking));
   LOOM_NCCL_CHECK(ncclCommInitRank(&comm_->comm, size, id, rank));
   barrier_buf_ = empty({1}, {.dtype = DType::F32, .device = cuda_device(device_)});
+  barrier_buf_.fill_(0.0);
   watchdog_ = std::thread([this] { watchdog(); });
 }
 
+// Note [NCCL teardown]
+// The destructor lets the watchdog run until every outstanding op finished or the group broke
+// (so at most the timeout; a healthy group finishes at once), then stops it. A healthy
+// communicator is destroyed (ncclCommDestroy, which waits for nothing more: its ops are done); a
+// broken one was already aborted by the watchdog. The group's stream is kept (Note [NCCL stream
+// order]). Groups are never destroyed by static destruction after CUDA unloads:
+// init_process_group registers an atexit hook that drops the world first (process_group.cpp).
 NcclProcessGroup::~NcclProcessGroup() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return outstanding_.empty() || !broken_.empty(); });
     stop_ = true;
   }
   cv_.notify_all();
   watchdog_.join();
-  if (comm_->comm) {
-    // Let queued ops finish before the communicator goes (a healthy group finishes quickly).
-    cudaStreamSynchronize(cuda::comm_stream(device_));
-    ncclCommDestroy(comm_->comm);
-  }
+  int prev = -1;  // no DeviceGuard: it may throw, and a destructor must not
+  cudaGetDevice(&prev);
+  if (prev != device_) cudaSetDevice(device_);
+  barrier_buf_ = Tensor();
+  if (comm_->comm) ncclCommDestroy(comm_->comm);
+  comm_->comm = nullptr;
+  if (prev != device_ && prev >= 0) cudaSetDevice(prev);
+  cudaGetLastError();
 }
 
 void NcclProcessGroup::check_device(const char* op, const Tensor& t) const {
@@ -199,15 +250,18 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
   std::lock_guard<std::mutex> lock(mu_);
   LOOM_CHECK(broken_.empty(), rec.describe(), ": the group failed earlier: ", broken_);
   cuda::DeviceGuard g(device_);
-  cudaStream_t compute = cuda::current_stream(device_), comm = cuda::comm_stream(device_);
+  cudaStream_t compute = cuda::current_stream(device_), comm = comm_->stream;
+  // A capture of the compute stream would pull this group's stream (and its events, which the
+  // watchdog polls) into the graph through the ready event.
+  cuda::check_not_capturing(compute, "a NCCL collective");
   cuda::check_not_capturing(comm, "a NCCL collective");
+  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking, health_);  // may throw
   cuda::Event ready;
   ready.record(compute);
   ready.wait(comm);
   body(comm_->comm, comm);
   for (const Tensor& t : tensors)
     if (t.numel() > 0) cuda::record_stream(t, comm);
-  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking);
   LOOM_CUDA_CHECK(cudaEventRecord(work->end(), comm));
   outstanding_.push_back(work);
   cv_.notify_all();
@@ -256,7 +310,7 @@ std::shared_ptr<Work> NcclProcessGroup::do_barrier(const OpRecord& rec) {
 }
 
 // send/recv: each is its own NCCL group; a rank's sends and recvs run in call order on the
-// communication stream, so a ring must alternate (even ranks send first, odd ranks receive first).
+// group's stream, so a ring must alternate (even ranks send first, odd ranks receive first).
 std::shared_ptr<Work> NcclProcessGroup::do_send(const Tensor& t, int dst, int tag,
                                                 const OpRecord& rec) {
   (void)tag;  // NCCL matches by order per peer, not by tag
@@ -279,20 +333,24 @@ std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor& t, int src, int tag, con
 }
 
 // Note [NCCL watchdog]
-// Every 50 ms: outstanding works whose end event completed are finished; NCCL's asynchronous
-// error (a peer gone, a network failure) or a work older than the timeout fails the group: the
-// communicator is aborted (ncclCommAbort, which also unblocks its kernels), every outstanding
-// work fails with the message (Note [Timeout errors]), and later ops fail at once.
+// Every 50 ms: outstanding works whose end event completed are finished (success: no abort has
+// happened yet); NCCL's asynchronous error (a peer gone, a network failure) or a work older than
+// the timeout fails the group in the order of Note [NCCL failure order]: every outstanding work
+// fails with the message (Note [Timeout errors]), then ncclCommAbort (which makes the hung kernels
+// return; no peer needs to answer it), and later ops fail at once. The watchdog wakes the
+// destructor whenever the outstanding list shrinks.
 void NcclProcessGroup::watchdog() {
+  cudaSetDevice(device_);  // this thread's CUDA calls use the group's device (no context on 0)
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, std::chrono::milliseconds(50));
-    if (stop_ || !comm_->comm) continue;
+    if (stop_ || !broken_.empty() || !comm_->comm) continue;
     for (auto it = outstanding_.begin(); it != outstanding_.end();) {
       if (cudaEventQuery((*it)->end()) == cudaSuccess) {
         (*it)->finish(nullptr);
         it = outstanding_.erase(it);
       } else {
+        cudaGetLastError();
         ++it;
       }
     }
@@ -305,19 +363,27 @@ void NcclProcessGroup::watchdog() {
       msg = str(r.describe(), " failed on rank ", rank(), ": NCCL reported ",
                 ncclGetErrorString(async), " (did a peer exit?)");
     } else if (!outstanding_.empty() && Clock::now() - outstanding_.front()->start() > timeout()) {
-      OpRecord r = outstanding_.front()->rec();
+      std::shared_ptr<NcclWork> late = outstanding_.front();
       lock.unlock();  // reading the store takes a moment; ops issued meanwhile queue behind
-      msg = log().timeout_message(r, timeout());
+      msg = log().timeout_message(late->rec(), timeout());
       lock.lock();
+      // It may have finished while the store was read: then it is reaped next round.
+      if (cudaEventQuery(late->end()) == cudaSuccess || stop_ || !broken_.empty()) msg.clear();
+      cudaGetLastError();
     }
-    if (!msg.empty()) {
-      broken_ = msg;
-      ncclCommAbort(comm_->comm);
-      comm_->comm = nullptr;
-      for (auto& w : outstanding_) w->finish(std::make_exception_ptr(Error(msg)));
-      outstanding_.clear();
-    }
+    if (!msg.empty()) fail_all(msg);
+    cv_.notify_all();
   }
+}
+
+void NcclProcessGroup::fail_all(const std::string& msg) {
+  broken_ = msg;
+  health_->broken.store(true);  // (1) waiters stop deciding success on their own
+  auto err = std::make_exception_ptr(Error(msg));
+  for (auto& w : outstanding_) w->finish(err);  // (2) every outstanding work fails
+  outstanding_.clear();
+  ncclCommAbort(comm_->comm);  // (3) only now may the kernels return and the events complete
+  comm_->comm = nullptr;
 }
 
 }  // namespace loom::distributed

@@ -1,5 +1,5 @@
 // NcclProcessGroup: the CUDA backend: one NCCL communicator per group on one device, ops on the
-// device's communication stream ordered against the compute stream by events, a watchdog that
+// group's own stream ordered against the compute stream by events, a watchdog that
 // aborts the communicator when an op outlives the timeout or NCCL reports an async error.
 // Leaves out: several devices per process, and NCCL's non-blocking communicator mode.
 #pragma once
@@ -27,7 +27,8 @@ void ensure_nvls_disabled();
 class NcclProcessGroup : public ProcessGroup {
  public:
   // device: the CUDA device of this rank (tensors must live there). Rank 0 makes the unique id
-  // and puts it in the store under "nccl_id"; every rank then joins the communicator.
+  // and puts it in the store under "nccl_id"; every rank then joins the communicator. The
+  // destructor waits for the outstanding ops (at most the timeout, Note [NCCL teardown]).
   NcclProcessGroup(int rank, int size, std::shared_ptr<Store> store, Millis timeout, int device);
   ~NcclProcessGroup() override;
   std::string backend() const override { return "nccl"; }
@@ -45,14 +46,18 @@ class NcclProcessGroup : public ProcessGroup {
   void check_device(const char* op, const Tensor& t) const override;
 
  private:
-  struct Comm;  // the ncclComm_t, behind a pointer so this header needs no nccl.h
+  friend class NcclWork;
+  struct Comm;    // the ncclComm_t and the group's stream, behind a pointer (no nccl.h here)
+  struct Health;  // shared with the works: set once the group broke (Note [NCCL failure order])
   template <typename Body>
   std::shared_ptr<Work> launch(const OpRecord& rec, std::initializer_list<Tensor> tensors,
                                bool host_blocking, Body&& body);
   void watchdog();
+  void fail_all(const std::string& msg);  // mu_ held
 
   int device_;
   std::unique_ptr<Comm> comm_;
+  std::shared_ptr<Health> health_;
   Tensor barrier_buf_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -18,6 +18,7 @@
 #include "distributed/gloo_process_group.h"
 #endif
 #ifdef LOOM_WITH_NCCL
+#include "core/cuda/stream.h"
 #include "distributed/nccl_process_group.h"
 #endif
 
@@ -168,11 +169,25 @@ struct Global {
   std::shared_ptr<Store> store;  // the job's store, unprefixed
   std::string backend;
   JobEnv env;
+  int device = -1;  // NCCL: this rank's CUDA device, shared by every group it makes
   int next_group = 0;
+  bool exit_hook = false;
 };
+// Note [Process groups at exit]
+// The job's state is never destroyed by static destruction: that runs after the CUDA runtime and
+// NCCL may have unloaded, where a communicator's teardown crashes or hangs. Instead
+// init_process_group registers an atexit hook (after CUDA is initialised, so it runs before CUDA's
+// own teardown) that drops the world group as destroy_process_group would. A process that leaves
+// through std::_Exit (a failed rank) skips it: the other ranks aborted their communicators already.
 Global& global() {
-  static Global g;
-  return g;
+  static Global* g = new Global();  // leaked on purpose, see above
+  return *g;
+}
+void drop_world_at_exit() {
+  Global& g = global();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.world.reset();
+  g.store.reset();
 }
 
 std::string resolve_backend(const std::string& b) {
@@ -189,7 +204,7 @@ std::string resolve_backend(const std::string& b) {
 std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, int rank, int size,
                                                  std::shared_ptr<Store> store, Millis timeout,
                                                  int device) {
-  (void)device;  // NCCL only
+  (void)device;  // NCCL only (-1: LOCAL_RANK % device_count())
   if (backend == "gloo") {
 #ifdef LOOM_WITH_GLOO
     const char* h = std::getenv("LOOM_GLOO_HOSTNAME");
@@ -202,6 +217,7 @@ std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, int
   }
   if (backend == "nccl") {
 #ifdef LOOM_WITH_NCCL
+    if (device < 0) device = job_env().local_rank % std::max(1, cuda::device_count());
     return std::make_shared<NcclProcessGroup>(rank, size, std::move(store), timeout, device);
 #else
     LOOM_FAIL("process group: loom was built without NCCL (a CUDA build with nccl.h and libnccl), "
@@ -224,6 +240,16 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   int device = options.device;
   if (device < 0 && g.backend == "nccl")
     device = g.env.local_rank % std::max(1, cuda::device_count());
+  g.device = device;
+#ifdef LOOM_WITH_NCCL
+  // The rank's GPU becomes current (as users expect: empty(..., cuda) and CUDA events made after
+  // this are on it, and no context is created on cuda:0 by ranks that do not use it).
+  if (g.backend == "nccl") cuda::set_device(device);
+#endif
+  if (!g.exit_hook) {
+    std::atexit(drop_world_at_exit);  // Note [Process groups at exit]
+    g.exit_hook = true;
+  }
   if (g.env.world_size == 1 && !options.store) {
     g.world = std::make_shared<LocalProcessGroup>(options.timeout);
     return g.world;
@@ -278,8 +304,9 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, Millis ti
     pg = std::make_shared<LocalProcessGroup>(t);
   } else {
     auto store = std::make_shared<PrefixStore>("group" + std::to_string(id), g.store);
-    int device = g.backend == "nccl" ? g.env.local_rank % std::max(1, cuda::device_count()) : -1;
-    pg = make_process_group(backend.empty() ? g.backend : backend, rank, size, store, t, device);
+    // The same device as the world's (InitOptions::device included). NCCL: rank 0 of the
+    // sub-group puts its unique id under "group<k>/nccl_id"; only members join.
+    pg = make_process_group(backend.empty() ? g.backend : backend, rank, size, store, t, g.device);
   }
   pg->set_world_ranks(sorted);
   return pg;

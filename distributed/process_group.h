@@ -93,12 +93,14 @@ struct InitOptions {
 
 // Reads the job from the environment (distributed/env.h), connects the store and builds the world
 // group; every process of the job calls it once. A world of one needs no store or network.
+// With NCCL it makes the rank's device current (cuda::set_device), as PyTorch users do by hand.
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 bool is_initialized();
 std::shared_ptr<ProcessGroup> world();  // the group init_process_group made (an error before)
 // A sub-group of world ranks `ranks` with its own communicator and store prefix. Every process of
 // the world calls it, in the same order, with the same ranks; members get the group, others null.
-// backend "" uses the world's; timeout 0 uses the world's.
+// A member's rank in the group is its position among the sorted `ranks`. backend "" uses the
+// world's; timeout 0 uses the world's.
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, Millis timeout = Millis(0),
                                         const std::string& backend = "");
 void destroy_process_group();  // drops the world group and the store (rank 0 stops serving)

@@ -92,7 +92,8 @@ if [ "${ngpu:-0}" -ge 2 ] && [ -x "$BUILD/tests/test_distributed" ]; then
   dpassed=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/distributed.log" | grep -oE '[0-9]+$' || echo 0)
   dskipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$LOG/distributed.log" | grep -oE '[0-9]+$' || echo 0)
   row "NCCL tests (2 GPUs)" "$dpassed passed, $dskipped skipped (exit $rc)"
-  grep -m1 'timed out after' "$LOG/distributed.log" | cut -c1-160 >> "$LOG/summary.txt"
+  row "  NCCL timeout error" "$(grep -m1 -oE 'after [0-9.]+ s: all_reduce #4.*reached it' "$LOG/distributed.log" | cut -c1-150)"
+  row "  NCCL op after the abort" "$(grep -m1 -oE 'next op after [0-9.]+ s' "$LOG/distributed.log")"
   if [ -z "${SKIP_BENCH:-}" ] && [ -x "$BUILD/benchmarks/bench_allreduce" ]; then
     echo "== bench_allreduce --nproc 2 --backend nccl"
     timeout 600 "$BUILD/benchmarks/bench_allreduce" --nproc 2 --backend nccl \

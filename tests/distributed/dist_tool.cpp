@@ -1,7 +1,8 @@
 // A worker the distributed tests start N times (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set):
 // "collectives" checks every op against a reference computed here; "timeout" has the last rank
-// stop calling collectives and checks the others' error. Exit 0 = pass; failures go to stderr.
+// stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 = pass; failures go to stderr.
 // Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on cuda:LOCAL_RANK for nccl).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "core/cuda/available.h"
 #include "core/tensor.h"
 #include "distributed/env.h"
 #include "distributed/process_group.h"
@@ -180,6 +182,31 @@ void check_errors(ProcessGroup& pg) {
   }
 }
 
+// is_completed() on an op that cannot have finished: the last rank joins 700 ms late, so the
+// others' all_reduce is still pending; it must say false (and no error), then true after
+// synchronize(). An op issued before another that was synchronized is complete at once (NCCL:
+// the same stream ran it first; is_completed() asks its end event, not a periodic watchdog).
+void check_is_completed(ProcessGroup& pg, const std::vector<int>& ranks) {
+  const int me = pg.rank(), late = pg.size() - 1;
+  Tensor a = filled<float>(me, 4096), b = filled<float>(me, 4096);
+  if (me == late) std::this_thread::sleep_for(Millis(700));
+  auto wa = pg.all_reduce(a);
+  if (me != late) {
+    std::this_thread::sleep_for(Millis(100));
+    EXPECT_TOOL(!wa->is_completed(), "rank ", me, ": is_completed() is true for an all_reduce that rank ",
+                late, " has not joined yet");
+    EXPECT_TOOL(!wa->error(), "rank ", me, ": a pending all_reduce has an error");
+  }
+  auto wb = pg.all_reduce(b);
+  wb->synchronize();
+  EXPECT_TOOL(wb->is_completed() && !wb->error(), "is_completed() is false after synchronize()");
+  EXPECT_TOOL(wa->is_completed() && !wa->error(),
+              "is_completed() is false for an op issued before one that synchronize() saw finish");
+  wa->wait();
+  expect_equal<float>(a, 4096, "all_reduce checked with is_completed",
+                      [&](int64_t i) { return reduced<float>(ranks, i, ReduceOp::Sum); });
+}
+
 int collectives() {
   InitOptions o;
   o.backend = backend_name();
@@ -197,11 +224,13 @@ int collectives() {
     ws.push_back(pg->all_reduce(ts.back()));
   }
   for (int k = 0; k < 8; ++k) {
-    ws[size_t(k)]->wait();
+    ws[size_t(k)]->wait();  // NCCL: orders the compute stream only; the host may run ahead
+    ws[size_t(k)]->synchronize();  // the host waits (every backend)
     EXPECT_TOOL(ws[size_t(k)]->is_completed() && !ws[size_t(k)]->error(), "async op ", k);
     expect_equal<float>(ts[size_t(k)], 1000 + k, str("async all_reduce ", k),
                         [&](int64_t i) { return reduced<float>(all, i, ReduceOp::Sum); });
   }
+  check_is_completed(*pg, all);
   // Sub-groups: the even ranks, and {last, 0} (every rank calls new_group for both).
   std::vector<int> even, ends = {world - 1, 0};
   for (int i = 0; i < world; i += 2) even.push_back(i);
@@ -253,8 +282,52 @@ int timeout_test() {
   EXPECT_TOOL(msg.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos, msg);
   EXPECT_TOOL(msg.find(want_late) != std::string::npos, msg);
   EXPECT_TOOL(s < ms / 1000.0 + 5.0, "failed after ", s, " s");
+  // The group is broken: the next op fails at once with the same message. With NCCL this also
+  // shows that ncclCommAbort returned: the watchdog holds the group's lock while it aborts.
+  auto again_start = std::chrono::steady_clock::now();
+  std::string again;
+  try {
+    pg->all_reduce(t)->synchronize();
+  } catch (const Error& e) {
+    again = e.what();
+  }
+  double again_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - again_start).count();
+  std::cout << "rank " << me << " next op after " << again_s << " s: " << again << std::endl;
+  EXPECT_TOOL(again.find("the group failed earlier") != std::string::npos &&
+                  again.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos,
+              again);
+  EXPECT_TOOL(again_s < 10.0, "the op after the failure took ", again_s, " s (ncclCommAbort hanging?)");
   std::this_thread::sleep_for(Millis(500));  // the other failing ranks read the store meanwhile
   std::cout.flush();
+  std::_Exit(0);
+}
+// The last rank exits (code 3) after two collectives; the others' next collective must fail on
+// its own long before the 60 s timeout (a dead peer is noticed, not waited for).
+int peer_exit_test() {
+  InitOptions o;
+  o.backend = backend_name();
+  o.timeout = Millis(60000);
+  auto pg = init_process_group(o);
+  int me = pg->rank(), last = pg->size() - 1;
+  for (int k = 0; k < 2; ++k) {
+    Tensor t = filled<float>(me, 1000);
+    pg->all_reduce(t)->wait();
+  }
+  if (me == last) std::_Exit(3);
+  auto start = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    for (int k = 0; k < 3; ++k) {
+      Tensor t = filled<float>(me, 1000);
+      pg->all_reduce(t)->synchronize();
+    }
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  EXPECT_TOOL(msg.find("all_reduce #3 (1000 float32 elements) failed on rank") != std::string::npos, msg);
+  EXPECT_TOOL(s < 10.0, "a dead peer was noticed only after ", s, " s");
   std::_Exit(0);
 }
 }  // namespace
@@ -264,13 +337,20 @@ int main(int argc, char** argv) {
   try {
     JobEnv env = job_env();
     const char* backend = std::getenv("LOOM_TEST_BACKEND");
-    g_device = backend && std::string(backend) == "nccl" ? cuda_device(env.local_rank) : kCPU;
+    // The device init_process_group picks for NCCL (LOCAL_RANK % device_count()).
+    g_device = backend && std::string(backend) == "nccl"
+                   ? cuda_device(env.local_rank % std::max(1, cuda::device_count()))
+                   : kCPU;
     if (mode == "collectives") return collectives();
     if (mode == "timeout") return timeout_test();
+    if (mode == "peer_exit") return peer_exit_test();
     std::cerr << "dist_tool: unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?") << " FAILED: " << e.what() << std::endl;
-    return 1;
+    // Leave at once: a normal exit would tear the communicators down, which can wait for peers
+    // that are themselves waiting in a collective for this rank.
+    std::cout.flush();
+    std::_Exit(1);
   }
 }

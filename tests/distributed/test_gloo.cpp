@@ -45,6 +45,16 @@ TEST(Gloo, ARankThatStopsIsNamedInTheTimeoutError) {
   expect_all_ok(run);
   EXPECT_NE(run.output[0].find("rank 2 has not reached it"), std::string::npos) << run.summary();
 }
+
+TEST(Gloo, ADeadPeerFailsTheOthersAtOnce) {
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"peer_exit"}, 3, server.port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}, {"LOOM_STORE_EXTERNAL", "1"}}, 60);
+  EXPECT_FALSE(run.timed_out) << run.summary();
+  EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[2], 3) << run.summary();
+}
 #endif
 
 TEST(ProcessGroup, AWorldOfOneNeedsNoStore) {
