@@ -14,6 +14,7 @@
 #include "distributed/launcher/signals.h"
 #include "distributed/launcher/worker_group.h"
 #include "distributed/launcher/worker_process.h"
+#include "distributed/tcp_store.h"
 
 using namespace loom::distributed::launcher;
 using Outcome = GroupResult::Outcome;
@@ -27,13 +28,15 @@ std::string seconds(double s) {
 }
 
 // Everything loomrun says itself goes to stderr, prefixed, so it stands out from the workers'.
-void say(const std::string& line) { std::cerr << "loomrun: " << line << std::endl; }
+void say(const std::string& line) {
+  std::cerr << (line.rfind("loomrun: ", 0) == 0 ? "" : "loomrun: ") << line << std::endl;
+}
 
 std::string failure_summary(const WorkerExit& f, const LaunchOptions& o) {
   std::ostringstream s;
   if (o.nnodes > 1) s << "node " << o.node_rank << ": ";
-  s << "rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid << ") failed: "
-    << f.how;
+  s << "rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid
+    << ") failed: " << f.how;
   return s.str();
 }
 
@@ -44,7 +47,8 @@ std::string report_failures(const GroupResult& r, const LaunchOptions& o) {
   if (!first.stderr_tail.empty()) {
     say("last " + std::to_string(first.stderr_tail.size()) + " stderr lines of rank " +
         std::to_string(first.rank) + ":");
-    for (const auto& line : first.stderr_tail) std::cerr << "  [rank " << first.rank << "] " << line << "\n";
+    for (const auto& line : first.stderr_tail)
+      std::cerr << "  [rank " << first.rank << "] " << line << "\n";
   } else {
     say("rank " + std::to_string(first.rank) + " wrote nothing to stderr");
   }
@@ -63,7 +67,8 @@ int run(const LaunchOptions& o) {
   if (o.nnodes > 1) {
     nodes = std::make_unique<NodeRendezvous>(
         o.master_addr, o.rdzv_port, o.nnodes, o.node_rank,
-        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)));
+        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)),
+        std::chrono::milliseconds(static_cast<int64_t>(o.node_timeout_seconds * 1000)));
   }
   {
     std::vector<std::string> notes;
@@ -72,16 +77,35 @@ int run(const LaunchOptions& o) {
     if (o.nproc_per_node > 1 && !parent.count("OMP_NUM_THREADS") && !o.quiet)
       say("OMP_NUM_THREADS=1 for each worker (set OMP_NUM_THREADS to choose)");
   }
-  bool interrupted = false;
+  int interrupted = 0;  // a signal that came while no worker ran (waiting for the nodes)
   auto cancelled = [&interrupted] {
     for (int sig : take_signals())
-      if (sig != SIGCHLD) interrupted = true;
-    return interrupted;
+      if (sig != SIGCHLD) interrupted = sig;
+    return interrupted != 0;
   };
 
+  const bool serve_store = o.worker_store == "loomrun";
   for (int attempt = 0;; ++attempt) {
+    // Note [Who serves the store]
+    // With --worker_store loomrun (the default), node 0's loomrun serves the workers' store on
+    // MASTER_ADDR:MASTER_PORT and every worker connects as a client (LOOM_STORE_EXTERNAL=1, read
+    // by init_process_group; TORCHELASTIC_USE_AGENT_STORE=True for PyTorch programs). It is a
+    // fresh server per attempt, so a restarted group never reads keys of the failed one, and it
+    // stays up until every node of the attempt is done. With rank0, the program's rank 0 serves
+    // it, as without a launcher. The loomruns' own store (node_rendezvous.h) is another port.
+    std::unique_ptr<loom::distributed::TCPStoreServer> worker_store;
+    if (serve_store && o.node_rank == 0)
+      worker_store =
+          std::make_unique<loom::distributed::TCPStoreServer>(o.master_addr, o.master_port);
     NodeAssignment where{o.node_rank * o.nproc_per_node, o.nnodes * o.nproc_per_node};
-    if (nodes) where = nodes->join(attempt, o.nproc_per_node, o.max_restarts, cancelled);
+    if (nodes) {
+      try {
+        where = nodes->join(attempt, o.nproc_per_node, o.max_restarts, cancelled);
+      } catch (const std::exception& e) {
+        say(e.what());
+        return interrupted ? 128 + interrupted : 1;
+      }
+    }
     GroupSpec spec;
     spec.program = o.program;
     spec.parent_env = parent;
@@ -101,6 +125,7 @@ int run(const LaunchOptions& o) {
       w.master_port = o.master_port;
       w.restart_count = attempt;
       w.max_restarts = o.max_restarts;
+      w.launcher_store = serve_store;
       spec.workers.push_back(w);
     }
     if (nodes) spec.remote_failure = [&nodes, attempt] { return nodes->failure(attempt); };
@@ -113,9 +138,14 @@ int run(const LaunchOptions& o) {
 
     GroupResult r = run_worker_group(spec);
     if (r.outcome == Outcome::kSucceeded && nodes) {
-      if (auto why = nodes->finish(attempt)) {
-        r.outcome = Outcome::kRemoteFailed;
-        r.remote_reason = *why;
+      if (auto why = nodes->finish(attempt, cancelled)) {
+        if (interrupted) {  // Ctrl-C while waiting for the other nodes: they must stop too
+          r.outcome = Outcome::kSignalled;
+          r.signal = interrupted;
+        } else {
+          r.outcome = Outcome::kRemoteFailed;
+          r.remote_reason = *why;
+        }
       }
     }
     if (r.outcome == Outcome::kSucceeded) {
@@ -134,8 +164,9 @@ int run(const LaunchOptions& o) {
       case Outcome::kSignalled:
         say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
             seconds(r.stop_seconds));
-        if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) +
-                                                      "'s loomrun got " + signal_name(r.signal));
+        if (nodes)
+          nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + "'s loomrun got " +
+                                             signal_name(r.signal));
         code = 128 + r.signal;
         break;
       case Outcome::kRemoteFailed:
@@ -144,8 +175,9 @@ int run(const LaunchOptions& o) {
         break;
       case Outcome::kSpawnFailed:
         say(r.spawn_error);
-        if (nodes) nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + ": " +
-                                                      r.spawn_error);
+        if (nodes)
+          nodes->report_failure(attempt,
+                                "node " + std::to_string(o.node_rank) + ": " + r.spawn_error);
         break;
       case Outcome::kSucceeded:
         break;
@@ -174,7 +206,7 @@ int main(int argc, char** argv) {
   try {
     return run(options);
   } catch (const std::exception& e) {
-    say(std::string("error: ") + e.what());
+    say(e.what());
     return 1;
   }
 }

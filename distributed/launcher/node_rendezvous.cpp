@@ -19,12 +19,11 @@ using std::chrono::milliseconds;
 // waits for all N of them), attempt_K/failed = why (the first node to fail writes it with
 // compare_set), attempt_K/done and attempt_K/stopped = counters, beat/node_N = a counter each
 // loomrun bumps every second. Node 0 watches the beats: a node whose counter has not moved for
-// kLostAfter is reported failed (its loomrun was killed; its workers died with it through
+// --node_timeout is reported failed (its loomrun was killed; its workers died with it through
 // PR_SET_PDEATHSIG). The other nodes notice node 0's loss as a store error. A node whose workers
 // all succeeded waits for every node to be done, so that no node leaves while another might still
 // restart; node 0 serves the store and so leaves last.
 constexpr auto kBeatEvery = milliseconds(1000);
-constexpr auto kLostAfter = milliseconds(15000);
 
 static std::string hostname() {
   char buf[256] = {};
@@ -33,8 +32,11 @@ static std::string hostname() {
 }
 
 NodeRendezvous::NodeRendezvous(const std::string& host, int port, int nnodes, int node_rank,
-                               milliseconds timeout)
-    : nnodes_(nnodes), node_rank_(node_rank), timeout_(timeout),
+                               milliseconds timeout, milliseconds lost_after)
+    : nnodes_(nnodes),
+      node_rank_(node_rank),
+      timeout_(timeout),
+      lost_after_(lost_after),
       last_beat_(static_cast<size_t>(nnodes), -1),
       beat_seen_(static_cast<size_t>(nnodes), Clock::now()) {
   TCPStoreOptions opts;
@@ -69,14 +71,24 @@ NodeAssignment NodeRendezvous::join(int attempt, int nproc, int max_restarts,
       std::string missing;
       for (int n = 0; n < nnodes_; ++n)
         if (!store_->check({keys[static_cast<size_t>(n)]})) missing += " " + std::to_string(n);
-      LOOM_FAIL("loomrun: node ", node_rank_, ": nodes", missing, " did not join attempt ",
-                attempt, " within ", timeout_.count() / 1000.0, " s (--rdzv_timeout)");
+      LOOM_FAIL("loomrun: node ", node_rank_, ": nodes", missing, " did not join attempt ", attempt,
+                " within ", timeout_.count() / 1000.0, " s (--rdzv_timeout)");
     }
+  }
+  std::vector<std::string> records;
+  for (const auto& k : keys) records.push_back(store_->get_string(k, timeout_));
+  // Node 0 may leave (on a mismatch below) only once every node has read the records: the store
+  // goes away with it.
+  store_->add(key(attempt, "read"), 1);
+  if (node_rank_ == 0) {
+    auto deadline = Clock::now() + milliseconds(5000);
+    while (Clock::now() < deadline && store_->add(key(attempt, "read"), 0) < nnodes_)
+      std::this_thread::sleep_for(milliseconds(10));
   }
   NodeAssignment a;
   int my_restarts = max_restarts;
   for (int n = 0; n < nnodes_; ++n) {
-    std::istringstream in(store_->get_string(keys[static_cast<size_t>(n)], timeout_));
+    std::istringstream in(records[static_cast<size_t>(n)]);
     int np = 0, mr = 0;
     std::string host;
     in >> np >> mr >> host;
@@ -88,6 +100,7 @@ NodeAssignment NodeRendezvous::join(int attempt, int nproc, int max_restarts,
   }
   // Everyone's heartbeat starts counting now.
   for (auto& t : beat_seen_) t = Clock::now();
+  lost_nodes_ = 0;
   std::fill(last_beat_.begin(), last_beat_.end(), -1);
   heartbeat();
   return a;
@@ -109,9 +122,10 @@ std::optional<std::string> NodeRendezvous::lost_node() {
     if (beat != last_beat_[i]) {
       last_beat_[i] = beat;
       beat_seen_[i] = now;
-    } else if (now - beat_seen_[i] > kLostAfter) {
+    } else if (now - beat_seen_[i] > lost_after_) {
+      lost_nodes_ = 1;  // reported once: the attempt stops at this
       return "node " + std::to_string(n) + " stopped answering (no heartbeat for " +
-             std::to_string(kLostAfter.count() / 1000) + " s: its loomrun is gone)";
+             str(lost_after_.count() / 1000.0) + " s: its loomrun is gone)";
     }
   }
   return std::nullopt;
@@ -146,19 +160,23 @@ void NodeRendezvous::stopped(int attempt, bool last_attempt, double grace_second
     store_->add(key(attempt, "stopped"), 1);
     if (node_rank_ != 0 || !last_attempt) return;
     // Node 0 keeps the store up until the others have read why and stopped (bounded).
-    auto deadline = Clock::now() + milliseconds(static_cast<int64_t>(grace_seconds * 1000) + 5000);
-    while (Clock::now() < deadline && store_->add(key(attempt, "stopped"), 0) < nnodes_)
+    // (The others notice within 0.2 s and stop within the grace period; a lost node never will.)
+    auto deadline = Clock::now() + milliseconds(static_cast<int64_t>(grace_seconds * 1000) + 2000);
+    while (Clock::now() < deadline &&
+           store_->add(key(attempt, "stopped"), 0) < nnodes_ - lost_nodes_)
       std::this_thread::sleep_for(milliseconds(50));
   } catch (const std::exception&) {
   }
 }
 
-std::optional<std::string> NodeRendezvous::finish(int attempt) {
+std::optional<std::string> NodeRendezvous::finish(int attempt,
+                                                  const std::function<bool()>& cancelled) {
   try {
     store_->add(key(attempt, "done"), 1);
     for (;;) {
       if (store_->add(key(attempt, "done"), 0) >= nnodes_) break;
       if (auto why = failure(attempt)) return why;
+      if (cancelled && cancelled()) return "cancelled";
       std::this_thread::sleep_for(milliseconds(100));
     }
     store_->add(key(attempt, "left"), 1);

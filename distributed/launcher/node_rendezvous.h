@@ -26,9 +26,10 @@ struct NodeAssignment {
 class NodeRendezvous {
  public:
   // Node 0 serves the store on host:port (bound to host); every node connects, retrying until
-  // `timeout` (the join timeout; also how long node 0 waits for the others at the end).
+  // `timeout` (the join timeout). Node 0 reports a node whose heartbeat stopped for `lost_after`.
   NodeRendezvous(const std::string& host, int port, int nnodes, int node_rank,
-                 std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout,
+                 std::chrono::milliseconds lost_after = std::chrono::seconds(15));
   ~NodeRendezvous();
 
   // Blocks until all nodes joined `attempt` (an error naming the missing nodes after the
@@ -50,7 +51,8 @@ class NodeRendezvous {
 
   // This node's workers all succeeded: waits until every node's did. Returns a failure reason if
   // another node failed meanwhile (then this node takes part in the restart, or exits non-zero).
-  std::optional<std::string> finish(int attempt);
+  // When `cancelled` says true (asked every 0.1 s), stops waiting and returns "cancelled".
+  std::optional<std::string> finish(int attempt, const std::function<bool()>& cancelled);
 
   int port() const;
 
@@ -61,9 +63,11 @@ class NodeRendezvous {
 
   int nnodes_, node_rank_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds lost_after_;  // node 0: a node silent this long has failed
+  int lost_nodes_ = 0;                    // node 0: nodes of this attempt found lost
   std::shared_ptr<TCPStore> store_;
   std::chrono::steady_clock::time_point next_beat_;
-  std::vector<int64_t> last_beat_;                       // node 0: each node's counter
+  std::vector<int64_t> last_beat_;  // node 0: each node's counter
   std::vector<std::chrono::steady_clock::time_point> beat_seen_;
 };
 

@@ -36,8 +36,8 @@ int resolve_nproc(const std::string& spec) {
   char* end = nullptr;
   errno = 0;
   long n = std::strtol(spec.c_str(), &end, 10);
-  LOOM_CHECK(!spec.empty() && *end == '\0' && errno == 0,
-             "loomrun: --nproc_per_node '", spec, "' is not a number, gpu, cpu or auto");
+  LOOM_CHECK(!spec.empty() && *end == '\0' && errno == 0, "loomrun: --nproc_per_node '", spec,
+             "' is not a number, gpu, cpu or auto");
   LOOM_CHECK(n >= 1 && n <= 4096, "loomrun: --nproc_per_node ", n, " must be in [1, 4096]");
   return static_cast<int>(n);
 }
@@ -48,7 +48,8 @@ int pick_free_port(const std::string& host) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     int err = errno;
     ::close(fd);
@@ -80,10 +81,17 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   app.add_option("--master_addr,--master-addr", o.master_addr,
                  "address of node 0 (it serves the store there)")
       ->capture_default_str();
-  app.add_option("--master_port,--master-port", o.master_port, "port of node 0's store")
+  app.add_option("--master_port,--master-port", o.master_port,
+                 "port of the workers' store on master_addr")
       ->capture_default_str();
   app.add_flag("--standalone", o.standalone,
                "one node on this machine: master 127.0.0.1 and a free port picked by loomrun");
+  app.add_option("--worker_store,--worker-store", o.worker_store,
+                 "who serves the workers' store on master_addr:master_port: loomrun (node 0's, a "
+                 "fresh one per attempt; workers get LOOM_STORE_EXTERNAL=1) or rank0 (the "
+                 "program's rank 0, as without a launcher)")
+      ->check(CLI::IsMember({"loomrun", "rank0"}))
+      ->capture_default_str();
   app.add_option("--rdzv_port,--rdzv-port", o.rdzv_port,
                  "with --nnodes > 1: the port of node 0's loomrun store (default master_port + 1; "
                  "the workers' own store stays on master_port)");
@@ -94,7 +102,11 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
                  "seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
   app.add_option("--rdzv_timeout,--rdzv-timeout", o.rdzv_timeout_seconds,
-                 "seconds to wait for all nodes to join (and, on node 0, to finish)")
+                 "with --nnodes > 1: seconds to wait for all nodes to join")
+      ->capture_default_str();
+  app.add_option("--node_timeout,--node-timeout", o.node_timeout_seconds,
+                 "with --nnodes > 1: node 0 declares a node failed when its loomrun has not "
+                 "sent a heartbeat for this many seconds")
       ->capture_default_str();
   app.add_option("--log_dir,--log-dir", o.log_dir,
                  "write each rank's output to DIR/attempt_K/rank_N.{stdout,stderr} instead of "
@@ -113,7 +125,13 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     std::exit(app.exit(e));
   }
   o.program = app.remaining();
-  if (!o.program.empty() && o.program.front() == "--") o.program.erase(o.program.begin());
+  if (!o.program.empty() && o.program.front() == "--") {
+    o.program.erase(o.program.begin());
+  } else if (!o.program.empty() && o.program.front().rfind("-", 0) == 0) {
+    // CLI11 hands an unknown flag over as the start of the program: say what it is instead.
+    LOOM_FAIL("loomrun: unknown flag ", o.program.front(),
+              " (loomrun's flags come before the program; --help lists them)");
+  }
 
   LOOM_CHECK(!o.program.empty(), "loomrun: no program to run (loomrun [flags] program [args...])");
   o.nproc_per_node = resolve_nproc(o.nproc_spec);
@@ -125,18 +143,22 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   LOOM_CHECK(o.tail_lines >= 0, "loomrun: --tail ", o.tail_lines, " must be >= 0");
   LOOM_CHECK(o.rdzv_timeout_seconds > 0, "loomrun: --rdzv_timeout ", o.rdzv_timeout_seconds,
              " must be > 0");
+  LOOM_CHECK(o.node_timeout_seconds >= 2, "loomrun: --node_timeout ", o.node_timeout_seconds,
+             " must be >= 2 (heartbeats are sent every second)");
   LOOM_CHECK(!o.tee || !o.log_dir.empty(), "loomrun: --tee needs --log-dir");
   if (o.standalone) {
     LOOM_CHECK(o.nnodes == 1, "loomrun: --standalone is one node, but --nnodes is ", o.nnodes);
     o.master_addr = "127.0.0.1";
     o.master_port = pick_free_port(o.master_addr);
   }
-  LOOM_CHECK(o.master_port >= 1 && o.master_port <= 65535, "loomrun: --master_port ",
-             o.master_port, " must be in [1, 65535]");
+  LOOM_CHECK(o.master_port >= 1 && o.master_port <= 65535, "loomrun: --master_port ", o.master_port,
+             " must be in [1, 65535]");
   if (o.rdzv_port == 0) o.rdzv_port = o.master_port < 65535 ? o.master_port + 1 : o.master_port - 1;
   LOOM_CHECK(o.rdzv_port >= 1 && o.rdzv_port <= 65535 && o.rdzv_port != o.master_port,
-             "loomrun: --rdzv_port ", o.rdzv_port, " must be in [1, 65535] and differ from "
-             "--master_port ", o.master_port);
+             "loomrun: --rdzv_port ", o.rdzv_port,
+             " must be in [1, 65535] and differ from "
+             "--master_port ",
+             o.master_port);
   return o;
 }
 

@@ -9,22 +9,24 @@
 namespace loom::distributed::launcher {
 
 struct LaunchOptions {
-  int nproc_per_node = 1;         // resolved from "N", "gpu", "cpu" or "auto"
-  std::string nproc_spec = "1";   // as given, for messages
+  int nproc_per_node = 1;        // resolved from "N", "gpu", "cpu" or "auto"
+  std::string nproc_spec = "1";  // as given, for messages
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  bool standalone = false;        // one node; master_port is a free port loomrun picked
-  int rdzv_port = 0;              // nnodes > 1: node 0's loomrun store (0 -> master_port + 1)
+  bool standalone = false;               // one node; master_port is a free port loomrun picked
+  std::string worker_store = "loomrun";  // who serves the workers' store: "loomrun" or "rank0"
+  int rdzv_port = 0;  // nnodes > 1: node 0's loomrun store (0 -> master_port + 1)
   int max_restarts = 0;
-  double grace_seconds = 3.0;     // SIGTERM -> SIGKILL
+  double grace_seconds = 3.0;           // SIGTERM -> SIGKILL
+  double node_timeout_seconds = 15.0;   // nnodes > 1: a node silent this long has failed
   double rdzv_timeout_seconds = 300.0;  // nodes joining, and node 0 waiting for the others
-  std::string log_dir;            // empty: output goes to the console, prefixed "[rank N] "
-  bool tee = false;               // with log_dir: also print to the console
-  int tail_lines = 20;            // stderr lines kept per rank for the failure report
-  bool quiet = false;             // no "loomrun: ..." progress lines (failures still print)
-  std::vector<std::string> program;  // the worker's argv: program and its arguments
+  std::string log_dir;                  // empty: output goes to the console, prefixed "[rank N] "
+  bool tee = false;                     // with log_dir: also print to the console
+  int tail_lines = 20;                  // stderr lines kept per rank for the failure report
+  bool quiet = false;                   // no "loomrun: ..." progress lines (failures still print)
+  std::vector<std::string> program;     // the worker's argv: program and its arguments
 };
 
 // Parses argv (argv[0] is loomrun). Everything from the first positional argument on is the

@@ -22,7 +22,10 @@ void write_all(int fd, const std::string& data) {
 }
 
 OutputPump::OutputPump(int fd, std::string prefix, int console_fd, int file_fd, int keep_lines)
-    : fd_(fd), prefix_(std::move(prefix)), console_fd_(console_fd), file_fd_(file_fd),
+    : fd_(fd),
+      prefix_(std::move(prefix)),
+      console_fd_(console_fd),
+      file_fd_(file_fd),
       keep_lines_(static_cast<size_t>(keep_lines)) {}
 
 OutputPump::~OutputPump() {

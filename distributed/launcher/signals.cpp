@@ -24,9 +24,9 @@ static void on_signal(int sig) {
 
 int install_signal_pipe() {
   if (g_pipe[0] >= 0) return g_pipe[0];
-  LOOM_CHECK(::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "loomrun: pipe2 failed: ",
-             std::strerror(errno));
-  struct sigaction sa{};
+  LOOM_CHECK(::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) == 0,
+             "loomrun: pipe2 failed: ", std::strerror(errno));
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;

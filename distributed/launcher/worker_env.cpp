@@ -51,6 +51,14 @@ Environment worker_environment(const Environment& parent, const WorkerIdentity& 
   env["LOOM_MAX_RESTARTS"] = std::to_string(who.max_restarts);
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(who.restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(who.max_restarts);
+  // Note [Who serves the store]: loom's init_process_group and PyTorch's env:// both read these.
+  if (who.launcher_store) {
+    env.insert_or_assign("LOOM_STORE_EXTERNAL", std::string("1"));
+    env.insert_or_assign("TORCHELASTIC_USE_AGENT_STORE", std::string("True"));
+  } else {
+    env.erase("LOOM_STORE_EXTERNAL");
+    env.erase("TORCHELASTIC_USE_AGENT_STORE");
+  }
   // torchrun's default too: N workers with OpenMP each would oversubscribe the cores.
   if (who.local_world_size > 1) env.emplace("OMP_NUM_THREADS", "1");  // only when unset
 

@@ -11,16 +11,17 @@ namespace loom::distributed::launcher {
 
 // Who one worker is in the job.
 struct WorkerIdentity {
-  int rank = 0;              // global rank: this node's first rank + local_rank
+  int rank = 0;  // global rank: this node's first rank + local_rank
   int local_rank = 0;
   int world_size = 1;
   int local_world_size = 1;
-  int group_rank = 0;        // the node's rank (torchrun's GROUP_RANK)
+  int group_rank = 0;  // the node's rank (torchrun's GROUP_RANK)
   int nnodes = 1;
   std::string master_addr;
   int master_port = 0;
-  int restart_count = 0;     // the attempt: 0 first, then 1, 2, ... after restarts
+  int restart_count = 0;  // the attempt: 0 first, then 1, 2, ... after restarts
   int max_restarts = 0;
+  bool launcher_store = false;  // loomrun serves the store on MASTER_PORT: workers only connect
 };
 
 using Environment = std::map<std::string, std::string>;

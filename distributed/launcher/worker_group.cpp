@@ -84,7 +84,8 @@ class Supervisor {
     for (const WorkerIdentity& who : spec_.workers) {
       Worker& w = workers_.emplace_back();
       w.who = who;
-      SpawnedWorker s = spawn_worker(spec_.program, to_envp(worker_environment(spec_.parent_env, who)));
+      SpawnedWorker s =
+          spawn_worker(spec_.program, to_envp(worker_environment(spec_.parent_env, who)));
       w.pid = s.pid;
       w.running = true;
       std::string prefix = "[rank " + std::to_string(who.rank) + "] ";
@@ -136,9 +137,14 @@ class Supervisor {
       if (!exited_cleanly(status) && !stopping_) failed_now_.push_back(exit_of(w, status));
     }
     if (!failed_now_.empty()) {
-      // Everything that failed in this one batch failed on its own; the lowest rank leads.
+      // Everything that failed in this one batch failed on its own. Which came first is lost, so
+      // a death by signal (a crash, a kill) leads over an exit code (often a peer noticing the
+      // crash: "connection closed"), then the lowest rank.
+      auto key = [](const WorkerExit& e) {
+        return std::pair(WIFSIGNALED(e.status) ? 0 : 1, e.rank);
+      };
       std::sort(failed_now_.begin(), failed_now_.end(),
-                [](const WorkerExit& a, const WorkerExit& b) { return a.rank < b.rank; });
+                [&](const WorkerExit& a, const WorkerExit& b) { return key(a) < key(b); });
       result_.outcome = GroupResult::Outcome::kWorkerFailed;
       result_.failures = std::move(failed_now_);
       failed_now_.clear();
@@ -186,7 +192,8 @@ class Supervisor {
   int poll_timeout_ms() const {
     int ms = spec_.remote_failure ? spec_.remote_poll_ms : 1000;
     if (stopping_ && !killed_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
       ms = std::min<int>(ms, static_cast<int>(std::max<int64_t>(0, left.count())) + 1);
     }
     return ms;

@@ -16,12 +16,12 @@
 namespace loom::distributed::launcher {
 
 struct GroupSpec {
-  std::vector<std::string> program;       // argv of every worker
-  std::vector<WorkerIdentity> workers;    // one per local rank
+  std::vector<std::string> program;     // argv of every worker
+  std::vector<WorkerIdentity> workers;  // one per local rank
   Environment parent_env;
   double grace_seconds = 3.0;
   int tail_lines = 20;
-  std::string log_dir;                    // "" -> console; else log_dir/attempt_K/rank_N.*
+  std::string log_dir;  // "" -> console; else log_dir/attempt_K/rank_N.*
   bool tee = false;
   // Asked every `remote_poll_ms` while the workers run: a reason string when the job has failed
   // elsewhere (another node), then this group is stopped. Empty function: never asked.
@@ -34,19 +34,19 @@ struct WorkerExit {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = -1;
-  int status = 0;                       // waitpid status
-  std::string how;                      // describe_exit(status)
-  std::vector<std::string> stderr_tail; // its last stderr lines
-  std::string stderr_log;               // the file holding all of it, with --log-dir
+  int status = 0;                        // waitpid status
+  std::string how;                       // describe_exit(status)
+  std::vector<std::string> stderr_tail;  // its last stderr lines
+  std::string stderr_log;                // the file holding all of it, with --log-dir
 };
 
 struct GroupResult {
   enum class Outcome {
-    kSucceeded,      // every worker exited 0
-    kWorkerFailed,   // failures[0] is the first failure seen (the root cause)
-    kSignalled,      // loomrun got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped
-    kRemoteFailed,   // remote_failure() said so: workers stopped
-    kSpawnFailed,    // a worker could not be started (spawn_error says why)
+    kSucceeded,     // every worker exited 0
+    kWorkerFailed,  // failures[0] is the first failure seen (the root cause)
+    kSignalled,     // loomrun got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped
+    kRemoteFailed,  // remote_failure() said so: workers stopped
+    kSpawnFailed,   // a worker could not be started (spawn_error says why)
   };
   Outcome outcome = Outcome::kSucceeded;
   std::vector<WorkerExit> failures;  // failed on their own, before loomrun stopped anyone

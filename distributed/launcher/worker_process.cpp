@@ -29,7 +29,7 @@ static std::string resolve_program(const std::string& argv0) {
     if (end == std::string::npos) end = dirs.size();
     std::string dir = dirs.substr(start, end - start);
     std::string candidate = (dir.empty() ? "." : dir) + "/" + argv0;
-    struct stat st{};
+    struct stat st {};
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         ::access(candidate.c_str(), X_OK) == 0)
       return candidate;

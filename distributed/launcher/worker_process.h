@@ -11,8 +11,8 @@
 namespace loom::distributed::launcher {
 
 struct SpawnedWorker {
-  pid_t pid = -1;     // also the worker's process-group id
-  int stdout_fd = -1; // read ends, non-blocking, close-on-exec
+  pid_t pid = -1;      // also the worker's process-group id
+  int stdout_fd = -1;  // read ends, non-blocking, close-on-exec
   int stderr_fd = -1;
 };
 

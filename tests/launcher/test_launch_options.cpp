@@ -22,9 +22,9 @@ static LaunchOptions parse(std::vector<std::string> args) {
 }
 
 TEST(LaunchOptions, TorchrunSpellings) {
-  auto o = parse({"--nproc_per_node", "4", "--nnodes=2", "--node_rank", "1", "--master_addr",
-                  "10.0.0.1", "--master_port", "1234", "--max_restarts", "2", "prog", "--lr",
-                  "0.1", "x"});
+  auto o =
+      parse({"--nproc_per_node", "4", "--nnodes=2", "--node_rank", "1", "--master_addr", "10.0.0.1",
+             "--master_port", "1234", "--max_restarts", "2", "prog", "--lr", "0.1", "x"});
   EXPECT_EQ(o.nproc_per_node, 4);
   EXPECT_EQ(o.nnodes, 2);
   EXPECT_EQ(o.node_rank, 1);
@@ -91,11 +91,15 @@ TEST(LaunchOptions, BadValuesNameTheFlag) {
   expect_error({"--nnodes", "2", "--standalone", "p"}, "--standalone is one node");
   expect_error({"--nproc_per_node", "2"}, "no program to run");
   expect_error({"--max_restarts", "-1", "p"}, "--max_restarts -1");
+  expect_error({"--nprocs", "2", "p"}, "unknown flag --nprocs");
 }
 
 TEST(WorkerEnvironment, IdentityAndMulticastOff) {
-  Environment parent{{"PATH", "/bin"}, {"RANK", "99"}, {"NCCL_NVLS_ENABLE", "1"},
-                     {"NVSHMEM_DISABLE_NVLS", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}};
+  Environment parent{{"PATH", "/bin"},
+                     {"RANK", "99"},
+                     {"NCCL_NVLS_ENABLE", "1"},
+                     {"NVSHMEM_DISABLE_NVLS", "0"},
+                     {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}};
   WorkerIdentity w;
   w.rank = 5;
   w.local_rank = 1;

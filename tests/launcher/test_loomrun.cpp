@@ -5,9 +5,11 @@
 
 #include <set>
 
+#include "distributed/launcher/options.h"
 #include "launcher_test_util.h"
 
 using namespace loom::launcher_test;
+using loom::distributed::launcher::pick_free_port;
 
 namespace {
 
@@ -27,9 +29,10 @@ std::vector<std::string> lines(const std::string& text) {
 TEST(Loomrun, EveryRankGetsItsEnvironment) {
   TempDir dir;
   const int n = 4;
-  Loomrun run({"--nproc_per_node", std::to_string(n), "--master_port", "23456", kWorker, "env",
-               dir.str()},
-              dir.str(), {"NCCL_NVLS_ENABLE=1", "NVSHMEM_DISABLE_NVLS=1", "LOOM_TEST_MARK=kept"});
+  const std::string port = std::to_string(pick_free_port());
+  Loomrun run(
+      {"--nproc_per_node", std::to_string(n), "--master_port", port, kWorker, "env", dir.str()},
+      dir.str(), {"NCCL_NVLS_ENABLE=1", "NVSHMEM_DISABLE_NVLS=1", "LOOM_TEST_MARK=kept"});
   ASSERT_EQ(run.run_to_end(60), 0) << run.err();
   for (int r = 0; r < n; ++r) {
     std::string e = read_file(dir / ("env_" + std::to_string(r)));
@@ -40,19 +43,57 @@ TEST(Loomrun, EveryRankGetsItsEnvironment) {
     EXPECT_EQ(env_value(e, "LOCAL_WORLD_SIZE"), "4");
     EXPECT_EQ(env_value(e, "GROUP_RANK"), "0");
     EXPECT_EQ(env_value(e, "MASTER_ADDR"), "127.0.0.1");
-    EXPECT_EQ(env_value(e, "MASTER_PORT"), "23456");
+    EXPECT_EQ(env_value(e, "MASTER_PORT"), port);
     EXPECT_EQ(env_value(e, "LOOM_RESTART_COUNT"), "0");
     EXPECT_EQ(env_value(e, "NCCL_NVLS_ENABLE"), "0");  // the parent's 1 is overridden
     EXPECT_EQ(env_value(e, "NVSHMEM_DISABLE_NVLS"), "1");
-    EXPECT_EQ(env_value(e, "TORCH_SYMM_MEM_DISABLE_MULTICAST"), "<unset>");
-    EXPECT_EQ(env_value(e, "LOOM_TEST_MARK"), "kept");  // the rest of the parent's environment
+    // Passed through when set (the GPU machine sets it to 1), absent otherwise.
+    EXPECT_EQ(env_value(e, "TORCH_SYMM_MEM_DISABLE_MULTICAST"),
+              std::getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") ? "1" : "<unset>");
+    EXPECT_EQ(env_value(e, "LOOM_TEST_MARK"), "kept");    // the rest of the parent's environment
+    EXPECT_EQ(env_value(e, "LOOM_STORE_EXTERNAL"), "1");  // loomrun serves the store
+    EXPECT_EQ(env_value(e, "TORCHELASTIC_USE_AGENT_STORE"), "True");
   }
   EXPECT_TRUE(contains(run.err(), "NCCL_NVLS_ENABLE=1 overridden to 0")) << run.err();
 }
 
+TEST(Loomrun, Rank0StoreLeavesTheStoreToTheProgram) {
+  TempDir dir;
+  Loomrun run({"--standalone", "--nproc_per_node", "2", "--worker_store", "rank0", kWorker, "env",
+               dir.str()},
+              dir.str(), {"LOOM_STORE_EXTERNAL=1"});
+  ASSERT_EQ(run.run_to_end(60), 0) << run.err();
+  for (int r = 0; r < 2; ++r) {
+    std::string e = read_file(dir / ("env_" + std::to_string(r)));
+    EXPECT_EQ(env_value(e, "LOOM_STORE_EXTERNAL"), "<unset>");  // even the parent's is dropped
+    EXPECT_EQ(env_value(e, "TORCHELASTIC_USE_AGENT_STORE"), "<unset>");
+  }
+}
+
+// Workers connect to loomrun's store as clients; after a restart they get a fresh store, so
+// nothing of the failed attempt is left in it (each attempt counts arrivals from 1).
+TEST(Loomrun, WorkersGetAFreshStoreEachAttempt) {
+  TempDir dir;
+  const int n = 3;
+  Loomrun run({"--standalone", "--nproc_per_node", std::to_string(n), "--max_restarts", "1",
+               kWorker, "store-once", dir.str(), "2", "4"},
+              dir.str());
+  ASSERT_EQ(run.run_to_end(60), 0) << run.err();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::set<int> arrivals;
+    for (int r = 0; r < n; ++r) {
+      std::string a =
+          read_file(dir / ("arrival_" + std::to_string(r) + "_attempt_" + std::to_string(attempt)));
+      ASSERT_FALSE(a.empty()) << "rank " << r << " attempt " << attempt << "\n" << run.err();
+      arrivals.insert(std::stoi(a));
+    }
+    EXPECT_EQ(arrivals, (std::set<int>{1, 2, 3})) << "attempt " << attempt;
+  }
+}
+
 TEST(Loomrun, OutputIsPrefixedPerRank) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "3", kWorker, "env", dir.str()}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", "3", kWorker, "env", dir.str()}, dir.str());
   ASSERT_EQ(run.run_to_end(60), 0) << run.err();
   std::multiset<std::string> out;
   for (const auto& l : lines(run.out())) out.insert(l);
@@ -68,9 +109,12 @@ TEST(Loomrun, OutputIsPrefixedPerRank) {
 TEST(Loomrun, LogDirGetsEachRanksOutput) {
   TempDir dir;
   std::string logs = dir / "logs";
-  Loomrun run({"--nproc_per_node", "2", "--log-dir", logs, kWorker, "env", dir.str()}, dir.str());
+  Loomrun run(
+      {"--standalone", "--nproc_per_node", "2", "--log-dir", logs, kWorker, "env", dir.str()},
+      dir.str());
   ASSERT_EQ(run.run_to_end(60), 0) << run.err();
-  EXPECT_EQ(read_file(logs + "/attempt_0/rank_1.stdout"), "hello from rank 1\nsecond line of rank 1\n");
+  EXPECT_EQ(read_file(logs + "/attempt_0/rank_1.stdout"),
+            "hello from rank 1\nsecond line of rank 1\n");
   EXPECT_EQ(read_file(logs + "/attempt_0/rank_0.stderr"), "stderr of rank 0\n");
   EXPECT_FALSE(contains(run.out(), "hello from")) << run.out();  // not on the console
 }
@@ -81,7 +125,8 @@ TEST(Loomrun, LogDirGetsEachRanksOutput) {
 TEST(Loomrun, KillNineOfOneWorkerStopsAllWithin5s) {
   TempDir dir;
   const int n = 4;
-  Loomrun run({"--nproc_per_node", std::to_string(n), kWorker, "sleep", dir.str()}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", std::to_string(n), kWorker, "sleep", dir.str()},
+              dir.str());
   auto pids = worker_pids(dir, {0, 1, 2, 3});
   ASSERT_EQ(pids.size(), 4u) << run.err();
   auto t0 = Clock::now();
@@ -93,8 +138,8 @@ TEST(Loomrun, KillNineOfOneWorkerStopsAllWithin5s) {
   EXPECT_LT(seconds, 5.0);
   for (pid_t p : pids) EXPECT_TRUE(process_gone(p)) << "worker pid " << p << " still alive";
   std::string err = run.err();
-  EXPECT_TRUE(contains(err, "rank 2 (local rank 2, pid " + std::to_string(pids[2]) +
-                                ") failed: signal 9 (SIGKILL)"))
+  EXPECT_TRUE(contains(
+      err, "rank 2 (local rank 2, pid " + std::to_string(pids[2]) + ") failed: signal 9 (SIGKILL)"))
       << err;
   // The others were stopped by loomrun's SIGTERM (they record it), not counted as failures.
   for (int r : {0, 1, 3}) EXPECT_TRUE(exists(dir / ("got_TERM_" + std::to_string(r)))) << r;
@@ -104,7 +149,8 @@ TEST(Loomrun, KillNineOfOneWorkerStopsAllWithin5s) {
 
 TEST(Loomrun, NonZeroExitShowsTheRankAndItsStderr) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "3", kWorker, "fail", dir.str(), "1", "3"}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", "3", kWorker, "fail", dir.str(), "1", "3"},
+              dir.str());
   auto pids = worker_pids(dir, {0, 2});
   ASSERT_EQ(pids.size(), 2u) << run.err();
   auto t0 = Clock::now();
@@ -122,7 +168,8 @@ TEST(Loomrun, NonZeroExitShowsTheRankAndItsStderr) {
 
 TEST(Loomrun, UncaughtExceptionShowsItsMessage) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "2", kWorker, "throw", dir.str(), "0"}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", "2", kWorker, "throw", dir.str(), "0"},
+              dir.str());
   ASSERT_EQ(worker_pids(dir, {1}).size(), 1u) << run.err();
   auto t0 = Clock::now();
   EXPECT_EQ(run.run_to_end(15), 1);
@@ -136,8 +183,9 @@ TEST(Loomrun, UncaughtExceptionShowsItsMessage) {
 TEST(Loomrun, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
   TempDir dir;
   // Ranks 0 and 1 ignore SIGTERM; rank... all of them do: the failure comes from kill -9 below.
-  Loomrun run({"--nproc_per_node", "2", "--grace", "1", kWorker, "ignore-term", dir.str()},
-              dir.str());
+  Loomrun run(
+      {"--standalone", "--nproc_per_node", "2", "--grace", "1", kWorker, "ignore-term", dir.str()},
+      dir.str());
   auto pids = worker_pids(dir, {0, 1});
   ASSERT_EQ(pids.size(), 2u) << run.err();
   auto t0 = Clock::now();
@@ -151,20 +199,21 @@ TEST(Loomrun, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
 
 TEST(Loomrun, SigtermIsForwardedToEveryWorker) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "3", kWorker, "sleep", dir.str()}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", "3", kWorker, "sleep", dir.str()}, dir.str());
   auto pids = worker_pids(dir, {0, 1, 2});
   ASSERT_EQ(pids.size(), 3u) << run.err();
   ::kill(run.pid(), SIGTERM);
   EXPECT_EQ(run.run_to_end(10), 128 + SIGTERM) << run.err();
   for (int r = 0; r < 3; ++r)
-    EXPECT_TRUE(exists(dir / ("got_TERM_" + std::to_string(r)))) << "rank " << r << " saw no SIGTERM";
+    EXPECT_TRUE(exists(dir / ("got_TERM_" + std::to_string(r))))
+        << "rank " << r << " saw no SIGTERM";
   for (pid_t p : pids) EXPECT_TRUE(process_gone(p));
   EXPECT_TRUE(contains(run.err(), "got SIGTERM: forwarded to every worker")) << run.err();
 }
 
 TEST(Loomrun, SigintIsForwardedToEveryWorker) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "2", kWorker, "sleep", dir.str()}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", "2", kWorker, "sleep", dir.str()}, dir.str());
   ASSERT_EQ(worker_pids(dir, {0, 1}).size(), 2u) << run.err();
   ::kill(run.pid(), SIGINT);
   EXPECT_EQ(run.run_to_end(10), 128 + SIGINT) << run.err();
@@ -173,8 +222,8 @@ TEST(Loomrun, SigintIsForwardedToEveryWorker) {
 
 TEST(Loomrun, MaxRestartsRecoversFromOneFailure) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "3", "--max_restarts", "2", kWorker, "fail-once", dir.str(),
-               "1", "5"},
+  Loomrun run({"--standalone", "--nproc_per_node", "3", "--max_restarts", "2", kWorker, "fail-once",
+               dir.str(), "1", "5"},
               dir.str());
   EXPECT_EQ(run.run_to_end(60), 0) << run.err();
   std::string err = run.err();
@@ -188,8 +237,8 @@ TEST(Loomrun, MaxRestartsRecoversFromOneFailure) {
 
 TEST(Loomrun, MaxRestartsGivesUpAfterTheLastAttempt) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "2", "--max_restarts", "1", kWorker, "fail", dir.str(), "0",
-               "7"},
+  Loomrun run({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1", kWorker, "fail",
+               dir.str(), "0", "7"},
               dir.str());
   EXPECT_EQ(run.run_to_end(30), 1) << run.err();
   std::string err = run.err();
@@ -199,8 +248,27 @@ TEST(Loomrun, MaxRestartsGivesUpAfterTheLastAttempt) {
 
 TEST(Loomrun, MissingProgramFailsAtOnce) {
   TempDir dir;
-  Loomrun run({"--nproc_per_node", "2", "--max_restarts", "3", "/nonexistent/prog"}, dir.str());
+  Loomrun run({"--standalone", "--nproc_per_node", "2", "--max_restarts", "3", "/nonexistent/prog"},
+              dir.str());
   EXPECT_EQ(run.run_to_end(10), 1);
   EXPECT_TRUE(contains(run.err(), "/nonexistent/prog")) << run.err();
   EXPECT_FALSE(contains(run.err(), "restarting")) << run.err();  // no point in retrying
+}
+
+// A second SIGTERM skips the grace period: workers that ignore SIGTERM are killed at once.
+TEST(Loomrun, SecondSignalKillsWithoutWaiting) {
+  TempDir dir;
+  Loomrun run(
+      {"--standalone", "--nproc_per_node", "2", "--grace", "30", kWorker, "ignore-term", dir.str()},
+      dir.str());
+  auto pids = worker_pids(dir, {0, 1});
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  auto t0 = Clock::now();
+  ::kill(run.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(process_gone(pids[0]) == false) << "SIGTERM is ignored: it must still run";
+  ::kill(run.pid(), SIGTERM);
+  EXPECT_EQ(run.run_to_end(10), 128 + SIGTERM) << run.err();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);  // not 30 s
+  for (pid_t p : pids) EXPECT_TRUE(process_gone(p));
 }

@@ -35,9 +35,9 @@ TEST(LoomrunGloo, CollectivesOnTwoNodes) {
   std::string master = std::to_string(pick_free_port());
   std::string rdzv = std::to_string(pick_free_port());
   auto node = [&](int rank) {
-    return std::vector<std::string>{"--nnodes", "2", "--node_rank", std::to_string(rank),
-                                    "--nproc_per_node", "2", "--master_port", master,
-                                    "--rdzv_port", rdzv, kDistTool, "collectives"};
+    return std::vector<std::string>{"--nnodes",         "2",  "--node_rank",   std::to_string(rank),
+                                    "--nproc_per_node", "2",  "--master_port", master,
+                                    "--rdzv_port",      rdzv, kDistTool,       "collectives"};
   };
   Loomrun n1(node(1), dir.str(), {"LOOM_TEST_BACKEND=gloo"}, "node1");
   Loomrun n0(node(0), dir.str(), {"LOOM_TEST_BACKEND=gloo"}, "node0");
@@ -47,4 +47,55 @@ TEST(LoomrunGloo, CollectivesOnTwoNodes) {
     std::string ok = "[rank " + std::to_string(r) + "] rank " + std::to_string(r) + ": ok";
     EXPECT_NE((r < 2 ? n0 : n1).out().find(ok), std::string::npos) << r;
   }
+}
+
+namespace {
+// The pid of loomrun's child whose environment has RANK=rank (-1 if there is none yet).
+pid_t child_with_rank(pid_t parent, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = read_file("/proc/" + name + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::string env = read_file("/proc/" + name + "/environ");
+    if (env.find(std::string("RANK=") + std::to_string(rank) + '\0') == 0 ||
+        env.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos)
+      return std::stoi(name);
+  }
+  return -1;
+}
+}  // namespace
+
+// Fail-fast with real collectives: ranks 0 and 1 block in all_reduce #4 (collective timeout 60 s)
+// waiting for rank 2, which is killed with -9; loomrun must end the job within 5 s.
+TEST(LoomrunGloo, KillNineDuringACollective) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  Loomrun run({"--standalone", "--nproc_per_node", "3", kDistTool, "timeout"}, dir.str(),
+              {"LOOM_TEST_BACKEND=gloo", "LOOM_TEST_TIMEOUT_MS=60000"});
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_for([&] { return (victim = child_with_rank(run.pid(), 2)) > 0; }, 30))
+      << run.err();
+  // Rank 2 sleeps after 3 all_reduces; give the others time to reach the 4th and block in it.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  pid_t others[2] = {child_with_rank(run.pid(), 0), child_with_rank(run.pid(), 1)};
+  ASSERT_GT(others[0], 0);
+  ASSERT_GT(others[1], 0);
+  auto t0 = Clock::now();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  EXPECT_EQ(run.run_to_end(15), 1) << run.err();
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_NE(run.err().find("rank 2 (local rank 2, pid " + std::to_string(victim) +
+                           ") failed: signal 9 (SIGKILL)"),
+            std::string::npos)
+      << run.err();
+  for (pid_t p : others) EXPECT_TRUE(process_gone(p)) << "rank pid " << p << " still alive";
+  std::printf("kill -9 during a Gloo all_reduce: loomrun exited %.3f s later\n", seconds);
 }

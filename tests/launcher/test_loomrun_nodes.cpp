@@ -19,10 +19,15 @@ bool contains(const std::string& text, const std::string& needle) {
 struct TwoNodes {
   std::string master = std::to_string(pick_free_port());
   std::string rdzv = std::to_string(pick_free_port());
-  std::vector<std::string> node(int rank, int nproc, std::vector<std::string> rest) const {
-    std::vector<std::string> a{"--nnodes", "2", "--node_rank", std::to_string(rank),
-                               "--nproc_per_node", std::to_string(nproc), "--master_port", master,
-                               "--rdzv_port", rdzv, "--rdzv_timeout", "30"};
+  std::vector<std::string> node(int rank, int nproc, std::vector<std::string> rest,
+                                std::vector<std::string> more = {}) const {
+    std::vector<std::string> a{"--nnodes",         "2",
+                               "--node_rank",      std::to_string(rank),
+                               "--nproc_per_node", std::to_string(nproc),
+                               "--master_port",    master,
+                               "--rdzv_port",      rdzv,
+                               "--rdzv_timeout",   "30"};
+    a.insert(a.end(), more.begin(), more.end());
     a.insert(a.end(), rest.begin(), rest.end());
     return a;
   }
@@ -119,4 +124,41 @@ TEST(LoomrunNodes, NodeZeroLoomrunKilled) {
   EXPECT_TRUE(wait_for([&] { return process_gone(pids[0]); }, 2)) << "node 0's worker survived";
   EXPECT_TRUE(process_gone(pids[1]));
   EXPECT_TRUE(contains(n1.err(), "lost the store on node 0")) << n1.err();
+}
+
+// kill -9 of node 1's loomrun: its worker dies with it; node 0 sees node 1's heartbeat stop
+// (--node_timeout 2), stops its own workers and exits non-zero naming node 1.
+TEST(LoomrunNodes, NodeOneLoomrunKilled) {
+  TempDir dir;
+  TwoNodes job;
+  std::vector<std::string> fast{"--node_timeout", "2"};
+  Loomrun n0(job.node(0, 1, {kWorker, "sleep", dir.str()}, fast), dir.str(), {}, "node0");
+  Loomrun n1(job.node(1, 1, {kWorker, "sleep", dir.str()}, fast), dir.str(), {}, "node1");
+  auto pids = worker_pids(dir, {0, 1});
+  ASSERT_EQ(pids.size(), 2u) << n0.err() << n1.err();
+  auto t0 = Clock::now();
+  ::kill(n1.pid(), SIGKILL);
+  n1.wait(5);
+  EXPECT_EQ(n0.run_to_end(15), 1) << n0.err();
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(seconds, 1.5);  // the heartbeat timeout...
+  EXPECT_LT(seconds, 6.0);  // ...plus at most a beat and the stop
+  EXPECT_TRUE(wait_for([&] { return process_gone(pids[1]); }, 2)) << "node 1's worker survived";
+  EXPECT_TRUE(process_gone(pids[0]));
+  EXPECT_TRUE(contains(n0.err(), "node 1 stopped answering (no heartbeat for 2 s")) << n0.err();
+  std::printf("node 1's loomrun killed: node 0 stopped after %.3f s\n", seconds);
+}
+
+TEST(LoomrunNodes, NodesMustAgreeOnMaxRestarts) {
+  TempDir dir;
+  TwoNodes job;
+  Loomrun n0(job.node(0, 1, {kWorker, "env", dir.str()}, {"--max_restarts", "0"}), dir.str(), {},
+             "node0");
+  Loomrun n1(job.node(1, 1, {kWorker, "env", dir.str()}, {"--max_restarts", "2"}), dir.str(), {},
+             "node1");
+  EXPECT_EQ(n0.run_to_end(30), 1);
+  EXPECT_EQ(n1.run_to_end(30), 1);
+  EXPECT_TRUE(contains(n1.err(), "--max_restarts differs between nodes: node 1 has 2, node 0"))
+      << n1.err();
+  EXPECT_FALSE(exists(dir / "env_0")) << "no worker may start";
 }
