@@ -5,6 +5,7 @@
 //
 //   ./build/examples/train_cnn                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
+//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one process per GPU (or CPU process)
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
 #include "train/flags.h"

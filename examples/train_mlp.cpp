@@ -5,6 +5,7 @@
 //   ./build/examples/train_mlp                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_mlp --device cpu --epochs 1
 //   ./build/examples/train_mlp --checkpoint-dir ckpt --log-dir runs/mlp   # then: --resume
+//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_mlp   # one process per GPU (or CPU process)
 //
 // The training loop is examples::train_classifier (examples/common/trainer.cpp): for each batch
 // it calls train::StepRunner::step (train/step_runner.cpp), which is zero_grad, forward,

@@ -60,6 +60,22 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+void Module::share_members_of(Module& inner) {
+  LOOM_CHECK(&inner != this, type_name_, ".share_members_of: a module cannot share its own members");
+  for (const auto& e : inner.params_) {
+    check_new_name(e.name);
+    params_.push_back(e);
+  }
+  for (const auto& e : inner.buffers_) {
+    check_new_name(e.name);
+    buffers_.push_back(e);
+  }
+  for (const auto& [n, c] : inner.children_) {
+    check_new_name(n);
+    children_.emplace_back(n, c);
+  }
+}
+
 // Names each parameter with its dotted path below the module that registered this one, so
 // that errors far away (DDP, optimizers) can say which parameter they mean. Re-run whenever
 // the module is registered one level further down.

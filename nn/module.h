@@ -92,6 +92,10 @@ class Module {
     return m;
   }
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  // A wrapper (DistributedDataParallel) lists `inner`'s own parameters, buffers and children as
+  // its own, under the same names, so state_dict() is the same with or without the wrapper.
+  // The wrapper must keep `inner` alive (the entries point at its members).
+  void share_members_of(Module& inner);
 
  private:
   struct Entry {

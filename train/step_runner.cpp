@@ -29,6 +29,17 @@ StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_sm
 StepRunner::~StepRunner() = default;
 
 Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
+  if (!use_graph_ && profiler_) {
+    opt_.zero_grad();
+    Tensor loss = cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
+    profiler_->mark(StepProfiler::ForwardEnd);
+    loss.backward();
+    if (!profiler_->marked(StepProfiler::BackwardComputed)) profiler_->mark(StepProfiler::BackwardComputed);
+    profiler_->mark(StepProfiler::BackwardEnd);
+    opt_.step();
+    profiler_->mark(StepProfiler::OptimizerEnd);
+    return loss.detach();
+  }
   if (!use_graph_) {
     opt_.zero_grad();
     Tensor loss = forward_backward(x, y);

@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
+#include "train/step_profile.h"
 
 namespace loom::train {
 
@@ -33,6 +34,10 @@ class StepRunner {
   // device, not synchronised).
   Tensor step(const Tensor& x, const Tensor& y);
 
+  // Eager steps mark ForwardEnd, BackwardComputed (unless DDP already did), BackwardEnd and
+  // OptimizerEnd on `p` (Note [Step phases]); null turns it off. The graph step is one replay.
+  void set_profiler(StepProfiler* p) { profiler_ = p; }
+
  private:
   Tensor forward_backward(const Tensor& x, const Tensor& y);
   void capture(const Tensor& x, const Tensor& y);
@@ -43,6 +48,7 @@ class StepRunner {
   optim::Optimizer& opt_;
   double smoothing_;
   bool use_graph_;
+  StepProfiler* profiler_ = nullptr;
 };
 
 }  // namespace loom::train

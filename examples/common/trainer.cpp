@@ -16,11 +16,14 @@
 #include "core/cuda/available.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
+#include "distributed/ddp.h"
+#include "distributed/env.h"
 #include "nn/checkpoint.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
 #include "train/flags.h"
 #include "train/progress.h"
+#include "train/step_profile.h"
 #include "train/step_runner.h"
 #include "train/tensorboard.h"
 
@@ -33,7 +36,8 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   configure_app(app);  // before any option: --help shows the defaults
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(int_range(1, 1000000));
-  app.add_option("--batch-size", c.batch_size, "examples per step")->check(int_range(1, 1 << 24));
+  app.add_option("--batch-size", c.batch_size, "examples per step over all processes (each of N processes takes 1/N)")
+      ->check(int_range(1, 1 << 24));
   app.add_option("--lr", c.lr, "learning rate")->check(real_range(0, 1e3, true));
   app.add_option("--optimizer", c.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(real_range(0, 1e3));
@@ -53,6 +57,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(int_range(0, int64_t(1) << 50));
   app.add_option("--log-every", c.log_every, "read the loss back every N steps")->check(int_range(1, 1000000));
   app.add_flag("--allow-nonfinite", c.allow_nonfinite, "keep training when the loss is nan or inf (default: stop)");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "also save a checkpoint every N steps (0: per epoch only)")
+      ->check(int_range(0, int64_t(1) << 50));
+  app.add_flag("--profile", c.profile, "print each process's step-time breakdown (data, forward, backward, exposed all-reduce, optimizer)");
 }
 
 int run_main(const char* program, const std::function<int()>& body) {
@@ -70,12 +77,17 @@ int run_main(const char* program, const std::function<int()>& body) {
 
 namespace {
 
-Device pick_device(const std::string& spec) {
-  if (spec.empty()) return cuda::is_available() ? cuda_device(0) : kCPU;
+namespace dist = loom::distributed;
+
+// One GPU per process: cuda:LOCAL_RANK under a launcher (when --device is empty or "cuda"); an
+// explicit cuda:N is checked against this machine.
+Device pick_device(const std::string& spec, const dist::JobEnv& env) {
+  int n = cuda::device_count();
+  if ((spec.empty() && n > 0) || (spec == "cuda" && n > 0)) return cuda_device(env.world_size > 1 ? env.local_rank % n : 0);
+  if (spec.empty()) return kCPU;
   Device d(spec);
   if (d.is_cuda()) {
     LOOM_CHECK(cuda::compiled_with_cuda(), "--device ", spec, ": this build of loom has no CUDA support");
-    int n = cuda::device_count();
     LOOM_CHECK(d.index < n, "--device ", spec, ": ",
                n == 0 ? std::string("no usable CUDA device (run envinfo to see why)")
                       : str("this machine has ", n, " CUDA device(s), cuda:0 to cuda:", n - 1));
@@ -131,30 +143,68 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vect
   return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
 }
 
-// Test loss and accuracy, accumulated on the device and read back once.
-std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader) {
+// Test loss and accuracy over the whole test set: each process evaluates its exactly-once share
+// (Note [Sharded evaluation]); the sums are all-reduced and read back once.
+std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup& pg,
+                                   Device dev) {
   NoGradGuard no_grad;
   model.eval();
-  Tensor loss_sum, correct;
+  Tensor loss_sum = zeros({1}, {.dtype = kF64, .device = dev}), correct = zeros({1}, {.dtype = kF64, .device = dev});
   int64_t n = 0;
   for (auto& b : loader) {
     Tensor logits = model(b.data);
-    Tensor l = cross_entropy(logits, b.target, Reduction::Sum);
-    Tensor c = eq(argmax(logits, 1), b.target).to(kF64).sum();
-    loss_sum = loss_sum.defined() ? loss_sum + l.to(kF64) : l.to(kF64);
-    correct = correct.defined() ? correct + c : c;
+    loss_sum = loss_sum + cross_entropy(logits, b.target, Reduction::Sum).to(kF64);
+    correct = correct + eq(argmax(logits, 1), b.target).to(kF64).sum();
     n += b.data.size(0);
   }
   model.train();
-  return {loss_sum.item() / double(n), correct.item() / double(n)};
+  Tensor sums = cat({loss_sum, correct, full({1}, double(n), {.dtype = kF64, .device = dev})}, 0);
+  if (pg.size() > 1) pg.all_reduce(sums, dist::ReduceOp::Sum)->wait();
+  std::vector<double> h = sums.to(kCPU).to_vector<double>();
+  return {h[0] / h[2], h[1] / h[2]};
+}
+
+// Drops what non-zero ranks would print (progress bars).
+std::ostream& null_stream() {
+  static std::ostream s(nullptr);
+  return s;
 }
 
 }  // namespace
 
+// Note [Data-parallel training loop]
+// Under a launcher (WORLD_SIZE > 1) every process trains a replica: its own GPU (cuda:LOCAL_RANK,
+// NCCL) or CPU process (Gloo), the model wrapped in DistributedDataParallel. --batch-size is the
+// global batch; each process takes batch/N rows of it. The training sampler is a
+// DistributedSampler (shuffled with seed + epoch, drop_last): rank r's j-th batch holds the
+// samples at positions [j * batch, (j + 1) * batch) of the epoch's permutation that are = r mod N,
+// so the union over ranks of step j's batches is exactly step j's batch of a single-process run.
+// Checkpoints store the global sample position (batches done x global batch), so a run saved with
+// N processes resumes with M (M must divide the global batch) and continues the same batch order.
+// Rank 0 writes checkpoints (then all wait at a barrier), prints and logs to TensorBoard; every
+// rank loads the checkpoint onto its own device. Without a launcher it is a world of one: no
+// wrapper, no communication.
 TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const TrainConfig& cfg,
                              std::shared_ptr<const data::Transform> train_transform) {
   double t_start = steady_seconds();
-  Device dev = pick_device(cfg.device);
+  dist::JobEnv env = dist::job_env();
+  Device dev = pick_device(cfg.device, env);
+  bool own_group = !dist::is_initialized();
+  if (own_group) {
+    dist::InitOptions io;
+    io.backend = dev.is_cuda() ? "nccl" : "gloo";
+    if (dev.is_cuda()) io.device = dev.index;
+    dist::init_process_group(io);
+  }
+  struct GroupGuard {
+    bool own;
+    ~GroupGuard() {
+      if (own) dist::destroy_process_group();
+    }
+  } group_guard{own_group};
+  auto pg = dist::world();
+  const int rank = pg->rank(), world = pg->size();
+  const bool main = rank == 0;
   LOOM_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   LOOM_CHECK(!cfg.cuda_graph || dev.is_cuda(), "--cuda-graph needs a CUDA device, got --device ", dev);
   // A typo in the folder must not silently retrain from scratch.
@@ -162,6 +212,14 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
              cfg.checkpoint_dir, "' does not exist (leave out --resume to start a new run)");
   if (!cfg.checkpoint_dir.empty()) check_writable_dir("--checkpoint-dir", cfg.checkpoint_dir);
   if (!cfg.log_dir.empty()) check_writable_dir("--log-dir", cfg.log_dir);
+  LOOM_CHECK(!cfg.cuda_graph || world == 1, "--cuda-graph with ", world, " processes: the distributed step "
+             "runs eagerly (see Note [DDP and CUDA graphs] in docs/ddp.md: the process group's watchdog "
+             "cannot track collectives inside a captured graph); drop --cuda-graph");
+  LOOM_CHECK(!cfg.profile || !cfg.cuda_graph, "--profile times the phases of the eager step; with "
+             "--cuda-graph the step is one replay (drop one of the two flags)");
+  LOOM_CHECK(cfg.batch_size % world == 0, "--batch-size ", cfg.batch_size, " is the global batch and must "
+             "be divisible by the ", world, " processes");
+  const int64_t local_batch = cfg.batch_size / world;
   manual_seed(cfg.seed);
 
   // Data: Fashion-MNIST, normalised, as (N, 1, 28, 28) float32 and int64 labels.
@@ -173,42 +231,65 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     train_data = std::make_shared<data::TensorDataset>(all.data().slice(0, 0, cfg.train_limit),
                                                        all.target().slice(0, 0, cfg.train_limit));
   }
-  data::DataLoader train_loader(train_data, {.batch_size = cfg.batch_size, .shuffle = true, .drop_last = true,
-                                             .num_workers = cfg.workers, .device = dev, .seed = cfg.seed,
-                                             .transform = train_transform});
-  data::DataLoader test_loader(test_set, {.batch_size = 1000, .num_workers = cfg.workers, .device = dev});
+  auto train_sampler = std::make_shared<data::DistributedSampler>(
+      train_data->size(), data::DistributedSamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true,
+                                                          .seed = cfg.seed, .drop_last = true});
+  data::DataLoader train_loader(train_data, train_sampler,
+                                {.batch_size = local_batch, .drop_last = true, .num_workers = cfg.workers,
+                                 .device = dev, .seed = cfg.seed, .transform = train_transform});
+  // Note [Sharded evaluation]: no padding, so every test image is counted once over all ranks.
+  auto test_sampler = std::make_shared<data::DistributedSampler>(
+      test_set->size(), data::DistributedSamplerOptions{.num_replicas = world, .rank = rank, .shuffle = false,
+                                                        .exactly_once = true});
+  data::DataLoader test_loader(test_set, test_sampler, {.batch_size = 1000, .num_workers = cfg.workers, .device = dev});
   const int64_t steps_per_epoch = train_loader.size();
   LOOM_CHECK(steps_per_epoch > 0, "no training step: ", train_data->size(), " training examples make no full batch of ",
-             "--batch-size ", cfg.batch_size, " (the last partial batch is dropped); lower --batch-size",
+             "--batch-size ", cfg.batch_size, world > 1 ? str(" over ", world, " processes") : std::string(),
+             " (the last partial batch is dropped); lower --batch-size",
              cfg.train_limit > 0 ? " or raise --train-limit" : "");
   LOOM_CHECK(test_set->size() > 0, "no test examples in ", cfg.data_dir);
 
   model->to(dev);
   model->train();
-  auto opt = make_optimizer(cfg, model->parameters());
 
-  // Resume: model, optimizer, RNG and the position in the epoch.
+  // Resume: model, optimizer, RNG and the global position in the epoch (every rank reads the file).
   int64_t step = 0;
+  std::optional<TrainingState> resumed;
   if (cfg.resume) {
-    if (auto st = load_latest_checkpoint(cfg.checkpoint_dir)) {
-      check_resume_state(*st, model->state_dict(), steps_per_epoch, train_data->size(), cfg);
-      model->load_state_dict(st->model);
-      model->to(dev);
-      opt->load_state_dict(st->optimizer);
-      restore_default_rng(*st);
-      step = st->extra_int("step");
-      train_loader.load_state({st->extra_int("epoch"), st->extra_int("position")});
-      std::printf("resumed from %s (epoch %ld, step %ld)\n", st->source.c_str(), long(st->extra_int("epoch") + 1),
-                  long(step));
+    resumed = load_latest_checkpoint(cfg.checkpoint_dir);
+    if (resumed) {
+      check_resume_state(*resumed, model->state_dict(), steps_per_epoch, train_data->size(), cfg);
+      model->load_state_dict(resumed->model);
+      restore_default_rng(*resumed);
+      step = resumed->extra_int("step");
+      if (resumed->extra.count("global_batch"))
+        LOOM_CHECK(resumed->extra_int("global_batch") == cfg.batch_size, "--resume: ", resumed->source,
+                   " was written with a global batch of ", resumed->extra_int("global_batch"), ", this run has --batch-size ",
+                   cfg.batch_size, "; keep the global batch to continue the same run");
+      int64_t position = resumed->extra_int("position");  // global samples done in the epoch
+      LOOM_CHECK(position % world == 0, "--resume: ", resumed->source, " stopped at sample ", position,
+                 " of its epoch, which ", world, " processes cannot split evenly");
+      train_loader.load_state({resumed->extra_int("epoch"), position / world});
+      if (main)
+        std::printf("resumed from %s (epoch %ld, step %ld, written by %ld process(es), now %d)\n",
+                    resumed->source.c_str(), long(resumed->extra_int("epoch") + 1), long(step),
+                    long(resumed->extra.count("world_size") ? resumed->extra_int("world_size") : 1), world);
     } else if (list_checkpoints(cfg.checkpoint_dir).empty()) {
-      std::printf("no checkpoint in %s yet: starting a new run\n", cfg.checkpoint_dir.c_str());
+      if (main) std::printf("no checkpoint in %s yet: starting a new run\n", cfg.checkpoint_dir.c_str());
     } else {
       LOOM_FAIL("--resume: no checkpoint in '", cfg.checkpoint_dir,
                 "' is valid (each was skipped above, with the reason); move them away to start a new run");
     }
   }
+  // The replica: rank 0's weights and buffers everywhere, gradients averaged over ranks.
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  if (world > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model, pg);
+  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+  auto opt = make_optimizer(cfg, model->parameters());
+  if (resumed) opt->load_state_dict(resumed->optimizer);
+
   std::unique_ptr<SummaryWriter> tb;
-  if (!cfg.log_dir.empty()) tb = std::make_unique<SummaryWriter>(cfg.log_dir);
+  if (main && !cfg.log_dir.empty()) tb = std::make_unique<SummaryWriter>(cfg.log_dir);
   // Note [Log write failures]: TensorBoard logs are a convenience; a write that fails later
   // (a full disk) is reported once and logging stops, while training goes on. Checkpoints are
   // not: a failed save is an error (and the previous checkpoint stays, core/atomic_file.h).
@@ -221,35 +302,63 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       tb.reset();
     }
   };
-  std::printf("training %s on %s: %ld examples, batch %ld, %s lr %g\n", model->type_name().c_str(),
-              dev.str().c_str(), long(train_data->size()), long(cfg.batch_size), cfg.optimizer.c_str(), cfg.lr);
+  if (main)
+    std::printf("training %s on %s%s: %ld examples, batch %ld%s, %s lr %g\n", model->type_name().c_str(),
+                dev.str().c_str(), world > 1 ? (" x " + std::to_string(world) + " processes (" + pg->backend() + ")").c_str() : "",
+                long(train_data->size()), long(cfg.batch_size),
+                world > 1 ? (" (" + std::to_string(local_batch) + " per process)").c_str() : "", cfg.optimizer.c_str(), cfg.lr);
 
-  auto save = [&](int64_t epoch, int64_t position) {
+  auto save = [&](int64_t epoch, int64_t global_position) {
     if (cfg.checkpoint_dir.empty()) return;
-    TrainingState st;
-    st.model = model->state_dict();
-    st.optimizer = opt->state_dict();
-    st.set_extra("epoch", epoch);
-    st.set_extra("position", position);
-    st.set_extra("step", step);
-    st.rng["default"] = default_generator().state();
-    save_checkpoint(cfg.checkpoint_dir, step, st, cfg.keep_last);
+    if (main) {
+      TrainingState st;
+      st.model = model->state_dict();
+      st.optimizer = opt->state_dict();
+      st.set_extra("epoch", epoch);
+      st.set_extra("position", global_position);
+      st.set_extra("step", step);
+      st.set_extra("world_size", world);
+      st.set_extra("global_batch", cfg.batch_size);
+      st.rng["default"] = default_generator().state();
+      save_checkpoint(cfg.checkpoint_dir, step, st, cfg.keep_last);
+    }
+    if (world > 1) pg->barrier()->wait();  // nobody reads or overwrites it before it is complete
   };
 
-  StepRunner runner(*model, *opt, cfg.label_smoothing, cfg.cuda_graph);
+  StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
+  std::unique_ptr<StepProfiler> prof;
+  if (cfg.profile) {
+    prof = std::make_unique<StepProfiler>(dev);
+    runner.set_profiler(prof.get());
+    if (ddp) ddp->reducer().set_backward_computed_hook([p = prof.get()] { p->mark(StepProfiler::BackwardComputed); });
+  }
+  ProgressOptions popt;
+  if (!main) popt.out = &null_stream();
+  if (world > 1) popt.style = ProgressStyle::Lines;  // the same read-back steps on every rank
   TrainReport rep;
+  rep.rank = rank;
+  rep.world_size = world;
   double last_finite_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t last_finite_step = 0;
   for (int64_t epoch = train_loader.epoch(); epoch < cfg.epochs; ++epoch) {
     if (epoch != train_loader.epoch()) train_loader.set_epoch(epoch);
-    EpochProgress progress(epoch + 1, cfg.epochs, train_loader.batches_left());  // counts from 1
+    EpochProgress progress(epoch + 1, cfg.epochs, train_loader.batches_left(), popt);  // counts from 1
     // Note [Loss read-back]: the step losses stay on the device and are read back together every
     // --log-every steps (one sync), at the end of the epoch, and whenever the progress display
-    // is about to print a line, so that line shows the current loss and rate.
+    // is about to print a line, so that line shows the current loss and rate. With N processes
+    // the window is summed over ranks first (every rank decides to read back at the same steps:
+    // the same counts and the same progress style), so every rank sees the same mean loss and a
+    // non-finite loss on any rank stops every rank at the same step.
     std::vector<Tensor> window;
     bool stopped = false;
-    for (auto& b : train_loader) {
+    while (true) {
+      if (prof) prof->mark(StepProfiler::StepBegin);
+      std::optional<data::Batch> batch = train_loader.next();
+      if (!batch) break;
+      data::Batch& b = *batch;
+      if (prof) prof->mark(StepProfiler::DataReady);
       Tensor loss = runner.step(b.data, b.target);
+      if (prof) prof->end_step();
       ++step;
       window.push_back(cfg.cuda_graph ? loss.clone() : loss);  // a replayed graph rewrites its loss
       bool last = train_loader.batches_left() == 0 || (cfg.max_steps > 0 && step >= cfg.max_steps);
@@ -258,9 +367,12 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
         Tensor host;
         {
           NoGradGuard g;
-          host = stack(window).to(kF64).to(kCPU);  // one device sync per window
+          Tensor w = stack(window).to(kF64);
+          if (world > 1) pg->all_reduce(w, dist::ReduceOp::Sum)->wait();  // the sum over all ranks
+          host = w.to(kCPU);  // one device sync per window
         }
-        const double* v = host.data<double>();
+        std::vector<double> v = host.to_vector<double>();
+        for (double& x : v) x /= double(world);  // the mean over ranks
         int64_t first = step - int64_t(window.size()) + 1;
         double sum = 0;
         for (size_t i = 0; i < window.size(); ++i) {
@@ -276,10 +388,13 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
           sum += v[i];
         }
         double mean = sum / double(window.size());
-        for (size_t i = 0; i < window.size(); ++i) progress.step(v[i], b.data.size(0));
+        for (size_t i = 0; i < window.size(); ++i) progress.step(v[i], b.data.size(0) * world);
         tb_write([&](SummaryWriter& w) { w.add_scalar("train/loss", mean, step); });
         window.clear();
       }
+      }
+      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && train_loader.batches_left() > 0)
+        save(epoch, train_loader.state().position * world);
       if (cfg.max_steps > 0 && step >= cfg.max_steps) {
         stopped = true;
         break;
@@ -290,17 +405,20 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     const double train_seconds = progress.seconds(), samples_per_second = progress.samples_per_second(),
                  ms_per_step = progress.ms_per_step();
     if (stopped) {
-      std::printf("stopped after %ld steps (--max-steps)\n", long(step));
+      if (main) std::printf("stopped after %ld steps (--max-steps)\n", long(step));
       break;
     }
+    if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's BatchNorm statistics
     double eval_start = steady_seconds();
-    auto [test_loss, test_acc] = evaluate(*model, test_loader);
+    auto [test_loss, test_acc] = evaluate(*model, test_loader, *pg, dev);
     double eval_seconds = steady_seconds() - eval_start;
     EpochSummary s{epoch + 1,          cfg.epochs,  progress.mean_loss(), test_loss,    test_acc,
                    samples_per_second, ms_per_step, train_seconds,        eval_seconds};
-    std::printf("%s\n", format_epoch_summary(s).c_str());
-    std::fflush(stdout);
-    tb_write([&](SummaryWriter& w) {
+    if (main) {
+      std::printf("%s\n", format_epoch_summary(s).c_str());
+      std::fflush(stdout);
+    }
+    tb_write([&](SummaryWriter& w) {  // tb exists on rank 0 only
       w.add_scalar("test/loss", test_loss, step);
       w.add_scalar("test/accuracy", test_acc, step);
       w.add_scalar("train/epoch_loss", progress.mean_loss(), step);
@@ -314,12 +432,14 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     rep.test_accuracy = test_acc;
     rep.evaluated = true;
   }
+  if (prof) std::printf("profile %s\n", prof->summary(rank).c_str());
   rep.seconds = steady_seconds() - t_start;
   rep.steps = step;
   return rep;
 }
 
 void print_final(const TrainReport& r) {
+  if (r.rank != 0) return;  // one line per job, from rank 0
   if (r.evaluated)
     std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * r.test_accuracy, long(r.steps),
                 r.seconds);

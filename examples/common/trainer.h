@@ -1,7 +1,8 @@
 // The training loop the example programs share: Fashion-MNIST in, a trained classifier out, with
 // evaluation, progress, TensorBoard logs, checkpoints and exact resume. Each example defines its
 // model and flags and calls train_classifier().
-// Leaves out: distributed training and mixed precision (their own issues).
+// Under loomrun (WORLD_SIZE > 1) it trains data-parallel, one process per GPU or CPU process.
+// Leaves out: mixed precision (its own issue).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -16,7 +17,7 @@ namespace loom::examples {
 struct TrainConfig {
   std::string device;            // cpu, cuda, cuda:N; empty = cuda if present
   int64_t epochs = 10;
-  int64_t batch_size = 128;
+  int64_t batch_size = 128;      // global: each of N processes takes batch_size / N
   double lr = 1e-3;
   std::string optimizer = "adam";  // sgd (momentum 0.9), adam, adamw
   double weight_decay = 0.0;
@@ -33,6 +34,8 @@ struct TrainConfig {
   int64_t max_steps = 0;           // stop after this many steps in total (0 = no limit)
   int64_t log_every = 20;          // read the loss back from the device every N steps
   bool allow_nonfinite = false;    // keep going when the loss is nan/inf (default: stop with an error)
+  int64_t checkpoint_every = 0;    // also save every N steps, mid-epoch (0 = per epoch only)
+  bool profile = false;            // print this process's step-time breakdown at the end
 };
 
 // Adds the common flags (--device, --epochs, ...) to a CLI11 app, each checked with a readable
@@ -47,9 +50,11 @@ struct TrainReport {
   double seconds = 0;        // whole run
   int64_t steps = 0;
   bool evaluated = false;    // an epoch ended and the test set was evaluated (test_* are set)
+  int rank = 0, world_size = 1;  // this process's place in the job (print only on rank 0)
 };
 
-// Trains `model` on Fashion-MNIST as configured, prints progress and a summary per epoch.
+// Trains `model` on Fashion-MNIST as configured, prints progress and a summary per epoch (rank 0);
+// see Note [Data-parallel training loop] in trainer.cpp for what changes with N processes.
 // Errors (before the first step when they can be known then): no full batch to train on, a
 // --resume folder that does not exist, an unwritable --checkpoint-dir or --log-dir, a checkpoint
 // that does not fit the run, a non-finite loss (unless allow_nonfinite), a failed checkpoint write.
@@ -57,7 +62,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
                              std::shared_ptr<const data::Transform> train_transform = nullptr);
 
 // "final test accuracy ..." when an evaluation ran, else a line saying none did.
-void print_final(const TrainReport& r);
+void print_final(const TrainReportvoid print_final(const TrainReport& r); r);  // rank 0 only
 
 // Runs main_body, turning loom::Error and any std::exception into one line on stderr
 // ("<program>: error: ...") and exit code 1.

@@ -1,0 +1,101 @@
+// DistributedDataParallel: wraps a model so that every rank of a process group trains the same
+// weights on its own share of each batch: the same start (rank 0's parameters and buffers), the
+// mean gradient over ranks after every backward (distributed/reducer.h), rank 0's buffers at every
+// forward. Leaves out: sharded parameters or optimizer state (ZeRO/FSDP) and SyncBatchNorm.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "distributed/process_group.h"
+#include "distributed/reducer.h"
+#include "nn/module.h"
+
+namespace loom::distributed {
+
+struct DDPOptions {
+  bool broadcast_buffers = true;         // rank 0's buffers (BatchNorm statistics) every forward
+  bool find_unused_parameters = false;   // see Note [Unfinished reduction] in reducer.cpp
+  size_t first_bucket_cap_bytes = size_t(1) << 20;
+  size_t bucket_cap_bytes = size_t(25) << 20;
+  bool rebuild_buckets = true;           // once, in the order gradients arrived (rank 0's)
+  std::optional<DType> comm_dtype;       // kBF16 or kF16: communicate gradients rounded
+  // Every N training forwards, hash the parameters on every rank and fail if they differ
+  // (0 = never). Costs a copy of the weights to the host and one all-gather per check.
+  int64_t check_consistency_every = 0;
+};
+
+// Note [DDP as a module]
+// DistributedDataParallel is an nn::Module whose parameters, buffers and children are the wrapped
+// module's, under the same names: state_dict() of the wrapper equals state_dict() of the model,
+// so a checkpoint saved with DDP loads without it and the other way round. Construct it after the
+// model is on its device (model->to(dev)): the gradient hooks and buckets hold the parameters of
+// that moment (Note [Modules hold their tensors by pointer]). Every rank must construct it, in
+// the same order, as with any collective.
+class DistributedDataParallel : public nn::Module {
+ public:
+  // pg null: the world group (init_process_group). Checks that every rank has the same
+  // parameter and buffer names, dtypes and shapes, then broadcasts them from rank 0.
+  explicit DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                   std::shared_ptr<ProcessGroup> pg = nullptr,
+                                   DDPOptions options = {});
+
+  // Training forward (train mode, grad enabled): buffers from rank 0, the previous reduction
+  // checked, .grad bound to the buckets; the backward of its output all-reduces the gradients.
+  Tensor forward(const Tensor& x) override;
+  void train(bool on = true) override;
+
+  nn::Module& module() { return *module_; }
+  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
+  ProcessGroup& process_group() { return *pg_; }
+  Reducer& reducer() { return *reducer_; }
+  const DDPOptions& options() const { return opt_; }
+
+  // Gradient accumulation: forwards inside the scope do not synchronise their backward, which
+  // only adds into .grad; the first backward of a forward outside reduces the accumulated sum.
+  //   { auto guard = ddp.no_sync(); for (micro-batch but last) loss(ddp(x)).backward(); }
+  //   loss(ddp(last)).backward();   // all-reduces the sum of all micro-batches' gradients
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& d) : d_(d), prev_(d.sync_) { d.sync_ = false; }
+    ~NoSync() { d_.sync_ = prev_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& d_;
+    bool prev_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  // Uneven inputs (Note [Join]): runs `body` (this rank's training loop, one forward and one
+  // backward per step); when it returns, this rank keeps taking part in the others' all-reduces
+  // with zero gradients until every rank has finished, then all ranks take the parameters and
+  // buffers of the rank that ran the most steps. Every rank calls join; no_sync inside is an error.
+  void join(const std::function<void()>& body);
+
+  // Hashes the parameters on every rank and fails, naming the first parameter that differs and
+  // the ranks that differ from rank 0. A collective: every rank calls it.
+  void check_consistency();
+
+  int64_t iteration() const { return iteration_; }  // training forwards so far
+
+  // Rank 0's buffers to every rank now (what each forward does with broadcast_buffers), one
+  // broadcast per dtype. A collective. The examples call it before evaluating.
+  void sync_buffers();
+
+ private:
+  void verify_same_layout();
+  void broadcast_state(int root);
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<ProcessGroup> pg_;
+  DDPOptions opt_;
+  std::shared_ptr<Reducer> reducer_;
+  bool sync_ = true;
+  bool join_active_ = false;
+  int64_t iteration_ = 0;
+};
+
+}  // namespace loom::distributed
