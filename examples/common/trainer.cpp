@@ -392,7 +392,6 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
         tb_write([&](SummaryWriter& w) { w.add_scalar("train/loss", mean, step); });
         window.clear();
       }
-      }
       if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && train_loader.batches_left() > 0)
         save(epoch, train_loader.state().position * world);
       if (cfg.max_steps > 0 && step >= cfg.max_steps) {

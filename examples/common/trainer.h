@@ -62,7 +62,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
                              std::shared_ptr<const data::Transform> train_transform = nullptr);
 
 // "final test accuracy ..." when an evaluation ran, else a line saying none did.
-void print_final(const TrainReportvoid print_final(const TrainReport& r); r);  // rank 0 only
+void print_final(const TrainReport& r);  // prints on rank 0 only
 
 // Runs main_body, turning loom::Error and any std::exception into one line on stderr
 // ("<program>: error: ...") and exit code 1.
