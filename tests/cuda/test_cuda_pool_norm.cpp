@@ -92,7 +92,9 @@ TEST(CudaPool, MaxPoolPaddingIsMinusInfinityAndNaNWins) {
     } else {
       EXPECT_EQ(yv[i], y_ref[i]) << "output " << i;
     }
-    if (!std::isnan(yv[i])) EXPECT_LT(yv[i], 0.0) << "padding won at output " << i;
+    if (!std::isnan(yv[i])) {
+      EXPECT_LT(yv[i], 0.0) << "padding won at output " << i;
+    }
   }
   EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref);
 }
