@@ -66,7 +66,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ("a comment naming a missing path", "paths", "nn/linear.cpp",
          "// see nn/no_such_file.h\n", "nn/no_such_file.h"),
         ("a comment pointing outside the repository", "paths", "docs/tour.md",
-         "\nSee ../shared/DESIGN.md.\n", "outside the repository"),
+         "\nSee ../" "shared/DESIGN.md.\n", "outside the repository"),
     ]
     for name, check, path, text, needle in cases:
         tree = os.path.join(tmp, "case")
