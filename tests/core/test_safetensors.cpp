@@ -14,35 +14,17 @@
 #include "core/atomic_file.h"
 #include "core/crc32c.h"
 #include "core/safetensors.h"
+#include "support/temp_files.h"
 
 using namespace loom;
+using loom::test::TempDir;
+using loom::test::read_bytes;
+using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under $TMPDIR, removed at the end of the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_st_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 // A file from a header text and data bytes, exactly as given (no padding, no checks).
 std::string make_file(const std::string& header, const std::string& data) {

@@ -18,24 +18,15 @@
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/stream.h"
 #endif
+#include "support/temp_files.h"
 
 using namespace loom;
+using loom::test::TempDir;
+using loom::test::read_bytes;
+using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_ckpt_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
@@ -78,14 +69,6 @@ TrainingState sample_state(float fill = 0.5f) {
   return s;
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 }  // namespace
 

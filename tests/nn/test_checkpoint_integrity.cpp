@@ -11,32 +11,17 @@
 
 #include "autograd/ops/ops.h"
 #include "nn/checkpoint.h"
+#include "support/temp_files.h"
 
 using namespace loom;
+using loom::test::TempDir;
+using loom::test::read_bytes;
+using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_ckpt_integrity_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 // Small, but with every part a real checkpoint has: several dtypes, a 0-d tensor, counters in
 // the metadata, two RNG states.

@@ -12,32 +12,16 @@
 
 #include "autograd/ops/ops.h"
 #include "nn/checkpoint.h"
+#include "support/temp_files.h"
 
 using namespace loom;
+using loom::test::TempDir;
+using loom::test::read_bytes;
+using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_ckpt_tensors_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 // What a training state holds: weights, optimizer moments and counters, scaler scalars.
 TrainingState state() {
