@@ -49,9 +49,10 @@ void queue_callback(std::function<void()> cb) {
 }
 
 void register_post_accumulate_grad_hook(const Tensor& leaf, Hook hook) {
-  LOOM_CHECK(leaf.is_leaf() && leaf.requires_grad(),
-             "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad, got ",
-             describe(leaf), leaf.is_leaf() ? " that does not require grad" : " made by an op");
+  LOOM_CHECK(
+      leaf.is_leaf() && leaf.requires_grad(),
+      "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad, got ",
+      describe(leaf), leaf.is_leaf() ? " that does not require grad" : " made by an op");
   leaf.ensure_autograd_meta().post_accumulate_hooks.push_back(std::move(hook));
 }
 
@@ -63,8 +64,9 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
   LOOM_CHECK(t_callbacks == nullptr, "backward: called from inside another backward pass");
   Tensor g0 = grad_root;
   if (!g0.defined()) {
-    LOOM_CHECK(root.numel() == 1, "backward: grad can be implied only for a one-element output, got ",
-               describe(root), "; pass a gradient of the same shape");
+    LOOM_CHECK(root.numel() == 1,
+               "backward: grad can be implied only for a one-element output, got ", describe(root),
+               "; pass a gradient of the same shape");
     g0 = ones_like(root);
   }
   LOOM_CHECK(g0.shape() == root.shape(), "backward: gradient ", describe(g0), " does not match ",
@@ -104,8 +106,9 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
         accumulate(*n, std::move(g));
         continue;
       }
-      LOOM_CHECK(n->backward != nullptr, "backward: trying to backward through the graph a second time ",
-                 "(through '", n->name, "'); its saved tensors were freed after the first backward. ",
+      LOOM_CHECK(n->backward != nullptr,
+                 "backward: trying to backward through the graph a second time ", "(through '",
+                 n->name, "'); its saved tensors were freed after the first backward. ",
                  "Pass retain_graph = true to the first backward if you need to backward twice");
       t_running = n;
       Grads grads = n->backward(g);
@@ -117,8 +120,9 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
         Node* next = n->next[i].node.get();
         if (!next) continue;
         if (grads[i].defined()) {
-          LOOM_CHECK(grads[i].shape() == n->input_shapes[i], n->name, ": backward returned a gradient of shape ",
-                     grads[i].shape(), " for input ", i, " of shape ", n->input_shapes[i]);
+          LOOM_CHECK(grads[i].shape() == n->input_shapes[i], n->name,
+                     ": backward returned a gradient of shape ", grads[i].shape(), " for input ", i,
+                     " of shape ", n->input_shapes[i]);
           Tensor& slot = pending[next];
           slot = slot.defined() ? add(slot, grads[i]) : grads[i];
         }
@@ -135,8 +139,10 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
               for (const Edge& e : s->next) {
                 if (!e.node) continue;
                 if (--deps[e.node.get()] == 0) {
-                  if (pending.count(e.node.get()) && pending[e.node.get()].defined()) ready.push(e.node.get());
-                  else skip.push_back(e.node.get());
+                  if (pending.count(e.node.get()) && pending[e.node.get()].defined())
+                    ready.push(e.node.get());
+                  else
+                    skip.push_back(e.node.get());
                 }
               }
             }

@@ -61,7 +61,8 @@ Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, Bac
   node->input_shapes.reserve(inputs.size());
   for (const Tensor& in : inputs) {
     Edge e;
-    if (in.defined() && in.requires_grad()) e.node = in.is_leaf() ? grad_accumulator(in) : in.grad_fn();
+    if (in.defined() && in.requires_grad())
+      e.node = in.is_leaf() ? grad_accumulator(in) : in.grad_fn();
     node->next.push_back(std::move(e));
     node->input_shapes.push_back(in.defined() ? in.shape() : Shape{});
   }

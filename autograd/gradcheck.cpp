@@ -13,7 +13,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   for (const Tensor& x : inputs) {
     if (!x.defined() || !x.requires_grad()) continue;
     LOOM_CHECK(x.dtype() == DType::F64 && x.device().is_cpu() && x.is_leaf() && x.is_contiguous(),
-               "gradcheck: inputs that require grad must be contiguous float64 CPU leaves, got ", describe(x));
+               "gradcheck: inputs that require grad must be contiguous float64 CPU leaves, got ",
+               describe(x));
   }
   // Fixed weights turn the output into a scalar: L = sum(w * f(x)).
   Tensor out0;
@@ -43,7 +44,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   for (size_t k = 0; k < leaves.size(); ++k) {
     const Tensor& x = leaves[k];
     Tensor gx = x.grad();
-    std::vector<double> analytic = gx.defined() ? gx.to_vector<double>() : std::vector<double>(x.numel(), 0.0);
+    std::vector<double> analytic =
+        gx.defined() ? gx.to_vector<double>() : std::vector<double>(x.numel(), 0.0);
     double* p = x.data<double>();
     for (int64_t i = 0; i < x.numel(); ++i) {
       double orig = p[i];

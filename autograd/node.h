@@ -27,10 +27,10 @@ struct Edge {
 };
 
 struct Node {
-  const char* name;          // the op, for errors ("mul", "conv2d")
-  uint64_t sequence_nr;      // creation order: backward runs later nodes first
-  BackwardFn backward;       // released after a backward without retain_graph
-  std::vector<Edge> next;    // one per input of the op
+  const char* name;                 // the op, for errors ("mul", "conv2d")
+  uint64_t sequence_nr;             // creation order: backward runs later nodes first
+  BackwardFn backward;              // released after a backward without retain_graph
+  std::vector<Edge> next;           // one per input of the op
   std::vector<Shape> input_shapes;  // to check the gradients the backward returns
   // Set only on AccumulateGrad nodes: the leaf whose .grad they update. (The leaf holds its
   // accumulator weakly, so this strong reference makes no cycle.)

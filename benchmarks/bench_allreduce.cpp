@@ -44,12 +44,18 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (f == "--backend") a.backend = next();
-    else if (f == "--nproc") a.nproc = std::atoi(next().c_str());
-    else if (f == "--min-bytes") a.min_bytes = std::atoll(next().c_str());
-    else if (f == "--max-bytes") a.max_bytes = std::atoll(next().c_str());
-    else if (f == "--iters") a.iters = std::atoi(next().c_str());
-    else if (f == "--warmup") a.warmup = std::atoi(next().c_str());
+    if (f == "--backend")
+      a.backend = next();
+    else if (f == "--nproc")
+      a.nproc = std::atoi(next().c_str());
+    else if (f == "--min-bytes")
+      a.min_bytes = std::atoll(next().c_str());
+    else if (f == "--max-bytes")
+      a.max_bytes = std::atoll(next().c_str());
+    else if (f == "--iters")
+      a.iters = std::atoi(next().c_str());
+    else if (f == "--warmup")
+      a.warmup = std::atoi(next().c_str());
     else {
       std::fprintf(stderr,
                    "usage: bench_allreduce [--nproc N] [--backend nccl|gloo|auto] [--min-bytes B]"
@@ -156,8 +162,9 @@ int run(const Args& a) {
     if (!nccl) {
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.iters; ++i) pg->all_reduce(t)->wait();
-      us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-           a.iters;
+      us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          a.iters;
     }
     double algbw = double(bytes) / us / 1e3;  // GB/s
     double busbw = algbw * 2.0 * (n - 1) / n;

@@ -4,9 +4,8 @@
 //   ./build/benchmarks/bench_cpu_kernels --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
-
 #include <Eigen/Core>
+#include <cstdio>
 #include <cstring>
 
 #include "autograd/ops/ops.h"
@@ -19,8 +18,8 @@ void BM_MatmulLoom(benchmark::State& st) {
   int64_t n = st.range(0);
   Tensor a = randn({n, n}), b = randn({n, n});
   for (auto _ : st) benchmark::DoNotOptimize(mm(a, b).data_ptr());
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void BM_MatmulEigen(benchmark::State& st) {
@@ -31,8 +30,8 @@ void BM_MatmulEigen(benchmark::State& st) {
     c.noalias() = a * b;
     benchmark::DoNotOptimize(c.data());
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void BM_AddLoom(benchmark::State& st) {
@@ -60,7 +59,8 @@ void BM_Conv2dForward(benchmark::State& st) {
   Conv2dParams p;
   p.padding = {1, 1};
   for (auto _ : st) benchmark::DoNotOptimize(conv2d(x, w, Tensor(), p).data_ptr());
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * 64 * 28 * 28 * 32 * 9, benchmark::Counter::kIsIterationInvariantRate,
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * 64 * 28 * 28 * 32 * 9,
+                                              benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
 

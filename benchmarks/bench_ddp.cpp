@@ -81,7 +81,9 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   // Where the time goes (one host sync per step while profiling).
   train::StepProfiler prof(dev);
   runner.set_profiler(&prof);
-  if (ddp) ddp->reducer().set_backward_computed_hook([&] { prof.mark(train::StepProfiler::BackwardComputed); });
+  if (ddp)
+    ddp->reducer().set_backward_computed_hook(
+        [&] { prof.mark(train::StepProfiler::BackwardComputed); });
   for (int i = 0; i < steps; ++i) {
     prof.mark(train::StepProfiler::StepBegin);
     prof.mark(train::StepProfiler::DataReady);
@@ -111,9 +113,12 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   }
   double hidden = comm_ms > 0 ? std::clamp(1.0 - exposed / comm_ms, 0.0, 1.0) : 1.0;
   if (pg.rank() == 0) {
-    std::printf("%-6s gpus %d  %9.3f ms/step  all-reduce alone %8.3f ms  exposed %8.3f ms  hidden %5.1f%%\n",
-                w.name.c_str(), pg.size(), step_ms, comm_ms, exposed, 100 * hidden);
-    std::printf("RESULT loom %s %d %.4f %.4f %.4f\n", w.name.c_str(), pg.size(), step_ms, comm_ms, exposed);
+    std::printf(
+        "%-6s gpus %d  %9.3f ms/step  all-reduce alone %8.3f ms  exposed %8.3f ms  hidden "
+        "%5.1f%%\n",
+        w.name.c_str(), pg.size(), step_ms, comm_ms, exposed, 100 * hidden);
+    std::printf("RESULT loom %s %d %.4f %.4f %.4f\n", w.name.c_str(), pg.size(), step_ms, comm_ms,
+                exposed);
     std::fflush(stdout);
   }
 }
@@ -124,12 +129,15 @@ int main(int argc, char** argv) {
   CLI::App app{"loom DDP training-step benchmark (docs/workloads.md), one process per GPU"};
   std::string workload = "all", device, comm = "fp32";
   int warmup = 10, steps = 50, repeats = 5;
-  app.add_option("--workload", workload, "mlp, cnn, wide or all")->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
+  app.add_option("--workload", workload, "mlp, cnn, wide or all")
+      ->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
   app.add_option("--device", device, "cpu or cuda (default: cuda:LOCAL_RANK if present)");
   app.add_option("--warmup", warmup, "warm-up steps")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "timed steps per repeat")->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "repeats (the median is reported)")->check(CLI::PositiveNumber);
-  app.add_option("--comm", comm, "gradient communication dtype: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--repeats", repeats, "repeats (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--comm", comm, "gradient communication dtype: fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   try {
     dist::JobEnv env = dist::job_env();
@@ -143,7 +151,8 @@ int main(int argc, char** argv) {
     if (dev.is_cuda()) io.device = dev.index;
     auto pg = dist::init_process_group(io);
     if (pg->rank() == 0)
-      std::printf("bench_ddp: %d process(es), %s, %s gradients\n", pg->size(), dev.str().c_str(), comm.c_str());
+      std::printf("bench_ddp: %d process(es), %s, %s gradients\n", pg->size(), dev.str().c_str(),
+                  comm.c_str());
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
     for (const Workload& w : all)
       if (workload == "all" || workload == w.name) run(w, *pg, dev, warmup, steps, repeats, comm);

@@ -16,12 +16,12 @@
 
 #include "autograd/ops/ops.h"
 #include "core/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "core/cuda/check.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
-#include "core/cuda/stream.h"
 
 using namespace loom;
 
@@ -62,27 +62,32 @@ std::string fmt(const char* f, double v) {
 }
 
 // ratio = loom time / reference time (lower is better); ok when within `slack` of 1.
-void add_time_row(const std::string& name, double loom_ms, double ref_ms, const std::string& unit_note,
-                  double slack = 1.05) {
+void add_time_row(const std::string& name, double loom_ms, double ref_ms,
+                  const std::string& unit_note, double slack = 1.05) {
   double ratio = loom_ms / ref_ms;
-  g_rows.push_back({name, fmt("%.4f ms", loom_ms), fmt("%.4f ms", ref_ms) + unit_note, fmt("%.3f", ratio),
-                    fmt("<= %.2f", slack), ratio <= slack});
+  g_rows.push_back({name, fmt("%.4f ms", loom_ms), fmt("%.4f ms", ref_ms) + unit_note,
+                    fmt("%.3f", ratio), fmt("<= %.2f", slack), ratio <= slack});
 }
 
 // ---------------------------------------------------------------- elementwise add vs copy
 void bench_add() {
-  const int64_t n = g_quick ? (int64_t(1) << 26) : (int64_t(1) << 28);  // 256 MiB or 1 GiB per f32 tensor
+  const int64_t n =
+      g_quick ? (int64_t(1) << 26) : (int64_t(1) << 28);  // 256 MiB or 1 GiB per f32 tensor
   Tensor a = randn({n}, {.device = dev0()}), b = randn({n}, {.device = dev0()});
   Tensor dst = empty({n}, {.device = dev0()});
   auto& be = cuda::cuda_backend();
-  double copy_ms = time_ms([&] {
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), a.data_ptr(), size_t(n) * 4, cudaMemcpyDeviceToDevice, stream()));
-  }, 10);
+  double copy_ms = time_ms(
+      [&] {
+        LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), a.data_ptr(), size_t(n) * 4,
+                                        cudaMemcpyDeviceToDevice, stream()));
+      },
+      10);
   double add_ms = time_ms([&] { be.binary(BinaryOp::Add, a, b); }, 10);
   double copy_gbs = 2.0 * n * 4 / copy_ms / 1e6, add_gbs = 3.0 * n * 4 / add_ms / 1e6;
   double pct = 100 * add_gbs / copy_gbs;
-  g_rows.push_back({"add f32 " + std::to_string(n >> 20) + "M elems (GB/s, r+w)", fmt("%.0f GB/s", add_gbs),
-                    fmt("%.0f GB/s (D2D copy)", copy_gbs), fmt("%.1f%%", pct), ">= 80%", pct >= 80});
+  g_rows.push_back({"add f32 " + std::to_string(n >> 20) + "M elems (GB/s, r+w)",
+                    fmt("%.0f GB/s", add_gbs), fmt("%.0f GB/s (D2D copy)", copy_gbs),
+                    fmt("%.1f%%", pct), ">= 80%", pct >= 80});
 }
 
 // ---------------------------------------------------------------- matmul
@@ -100,11 +105,12 @@ struct DirectLt {
     cublasLtMatmulPreference_t pref;
     LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t max_ws = cuda::kLtMaxWorkspaceBytes;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                                           sizeof(max_ws)));
+    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cuda::lt_handle(0), op, l, l, l, l, pref, 1, &res, &found));
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(cuda::lt_handle(0), op, l, l, l, l, pref, 1, &res, &found));
     LOOM_CHECK(found > 0, "bench: no cuBLASLt algorithm");
     cublasLtMatmulPreferenceDestroy(pref);
     algo = res.algo;
@@ -118,8 +124,8 @@ struct DirectLt {
   }
   void run(const void* A, const void* B, void* C) {
     float one = 1, zero = 0;
-    LOOM_CUBLAS_CHECK(cublasLtMatmul(cuda::lt_handle(0), op, &one, A, l, B, l, &zero, C, l, C, l, &algo, ws, ws_size,
-                                     stream()));
+    LOOM_CUBLAS_CHECK(cublasLtMatmul(cuda::lt_handle(0), op, &one, A, l, B, l, &zero, C, l, C, l,
+                                     &algo, ws, ws_size, stream()));
   }
 };
 
@@ -128,7 +134,8 @@ void bench_matmul(cublasHandle_t blas) {
   const double flops = 2.0 * n * n * n;
   auto& be = cuda::cuda_backend();
   for (DType dt : {DType::F32, DType::BF16}) {
-    Tensor a = randn({n, n}, {.device = dev0()}).to(dt), b = randn({n, n}, {.device = dev0()}).to(dt);
+    Tensor a = randn({n, n}, {.device = dev0()}).to(dt),
+           b = randn({n, n}, {.device = dev0()}).to(dt);
     Tensor c = empty({n, n}, {.dtype = dt, .device = dev0()});
     cudaDataType_t t = dt == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
     int iters = dt == DType::F32 ? 10 : 50;
@@ -136,11 +143,14 @@ void bench_matmul(cublasHandle_t blas) {
     DirectLt lt(n, t, CUBLAS_COMPUTE_32F);
     double lt_ms = time_ms([&] { lt.run(b.data_ptr(), a.data_ptr(), c.data_ptr()); }, iters);
     float one = 1, zero = 0;
-    double gemm_ms = time_ms([&] {
-      LOOM_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &one, b.data_ptr(), t,
-                                     int(n), a.data_ptr(), t, int(n), &zero, c.data_ptr(), t, int(n),
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }, iters);
+    double gemm_ms = time_ms(
+        [&] {
+          LOOM_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n),
+                                         &one, b.data_ptr(), t, int(n), a.data_ptr(), t, int(n),
+                                         &zero, c.data_ptr(), t, int(n), CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+        },
+        iters);
     double best = std::min(lt_ms, gemm_ms);
     std::string name = std::string("mm 4096^3 ") + (dt == DType::F32 ? "f32 strict" : "bf16");
     add_time_row(name, loom_ms, best, lt_ms <= gemm_ms ? " cublasLt" : " cublasGemmEx");
@@ -170,10 +180,14 @@ struct DirectConv {
     LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(N), int(L.C), int(L.H), int(L.H)));
-    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, int(N), int(L.K), int(L.H), int(L.H)));
-    LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, int(L.K), int(L.C), 3, 3));
-    LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    LOOM_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, int(N), int(L.C), int(L.H), int(L.H)));
+    LOOM_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, int(N), int(L.K), int(L.H), int(L.H)));
+    LOOM_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, int(L.K), int(L.C), 3, 3));
+    LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
     ws_size = size_t(512) << 20;
     LOOM_CUDA_CHECK(cudaMalloc(&ws, ws_size));
@@ -190,7 +204,8 @@ struct DirectConv {
 
 void bench_conv() {
   const int64_t N = 256;
-  const ConvLayer layers[] = {{"conv1 1->32 28x28", 1, 28, 32}, {"conv2 32->64 28x28", 32, 28, 64},
+  const ConvLayer layers[] = {{"conv1 1->32 28x28", 1, 28, 32},
+                              {"conv2 32->64 28x28", 32, 28, 64},
                               {"conv3 64->128 14x14", 64, 14, 128}};
   auto& be = cuda::cuda_backend();
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -213,15 +228,21 @@ void bench_conv() {
       {
         cudnnConvolutionFwdAlgoPerf_t perf[16];
         int n = 0;
-        LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(d.h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y,
-                                                                out_y.data_ptr(), 16, &n, perf, d.ws, d.ws_size));
-        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN forward algorithm");
-        if (dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            d.h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y, out_y.data_ptr(), 16, &n, perf,
+            d.ws, d.ws_size));
+        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS,
+                   "bench: no cuDNN forward algorithm");
+        if (dt != DType::F32)
+          LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
         auto algo = perf[0].algo;
-        double ref = time_ms([&] {
-          LOOM_CUDNN_CHECK(cudnnConvolutionForward(d.h, &one, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, algo, d.ws,
-                                                   d.ws_size, &zero, d.y, out_y.data_ptr()));
-        }, it);
+        double ref = time_ms(
+            [&] {
+              LOOM_CUDNN_CHECK(cudnnConvolutionForward(d.h, &one, d.x, x.data_ptr(), d.w,
+                                                       w.data_ptr(), d.conv, algo, d.ws, d.ws_size,
+                                                       &zero, d.y, out_y.data_ptr()));
+            },
+            it);
         double ours = time_ms([&] { be.conv2d(x, w, p); }, it);
         add_time_row(std::string(L.name) + " fwd " + dn, ours, ref, "");
         LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
@@ -230,15 +251,21 @@ void bench_conv() {
       {
         cudnnConvolutionBwdDataAlgoPerf_t perf[16];
         int n = 0;
-        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(d.h, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv,
-                                                                     d.x, out_x.data_ptr(), 16, &n, perf, d.ws, d.ws_size));
-        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN backward-data algorithm");
-        if (dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            d.h, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv, d.x, out_x.data_ptr(), 16, &n, perf,
+            d.ws, d.ws_size));
+        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS,
+                   "bench: no cuDNN backward-data algorithm");
+        if (dt != DType::F32)
+          LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
         auto algo = perf[0].algo;
-        double ref = time_ms([&] {
-          LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(d.h, &one, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv, algo,
-                                                        d.ws, d.ws_size, &zero, d.x, out_x.data_ptr()));
-        }, it);
+        double ref = time_ms(
+            [&] {
+              LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(
+                  d.h, &one, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv, algo, d.ws, d.ws_size,
+                  &zero, d.x, out_x.data_ptr()));
+            },
+            it);
         double ours = time_ms([&] { be.conv2d_backward_input(gy, w, x.shape(), p); }, it);
         add_time_row(std::string(L.name) + " bwd-data " + dn, ours, ref, "");
         LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
@@ -247,16 +274,21 @@ void bench_conv() {
       {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
         int n = 0;
-        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(d.h, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv,
-                                                                       d.w, out_w.data_ptr(), 16, &n, perf, d.ws,
-                                                                       d.ws_size));
-        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN backward-filter algorithm");
-        if (dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            d.h, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv, d.w, out_w.data_ptr(), 16, &n, perf,
+            d.ws, d.ws_size));
+        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS,
+                   "bench: no cuDNN backward-filter algorithm");
+        if (dt != DType::F32)
+          LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
         auto algo = perf[0].algo;
-        double ref = time_ms([&] {
-          LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(d.h, &one, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv, algo,
-                                                          d.ws, d.ws_size, &zero, d.w, out_w.data_ptr()));
-        }, it);
+        double ref = time_ms(
+            [&] {
+              LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+                  d.h, &one, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv, algo, d.ws, d.ws_size,
+                  &zero, d.w, out_w.data_ptr()));
+            },
+            it);
         double ours = time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, it);
         add_time_row(std::string(L.name) + " bwd-filter " + dn, ours, ref, "");
       }
@@ -271,13 +303,16 @@ void bench_allocator() {
   // Mixed sizes, log-uniform from 256 B to 32 MiB, with up to 16 blocks alive at once.
   std::mt19937_64 rng(42);
   std::vector<size_t> sizes(4096);
-  for (size_t& s : sizes) s = size_t(256.0 * std::pow(2.0, std::uniform_real_distribution<double>(0, 17)(rng)));
+  for (size_t& s : sizes)
+    s = size_t(256.0 * std::pow(2.0, std::uniform_real_distribution<double>(0, 17)(rng)));
   std::vector<DataPtr> live(16);
-  for (int i = 0; i < 1000; ++i) live[size_t(i) % 16] = alloc.allocate(sizes[size_t(i) % sizes.size()]);  // warm
+  for (int i = 0; i < 1000; ++i)
+    live[size_t(i) % 16] = alloc.allocate(sizes[size_t(i) % sizes.size()]);  // warm
   for (auto& p : live) p.reset();
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < pairs; ++i) live[size_t(i) % 16] = alloc.allocate(sizes[size_t(i) % sizes.size()]);
+  for (int i = 0; i < pairs; ++i)
+    live[size_t(i) % 16] = alloc.allocate(sizes[size_t(i) % sizes.size()]);
   for (auto& p : live) p.reset();
   auto t1 = std::chrono::steady_clock::now();
   double ns_pair = std::chrono::duration<double, std::nano>(t1 - t0).count() / pairs;
@@ -300,12 +335,13 @@ void bench_allocator() {
 }
 
 void print_table() {
-  std::printf("\n%-46s %-22s %-36s %-8s %-8s %s\n", "benchmark", "loom", "reference", "ratio", "target", "");
+  std::printf("\n%-46s %-22s %-36s %-8s %-8s %s\n", "benchmark", "loom", "reference", "ratio",
+              "target", "");
   std::printf("%s\n", std::string(130, '-').c_str());
   int fails = 0;
   for (const Row& r : g_rows) {
-    std::printf("%-46s %-22s %-36s %-8s %-8s %s\n", r.name.c_str(), r.loom.c_str(), r.ref.c_str(), r.ratio.c_str(),
-                r.target.c_str(), r.ok ? "ok" : "MISS");
+    std::printf("%-46s %-22s %-36s %-8s %-8s %s\n", r.name.c_str(), r.loom.c_str(), r.ref.c_str(),
+                r.ratio.c_str(), r.target.c_str(), r.ok ? "ok" : "MISS");
     fails += r.ok ? 0 : 1;
   }
   std::printf("%d of %zu rows meet their target\n", int(g_rows.size()) - fails, g_rows.size());
@@ -322,7 +358,8 @@ static int run_all(int argc, char** argv) {
   cudaDeviceProp prop{};
   LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device 0: %s, %d SMs, %.0f GiB; TF32 %s\n", prop.name, prop.multiProcessorCount,
-              double(prop.totalGlobalMem) / (1 << 30), cuda::allow_tf32() ? "allowed" : "off (strict fp32)");
+              double(prop.totalGlobalMem) / (1 << 30),
+              cuda::allow_tf32() ? "allowed" : "off (strict fp32)");
   cublasHandle_t blas;
   LOOM_CUBLAS_CHECK(cublasCreate(&blas));
   LOOM_CUBLAS_CHECK(cublasSetStream(blas, stream()));
@@ -331,8 +368,8 @@ static int run_all(int argc, char** argv) {
     const char* name;
     std::function<void()> run;
   };
-  for (const Step& s : {Step{"add", bench_add}, Step{"matmul", [&] { bench_matmul(blas); }}, Step{"conv", bench_conv},
-                        Step{"allocator", bench_allocator}}) {
+  for (const Step& s : {Step{"add", bench_add}, Step{"matmul", [&] { bench_matmul(blas); }},
+                        Step{"conv", bench_conv}, Step{"allocator", bench_allocator}}) {
     std::printf("running %s ...\n", s.name);
     std::fflush(stdout);
     s.run();

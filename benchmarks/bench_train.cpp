@@ -73,7 +73,8 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   }
   std::sort(ms.begin(), ms.end());
   Result res{ms[ms.size() / 2], ms.front(), ms.back(), 0, first_step_s};
-  if (dev.is_cuda()) res.peak_mib = double(cuda::memory_stats(dev.index).peak_allocated) / (1 << 20);
+  if (dev.is_cuda())
+    res.peak_mib = double(cuda::memory_stats(dev.index).peak_allocated) / (1 << 20);
   return res;
 }
 
@@ -85,12 +86,15 @@ int main(int argc, char** argv) {
   std::string workload = "all", device;
   int warmup = 10, steps = 50, repeats = 5;
   bool graph = false;
-  app.add_option("--workload", workload, "mlp, cnn, wide or all")->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
+  app.add_option("--workload", workload, "mlp, cnn, wide or all")
+      ->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
-  app.add_option("--repeats", repeats, "repeats (the median is reported)")->check(train::int_range(1, 10000));
-  app.add_flag("--cuda-graph", graph, "replay the step as a CUDA graph (zero-grad, forward, backward)");
+  app.add_option("--repeats", repeats, "repeats (the median is reported)")
+      ->check(train::int_range(1, 10000));
+  app.add_flag("--cuda-graph", graph,
+               "replay the step as a CUDA graph (zero-grad, forward, backward)");
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   Device dev = kCPU;
@@ -98,14 +102,14 @@ int main(int argc, char** argv) {
   try {
     if (!device.empty()) dev = Device(device);
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
-    std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype", "mode", "batch",
-                "ms/step", "min ms", "max ms", "peak MiB", "first step s");
+    std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
+                "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
       if (workload != "all" && workload != w.name) continue;
       Result r = run(w, dev, warmup, steps, repeats, graph);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
-                  dev.str().c_str(), "fp32", graph ? "graph" : "eager", long(w.batch), r.median_ms, r.min_ms,
-                  r.max_ms, r.peak_mib, r.first_step_s);
+                  dev.str().c_str(), "fp32", graph ? "graph" : "eager", long(w.batch), r.median_ms,
+                  r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1

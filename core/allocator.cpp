@@ -50,7 +50,8 @@ Allocator& cpu_allocator() {
 }
 
 CpuAllocStats cpu_alloc_stats() {
-  return {g_cpu_allocations.load(std::memory_order_relaxed), g_cpu_bytes.load(std::memory_order_relaxed)};
+  return {g_cpu_allocations.load(std::memory_order_relaxed),
+          g_cpu_bytes.load(std::memory_order_relaxed)};
 }
 
 Allocator& allocator_for(Device d) {
@@ -58,7 +59,8 @@ Allocator& allocator_for(Device d) {
 #ifdef LOOM_WITH_CUDA
   return cuda_caching_allocator(d.index);
 #else
-  LOOM_FAIL("allocator_for(", d, "): this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)");
+  LOOM_FAIL("allocator_for(", d,
+            "): this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)");
 #endif
 }
 

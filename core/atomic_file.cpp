@@ -31,8 +31,8 @@ std::string atomic_temp_path(const std::string& path, long pid) {
 AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), temp_(atomic_temp_path(path_, long(::getpid()))) {
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  LOOM_CHECK(fd_ >= 0, "writing '", path_, "': cannot create the temporary file '", temp_, "': ",
-             errno_text());
+  LOOM_CHECK(fd_ >= 0, "writing '", path_, "': cannot create the temporary file '", temp_,
+             "': ", errno_text());
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -54,7 +54,8 @@ void AtomicFileWriter::write(const void* data, size_t n) {
 
 void AtomicFileWriter::commit() {
   LOOM_CHECK(fd_ >= 0 && !committed_, "writing '", path_, "': the file was already committed");
-  LOOM_CHECK(::fsync(fd_) == 0, "writing '", path_, "': fsync of '", temp_, "' failed: ", errno_text());
+  LOOM_CHECK(::fsync(fd_) == 0, "writing '", path_, "': fsync of '", temp_,
+             "' failed: ", errno_text());
   int rc = ::close(fd_);
   fd_ = -1;
   LOOM_CHECK(rc == 0, "writing '", path_, "': close of '", temp_, "' failed: ", errno_text());
@@ -64,7 +65,8 @@ void AtomicFileWriter::commit() {
   // The rename is durable only once the folder's entry is on disk.
   std::string dir = parent_dir(path_);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  LOOM_CHECK(dfd >= 0, "writing '", path_, "': cannot open folder '", dir, "' to fsync it: ", errno_text());
+  LOOM_CHECK(dfd >= 0, "writing '", path_, "': cannot open folder '", dir,
+             "' to fsync it: ", errno_text());
   int frc = ::fsync(dfd);
   ::close(dfd);
   LOOM_CHECK(frc == 0, "writing '", path_, "': fsync of folder '", dir, "' failed: ", errno_text());

@@ -7,28 +7,44 @@ namespace loom {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::I64: return 8;
-    case DType::I32: return 4;
-    case DType::U8: return 1;
-    case DType::Bool: return 1;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
+    case DType::I64:
+      return 8;
+    case DType::I32:
+      return 4;
+    case DType::U8:
+      return 1;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "float32";
-    case DType::F64: return "float64";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
-    case DType::I64: return "int64";
-    case DType::I32: return "int32";
-    case DType::U8: return "uint8";
-    case DType::Bool: return "bool";
+    case DType::F32:
+      return "float32";
+    case DType::F64:
+      return "float64";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::I64:
+      return "int64";
+    case DType::I32:
+      return "int32";
+    case DType::U8:
+      return "uint8";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }

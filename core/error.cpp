@@ -18,8 +18,8 @@ namespace loom {
 #endif
   {
     const char* first = nullptr;
-    for (const char* top : {"core/", "kernels/", "autograd/", "nn/", "data/", "distributed/", "examples/",
-                            "benchmarks/", "tests/"}) {
+    for (const char* top : {"core/", "kernels/", "autograd/", "nn/", "data/", "distributed/",
+                            "examples/", "benchmarks/", "tests/"}) {
       const char* p = std::strstr(file, top);
       if (p && (p == file || p[-1] == '/') && (!first || p < first)) first = p;
     }

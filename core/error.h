@@ -37,8 +37,8 @@ std::string str(const Args&... args) {
 }  // namespace loom
 
 // LOOM_CHECK(cond, "conv2d: input ", x.shape(), " has ", c, " channels") throws loom::Error.
-#define LOOM_CHECK(cond, ...)                                          \
-  do {                                                                 \
+#define LOOM_CHECK(cond, ...)                                                       \
+  do {                                                                              \
     if (!(cond)) ::loom::throw_error(__FILE__, __LINE__, ::loom::str(__VA_ARGS__)); \
   } while (0)
 

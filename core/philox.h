@@ -22,14 +22,18 @@ LOOM_HOST_DEVICE inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi
 
 // counter = (c0, c1, c2, c3), key = seed.
 LOOM_HOST_DEVICE inline Philox4 philox4x32(uint64_t seed, uint64_t c_lo, uint64_t c_hi) {
-  uint32_t c0 = uint32_t(c_lo), c1 = uint32_t(c_lo >> 32), c2 = uint32_t(c_hi), c3 = uint32_t(c_hi >> 32);
+  uint32_t c0 = uint32_t(c_lo), c1 = uint32_t(c_lo >> 32), c2 = uint32_t(c_hi),
+           c3 = uint32_t(c_hi >> 32);
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;
     philox_mulhilo(0xD2511F53u, c0, hi0, lo0);
     philox_mulhilo(0xCD9E8D57u, c2, hi1, lo1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -43,10 +47,13 @@ LOOM_HOST_DEVICE inline uint32_t philox_u32(uint64_t seed, uint64_t offset, uint
 }
 
 // Uniform in [0, 1) with 24 random bits (exactly representable in float32).
-LOOM_HOST_DEVICE inline float u32_to_unit_float(uint32_t x) { return float(x >> 8) * (1.0f / 16777216.0f); }
+LOOM_HOST_DEVICE inline float u32_to_unit_float(uint32_t x) {
+  return float(x >> 8) * (1.0f / 16777216.0f);
+}
 
 // Uniform in [0, 1) from the element's own block: f32 uses 24 bits, f64 53 bits from two words.
-LOOM_HOST_DEVICE inline double philox_uniform(uint64_t seed, uint64_t offset, uint64_t i, bool f64) {
+LOOM_HOST_DEVICE inline double philox_uniform(uint64_t seed, uint64_t offset, uint64_t i,
+                                              bool f64) {
   Philox4 r = philox4x32(seed, offset + i, 1);  // one block per element: words 0..3 all its own
   if (!f64) return u32_to_unit_float(r.v[0]);
   uint64_t bits = (uint64_t(r.v[0]) << 21) ^ uint64_t(r.v[1] >> 11);  // 53 bits

@@ -74,7 +74,8 @@ class FileSource : public ByteSource {
       ssize_t r = ::pread(fd_, p, chunk, off_t(offset));
       if (r < 0 && errno == EINTR) continue;
       LOOM_CHECK(r > 0, prefix(name()), "reading ", what, " failed: ",
-                 r == 0 ? std::string("unexpected end of file (was it truncated?)") : std::strerror(errno));
+                 r == 0 ? std::string("unexpected end of file (was it truncated?)")
+                        : std::strerror(errno));
       p += r;
       n -= uint64_t(r);
       offset += uint64_t(r);
@@ -114,7 +115,8 @@ json parse_json_strict(const std::string& text, const std::string& source) {
     switch (ev) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        LOOM_CHECK(depth < 3, prefix(source), "header JSON is nested deeper than a safetensors header can be");
+        LOOM_CHECK(depth < 3, prefix(source),
+                   "header JSON is nested deeper than a safetensors header can be");
         if (ev == json::parse_event_t::object_start) keys.emplace_back();
         break;
       case json::parse_event_t::object_end:
@@ -122,8 +124,8 @@ json parse_json_strict(const std::string& text, const std::string& source) {
         break;
       case json::parse_event_t::key: {
         const std::string& k = parsed.get_ref<const std::string&>();
-        LOOM_CHECK(!keys.empty() && keys.back().insert(k).second, prefix(source), "duplicate key '", k,
-                   "' in the header", depth <= 1 ? " (two tensors with the same name)" : "");
+        LOOM_CHECK(!keys.empty() && keys.back().insert(k).second, prefix(source), "duplicate key '",
+                   k, "' in the header", depth <= 1 ? " (two tensors with the same name)" : "");
         break;
       }
       default:
@@ -146,15 +148,15 @@ uint64_t get_unsigned(const json& v, const std::string& source, const std::strin
 
 SafetensorsEntry parse_entry(const std::string& name, const json& v, const std::string& source) {
   std::string where = "tensor '" + name + "'";
-  LOOM_CHECK(v.is_object(), prefix(source), where, ": expected an object {dtype, shape, data_offsets}, got ",
-             v.type_name());
+  LOOM_CHECK(v.is_object(), prefix(source), where,
+             ": expected an object {dtype, shape, data_offsets}, got ", v.type_name());
   for (const auto& [k, unused] : v.items()) {
     (void)unused;
     LOOM_CHECK(k == "dtype" || k == "shape" || k == "data_offsets", prefix(source), where,
                ": unknown field '", k, "'");
   }
-  LOOM_CHECK(v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), prefix(source),
-             where, ": missing one of the fields dtype, shape, data_offsets");
+  LOOM_CHECK(v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+             prefix(source), where, ": missing one of the fields dtype, shape, data_offsets");
   SafetensorsEntry e;
   e.name = name;
   const json& dt = v.at("dtype");
@@ -162,26 +164,28 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, const std::
   e.dtype = dtype_from_safetensors_name(dt.get<std::string>(), prefix(source) + where);
 
   const json& shape = v.at("shape");
-  LOOM_CHECK(shape.is_array(), prefix(source), where, ": shape must be an array, got ", shape.dump());
+  LOOM_CHECK(shape.is_array(), prefix(source), where, ": shape must be an array, got ",
+             shape.dump());
   uint64_t numel = 1;
   for (const json& d : shape) {
     uint64_t n = get_unsigned(d, source, where + ": each size in shape");
-    LOOM_CHECK(n <= uint64_t(std::numeric_limits<int64_t>::max()), prefix(source), where, ": size ", n,
-               " in shape is too large");
+    LOOM_CHECK(n <= uint64_t(std::numeric_limits<int64_t>::max()), prefix(source), where, ": size ",
+               n, " in shape is too large");
     LOOM_CHECK(!__builtin_mul_overflow(numel, n, &numel), prefix(source), where,
                ": the number of elements of shape ", shape.dump(), " overflows");
     e.shape.push_back(int64_t(n));
   }
   uint64_t nbytes = 0;
-  LOOM_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(e.dtype)), &nbytes), prefix(source), where,
-             ": the byte size of shape ", shape.dump(), " overflows");
+  LOOM_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(e.dtype)), &nbytes), prefix(source),
+             where, ": the byte size of shape ", shape.dump(), " overflows");
 
   const json& off = v.at("data_offsets");
   LOOM_CHECK(off.is_array() && off.size() == 2, prefix(source), where,
              ": data_offsets must be [begin, end], got ", off.dump());
   e.begin = get_unsigned(off[0], source, where + ": data_offsets begin");
   e.end = get_unsigned(off[1], source, where + ": data_offsets end");
-  LOOM_CHECK(e.begin <= e.end, prefix(source), where, ": data_offsets ", off.dump(), " end before they begin");
+  LOOM_CHECK(e.begin <= e.end, prefix(source), where, ": data_offsets ", off.dump(),
+             " end before they begin");
   LOOM_CHECK(e.end - e.begin == nbytes, prefix(source), where, ": ", dt.get<std::string>(), " ",
              shape.dump(), " needs ", nbytes, " bytes but data_offsets ", off.dump(), " span ",
              e.end - e.begin);
@@ -201,7 +205,8 @@ const char* safetensors_dtype_name(DType t) {
 DType dtype_from_safetensors_name(const std::string& s, const std::string& where) {
   for (const auto& d : kDTypeNames)
     if (s == d.name) return d.dtype;
-  LOOM_FAIL(where, ": unsupported dtype '", s, "' (loom reads F64, F32, F16, BF16, I64, I32, U8, BOOL)");
+  LOOM_FAIL(where, ": unsupported dtype '", s,
+            "' (loom reads F64, F32, F16, BF16, I64, I32, U8, BOOL)");
 }
 
 // ---------------------------------------------------------------- SafetensorsFile
@@ -215,7 +220,8 @@ bool SafetensorsFile::contains(const std::string& name) const {
 const Tensor& SafetensorsFile::at(const std::string& name) const {
   for (const auto& [n, t] : tensors)
     if (n == name) return t;
-  LOOM_FAIL(prefix(path), "has no tensor named '", name, "' (it holds ", tensors.size(), " tensors)");
+  LOOM_FAIL(prefix(path), "has no tensor named '", name, "' (it holds ", tensors.size(),
+            " tensors)");
 }
 
 // ---------------------------------------------------------------- reading
@@ -223,15 +229,17 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
 SafetensorsHeader parse_safetensors_header(const std::string& json_text, uint64_t data_size,
                                            const std::string& source) {
   json root = parse_json_strict(json_text, source);
-  LOOM_CHECK(root.is_object(), prefix(source), "header must be a JSON object, got ", root.type_name());
+  LOOM_CHECK(root.is_object(), prefix(source), "header must be a JSON object, got ",
+             root.type_name());
   SafetensorsHeader h;
   for (const auto& [key, v] : root.items()) {
     if (key == "__metadata__") {
       if (v.is_null()) continue;
-      LOOM_CHECK(v.is_object(), prefix(source), "__metadata__ must be an object of strings, got ", v.type_name());
+      LOOM_CHECK(v.is_object(), prefix(source), "__metadata__ must be an object of strings, got ",
+                 v.type_name());
       for (const auto& [mk, mv] : v.items()) {
-        LOOM_CHECK(mv.is_string(), prefix(source), "__metadata__ value of '", mk, "' must be a string, got ",
-                   mv.dump());
+        LOOM_CHECK(mv.is_string(), prefix(source), "__metadata__ value of '", mk,
+                   "' must be a string, got ", mv.dump());
         h.metadata[mk] = mv.get<std::string>();
       }
       continue;
@@ -245,10 +253,11 @@ SafetensorsHeader parse_safetensors_header(const std::string& json_text, uint64_
   uint64_t expected = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const auto& e : h.entries) {
-    LOOM_CHECK(e.begin >= expected, prefix(source), "tensor '", e.name, "' (bytes ", e.begin, "..", e.end,
-               ") overlaps tensor '", prev ? prev->name : "", "' (which ends at ", expected, ")");
-    LOOM_CHECK(e.begin == expected, prefix(source), "gap in the data: tensor '", e.name, "' begins at byte ",
-               e.begin, " but the previous tensor ends at ", expected);
+    LOOM_CHECK(e.begin >= expected, prefix(source), "tensor '", e.name, "' (bytes ", e.begin, "..",
+               e.end, ") overlaps tensor '", prev ? prev->name : "", "' (which ends at ", expected,
+               ")");
+    LOOM_CHECK(e.begin == expected, prefix(source), "gap in the data: tensor '", e.name,
+               "' begins at byte ", e.begin, " but the previous tensor ends at ", expected);
     expected = e.end;
     prev = &e;
   }
@@ -263,15 +272,17 @@ namespace {
 SafetensorsHeader read_header(const ByteSource& src) {
   const std::string& path = src.name();
   uint64_t size = src.size();
-  LOOM_CHECK(size >= 8, prefix(path), "the file is ", size, " bytes, too short to hold the 8-byte header length");
+  LOOM_CHECK(size >= 8, prefix(path), "the file is ", size,
+             " bytes, too short to hold the 8-byte header length");
   uint8_t len_bytes[8];
   src.read(len_bytes, 8, 0, "the header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  LOOM_CHECK(n <= kMaxSafetensorsHeader, prefix(path), "header length ", n, " is over the limit of ",
-             kMaxSafetensorsHeader, " bytes (not a safetensors file, or corrupt)");
-  LOOM_CHECK(8 + n <= size, prefix(path), "header length ", n, " runs past the end of the file (", size,
-             " bytes; was it truncated?)");
+  LOOM_CHECK(n <= kMaxSafetensorsHeader, prefix(path), "header length ", n,
+             " is over the limit of ", kMaxSafetensorsHeader,
+             " bytes (not a safetensors file, or corrupt)");
+  LOOM_CHECK(8 + n <= size, prefix(path), "header length ", n, " runs past the end of the file (",
+             size, " bytes; was it truncated?)");
   std::string text(size_t(n), '\0');
   src.read(text.data(), n, 8, "the header");
   SafetensorsHeader h = parse_safetensors_header(text, size - 8 - n, path);
@@ -286,7 +297,8 @@ SafetensorsFile read_all(const ByteSource& src) {
   f.metadata = std::move(h.metadata);
   for (const auto& e : h.entries) {
     Tensor t = empty(e.shape, {.dtype = e.dtype});
-    if (e.end > e.begin) src.read(t.data_ptr(), e.end - e.begin, h.data_start + e.begin, "tensor '" + e.name + "'");
+    if (e.end > e.begin)
+      src.read(t.data_ptr(), e.end - e.begin, h.data_start + e.begin, "tensor '" + e.name + "'");
     if (e.dtype == DType::Bool) {
       // Any byte other than 0 or 1 would be an invalid C++ bool: read it as true.
       auto* p = static_cast<uint8_t*>(t.data_ptr());
@@ -299,7 +311,9 @@ SafetensorsFile read_all(const ByteSource& src) {
 
 }  // namespace
 
-SafetensorsHeader read_safetensors_header(const std::string& path) { return read_header(FileSource(path)); }
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  return read_header(FileSource(path));
+}
 
 SafetensorsFile read_safetensors(const std::string& path) { return read_all(FileSource(path)); }
 
@@ -318,15 +332,18 @@ struct EncodedHeader {
   std::vector<size_t> order;
 };
 
-EncodedHeader encode_header(const std::string& path, const NamedTensors& host_tensors, const StringMap& metadata) {
+EncodedHeader encode_header(const std::string& path, const NamedTensors& host_tensors,
+                            const StringMap& metadata) {
   std::set<std::string> names;
   for (const auto& [name, t] : host_tensors) {
-    LOOM_CHECK(name != "__metadata__", prefix(path), "'__metadata__' is reserved and cannot name a tensor");
+    LOOM_CHECK(name != "__metadata__", prefix(path),
+               "'__metadata__' is reserved and cannot name a tensor");
     LOOM_CHECK(names.insert(name).second, prefix(path), "two tensors are named '", name, "'");
     LOOM_CHECK(t.defined(), prefix(path), "tensor '", name, "' is undefined");
     LOOM_CHECK(t.device().is_cpu() && t.is_contiguous(), prefix(path), "tensor '", name, "' is ",
                describe(t), t.is_contiguous() ? "" : " (not contiguous)",
-               "; write_safetensors takes contiguous CPU tensors (save_safetensors in nn/serialize.h copies)");
+               "; write_safetensors takes contiguous CPU tensors (save_safetensors in "
+               "nn/serialize.h copies)");
   }
   EncodedHeader enc;
   // Largest elements first so every tensor starts at a multiple of its element size.
@@ -370,7 +387,8 @@ size_t byte_size(const Tensor& t) { return size_t(t.numel()) * t.element_size();
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const NamedTensors& host_tensors, const StringMap& metadata) {
+void write_safetensors(const std::string& path, const NamedTensors& host_tensors,
+                       const StringMap& metadata) {
   EncodedHeader enc = encode_header(path, host_tensors, metadata);
   AtomicFileWriter out(path);
   out.write(enc.head.data(), enc.head.size());
@@ -381,7 +399,8 @@ void write_safetensors(const std::string& path, const NamedTensors& host_tensors
   out.commit();
 }
 
-std::string encode_safetensors(const NamedTensors& host_tensors, const StringMap& metadata, const std::string& name) {
+std::string encode_safetensors(const NamedTensors& host_tensors, const StringMap& metadata,
+                               const std::string& name) {
   EncodedHeader enc = encode_header(name, host_tensors, metadata);
   size_t total = enc.head.size();
   for (const auto& nt : host_tensors) total += byte_size(nt.second);

@@ -2,7 +2,6 @@
 #include "core/shape.h"
 
 #include "core/checked_math.h"
-
 #include "core/error.h"
 
 namespace loom {
@@ -24,8 +23,9 @@ int64_t checked_numel(const char* op, const Shape& s) {
 
 int64_t checked_nbytes(const char* op, const Shape& s, size_t element_size) {
   int64_t n = checked_numel(op, s), bytes = 0;
-  LOOM_CHECK(!__builtin_mul_overflow(n, int64_t(element_size), &bytes), op, ": shape ", s, " of ", element_size,
-             "-byte elements needs more bytes than int64 can count (", n, " elements)");
+  LOOM_CHECK(!__builtin_mul_overflow(n, int64_t(element_size), &bytes), op, ": shape ", s, " of ",
+             element_size, "-byte elements needs more bytes than int64 can count (", n,
+             " elements)");
   return bytes;
 }
 
@@ -62,7 +62,8 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
 Strides broadcast_strides(const Shape& s, const Strides& st, const Shape& target) {
   Strides out(target.size(), 0);
   size_t off = target.size() - s.size();
-  for (size_t i = 0; i < s.size(); ++i) out[off + i] = (s[i] == 1 && target[off + i] != 1) ? 0 : st[i];
+  for (size_t i = 0; i < s.size(); ++i)
+    out[off + i] = (s[i] == 1 && target[off + i] != 1) ? 0 : st[i];
   return out;
 }
 

@@ -1,9 +1,10 @@
 // Tensor and TensorImpl: metadata, autograd metadata, and the core constructors.
 #include "core/tensor.h"
-#include "core/checked_math.h"
 
 #include <cstring>
 #include <sstream>
+
+#include "core/checked_math.h"
 
 namespace loom {
 
@@ -22,7 +23,8 @@ int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim("stride", d,
 
 void Tensor::check_dtype_for_data(DType want) const {
   LOOM_CHECK(defined(), "data<", dtype_name(want), ">: the tensor is undefined");
-  LOOM_CHECK(dtype() == want, "data<", dtype_name(want), ">: the tensor holds ", dtype_name(dtype()));
+  LOOM_CHECK(dtype() == want, "data<", dtype_name(want), ">: the tensor holds ",
+             dtype_name(dtype()));
 }
 
 // ---- autograd metadata ----
@@ -41,10 +43,11 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::requires_grad_(bool on) {
   LOOM_CHECK(defined(), "requires_grad_: the tensor is undefined");
-  LOOM_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad (this one was made by ",
+  LOOM_CHECK(is_leaf(),
+             "requires_grad_: only leaf tensors can change requires_grad (this one was made by ",
              "an op); use detach() to get a leaf");
-  LOOM_CHECK(!on || is_floating_point(), "requires_grad_: only floating tensors can require grad, got ",
-             describe(*this));
+  LOOM_CHECK(!on || is_floating_point(),
+             "requires_grad_: only floating tensors can require grad, got ", describe(*this));
   ensure_autograd_meta().requires_grad = on;
   return *this;
 }
@@ -85,7 +88,8 @@ std::string Tensor::name() const {
 // ---- constructors ----
 
 Tensor empty(const Shape& shape, Options opt) {
-  auto storage = make_storage(size_t(checked_nbytes("empty", shape, dtype_size(opt.dtype))), opt.device);
+  auto storage =
+      make_storage(size_t(checked_nbytes("empty", shape, dtype_size(opt.dtype))), opt.device);
   Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0,
                                         opt.dtype));
   if (opt.requires_grad) t.requires_grad_(true);
@@ -99,8 +103,9 @@ Tensor make_view(const Tensor& src, Shape sizes, Strides strides, int64_t offset
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, bool requires_grad) {
-  LOOM_CHECK(int64_t(values.size()) == checked_numel("from_vector", shape), "from_vector: ", values.size(),
-             " values do not fill shape ", shape, " (", numel(shape), " elements)");
+  LOOM_CHECK(int64_t(values.size()) == checked_numel("from_vector", shape),
+             "from_vector: ", values.size(), " values do not fill shape ", shape, " (",
+             numel(shape), " elements)");
   Tensor t = empty(shape, {.dtype = DTypeOf<T>::value});
   if constexpr (std::is_same_v<T, bool>) {
     bool* p = t.data<bool>();

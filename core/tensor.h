@@ -77,7 +77,7 @@ class Tensor {
   void set_grad(const Tensor& g);
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   bool is_leaf() const;
-  AutogradMeta* autograd_meta() const;          // nullptr when the tensor never needed grad
+  AutogradMeta* autograd_meta() const;  // nullptr when the tensor never needed grad
   AutogradMeta& ensure_autograd_meta() const;
   uint64_t version() const;
   void bump_version() const;
@@ -148,10 +148,10 @@ using Hook = std::function<void(const Tensor&)>;
 // Autograd state of one tensor. Created lazily: most tensors (inputs, no-grad math) never have it.
 struct AutogradMeta {
   bool requires_grad = false;
-  Tensor grad;                                   // leaves only
-  std::shared_ptr<autograd::Node> grad_fn;       // non-leaves: the node that produced it
+  Tensor grad;                                     // leaves only
+  std::shared_ptr<autograd::Node> grad_fn;         // non-leaves: the node that produced it
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: cached AccumulateGrad node
-  std::vector<Hook> post_accumulate_hooks;       // leaves: run after .grad was updated
+  std::vector<Hook> post_accumulate_hooks;         // leaves: run after .grad was updated
   std::string name;
 };
 

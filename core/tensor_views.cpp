@@ -1,8 +1,9 @@
 // Raw view arithmetic: every function returns a tensor sharing x's storage.
 #include "core/tensor_views.h"
-#include "core/checked_math.h"
 
 #include <algorithm>
+
+#include "core/checked_math.h"
 
 namespace loom::raw {
 
@@ -24,11 +25,13 @@ Shape infer_shape(const char* op, const Shape& s, int64_t n) {
                " elements");
     out[infer] = n / known;
   }
-  LOOM_CHECK(checked_numel(op, out) == n, op, ": shape ", s, " is invalid for a tensor of ", n, " elements");
+  LOOM_CHECK(checked_numel(op, out) == n, op, ": shape ", s, " is invalid for a tensor of ", n,
+             " elements");
   return out;
 }
 
-std::optional<Strides> view_strides(const Shape& sizes, const Strides& strides, const Shape& target) {
+std::optional<Strides> view_strides(const Shape& sizes, const Strides& strides,
+                                    const Shape& target) {
   Strides out(target.size());
   if (numel(sizes) == 0 || sizes.empty()) {
     return contiguous_strides(target);
@@ -40,7 +43,8 @@ std::optional<Strides> view_strides(const Shape& sizes, const Strides& strides, 
   int64_t tensor_numel = 1, view_numel = 1;
   for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
     tensor_numel *= sizes[d];
-    bool chunk_ends = d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride);
+    bool chunk_ends =
+        d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride);
     if (chunk_ends) {
       while (view_d >= 0 && (view_numel < tensor_numel || target[view_d] == 1)) {
         out[view_d] = view_numel * chunk_base_stride;
@@ -123,20 +127,22 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
 }
 
 Tensor expand(const Tensor& x, const Shape& s) {
-  LOOM_CHECK(s.size() >= x.shape().size(), "expand: cannot expand ", x.shape(), " to fewer dims ", s);
+  LOOM_CHECK(s.size() >= x.shape().size(), "expand: cannot expand ", x.shape(), " to fewer dims ",
+             s);
   size_t off = s.size() - x.shape().size();
   Shape sizes(s.size());
   Strides strides(s.size(), 0);
   for (size_t i = 0; i < s.size(); ++i) {
     if (i < off) {
-      LOOM_CHECK(s[i] >= 0, "expand: new leading dim ", i, " cannot be ", s[i], " (target ", s, ")");
+      LOOM_CHECK(s[i] >= 0, "expand: new leading dim ", i, " cannot be ", s[i], " (target ", s,
+                 ")");
       sizes[i] = s[i];
       continue;
     }
     int64_t have = x.shape()[i - off];
     int64_t want = s[i] == -1 ? have : s[i];
-    LOOM_CHECK(have == want || have == 1, "expand: cannot expand ", x.shape(), " to ", s,
-               " (dim ", i, ": ", have, " vs ", want, ")");
+    LOOM_CHECK(have == want || have == 1, "expand: cannot expand ", x.shape(), " to ", s, " (dim ",
+               i, ": ", have, " vs ", want, ")");
     sizes[i] = want;
     strides[i] = have == want ? x.strides()[i - off] : 0;
   }

@@ -14,7 +14,8 @@ Shape infer_shape(const char* op, const Shape& s, int64_t numel);
 
 // Strides for viewing (sizes, strides) as `target` without a copy, if possible (PyTorch's
 // computeStride): each run of merged/split dims must be contiguous within itself.
-std::optional<Strides> view_strides(const Shape& sizes, const Strides& strides, const Shape& target);
+std::optional<Strides> view_strides(const Shape& sizes, const Strides& strides,
+                                    const Shape& target);
 
 Tensor view(const Tensor& x, const Shape& s);  // error if the layout does not allow a view
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);

@@ -20,7 +20,8 @@ namespace loom::data {
 namespace {
 
 struct Produced {
-  Example src;  // the collated batch: on the host (pinned when going to a GPU), or on the dataset's device
+  Example src;  // the collated batch: on the host (pinned when going to a GPU), or on the dataset's
+                // device
   std::exception_ptr error;
 };
 
@@ -48,8 +49,8 @@ void check_transform_input(const Transform& t, const Tensor& x, int64_t index) {
 // Collates the examples `idx` of epoch `epoch`, applying the transform per example with the
 // sample's own stream. Runs on a worker thread (or the consumer when num_workers is 0).
 // Never throws: an error travels in Produced::error to the consumer, in batch order.
-Produced produce_batch(const Dataset& ds, const DataLoaderOptions& opt, bool pinned, std::span<const int64_t> idx,
-                       int64_t epoch) {
+Produced produce_batch(const Dataset& ds, const DataLoaderOptions& opt, bool pinned,
+                       std::span<const int64_t> idx, int64_t epoch) {
   Produced p;
   try {
     const int64_t b = int64_t(idx.size());
@@ -60,11 +61,12 @@ Produced produce_batch(const Dataset& ds, const DataLoaderOptions& opt, bool pin
       // Fast path, Note [Dataset fast path]: one buffer per batch, one memcpy per row.
       if (tf)
         LOOM_CHECK(sp->data_dtype == kF32, "DataLoader: transform ", tf->name(),
-                   " needs float32 data, but the dataset's examples are ", dtype_name(sp->data_dtype), " ",
-                   sp->data_shape);
+                   " needs float32 data, but the dataset's examples are ",
+                   dtype_name(sp->data_dtype), " ", sp->data_shape);
       const Shape out_shape = tf ? tf->output_shape(sp->data_shape) : sp->data_shape;
       p.src.data = host_buffer(with_batch(b, out_shape), sp->data_dtype, pinned);
-      if (sp->has_target) p.src.target = host_buffer(with_batch(b, sp->target_shape), sp->target_dtype, pinned);
+      if (sp->has_target)
+        p.src.target = host_buffer(with_batch(b, sp->target_shape), sp->target_dtype, pinned);
       if (!tf) {
         ds.gather(idx, p.src.data, p.src.target);
       } else {
@@ -96,7 +98,8 @@ Produced produce_batch(const Dataset& ds, const DataLoaderOptions& opt, bool pin
       } else {
         const Example& e0 = examples.at(0);
         p.src.data = host_buffer(with_batch(b, e0.data.shape()), e0.data.dtype(), true);
-        if (e0.target.defined()) p.src.target = host_buffer(with_batch(b, e0.target.shape()), e0.target.dtype(), true);
+        if (e0.target.defined())
+          p.src.target = host_buffer(with_batch(b, e0.target.shape()), e0.target.dtype(), true);
         collate_into(examples, p.src.data, p.src.target);
       }
     }
@@ -130,7 +133,8 @@ struct DataLoader::Run {
   std::vector<std::thread> workers;
 
   std::span<const int64_t> batch_indices(int64_t k) const {
-    const size_t b = size_t(k * batch_size), e = std::min(order.size(), size_t((k + 1) * batch_size));
+    const size_t b = size_t(k * batch_size),
+                 e = std::min(order.size(), size_t((k + 1) * batch_size));
     return std::span<const int64_t>(order).subspan(b, e - b);
   }
 };
@@ -142,7 +146,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<S
                        DataLoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), opt_(std::move(options)) {
   LOOM_CHECK(dataset_ != nullptr, "DataLoader: the dataset is null");
-  LOOM_CHECK(!(sampler_ && opt_.shuffle), "DataLoader: shuffle = true with a sampler of your own; the sampler ",
+  LOOM_CHECK(!(sampler_ && opt_.shuffle),
+             "DataLoader: shuffle = true with a sampler of your own; the sampler ",
              "decides the order (DistributedSampler has its own shuffle option)");
   if (!sampler_) {
     if (opt_.shuffle)
@@ -152,20 +157,25 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<S
   }
   check_options();
 #ifdef LOOM_WITH_CUDA
-  pinned_ = opt_.device.is_cuda() && opt_.pin_memory && dataset_->device().is_cpu() && loom::cuda::is_available();
+  pinned_ = opt_.device.is_cuda() && opt_.pin_memory && dataset_->device().is_cpu() &&
+            loom::cuda::is_available();
 #endif
 }
 
 DataLoader::~DataLoader() { stop_run(); }
 
 void DataLoader::check_options() const {
-  LOOM_CHECK(opt_.batch_size >= 1, "DataLoader: batch_size ", opt_.batch_size, " must be at least 1");
+  LOOM_CHECK(opt_.batch_size >= 1, "DataLoader: batch_size ", opt_.batch_size,
+             " must be at least 1");
   LOOM_CHECK(opt_.num_workers >= 0, "DataLoader: num_workers ", opt_.num_workers, " is negative");
-  LOOM_CHECK(opt_.prefetch_factor >= 1, "DataLoader: prefetch_factor ", opt_.prefetch_factor, " must be at least 1");
-  LOOM_CHECK(opt_.device.is_cpu() || has_backend(opt_.device.type), "DataLoader: device ", opt_.device,
+  LOOM_CHECK(opt_.prefetch_factor >= 1, "DataLoader: prefetch_factor ", opt_.prefetch_factor,
+             " must be at least 1");
+  LOOM_CHECK(opt_.device.is_cpu() || has_backend(opt_.device.type), "DataLoader: device ",
+             opt_.device,
              " requested, but this build of loom has no CUDA (configure with -DLOOM_CUDA=ON)");
   LOOM_CHECK(dataset_->device().is_cpu() || !opt_.transform, "DataLoader: the dataset lives on ",
-             dataset_->device(), " and transforms run on the host; move the dataset to the CPU or drop the transform ",
+             dataset_->device(),
+             " and transforms run on the host; move the dataset to the CPU or drop the transform ",
              opt_.transform ? opt_.transform->name() : "");
 }
 

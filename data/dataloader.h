@@ -20,20 +20,21 @@ namespace loom::data {
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;    // RandomSampler(seed) instead of SequentialSampler
-  bool drop_last = false;  // drop the last batch when it is smaller than batch_size
-  int64_t num_workers = 0;  // 0: collate on the calling thread
+  bool shuffle = false;         // RandomSampler(seed) instead of SequentialSampler
+  bool drop_last = false;       // drop the last batch when it is smaller than batch_size
+  int64_t num_workers = 0;      // 0: collate on the calling thread
   int64_t prefetch_factor = 2;  // batches in flight = prefetch_factor * num_workers
-  bool pin_memory = true;  // collate into page-locked memory when `device` is a GPU
-  Device device = kCPU;    // where the delivered batches live
-  uint64_t seed = 0;       // the shuffle (seed + epoch) and the transforms' per-sample streams
-  std::shared_ptr<const Transform> transform = nullptr;  // per example, on the workers (float32 data)
+  bool pin_memory = true;       // collate into page-locked memory when `device` is a GPU
+  Device device = kCPU;         // where the delivered batches live
+  uint64_t seed = 0;            // the shuffle (seed + epoch) and the transforms' per-sample streams
+  std::shared_ptr<const Transform> transform =
+      nullptr;  // per example, on the workers (float32 data)
 };
 
 // One batch. data (B, ...) and target (B, ...) are on the loader's device.
 struct Batch {
   Tensor data;
-  Tensor target;  // undefined for datasets without targets
+  Tensor target;                 // undefined for datasets without targets
   std::vector<int64_t> indices;  // the dataset indices of the rows, in order
   int64_t epoch = 0;
   int64_t index = 0;  // batch number within the epoch (counting from the epoch's start)
@@ -54,8 +55,7 @@ class DataLoader {
              DataLoaderOptions options = {});
   // Takes a dataset by value (TensorDataset, FashionMNIST...: handles to shared tensors).
   template <typename D>
-    requires std::derived_from<D, Dataset>
-  DataLoader(D dataset, DataLoaderOptions options = {})
+  requires std::derived_from<D, Dataset> DataLoader(D dataset, DataLoaderOptions options = {})
       : DataLoader(std::make_shared<D>(std::move(dataset)), std::move(options)) {}
   ~DataLoader();  // stops and joins the workers, whatever state the iteration is in
   DataLoader(const DataLoader&) = delete;
@@ -85,7 +85,7 @@ class DataLoader {
   Iterator begin() { return Iterator(this); }
   std::default_sentinel_t end() const { return {}; }
 
-  int64_t size() const;  // batches in a whole epoch
+  int64_t size() const;          // batches in a whole epoch
   int64_t batches_left() const;  // batches not yet delivered in the current epoch
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return sampler_->epoch(); }
@@ -106,8 +106,8 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   std::shared_ptr<Sampler> sampler_;
   DataLoaderOptions opt_;
-  bool pinned_ = false;  // collate into pinned host memory (batches go to a GPU)
-  std::unique_ptr<Run> run_;                      // the pass over the rest of the current epoch
+  bool pinned_ = false;       // collate into pinned host memory (batches go to a GPU)
+  std::unique_ptr<Run> run_;  // the pass over the rest of the current epoch
 };
 
 }  // namespace loom::data

@@ -44,7 +44,8 @@ class Dataset {
   virtual std::optional<ExampleSpec> spec() const { return std::nullopt; }
   // Copies examples `indices` into rows of data (B, data_shape...) and target (B, target_shape...),
   // contiguous CPU tensors allocated by the caller from spec().
-  virtual void gather(std::span<const int64_t> indices, const Tensor& data, const Tensor& target) const;
+  virtual void gather(std::span<const int64_t> indices, const Tensor& data,
+                      const Tensor& target) const;
 
   // Where the examples live. A dataset on a GPU is batched there (get_batch), without workers.
   virtual Device device() const { return kCPU; }
@@ -63,7 +64,8 @@ class TensorDataset final : public Dataset {
   int64_t size() const override { return data_.size(0); }
   Example get(int64_t index) const override;  // views (no copy) of row `index`
   std::optional<ExampleSpec> spec() const override;
-  void gather(std::span<const int64_t> indices, const Tensor& data, const Tensor& target) const override;
+  void gather(std::span<const int64_t> indices, const Tensor& data,
+              const Tensor& target) const override;
   Device device() const override { return data_.device(); }
   Example get_batch(std::span<const int64_t> indices) const override;
 
@@ -84,6 +86,7 @@ void collate_into(std::span<const Example> examples, const Tensor& data, const T
 // Copies the rows of `src` (contiguous CPU tensor, first dim indexes rows) picked by `indices`
 // into `dst` (contiguous CPU tensor of B rows of the same row size): one memcpy per row.
 // `what` names the caller in errors (index out of range names the index and the size).
-void gather_rows(const char* what, const Tensor& src, std::span<const int64_t> indices, const Tensor& dst);
+void gather_rows(const char* what, const Tensor& src, std::span<const int64_t> indices,
+                 const Tensor& dst);
 
 }  // namespace loom::data

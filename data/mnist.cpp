@@ -61,15 +61,17 @@ std::string find_file(const std::string& who, const std::string& root, const std
   std::error_code ec;
   if (fs::is_regular_file(gz, ec)) return gz.string();
   if (fs::is_regular_file(plain, ec)) return plain.string();
-  LOOM_FAIL(who, ": missing file ", gz.string(), " (nor ", plain.string(),
-            " uncompressed). For Fashion-MNIST run `apt-get install dataset-fashion-mnist` (it installs ",
-            FashionMNIST::kDefaultRoot, "), or pass the folder holding the idx files.");
+  LOOM_FAIL(
+      who, ": missing file ", gz.string(), " (nor ", plain.string(),
+      " uncompressed). For Fashion-MNIST run `apt-get install dataset-fashion-mnist` (it installs ",
+      FashionMNIST::kDefaultRoot, "), or pass the folder holding the idx files.");
 }
 
 }  // namespace
 
 Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string& who) {
-  LOOM_CHECK(expected_ndim >= 1 && expected_ndim <= 4, who, ": expected_ndim ", expected_ndim, " is not in [1, 4]");
+  LOOM_CHECK(expected_ndim >= 1 && expected_ndim <= 4, who, ": expected_ndim ", expected_ndim,
+             " is not in [1, 4]");
   errno = 0;
   GzPtr f(gzopen(path.c_str(), "rb"));
   LOOM_CHECK(f != nullptr, who, ": cannot open ", path, ": ",
@@ -79,19 +81,22 @@ Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string
   // Header: magic (0, 0, type code, ndim), then ndim big-endian uint32 sizes.
   unsigned char magic[4];
   int64_t got = read_some(f.get(), magic, 4, who, path);
-  LOOM_CHECK(got == 4, who, ": ", path, " is truncated: ", got, " bytes, too short for the 4-byte idx magic number");
+  LOOM_CHECK(got == 4, who, ": ", path, " is truncated: ", got,
+             " bytes, too short for the 4-byte idx magic number");
   const uint32_t want = 0x0800u | uint32_t(expected_ndim);
-  LOOM_CHECK(big_endian32(magic) == want, who, ": ", path, " has a bad magic number ", hex32(big_endian32(magic)),
-             " (expected ", hex32(want), ": an idx file of unsigned bytes with ", expected_ndim, " dims)");
+  LOOM_CHECK(big_endian32(magic) == want, who, ": ", path, " has a bad magic number ",
+             hex32(big_endian32(magic)), " (expected ", hex32(want),
+             ": an idx file of unsigned bytes with ", expected_ndim, " dims)");
   std::vector<unsigned char> dims_raw(size_t(4 * expected_ndim));
   got = read_some(f.get(), dims_raw.data(), int64_t(dims_raw.size()), who, path);
-  LOOM_CHECK(got == int64_t(dims_raw.size()), who, ": ", path, " is truncated inside its header (", got, " of ",
-             dims_raw.size(), " bytes of sizes)");
+  LOOM_CHECK(got == int64_t(dims_raw.size()), who, ": ", path, " is truncated inside its header (",
+             got, " of ", dims_raw.size(), " bytes of sizes)");
   Shape dims;
   int64_t total = 1;
   for (int d = 0; d < expected_ndim; ++d) {
     uint32_t v = big_endian32(&dims_raw[size_t(4 * d)]);
-    LOOM_CHECK(v <= uint32_t(std::numeric_limits<int32_t>::max()) && total <= (int64_t(1) << 40) / std::max(1u, v),
+    LOOM_CHECK(v <= uint32_t(std::numeric_limits<int32_t>::max()) &&
+                   total <= (int64_t(1) << 40) / std::max(1u, v),
                who, ": ", path, " declares an implausible size ", v, " in dim ", d);
     dims.push_back(int64_t(v));
     total *= int64_t(v);
@@ -99,19 +104,22 @@ Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string
 
   Tensor out = empty(dims, {.dtype = kU8});
   got = read_some(f.get(), out.data_ptr(), total, who, path);
-  LOOM_CHECK(got == total, who, ": ", path, " is truncated: its header declares ", dims, " = ", total,
-             " bytes of data, but only ", got, " follow");
+  LOOM_CHECK(got == total, who, ": ", path, " is truncated: its header declares ", dims, " = ",
+             total, " bytes of data, but only ", got, " follow");
   unsigned char extra;
   LOOM_CHECK(read_some(f.get(), &extra, 1, who, path) == 0, who, ": ", path,
-             " has bytes after the ", total, " its header declares ", dims, " (not an idx file, or two concatenated)");
+             " has bytes after the ", total, " its header declares ", dims,
+             " (not an idx file, or two concatenated)");
   return out;
 }
 
 // ---------------------------------------------------------------- MNIST
 
-MNIST::MNIST(const std::string& root, bool train, MnistNormalization norm) : MNIST("MNIST", root, train, norm) {}
+MNIST::MNIST(const std::string& root, bool train, MnistNormalization norm)
+    : MNIST("MNIST", root, train, norm) {}
 
-MNIST::MNIST(const std::string& what, const std::string& root, bool train, MnistNormalization norm) : norm_(norm) {
+MNIST::MNIST(const std::string& what, const std::string& root, bool train, MnistNormalization norm)
+    : norm_(norm) {
   LOOM_CHECK(norm.std > 0.0f, what, ": normalisation std ", norm.std, " must be positive");
   for (int v = 0; v < 256; ++v) lut_[v] = (float(v) / 255.0f - norm.mean) / norm.std;
   load(what, root, train);
@@ -125,10 +133,10 @@ void MNIST::load(const std::string& what, const std::string& root, bool train) {
   images_ = read_idx_u8(images_path, 3, who);
   Tensor raw_labels = read_idx_u8(labels_path, 1, who);
   const int64_t n = images_.size(0), nl = raw_labels.size(0);
-  LOOM_CHECK(n == nl, who, ": ", images_path, " holds ", n, " images but ", labels_path, " holds ", nl,
-             " labels (the counts must match)");
-  LOOM_CHECK(images_.size(1) > 0 && images_.size(2) > 0, who, ": ", images_path, " has images of size ",
-             images_.size(1), "x", images_.size(2));
+  LOOM_CHECK(n == nl, who, ": ", images_path, " holds ", n, " images but ", labels_path, " holds ",
+             nl, " labels (the counts must match)");
+  LOOM_CHECK(images_.size(1) > 0 && images_.size(2) > 0, who, ": ", images_path,
+             " has images of size ", images_.size(1), "x", images_.size(2));
   labels_ = empty({n}, {.dtype = kI64});
   const uint8_t* src = raw_labels.data<uint8_t>();
   int64_t* dst = labels_.data<int64_t>();
@@ -140,7 +148,8 @@ void MNIST::load(const std::string& what, const std::string& root, bool train) {
 }
 
 Example MNIST::get(int64_t index) const {
-  LOOM_CHECK(index >= 0 && index < size(), "MNIST::get: index ", index, " is out of range for ", size(), " examples");
+  LOOM_CHECK(index >= 0 && index < size(), "MNIST::get: index ", index, " is out of range for ",
+             size(), " examples");
   const int64_t h = images_.size(1), w = images_.size(2);
   Tensor data = empty({1, h, w}, {.dtype = kF32});
   const uint8_t* px = images_.data<uint8_t>() + index * h * w;
@@ -155,18 +164,21 @@ std::optional<ExampleSpec> MNIST::spec() const {
   return ExampleSpec{{1, images_.size(1), images_.size(2)}, kF32, {}, kI64, true};
 }
 
-void MNIST::gather(std::span<const int64_t> indices, const Tensor& data, const Tensor& target) const {
+void MNIST::gather(std::span<const int64_t> indices, const Tensor& data,
+                   const Tensor& target) const {
   const int64_t b = int64_t(indices.size()), hw = images_.size(1) * images_.size(2);
-  LOOM_CHECK(data.dtype() == kF32 && data.is_contiguous() && data.numel() == b * hw && target.dtype() == kI64 &&
-                 target.numel() == b,
-             "MNIST::gather: ", b, " examples into data ", describe(data), " and target ", describe(target));
+  LOOM_CHECK(data.dtype() == kF32 && data.is_contiguous() && data.numel() == b * hw &&
+                 target.dtype() == kI64 && target.numel() == b,
+             "MNIST::gather: ", b, " examples into data ", describe(data), " and target ",
+             describe(target));
   const uint8_t* px = images_.data<uint8_t>();
   const int64_t* lab = labels_.data<int64_t>();
   float* out = data.data<float>();
   int64_t* tout = target.data<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t r = indices[size_t(i)];
-    LOOM_CHECK(r >= 0 && r < size(), "MNIST::gather: index ", r, " is out of range for ", size(), " examples");
+    LOOM_CHECK(r >= 0 && r < size(), "MNIST::gather: index ", r, " is out of range for ", size(),
+               " examples");
     const uint8_t* src = px + r * hw;
     float* dst = out + i * hw;
     for (int64_t j = 0; j < hw; ++j) dst[j] = lut_[src[j]];
@@ -187,7 +199,9 @@ Tensor MNIST::float_images(bool normalize) const {
   return out;
 }
 
-TensorDataset MNIST::to_tensor_dataset(bool normalize) const { return TensorDataset(float_images(normalize), labels_); }
+TensorDataset MNIST::to_tensor_dataset(bool normalize) const {
+  return TensorDataset(float_images(normalize), labels_);
+}
 
 // ---------------------------------------------------------------- FashionMNIST
 

@@ -14,7 +14,8 @@ namespace loom::data {
 // uint8 tensor of those dims. `expected_ndim` is checked through the magic number (0x0801 for
 // labels, 0x0803 for images). Errors name the file and what is wrong: missing, bad magic,
 // truncated, trailing bytes, gzip corruption; `who` starts the message.
-Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string& who = "read_idx_u8");
+Tensor read_idx_u8(const std::string& path, int expected_ndim,
+                   const std::string& who = "read_idx_u8");
 
 struct MnistNormalization {
   float mean, std;
@@ -32,7 +33,8 @@ class MNIST : public Dataset {
   int64_t size() const override { return labels_.size(0); }
   Example get(int64_t index) const override;
   std::optional<ExampleSpec> spec() const override;
-  void gather(std::span<const int64_t> indices, const Tensor& data, const Tensor& target) const override;
+  void gather(std::span<const int64_t> indices, const Tensor& data,
+              const Tensor& target) const override;
 
   const Tensor& images() const { return images_; }  // uint8 (N, H, W)
   const Tensor& labels() const { return labels_; }  // int64 (N), values in [0, 10)

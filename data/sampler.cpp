@@ -41,7 +41,8 @@ void Sampler::set_position(int64_t position) {
 void Sampler::load_state(const SamplerState& s) {
   LOOM_CHECK(s.epoch >= 0, "Sampler::load_state: epoch ", s.epoch, " is negative");
   LOOM_CHECK(s.position >= 0 && s.position <= size(), "Sampler::load_state: position ", s.position,
-             " is outside [0, ", size(), "]: the checkpoint was saved with a different dataset or world size");
+             " is outside [0, ", size(),
+             "]: the checkpoint was saved with a different dataset or world size");
   epoch_ = s.epoch;
   position_ = s.position;
 }
@@ -78,14 +79,16 @@ std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
 
 // ---------------------------------------------------------------- Distributed
 
-DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions opt) : n_(n), opt_(opt) {
+DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions opt)
+    : n_(n), opt_(opt) {
   const int64_t R = opt.num_replicas;
   LOOM_CHECK(n >= 0, "DistributedSampler: dataset size ", n, " is negative");
   LOOM_CHECK(R >= 1, "DistributedSampler: num_replicas = ", R, " must be at least 1");
-  LOOM_CHECK(opt.rank >= 0 && opt.rank < R, "DistributedSampler: rank ", opt.rank, " is outside [0, ", R,
-             ") for num_replicas = ", R);
+  LOOM_CHECK(opt.rank >= 0 && opt.rank < R, "DistributedSampler: rank ", opt.rank,
+             " is outside [0, ", R, ") for num_replicas = ", R);
   LOOM_CHECK(!(opt.exactly_once && opt.drop_last),
-             "DistributedSampler: exactly_once (every sample once, for evaluation) and drop_last contradict "
+             "DistributedSampler: exactly_once (every sample once, for evaluation) and drop_last "
+             "contradict "
              "each other; set one of them");
   if (opt.exactly_once) {
     // rank r gets the indices r, r + R, ... below N.

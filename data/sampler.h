@@ -77,7 +77,8 @@ struct DistributedSamplerOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   // Beyond PyTorch: evaluation mode. No padding and nothing dropped: rank r takes
-  // indices[r : N : R], so every sample is seen exactly once across ranks (ranks may differ by one).
+  // indices[r : N : R], so every sample is seen exactly once across ranks (ranks may differ by
+  // one).
   bool exactly_once = false;
 };
 

@@ -21,7 +21,8 @@ uint64_t splitmix64(uint64_t x) {
 
 // (C, H, W) or (H, W) -> {C, H, W} with C = 1 for the 2-d case.
 std::array<int64_t, 3> chw(const std::string& who, const Shape& s) {
-  LOOM_CHECK(s.size() == 2 || s.size() == 3, who, ": expected an image of shape (C, H, W) or (H, W), got ", s);
+  LOOM_CHECK(s.size() == 2 || s.size() == 3, who,
+             ": expected an image of shape (C, H, W) or (H, W), got ", s);
   if (s.size() == 2) return {1, s[0], s[1]};
   return {s[0], s[1], s[2]};
 }
@@ -59,7 +60,8 @@ int64_t SampleRng::randint(int64_t lo, int64_t hi) {
 // ---------------------------------------------------------------- Transform
 
 Tensor Transform::operator()(const Tensor& x, SampleRng& rng) const {
-  LOOM_CHECK(x.dtype() == kF32 && x.device().is_cpu(), name(), ": expects a float32 CPU tensor, got ", describe(x));
+  LOOM_CHECK(x.dtype() == kF32 && x.device().is_cpu(), name(),
+             ": expects a float32 CPU tensor, got ", describe(x));
   Tensor in = raw::contiguous(x);
   Tensor out = empty(output_shape(in.shape()), {.dtype = kF32});
   apply(in.data<float>(), in.shape(), out.data<float>(), rng);
@@ -70,7 +72,8 @@ Tensor Transform::operator()(const Tensor& x, SampleRng& rng) const {
 
 Normalize::Normalize(std::vector<float> mean, std::vector<float> std) : mean_(std::move(mean)) {
   LOOM_CHECK(!mean_.empty() && mean_.size() == std.size(), "Normalize: mean has ", mean_.size(),
-             " values and std has ", std.size(), " (expected the same non-zero number, one per channel)");
+             " values and std has ", std.size(),
+             " (expected the same non-zero number, one per channel)");
   for (float s : std) {
     LOOM_CHECK(s > 0.0f && std::isfinite(s), "Normalize: std ", s, " must be positive and finite");
     inv_std_.push_back(1.0f / s);
@@ -101,16 +104,17 @@ void Normalize::apply(const float* in, const Shape& in_shape, float* out, Sample
 
 RandomCrop::RandomCrop(std::array<int64_t, 2> size, int64_t padding, float fill)
     : size_(size), padding_(padding), fill_(fill) {
-  LOOM_CHECK(size[0] > 0 && size[1] > 0, "RandomCrop: size (", size[0], ", ", size[1], ") must be positive");
+  LOOM_CHECK(size[0] > 0 && size[1] > 0, "RandomCrop: size (", size[0], ", ", size[1],
+             ") must be positive");
   LOOM_CHECK(padding >= 0, "RandomCrop: padding ", padding, " is negative");
 }
 
 Shape RandomCrop::output_shape(const Shape& in) const {
   auto [c, h, w] = chw("RandomCrop", in);
   (void)c;
-  LOOM_CHECK(size_[0] <= h + 2 * padding_ && size_[1] <= w + 2 * padding_, "RandomCrop: crop (", size_[0], ", ",
-             size_[1], ") is larger than the padded image (", h + 2 * padding_, ", ", w + 2 * padding_,
-             ") of an example of shape ", in);
+  LOOM_CHECK(size_[0] <= h + 2 * padding_ && size_[1] <= w + 2 * padding_, "RandomCrop: crop (",
+             size_[0], ", ", size_[1], ") is larger than the padded image (", h + 2 * padding_,
+             ", ", w + 2 * padding_, ") of an example of shape ", in);
   return with_hw(in, size_[0], size_[1]);
 }
 
@@ -149,7 +153,8 @@ Shape RandomHorizontalFlip::output_shape(const Shape& in) const {
   return in;
 }
 
-void RandomHorizontalFlip::apply(const float* in, const Shape& in_shape, float* out, SampleRng& rng) const {
+void RandomHorizontalFlip::apply(const float* in, const Shape& in_shape, float* out,
+                                 SampleRng& rng) const {
   output_shape(in_shape);
   const int64_t w = in_shape.back();
   const int64_t rows = w == 0 ? 0 : numel(in_shape) / w;
@@ -164,7 +169,8 @@ void RandomHorizontalFlip::apply(const float* in, const Shape& in_shape, float* 
 // ---------------------------------------------------------------- Compose
 
 Compose::Compose(std::vector<std::shared_ptr<const Transform>> ts) : ts_(std::move(ts)) {
-  for (size_t i = 0; i < ts_.size(); ++i) LOOM_CHECK(ts_[i] != nullptr, "Compose: transform ", i, " is null");
+  for (size_t i = 0; i < ts_.size(); ++i)
+    LOOM_CHECK(ts_[i] != nullptr, "Compose: transform ", i, " is null");
 }
 
 std::string Compose::name() const {

@@ -22,7 +22,7 @@ class SampleRng {
  public:
   SampleRng(uint64_t seed, int64_t epoch, int64_t index);
   uint32_t next_u32();
-  double uniform();                        // [0, 1), 32 random bits
+  double uniform();                         // [0, 1), 32 random bits
   int64_t randint(int64_t lo, int64_t hi);  // [lo, hi], both ends included
 
  private:
@@ -65,7 +65,8 @@ class Normalize final : public Transform {
 class RandomCrop final : public Transform {
  public:
   RandomCrop(std::array<int64_t, 2> size, int64_t padding = 0, float fill = 0.0f);
-  RandomCrop(int64_t size, int64_t padding = 0, float fill = 0.0f) : RandomCrop({size, size}, padding, fill) {}
+  RandomCrop(int64_t size, int64_t padding = 0, float fill = 0.0f)
+      : RandomCrop({size, size}, padding, fill) {}
   std::string name() const override { return "RandomCrop"; }
   Shape output_shape(const Shape& in) const override;
   void apply(const float* in, const Shape& in_shape, float* out, SampleRng& rng) const override;

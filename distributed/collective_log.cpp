@@ -10,8 +10,9 @@ namespace loom::distributed {
 std::string OpRecord::describe() const {
   std::string what = str(numel, " ", dtype_name(dtype), " element", numel == 1 ? "" : "s");
   if (op == "barrier") return str("barrier #", seq);
-  if (seq == 0) return str(op, peer >= 0 ? (op == "send" ? " to rank " : " from rank ") : "",
-                           peer >= 0 ? std::to_string(peer) : "", " (", what, ")");
+  if (seq == 0)
+    return str(op, peer >= 0 ? (op == "send" ? " to rank " : " from rank ") : "",
+               peer >= 0 ? std::to_string(peer) : "", " (", what, ")");
   return str(op, " #", seq, " (", what, ")");
 }
 

@@ -22,7 +22,7 @@ struct OpRecord {
   uint64_t seq = 0;
   int64_t numel = 0;
   DType dtype = DType::F32;
-  int peer = -1;  // send/recv: the other rank
+  int peer = -1;                 // send/recv: the other rank
   std::string describe() const;  // "all_reduce #17 (4096 float32 elements)"
 };
 
@@ -51,7 +51,7 @@ class CollectiveLog {
 
  private:
   void publisher();
-  std::shared_ptr<Store> store_;  // the publisher's own connection
+  std::shared_ptr<Store> store_;   // the publisher's own connection
   std::shared_ptr<Store> reader_;  // for timeout_message
   int rank_, size_;
   std::mutex mu_;

@@ -26,11 +26,15 @@ std::string shape_str(const Tensor& t) { return str(t.shape()); }
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                                  std::shared_ptr<ProcessGroup> pg,
                                                  DDPOptions options)
-    : nn::Module("DistributedDataParallel"), module_(std::move(module)),
-      pg_(pg ? std::move(pg) : world()), opt_(options) {
+    : nn::Module("DistributedDataParallel"),
+      module_(std::move(module)),
+      pg_(pg ? std::move(pg) : world()),
+      opt_(options) {
   LOOM_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
-  LOOM_CHECK(opt_.check_consistency_every >= 0, "DistributedDataParallel: check_consistency_every "
-             "must be >= 0, got ", opt_.check_consistency_every);
+  LOOM_CHECK(opt_.check_consistency_every >= 0,
+             "DistributedDataParallel: check_consistency_every "
+             "must be >= 0, got ",
+             opt_.check_consistency_every);
   share_members_of(*module_);  // Note [DDP as a module]
   nn::Module::train(module_->is_training());
   verify_same_layout();
@@ -102,7 +106,8 @@ void DistributedDataParallel::verify_same_layout() {
     for (size_t i = 0; i < differ.size(); ++i) ranks << (i ? ", " : "") << differ[i];
     LOOM_FAIL("DistributedDataParallel: the model differs across ranks (seen on rank ", pg_->rank(),
               "): entry ", k, " is ", ref, " on rank 0 but ", theirs, " on rank(s) ", ranks.str(),
-              " (rank 0 has ", all[0].size(), " parameters and buffers). Every rank must build "
+              " (rank 0 has ", all[0].size(),
+              " parameters and buffers). Every rank must build "
               "the same model");
   }
 }
@@ -150,13 +155,15 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (pg_->size() > 1 && x.device().is_cuda())
     LOOM_CHECK(!cuda::is_capturing(cuda::current_stream(x.device().index)),
                "DistributedDataParallel: the step cannot be captured into a CUDA graph with ",
-               pg_->backend(), " all-reduces: the process group tracks every collective on the "
+               pg_->backend(),
+               " all-reduces: the process group tracks every collective on the "
                "host (a watchdog queries its completion event to enforce the collective timeout, "
                "which a stream capture does not allow, and a replayed graph would run collectives "
                "no watchdog knows about). Run the distributed step eagerly (without --cuda-graph)");
 #endif
   if (join_active_ && training_step) {
-    LOOM_CHECK(sync_, "DistributedDataParallel: no_sync inside join is not supported (the joined "
+    LOOM_CHECK(sync_,
+               "DistributedDataParallel: no_sync inside join is not supported (the joined "
                "ranks mirror one all-reduce per forward)");
     Tensor active = full({1}, 1.0, {.dtype = DType::I32, .device = x.device()});
     pg_->all_reduce(active, ReduceOp::Sum)->wait();  // joined ranks count the active ones
@@ -229,7 +236,8 @@ void DistributedDataParallel::check_consistency() {
     if (count == 0) continue;
     LOOM_FAIL("DistributedDataParallel: the parameters have diverged across ranks at iteration ",
               iteration_, " (seen on rank ", pg_->rank(), "): parameter '", params[size_t(k)].first,
-              "' differs between rank 0 and rank(s) ", differ.str(), ". Every rank must apply the "
+              "' differs between rank 0 and rank(s) ", differ.str(),
+              ". Every rank must apply the "
               "same update to the same reduced gradients (same optimizer, same learning rate, no "
               "rank-local changes to the weights)");
   }

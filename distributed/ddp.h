@@ -15,12 +15,12 @@
 namespace loom::distributed {
 
 struct DDPOptions {
-  bool broadcast_buffers = true;         // rank 0's buffers (BatchNorm statistics) every forward
-  bool find_unused_parameters = false;   // see Note [Unfinished reduction] in reducer.cpp
+  bool broadcast_buffers = true;        // rank 0's buffers (BatchNorm statistics) every forward
+  bool find_unused_parameters = false;  // see Note [Unfinished reduction] in reducer.cpp
   size_t first_bucket_cap_bytes = size_t(1) << 20;
   size_t bucket_cap_bytes = size_t(25) << 20;
-  bool rebuild_buckets = true;           // once, in the order gradients arrived (rank 0's)
-  std::optional<DType> comm_dtype;       // kBF16 or kF16: communicate gradients rounded
+  bool rebuild_buckets = true;      // once, in the order gradients arrived (rank 0's)
+  std::optional<DType> comm_dtype;  // kBF16 or kF16: communicate gradients rounded
   // Every N training forwards, hash the parameters on every rank and fail if they differ
   // (0 = never). Costs a copy of the weights to the host and one all-gather per check.
   int64_t check_consistency_every = 0;

@@ -26,8 +26,10 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<Par
   std::vector<std::vector<size_t>> out;
   std::vector<bool> seen(params.size(), false);
   for (size_t i : order) {
-    LOOM_CHECK(i < params.size() && !seen[i], "compute_bucket_assignment: the order is not a "
-               "permutation of 0..", params.size() - 1, " (entry ", i, ")");
+    LOOM_CHECK(i < params.size() && !seen[i],
+               "compute_bucket_assignment: the order is not a "
+               "permutation of 0..",
+               params.size() - 1, " (entry ", i, ")");
     seen[i] = true;
     const ParamLayout& p = params[i];
     Open& g = groups[{int(p.dtype), p.device.str()}];
@@ -45,9 +47,8 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<Par
   // Number the buckets by the position of their first parameter in `order`.
   std::vector<size_t> pos(params.size());
   for (size_t k = 0; k < order.size(); ++k) pos[order[k]] = k;
-  std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-    return pos[a.front()] < pos[b.front()];
-  });
+  std::sort(out.begin(), out.end(),
+            [&](const auto& a, const auto& b) { return pos[a.front()] < pos[b.front()]; });
   return out;
 }
 

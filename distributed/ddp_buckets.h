@@ -33,13 +33,13 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<Par
 
 // One bucket: its parameters (indices into the reducer's list) laid out back to back in `flat`.
 struct Bucket {
-  std::vector<size_t> params;   // in bucket order
+  std::vector<size_t> params;    // in bucket order
   std::vector<int64_t> offsets;  // element offset of each parameter in flat
-  std::vector<Tensor> views;    // flat's slice for each parameter, in the parameter's shape
-  Tensor flat;                  // (numel,) in the parameters' dtype and device
-  Tensor comm;                  // (numel,) in the communication dtype, when compressing
-  size_t pending = 0;           // gradients not yet ready in this iteration
-  std::shared_ptr<Work> work;   // the all-reduce in flight, if launched
+  std::vector<Tensor> views;     // flat's slice for each parameter, in the parameter's shape
+  Tensor flat;                   // (numel,) in the parameters' dtype and device
+  Tensor comm;                   // (numel,) in the communication dtype, when compressing
+  size_t pending = 0;            // gradients not yet ready in this iteration
+  std::shared_ptr<Work> work;    // the all-reduce in flight, if launched
 };
 
 // Allocates the buckets of `assignment` for `params` (all of one dtype and device per bucket);

@@ -66,8 +66,9 @@ JobEnv job_env() {
   const char* ext = var("LOOM_STORE_EXTERNAL");
   e.external_store = ext && std::string(ext) != "0";
   if (var("RANK") || var("WORLD_SIZE")) {
-    LOOM_CHECK(var("RANK") && var("WORLD_SIZE"), "distributed: ", var("RANK") ? "RANK" : "WORLD_SIZE",
-               " is set but ", var("RANK") ? "WORLD_SIZE" : "RANK", " is not");
+    LOOM_CHECK(var("RANK") && var("WORLD_SIZE"),
+               "distributed: ", var("RANK") ? "RANK" : "WORLD_SIZE", " is set but ",
+               var("RANK") ? "WORLD_SIZE" : "RANK", " is not");
     e.source = "env";
     e.rank = int_var("RANK", 0);
     e.world_size = int_var("WORLD_SIZE", 1, 1);
@@ -82,12 +83,18 @@ JobEnv job_env() {
     e.world_size = int_var("SLURM_NTASKS", 1, 1);
     e.local_rank = int_var("SLURM_LOCALID", 0);
     e.group_rank = int_var("SLURM_NODEID", 0);
-    if (var("SLURM_NTASKS_PER_NODE")) e.local_world_size = int_var("SLURM_NTASKS_PER_NODE", 1, 1);
-    else if (const char* t = var("SLURM_TASKS_PER_NODE")) e.local_world_size = slurm_tasks_on_node(t, e.group_rank);
-    else e.local_world_size = e.world_size;
-    if (const char* a = var("MASTER_ADDR")) e.master_addr = a;
-    else if (const char* l = var("SLURM_STEP_NODELIST")) e.master_addr = slurm_first_host(l);
-    else if (const char* l2 = var("SLURM_JOB_NODELIST")) e.master_addr = slurm_first_host(l2);
+    if (var("SLURM_NTASKS_PER_NODE"))
+      e.local_world_size = int_var("SLURM_NTASKS_PER_NODE", 1, 1);
+    else if (const char* t = var("SLURM_TASKS_PER_NODE"))
+      e.local_world_size = slurm_tasks_on_node(t, e.group_rank);
+    else
+      e.local_world_size = e.world_size;
+    if (const char* a = var("MASTER_ADDR"))
+      e.master_addr = a;
+    else if (const char* l = var("SLURM_STEP_NODELIST"))
+      e.master_addr = slurm_first_host(l);
+    else if (const char* l2 = var("SLURM_JOB_NODELIST"))
+      e.master_addr = slurm_first_host(l2);
     e.master_port = int_var("MASTER_PORT", 15000 + int_var("SLURM_JOB_ID", 0) % 20000, 1);
   }
   const char* rank_var = e.source == "slurm" ? "SLURM_PROCID" : "RANK";
@@ -96,8 +103,8 @@ JobEnv job_env() {
   const char* lws_var = e.source == "slurm" ? "SLURM_NTASKS_PER_NODE" : "LOCAL_WORLD_SIZE";
   LOOM_CHECK(e.rank < e.world_size, "distributed: ", rank_var, "=", e.rank, " is not below ",
              world_var, "=", e.world_size);
-  LOOM_CHECK(e.local_world_size <= e.world_size, "distributed: ", lws_var, "=",
-             e.local_world_size, " is more than ", world_var, "=", e.world_size);
+  LOOM_CHECK(e.local_world_size <= e.world_size, "distributed: ", lws_var, "=", e.local_world_size,
+             " is more than ", world_var, "=", e.world_size);
   LOOM_CHECK(e.local_rank < e.local_world_size, "distributed: ", local_var, "=", e.local_rank,
              " is not below ", lws_var, "=", e.local_world_size);
   LOOM_CHECK(e.master_port < 65536, "distributed: MASTER_PORT=", e.master_port, " is out of range");

@@ -34,7 +34,7 @@ struct JobEnv {
 JobEnv job_env();
 
 // Pieces, exposed for tests.
-std::string slurm_first_host(const std::string& nodelist);        // "a[01-03],b" -> "a01"
+std::string slurm_first_host(const std::string& nodelist);             // "a[01-03],b" -> "a01"
 int slurm_tasks_on_node(const std::string& tasks_per_node, int node);  // "2(x3),1", 3 -> 1
 
 }  // namespace loom::distributed

@@ -44,18 +44,27 @@ class StoreAdapter : public gloo::rendezvous::Store {
   Millis t_;
 };
 
-// Calls f.template operator()<T>() with T the C++ type of `d` (Half/BFloat16 for the 16-bit floats).
+// Calls f.template operator()<T>() with T the C++ type of `d` (Half/BFloat16 for the 16-bit
+// floats).
 template <typename F>
 void visit_dtype(DType d, F&& f) {
   switch (d) {
-    case DType::F32: return f.template operator()<float>();
-    case DType::F64: return f.template operator()<double>();
-    case DType::F16: return f.template operator()<Half>();
-    case DType::BF16: return f.template operator()<BFloat16>();
-    case DType::I64: return f.template operator()<int64_t>();
-    case DType::I32: return f.template operator()<int32_t>();
-    case DType::U8: return f.template operator()<uint8_t>();
-    case DType::Bool: return f.template operator()<bool>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
+    case DType::F16:
+      return f.template operator()<Half>();
+    case DType::BF16:
+      return f.template operator()<BFloat16>();
+    case DType::I64:
+      return f.template operator()<int64_t>();
+    case DType::I32:
+      return f.template operator()<int32_t>();
+    case DType::U8:
+      return f.template operator()<uint8_t>();
+    case DType::Bool:
+      return f.template operator()<bool>();
   }
 }
 
@@ -72,15 +81,20 @@ gloo::AllreduceOptions::Func reducer(ReduceOp op) {
     };
   };
   if constexpr (std::is_same_v<T, bool>) {  // Note [Reductions and dtypes]: or / and
-    if (op == ReduceOp::Sum || op == ReduceOp::Max) return make([](bool a, bool b) { return a || b; });
+    if (op == ReduceOp::Sum || op == ReduceOp::Max)
+      return make([](bool a, bool b) { return a || b; });
     return make([](bool a, bool b) { return a && b; });
   } else {
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: return make([](Acc a, Acc b) { return Acc(a + b); });
-      case ReduceOp::Max: return make([](Acc a, Acc b) { return a < b ? b : a; });
-      case ReduceOp::Min: return make([](Acc a, Acc b) { return b < a ? b : a; });
-      case ReduceOp::Product: return make([](Acc a, Acc b) { return Acc(a * b); });
+      case ReduceOp::Avg:
+        return make([](Acc a, Acc b) { return Acc(a + b); });
+      case ReduceOp::Max:
+        return make([](Acc a, Acc b) { return a < b ? b : a; });
+      case ReduceOp::Min:
+        return make([](Acc a, Acc b) { return b < a ? b : a; });
+      case ReduceOp::Product:
+        return make([](Acc a, Acc b) { return Acc(a * b); });
     }
   }
   LOOM_FAIL("gloo: unknown ReduceOp");
@@ -214,7 +228,8 @@ std::shared_ptr<Work> GlooProcessGroup::do_all_reduce(Tensor& t, ReduceOp op, co
   Millis to = timeout();
   return enqueue(collectives_, rec, [ctx, t, op, rec, to] {
     if (t.numel() == 0) return;
-    all_reduce_raw(ctx, t.data_ptr(), t.numel(), t.dtype(), op, uint32_t(rec.seq), to, 0, t.numel());
+    all_reduce_raw(ctx, t.data_ptr(), t.numel(), t.dtype(), op, uint32_t(rec.seq), to, 0,
+                   t.numel());
   });
 }
 

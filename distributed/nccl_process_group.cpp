@@ -16,11 +16,12 @@
 #include "core/cuda/stream.h"
 #include "core/error.h"
 
-#define LOOM_NCCL_CHECK(call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t loom_nccl_ = (call);                                                          \
-    if (loom_nccl_ != ncclSuccess)                                                             \
-      LOOM_FAIL(#call, " failed: ", ncclGetErrorString(loom_nccl_), " (", ncclGetLastError(nullptr), ")"); \
+#define LOOM_NCCL_CHECK(call)                                             \
+  do {                                                                    \
+    ncclResult_t loom_nccl_ = (call);                                     \
+    if (loom_nccl_ != ncclSuccess)                                        \
+      LOOM_FAIL(#call, " failed: ", ncclGetErrorString(loom_nccl_), " (", \
+                ncclGetLastError(nullptr), ")");                          \
   } while (0)
 
 namespace loom::distributed {
@@ -78,7 +79,10 @@ class NcclWork : public Work {
  public:
   NcclWork(OpRecord rec, int device, bool host_blocking,
            std::shared_ptr<NcclProcessGroup::Health> health)
-      : rec_(std::move(rec)), device_(device), host_blocking_(host_blocking), start_(Clock::now()),
+      : rec_(std::move(rec)),
+        device_(device),
+        host_blocking_(host_blocking),
+        start_(Clock::now()),
         health_(std::move(health)) {
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   }
@@ -159,14 +163,21 @@ class NcclWork : public Work {
 namespace {
 ncclDataType_t nccl_dtype(DType d) {
   switch (d) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::F16: return ncclFloat16;
-    case DType::BF16: return ncclBfloat16;
-    case DType::I64: return ncclInt64;
-    case DType::I32: return ncclInt32;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I64:
+      return ncclInt64;
+    case DType::I32:
+      return ncclInt32;
     case DType::U8:
-    case DType::Bool: return ncclUint8;
+    case DType::Bool:
+      return ncclUint8;
   }
   return ncclUint8;
 }
@@ -175,23 +186,31 @@ ncclDataType_t nccl_dtype(DType d) {
 ncclRedOp_t nccl_op(ReduceOp op, DType d) {
   if (d == DType::Bool) return (op == ReduceOp::Sum || op == ReduceOp::Max) ? ncclMax : ncclMin;
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
-    case ReduceOp::Product: return ncclProd;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
+    case ReduceOp::Product:
+      return ncclProd;
   }
   return ncclSum;
 }
 }  // namespace
 
-NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> store,
-                                   Millis timeout, int device)
-    : ProcessGroup(rank, size, store, timeout), device_(device), comm_(std::make_unique<Comm>()),
+NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> store, Millis timeout,
+                                   int device)
+    : ProcessGroup(rank, size, store, timeout),
+      device_(device),
+      comm_(std::make_unique<Comm>()),
       health_(std::make_shared<Health>()) {
   int n = cuda::device_count();
   LOOM_CHECK(device >= 0 && device < n, "nccl: rank ", rank, " asked for cuda:", device,
-             " but this process sees ", n, " CUDA device(s) (set LOCAL_RANK or CUDA_VISIBLE_DEVICES)");
+             " but this process sees ", n,
+             " CUDA device(s) (set LOCAL_RANK or CUDA_VISIBLE_DEVICES)");
   ensure_nvls_disabled();
   // Everything below (NCCL's own allocations, the stream, the buffer) belongs to cuda:device.
   cuda::DeviceGuard g(device_);
@@ -239,8 +258,8 @@ NcclProcessGroup::~NcclProcessGroup() {
 }
 
 void NcclProcessGroup::check_device(const char* op, const Tensor& t) const {
-  LOOM_CHECK(t.device() == cuda_device(device_), op, ": this nccl group's tensors live on cuda:",
-             device_, ", got ", describe(t));
+  LOOM_CHECK(t.device() == cuda_device(device_), op,
+             ": this nccl group's tensors live on cuda:", device_, ", got ", describe(t));
 }
 
 template <typename Body>
@@ -271,8 +290,8 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
 std::shared_ptr<Work> NcclProcessGroup::do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) {
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
-    LOOM_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_dtype(t.dtype()),
-                                  nccl_op(op, t.dtype()), c, s));
+    LOOM_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()),
+                                  nccl_dtype(t.dtype()), nccl_op(op, t.dtype()), c, s));
   });
 }
 
@@ -317,7 +336,8 @@ std::shared_ptr<Work> NcclProcessGroup::do_send(const Tensor& t, int dst, int ta
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
     LOOM_NCCL_CHECK(ncclGroupStart());
-    LOOM_NCCL_CHECK(ncclSend(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, dst, c, s));
+    LOOM_NCCL_CHECK(
+        ncclSend(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, dst, c, s));
     LOOM_NCCL_CHECK(ncclGroupEnd());
   });
 }
@@ -327,7 +347,8 @@ std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor& t, int src, int tag, con
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
     LOOM_NCCL_CHECK(ncclGroupStart());
-    LOOM_NCCL_CHECK(ncclRecv(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, src, c, s));
+    LOOM_NCCL_CHECK(
+        ncclRecv(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, src, c, s));
     LOOM_NCCL_CHECK(ncclGroupEnd());
   });
 }

@@ -26,11 +26,16 @@ namespace loom::distributed {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Product: return "product";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Product:
+      return "product";
   }
   return "?";
 }
@@ -70,8 +75,8 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& t, int root) {
   check_tensor("broadcast", t);
-  LOOM_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this group of ",
-             size_);
+  LOOM_CHECK(root >= 0 && root < size_, "broadcast: root ", root,
+             " is not a rank of this group of ", size_);
   return do_broadcast(t, root, log_->begin("broadcast", t.numel(), t.dtype()));
 }
 
@@ -81,7 +86,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather(Tensor& out, const Tensor& in) {
   LOOM_CHECK(out.dtype() == in.dtype() && out.device() == in.device(), "all_gather: out ",
              describe(out), " and in ", describe(in), " differ in dtype or device");
   LOOM_CHECK(out.numel() == in.numel() * size_, "all_gather: out ", describe(out), " has ",
-             out.numel(), " elements; it needs ", size_, " x ", in.numel(), " (in ", describe(in), ")");
+             out.numel(), " elements; it needs ", size_, " x ", in.numel(), " (in ", describe(in),
+             ")");
   return do_all_gather(out, in, log_->begin("all_gather", in.numel(), in.dtype()));
 }
 
@@ -92,8 +98,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor& out, const Tensor& in
   LOOM_CHECK(out.dtype() == in.dtype() && out.device() == in.device(), "reduce_scatter: out ",
              describe(out), " and in ", describe(in), " differ in dtype or device");
   LOOM_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: in ", describe(in), " has ",
-             in.numel(), " elements; it needs ", size_, " x ", out.numel(), " (out ",
-             describe(out), ")");
+             in.numel(), " elements; it needs ", size_, " x ", out.numel(), " (out ", describe(out),
+             ")");
   return do_reduce_scatter(out, in, op, log_->begin("reduce_scatter", in.numel(), in.dtype()));
 }
 
@@ -211,8 +217,9 @@ std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, int
     std::string host = h && *h ? h : net::local_address_towards(global().env.master_addr);
     return std::make_shared<GlooProcessGroup>(rank, size, std::move(store), timeout, host);
 #else
-    LOOM_FAIL("process group: loom was built without Gloo (install libgloo-dev and re-run cmake), "
-              "so backend \"gloo\" is not available");
+    LOOM_FAIL(
+        "process group: loom was built without Gloo (install libgloo-dev and re-run cmake), "
+        "so backend \"gloo\" is not available");
 #endif
   }
   if (backend == "nccl") {
@@ -220,8 +227,9 @@ std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, int
     if (device < 0) device = job_env().local_rank % std::max(1, cuda::device_count());
     return std::make_shared<NcclProcessGroup>(rank, size, std::move(store), timeout, device);
 #else
-    LOOM_FAIL("process group: loom was built without NCCL (a CUDA build with nccl.h and libnccl), "
-              "so backend \"nccl\" is not available");
+    LOOM_FAIL(
+        "process group: loom was built without NCCL (a CUDA build with nccl.h and libnccl), "
+        "so backend \"nccl\" is not available");
 #endif
   }
   LOOM_FAIL("process group: unknown backend '", backend, "' (expected \"nccl\" or \"gloo\")");
@@ -230,7 +238,8 @@ std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, int
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
-  LOOM_CHECK(!g.world, "init_process_group: already initialised (call destroy_process_group first)");
+  LOOM_CHECK(!g.world,
+             "init_process_group: already initialised (call destroy_process_group first)");
   // Keep NVLink multicast off in this process and whatever it starts (Note [NCCL and NVLS]).
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   if (!nvls || std::strcmp(nvls, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1);

@@ -40,7 +40,8 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
   if (opt_.comm_dtype)
     LOOM_CHECK(*opt_.comm_dtype == kBF16 || *opt_.comm_dtype == kF16 || *opt_.comm_dtype == kF32,
                "DistributedDataParallel: the gradient communication dtype must be bfloat16, "
-               "float16 or float32, got ", dtype_name(*opt_.comm_dtype));
+               "float16 or float32, got ",
+               dtype_name(*opt_.comm_dtype));
   ready_.assign(params_.size(), false);
   locally_used_.assign(params_.size(), 0);
   std::vector<size_t> order;
@@ -60,8 +61,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   if (params_.empty()) return;
   std::vector<ParamLayout> layout;
   for (const Tensor& p : params_) layout.push_back({p.numel(), p.dtype(), p.device()});
-  auto assignment = compute_bucket_assignment(layout, order, opt_.first_bucket_cap_bytes,
-                                              opt_.bucket_cap_bytes);
+  auto assignment =
+      compute_bucket_assignment(layout, order, opt_.first_bucket_cap_bytes, opt_.bucket_cap_bytes);
   buckets_ = make_buckets(params_, assignment, opt_.comm_dtype);
   bucket_of_.assign(params_.size(), 0);
   slot_of_.assign(params_.size(), 0);
@@ -102,7 +103,8 @@ void Reducer::bind_grads() {
         p.set_grad(b.views[k]);
       }
     }
-    if (to_zero.size() == b.params.size()) b.flat.zero_();
+    if (to_zero.size() == b.params.size())
+      b.flat.zero_();
     else
       for (size_t k : to_zero) b.views[k].zero_();
     for (size_t k : to_zero) params_[b.params[k]].set_grad(b.views[k]);
@@ -123,8 +125,9 @@ void Reducer::prepare_for_forward(bool sync) {
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) missing << (n++ ? ", " : "") << "'" << names_[i] << "'";
     LOOM_FAIL("DistributedDataParallel: rank ", pg_->rank(), " of ", pg_->size(),
-              ": the previous backward finished without a gradient for ", n, " parameter(s): ",
-              missing.str(), ". Their buckets were never all-reduced, so this iteration cannot "
+              ": the previous backward finished without a gradient for ", n,
+              " parameter(s): ", missing.str(),
+              ". Their buckets were never all-reduced, so this iteration cannot "
               "start. Either construct DistributedDataParallel with find_unused_parameters = true "
               "(DDPOptions), or make every parameter take part in the loss (e.g. remove the "
               "module that the forward skips, or set requires_grad(false) on its parameters "
@@ -240,7 +243,8 @@ void Reducer::launch_ready_buckets() {
 void Reducer::finalize() {
   expect_hooks_ = false;
   started_ = false;
-  if (next_bucket_ < buckets_.size()) return;  // Note [Unfinished reduction]: the next forward fails
+  if (next_bucket_ < buckets_.size())
+    return;  // Note [Unfinished reduction]: the next forward fails
   if (on_backward_computed_) on_backward_computed_();
   autograd::NoGradGuard no_grad;
   double t0 = now_s();
@@ -283,7 +287,8 @@ void Reducer::shadow_iteration() {
     pg_->all_reduce(t, ReduceOp::Sum)->wait();
   }
   if (opt_.find_unused_parameters && !params_.empty()) {
-    Tensor t = zeros({int64_t(params_.size())}, {.dtype = DType::I32, .device = params_[0].device()});
+    Tensor t =
+        zeros({int64_t(params_.size())}, {.dtype = DType::I32, .device = params_[0].device()});
     pg_->all_reduce(t, ReduceOp::Sum)->wait();
   }
 }

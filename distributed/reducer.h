@@ -21,8 +21,8 @@ struct ReducerOptions {
   size_t first_bucket_cap_bytes = size_t(1) << 20;  // 1 MiB
   size_t bucket_cap_bytes = size_t(25) << 20;       // 25 MiB
   bool find_unused_parameters = false;
-  bool rebuild_buckets = true;         // once, after the first iteration, in arrival order
-  std::optional<DType> comm_dtype;     // kBF16 / kF16: all-reduce a rounded copy
+  bool rebuild_buckets = true;      // once, after the first iteration, in arrival order
+  std::optional<DType> comm_dtype;  // kBF16 / kF16: all-reduce a rounded copy
 };
 
 // Note [Gradients as bucket views]
@@ -84,19 +84,19 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::shared_ptr<ProcessGroup> pg_;
   ReducerOptions opt_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;    // parameter -> bucket
-  std::vector<size_t> slot_of_;      // parameter -> index inside its bucket
+  std::vector<size_t> bucket_of_;  // parameter -> bucket
+  std::vector<size_t> slot_of_;    // parameter -> index inside its bucket
 
   // One iteration's state.
-  bool expect_hooks_ = false;        // a synchronised training forward ran; its backward reduces
-  bool started_ = false;             // the backward's first hook ran (the callback is queued)
-  bool require_finalize_ = false;    // a reduction started and has not finished
+  bool expect_hooks_ = false;      // a synchronised training forward ran; its backward reduces
+  bool started_ = false;           // the backward's first hook ran (the callback is queued)
+  bool require_finalize_ = false;  // a reduction started and has not finished
   std::vector<bool> ready_;
-  size_t next_bucket_ = 0;           // buckets launch strictly in this order
-  std::vector<size_t> unused_;       // find_unused_parameters: not reachable from the outputs
+  size_t next_bucket_ = 0;      // buckets launch strictly in this order
+  std::vector<size_t> unused_;  // find_unused_parameters: not reachable from the outputs
   std::vector<uint8_t> locally_used_;
 
-  std::vector<size_t> arrival_;      // first iteration: the order gradients arrived in
+  std::vector<size_t> arrival_;  // first iteration: the order gradients arrived in
   bool order_recorded_ = false, rebuilt_ = false;
   std::function<void()> on_backward_computed_;
   double last_wait_s_ = 0;

@@ -17,19 +17,32 @@ bool is_request(uint8_t t) { return (t >= 1 && t <= 9) || t == uint8_t(Type::Aut
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::Set: return "set";
-    case Type::Get: return "get";
-    case Type::Add: return "add";
-    case Type::CompareSet: return "compare_set";
-    case Type::Wait: return "wait";
-    case Type::Check: return "check";
-    case Type::Delete: return "delete_key";
-    case Type::NumKeys: return "num_keys";
-    case Type::Ping: return "ping";
-    case Type::Auth: return "auth";
-    case Type::Ok: return "ok";
-    case Type::Timeout: return "timeout";
-    case Type::Failed: return "failed";
+    case Type::Set:
+      return "set";
+    case Type::Get:
+      return "get";
+    case Type::Add:
+      return "add";
+    case Type::CompareSet:
+      return "compare_set";
+    case Type::Wait:
+      return "wait";
+    case Type::Check:
+      return "check";
+    case Type::Delete:
+      return "delete_key";
+    case Type::NumKeys:
+      return "num_keys";
+    case Type::Ping:
+      return "ping";
+    case Type::Auth:
+      return "auth";
+    case Type::Ok:
+      return "ok";
+    case Type::Timeout:
+      return "timeout";
+    case Type::Failed:
+      return "failed";
   }
   return "?";
 }

@@ -35,9 +35,19 @@ constexpr uint32_t kMaxKeysPerWait = 1u << 16;
 constexpr int kStallTimeoutMs = 30000;
 
 enum class Type : uint8_t {
-  Set = 1, Get = 2, Add = 3, CompareSet = 4, Wait = 5, Check = 6, Delete = 7, NumKeys = 8,
-  Ping = 9, Auth = 32,
-  Ok = 128, Timeout = 129, Failed = 130,
+  Set = 1,
+  Get = 2,
+  Add = 3,
+  CompareSet = 4,
+  Wait = 5,
+  Check = 6,
+  Delete = 7,
+  NumKeys = 8,
+  Ping = 9,
+  Auth = 32,
+  Ok = 128,
+  Timeout = 129,
+  Failed = 130,
 };
 bool is_request(uint8_t t);
 const char* type_name(Type t);

@@ -36,7 +36,7 @@ class TCPStoreServer {
 };
 
 struct TCPStoreOptions {
-  bool is_server = false;  // also serve the store (then port may be 0)
+  bool is_server = false;                    // also serve the store (then port may be 0)
   Millis timeout = std::chrono::minutes(5);  // connect and default get/wait timeout
 };
 

@@ -63,8 +63,10 @@ struct TCPStoreServer::Impl {
     if (!c.parked) return;
     if (has_all(c.keys)) {
       c.parked = false;
-      if (c.parked_type == Type::Get) reply(c, wire::Writer(Type::Ok).bytes(data[c.keys[0]]).finish());
-      else reply_ok(c);
+      if (c.parked_type == Type::Get)
+        reply(c, wire::Writer(Type::Ok).bytes(data[c.keys[0]]).finish());
+      else
+        reply_ok(c);
     } else if (now >= c.deadline) {
       c.parked = false;
       reply(c, wire::Writer(Type::Timeout).finish());
@@ -88,14 +90,17 @@ struct TCPStoreServer::Impl {
       case Type::Get:
       case Type::Wait: {
         std::vector<std::string> keys;
-        if (Type(type) == Type::Get) keys.push_back(r.str(wire::kMaxKeyBytes));
-        else keys = r.list();
+        if (Type(type) == Type::Get)
+          keys.push_back(r.str(wire::kMaxKeyBytes));
+        else
+          keys = r.list();
         int64_t ms = r.i64();
         r.done();
         c.parked = true;
         c.parked_type = Type(type);
         c.keys = std::move(keys);
-        c.deadline = Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, int64_t(1) << 40));
+        c.deadline =
+            Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, int64_t(1) << 40));
         try_parked(c, Clock::now());
         break;
       }
@@ -105,7 +110,8 @@ struct TCPStoreServer::Impl {
         r.done();
         int64_t v = 0;
         auto it = data.find(k);
-        if (it != data.end()) v = std::strtoll(std::string(it->second.begin(), it->second.end()).c_str(), nullptr, 10);
+        if (it != data.end())
+          v = std::strtoll(std::string(it->second.begin(), it->second.end()).c_str(), nullptr, 10);
         v += d;
         std::string s = std::to_string(v);
         data[k] = Bytes(s.begin(), s.end());
@@ -118,7 +124,8 @@ struct TCPStoreServer::Impl {
         Bytes expected = r.bytes(), desired = r.bytes();
         r.done();
         auto it = data.find(k);
-        if ((it == data.end() && expected.empty()) || (it != data.end() && it->second == expected)) {
+        if ((it == data.end() && expected.empty()) ||
+            (it != data.end() && it->second == expected)) {
           data[k] = desired;
           wrote = true;
         }
@@ -175,8 +182,10 @@ struct TCPStoreServer::Impl {
       at += wire::kHeaderBytes + h.length;
     }
     c.in.erase(c.in.begin(), c.in.begin() + std::ptrdiff_t(at));
-    if (c.in.empty()) c.partial_since.reset();
-    else if (!c.partial_since) c.partial_since = Clock::now();
+    if (c.in.empty())
+      c.partial_since.reset();
+    else if (!c.partial_since)
+      c.partial_since = Clock::now();
     return wrote;
   }
 
@@ -209,7 +218,8 @@ void serve(TCPStoreServer::Impl& s, int listen_fd, int wake_fd) {
         timeout_ms = int(std::clamp<int64_t>(ms, 0, timeout_ms));
       };
       if (c.parked) until(c.deadline);
-      if (c.partial_since) until(*c.partial_since + std::chrono::milliseconds(wire::kStallTimeoutMs));
+      if (c.partial_since)
+        until(*c.partial_since + std::chrono::milliseconds(wire::kStallTimeoutMs));
     }
     fds.clear();
     order.clear();
@@ -252,7 +262,8 @@ void serve(TCPStoreServer::Impl& s, int listen_fd, int wake_fd) {
     for (auto& c : s.conns) {
       if (wrote || c.parked) s.try_parked(c, now);
       if (!c.parked && !c.in.empty()) wrote |= s.drain(c);  // requests queued behind a parked one
-      if (c.partial_since && now - *c.partial_since > std::chrono::milliseconds(wire::kStallTimeoutMs))
+      if (c.partial_since &&
+          now - *c.partial_since > std::chrono::milliseconds(wire::kStallTimeoutMs))
         c.closing = true;  // half-sent message
       if (!c.closing) s.flush(c);
     }
@@ -284,7 +295,8 @@ TCPStoreServer::TCPStoreServer(const std::string& host, int port)
 
 TCPStoreServer::~TCPStoreServer() {
   char b = 1;
-  if (write(wake_[1], &b, 1) < 0) { /* the thread still exits on close below */ }
+  if (write(wake_[1], &b, 1) < 0) { /* the thread still exits on close below */
+  }
   if (thread_.joinable()) thread_.join();
   for (auto& c : impl_->conns) close(c.fd);
   close(listen_fd_);

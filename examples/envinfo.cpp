@@ -3,10 +3,9 @@
 // capability -- or, on a machine without a GPU (or a CPU-only build), says so plainly.
 //
 //   ./build/examples/envinfo
+#include <Eigen/Core>
 #include <cstdio>
 #include <string>
-
-#include <Eigen/Core>
 
 #include "core/cuda/available.h"
 #include "core/cuda/device_info.h"
@@ -24,7 +23,8 @@ void print_build() {
 #else
   std::printf("  assertions         on (debug build)\n");
 #endif
-  std::printf("  Eigen              %d.%d.%d\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+  std::printf("  Eigen              %d.%d.%d\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
+              EIGEN_MINOR_VERSION);
   std::printf("  CPU threads        %d (OpenMP)\n", loom::cpu::num_threads());
   if (loom::cuda::compiled_with_cuda())
     std::printf("  CUDA backend       compiled in\n");
@@ -48,18 +48,22 @@ void print_cuda() {
   std::printf("CUDA\n");
   std::printf("  runtime            %s\n", cuda_version_string(info.runtime_version).c_str());
   if (info.driver_version > 0)
-    std::printf("  driver             supports CUDA %s\n", cuda_version_string(info.driver_version).c_str());
+    std::printf("  driver             supports CUDA %s\n",
+                cuda_version_string(info.driver_version).c_str());
   else
     std::printf("  driver             none installed\n");
   std::printf("  cuDNN              %s\n", cudnn_version_string(info.cudnn_version).c_str());
-  if (info.nccl_version > 0) std::printf("  NCCL               %s\n", nccl_version_string(info.nccl_version).c_str());
+  if (info.nccl_version > 0)
+    std::printf("  NCCL               %s\n", nccl_version_string(info.nccl_version).c_str());
   std::printf("  available          %s\n", yes_no(info.device_count > 0));
   std::printf("  devices            %d\n", info.device_count);
-  if (info.device_count == 0) std::printf("  why none           %s: loom runs on the CPU only\n", info.error.c_str());
+  if (info.device_count == 0)
+    std::printf("  why none           %s: loom runs on the CPU only\n", info.error.c_str());
   for (const DeviceProperties& d : info.devices) {
-    std::printf("  cuda:%d             %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs\n", d.index,
-                d.name.c_str(), double(d.total_memory) / double(1 << 30), double(d.free_memory) / double(1 << 30),
-                d.major, d.minor, d.multiprocessors);
+    std::printf(
+        "  cuda:%d             %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs\n",
+        d.index, d.name.c_str(), double(d.total_memory) / double(1 << 30),
+        double(d.free_memory) / double(1 << 30), d.major, d.minor, d.multiprocessors);
   }
 }
 

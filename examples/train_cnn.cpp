@@ -5,12 +5,13 @@
 //
 //   ./build/examples/train_cnn                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
-//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one process per GPU (or CPU process)
+//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one
+//   process per GPU (or CPU process)
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
-#include "train/flags.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
+#include "train/flags.h"
 
 using namespace loom;
 
@@ -18,7 +19,8 @@ namespace {
 
 // [Conv2d(in, out, 3, padding 1), BatchNorm2d, ReLU]; shapes keep H and W.
 void conv_bn_relu(nn::Sequential& s, int64_t in, int64_t out) {
-  s.push_back(std::make_shared<nn::Conv2d>(in, out, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  s.push_back(
+      std::make_shared<nn::Conv2d>(in, out, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
   s.push_back(std::make_shared<nn::BatchNorm2d>(out));
   s.push_back(std::make_shared<nn::ReLU>());
 }
@@ -49,22 +51,25 @@ int main(int argc, char** argv) {
   bool augment = false;
   std::string arch = "classifier";
   examples::add_train_flags(app, cfg);
-  app.add_option("--augment", augment, "random crop (padding 2) and horizontal flip of training images");
+  app.add_option("--augment", augment,
+                 "random crop (padding 2) and horizontal flip of training images");
   app.add_option("--model", arch, "classifier (default) or workload (the benchmark's cnn)")
       ->check(CLI::IsMember({"classifier", "workload"}));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return examples::run_main("train_cnn", [&] {
     manual_seed(cfg.seed);
-    std::shared_ptr<nn::Module> model = arch == "workload" ? std::shared_ptr<nn::Module>(nn::make_cnn())
-                                                           : std::shared_ptr<nn::Module>(make_classifier());
+    std::shared_ptr<nn::Module> model = arch == "workload"
+                                            ? std::shared_ptr<nn::Module>(nn::make_cnn())
+                                            : std::shared_ptr<nn::Module>(make_classifier());
     std::shared_ptr<const data::Transform> aug;
     if (augment) {
       // Images arrive normalised, so the padding is filled with the normalised value of black.
       auto norm = data::kFashionMnistNormalization;
       float black = -norm.mean / norm.std;
       aug = std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
-          std::make_shared<data::RandomCrop>(28, 2, black), std::make_shared<data::RandomHorizontalFlip>(0.5)});
+          std::make_shared<data::RandomCrop>(28, 2, black),
+          std::make_shared<data::RandomHorizontalFlip>(0.5)});
     }
     auto report = examples::train_classifier(model, cfg, aug);
     examples::print_final(report);

@@ -5,16 +5,17 @@
 //   ./build/examples/train_mlp                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_mlp --device cpu --epochs 1
 //   ./build/examples/train_mlp --checkpoint-dir ckpt --log-dir runs/mlp   # then: --resume
-//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_mlp   # one process per GPU (or CPU process)
+//   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_mlp   # one
+//   process per GPU (or CPU process)
 //
 // The training loop is examples::train_classifier (examples/common/trainer.cpp): for each batch
 // it calls train::StepRunner::step (train/step_runner.cpp), which is zero_grad, forward,
 // cross_entropy, backward and the optimizer's step, then logs the loss; after each epoch it tests
 // and saves a checkpoint. docs/tour.md follows one such step through the library.
 #include "autograd/ops/ops.h"
-#include "train/flags.h"
 #include "examples/common/trainer.h"
 #include "nn/models.h"
+#include "train/flags.h"
 
 using namespace loom;
 
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
   examples::TrainConfig cfg;
   int64_t hidden = 1024;
   examples::add_train_flags(app, cfg);
-  app.add_option("--hidden", hidden, "width of the two hidden layers")->check(train::int_range(1, 65536));
+  app.add_option("--hidden", hidden, "width of the two hidden layers")
+      ->check(train::int_range(1, 65536));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return examples::run_main("train_mlp", [&] {

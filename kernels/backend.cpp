@@ -13,7 +13,8 @@ Backend& backend_for(Device d) {
 #ifdef LOOM_WITH_CUDA
   return cuda::cuda_backend();
 #else
-  LOOM_FAIL("backend_for(", d, "): this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)");
+  LOOM_FAIL("backend_for(", d,
+            "): this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)");
 #endif
 }
 

@@ -16,7 +16,8 @@
 
 namespace loom {
 
-// ReduceOp, Reduction, RandomKind, Conv2dParams, Pool2dParams and the step params: kernels/params.h.
+// ReduceOp, Reduction, RandomKind, Conv2dParams, Pool2dParams and the step params:
+// kernels/params.h.
 
 struct BatchNormOut {
   Tensor y;            // x's shape

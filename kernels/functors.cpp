@@ -36,7 +36,9 @@ const char* op_name(BinaryOp op) {
 
 bool returns_bool(BinaryOp op) {
   switch (op) {
-#define LOOM_CASE(n) case BinaryOp::n: return n##Op::returns_bool;
+#define LOOM_CASE(n) \
+  case BinaryOp::n:  \
+    return n##Op::returns_bool;
     LOOM_BINARY_OPS(LOOM_CASE)
 #undef LOOM_CASE
   }

@@ -19,20 +19,30 @@
 
 namespace loom {
 
-template <typename T> struct AccType { using type = T; };
-template <> struct AccType<Half> { using type = float; };
-template <> struct AccType<BFloat16> { using type = float; };
-template <typename T> using acc_t = typename AccType<T>::type;
+template <typename T>
+struct AccType {
+  using type = T;
+};
+template <>
+struct AccType<Half> {
+  using type = float;
+};
+template <>
+struct AccType<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using acc_t = typename AccType<T>::type;
 
 // Overloads that pick the float or double version on host and device alike.
 namespace math {
 #if defined(__CUDA_ARCH__)
-#define LOOM_MATH1(name, fname)                                              \
-  LOOM_HOST_DEVICE inline float name(float x) { return ::fname(x); }         \
+#define LOOM_MATH1(name, fname)                                      \
+  LOOM_HOST_DEVICE inline float name(float x) { return ::fname(x); } \
   LOOM_HOST_DEVICE inline double name(double x) { return ::name(x); }
 #else
-#define LOOM_MATH1(name, fname)                                  \
-  inline float name(float x) { return std::name(x); }            \
+#define LOOM_MATH1(name, fname)                       \
+  inline float name(float x) { return std::name(x); } \
   inline double name(double x) { return std::name(x); }
 #endif
 LOOM_MATH1(exp, expf)
@@ -66,79 +76,154 @@ LOOM_HOST_DEVICE inline T pow(T a, T b) {
 // ---------------------------------------------------------------- unary: y = f(x)
 // floating_only: the op is defined on f32/f64/f16/bf16 only (a clear error for integers).
 
-struct NegOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return -x; } };
-struct AbsOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const {
-    if constexpr (std::is_unsigned_v<T>) return x;
-    else return x < T(0) ? -x : x;
-  } };
-struct SignOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const {
-    if constexpr (std::is_unsigned_v<T>) return T(x > T(0));
-    else return T((x > T(0)) - (x < T(0)));
-  } };
-struct SquareOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return x * x; } };
-struct ReluOp { static constexpr bool floating_only = false;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return x > T(0) ? x : T(0); } };
-struct ExpOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return math::exp(x); } };
-struct LogOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return math::log(x); } };
-struct SqrtOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return math::sqrt(x); } };
-struct RsqrtOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return T(1) / math::sqrt(x); } };
-struct ReciprocalOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return T(1) / x; } };
-struct SigmoidOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + math::exp(-x)); } };
-struct TanhOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return math::tanh(x); } };
+struct NegOp {
+  static constexpr bool floating_only = false;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return -x;
+  }
+};
+struct AbsOp {
+  static constexpr bool floating_only = false;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < T(0) ? -x : x;
+  }
+};
+struct SignOp {
+  static constexpr bool floating_only = false;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>)
+      return T(x > T(0));
+    else
+      return T((x > T(0)) - (x < T(0)));
+  }
+};
+struct SquareOp {
+  static constexpr bool floating_only = false;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return x * x;
+  }
+};
+struct ReluOp {
+  static constexpr bool floating_only = false;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return x > T(0) ? x : T(0);
+  }
+};
+struct ExpOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return math::exp(x);
+  }
+};
+struct LogOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return math::log(x);
+  }
+};
+struct SqrtOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return math::sqrt(x);
+  }
+};
+struct RsqrtOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return T(1) / math::sqrt(x);
+  }
+};
+struct ReciprocalOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return T(1) / x;
+  }
+};
+struct SigmoidOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return T(1) / (T(1) + math::exp(-x));
+  }
+};
+struct TanhOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return math::tanh(x);
+  }
+};
 // GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default.
-struct GeluOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const {
+struct GeluOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
     return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
-  } };
+  }
+};
 // SiLU (swish): x * sigmoid(x). The worked example of docs/adding-an-op.md.
-struct SiluOp { static constexpr bool floating_only = true;
-  template <typename T> LOOM_HOST_DEVICE T operator()(T x) const { return x / (T(1) + math::exp(-x)); } };
+struct SiluOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    return x / (T(1) + math::exp(-x));
+  }
+};
 
 // ---------------------------------------------------------------- binary: z = f(a, b)
 // returns_bool: the output dtype is bool (comparisons); otherwise it is the inputs' dtype.
 
-#define LOOM_BINARY_FUNCTOR(Name, floating, expr)                                   \
-  struct Name##Op {                                                                 \
-    static constexpr bool floating_only = floating;                                 \
-    static constexpr bool returns_bool = false;                                     \
-    template <typename T> LOOM_HOST_DEVICE T operator()(T a, T b) const { return expr; } \
+#define LOOM_BINARY_FUNCTOR(Name, floating, expr)   \
+  struct Name##Op {                                 \
+    static constexpr bool floating_only = floating; \
+    static constexpr bool returns_bool = false;     \
+    template <typename T>                           \
+    LOOM_HOST_DEVICE T operator()(T a, T b) const { \
+      return expr;                                  \
+    }                                               \
   };
-#define LOOM_COMPARE_FUNCTOR(Name, expr)                                            \
-  struct Name##Op {                                                                 \
-    static constexpr bool floating_only = false;                                    \
-    static constexpr bool returns_bool = true;                                      \
-    template <typename T> LOOM_HOST_DEVICE bool operator()(T a, T b) const { return expr; } \
+#define LOOM_COMPARE_FUNCTOR(Name, expr)               \
+  struct Name##Op {                                    \
+    static constexpr bool floating_only = false;       \
+    static constexpr bool returns_bool = true;         \
+    template <typename T>                              \
+    LOOM_HOST_DEVICE bool operator()(T a, T b) const { \
+      return expr;                                     \
+    }                                                  \
   };
 
 LOOM_BINARY_FUNCTOR(Add, false, a + b)
 LOOM_BINARY_FUNCTOR(Sub, false, a - b)
-LOOM_BINARY_FUNCTOR(Mul, false, a * b)
+LOOM_BINARY_FUNCTOR(Mul, false, a* b)
 LOOM_BINARY_FUNCTOR(Div, false, a / b)
 LOOM_BINARY_FUNCTOR(Pow, false, math::pow(a, b))
 LOOM_BINARY_FUNCTOR(Maximum, false, (a > b || a != a) ? a : b)  // NaN propagates
 LOOM_BINARY_FUNCTOR(Minimum, false, (a < b || a != a) ? a : b)
 // Backward helpers: a = incoming gradient, b = the saved input x or output y.
-LOOM_BINARY_FUNCTOR(ReluBackward, false, b > T(0) ? a : T(0))                 // b = x
-LOOM_BINARY_FUNCTOR(SigmoidBackward, true, a * b * (T(1) - b))               // b = y
-LOOM_BINARY_FUNCTOR(TanhBackward, true, a * (T(1) - b * b))                  // b = y
+LOOM_BINARY_FUNCTOR(ReluBackward, false, b > T(0) ? a : T(0))  // b = x
+LOOM_BINARY_FUNCTOR(SigmoidBackward, true, a* b*(T(1) - b))    // b = y
+LOOM_BINARY_FUNCTOR(TanhBackward, true, a*(T(1) - b * b))      // b = y
 // d/dx [x Phi(x)] = Phi(x) + x phi(x)
 LOOM_BINARY_FUNCTOR(GeluBackward, true,
-                    a * (T(0.5) * (T(1) + math::erf(b * T(0.70710678118654752440))) +
-                         b * T(0.39894228040143267794) * math::exp(T(-0.5) * b * b)))  // b = x
+                    a*(T(0.5) * (T(1) + math::erf(b * T(0.70710678118654752440))) +
+                       b * T(0.39894228040143267794) * math::exp(T(-0.5) * b * b)))  // b = x
 // d/dx [x s(x)] = s(x) (1 + x (1 - s(x))), s = sigmoid
 LOOM_BINARY_FUNCTOR(SiluBackward, true,
-                    a * (T(1) / (T(1) + math::exp(-b))) * (T(1) + b * (T(1) - T(1) / (T(1) + math::exp(-b)))))  // b = x
+                    a*(T(1) / (T(1) + math::exp(-b))) *
+                        (T(1) + b * (T(1) - T(1) / (T(1) + math::exp(-b)))))  // b = x
 LOOM_COMPARE_FUNCTOR(Eq, a == b)
 LOOM_COMPARE_FUNCTOR(Ne, a != b)
 LOOM_COMPARE_FUNCTOR(Lt, a < b)
@@ -149,13 +234,16 @@ LOOM_COMPARE_FUNCTOR(Ge, a >= b)
 #undef LOOM_COMPARE_FUNCTOR
 
 // ---------------------------------------------------------------- the registries
+// clang-format off
 #define LOOM_UNARY_OPS(X) \
   X(Neg) X(Abs) X(Sign) X(Square) X(Relu) X(Exp) X(Log) X(Sqrt) X(Rsqrt) X(Reciprocal) \
   X(Sigmoid) X(Tanh) X(Gelu) X(Silu)
 
-#define LOOM_BINARY_OPS(X)                                                               \
-  X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(ReluBackward)               \
-  X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(SiluBackward) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge)
+#define LOOM_BINARY_OPS(X) \
+  X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(ReluBackward) \
+  X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(SiluBackward) \
+  X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge)
+// clang-format on
 
 #define LOOM_ENUM_ENTRY(name) name,
 enum class UnaryOp { LOOM_UNARY_OPS(LOOM_ENUM_ENTRY) };

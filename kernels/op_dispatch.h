@@ -1,6 +1,7 @@
 // Runtime op -> functor dispatch for the elementwise kernels of both backends (used by the shared
-// front-end, kernels/elementwise_ops.h), and the dtype check they apply first. One switch per registry list of kernels/functors.h.
-// Leaves out: the loops themselves (kernels/cpu/loops.h, kernels/cuda/loops.cuh).
+// front-end, kernels/elementwise_ops.h), and the dtype check they apply first. One switch per
+// registry list of kernels/functors.h. Leaves out: the loops themselves (kernels/cpu/loops.h,
+// kernels/cuda/loops.cuh).
 #pragma once
 
 #include "core/dispatch.h"
@@ -12,7 +13,9 @@ namespace loom {
 template <typename F>
 auto with_unary_functor(UnaryOp op, const F& f) {
   switch (op) {
-#define LOOM_CASE(n) case UnaryOp::n: return f(n##Op{});
+#define LOOM_CASE(n) \
+  case UnaryOp::n:   \
+    return f(n##Op{});
     LOOM_UNARY_OPS(LOOM_CASE)
 #undef LOOM_CASE
   }
@@ -22,7 +25,9 @@ auto with_unary_functor(UnaryOp op, const F& f) {
 template <typename F>
 auto with_binary_functor(BinaryOp op, const F& f) {
   switch (op) {
-#define LOOM_CASE(n) case BinaryOp::n: return f(n##Op{});
+#define LOOM_CASE(n) \
+  case BinaryOp::n:  \
+    return f(n##Op{});
     LOOM_BINARY_OPS(LOOM_CASE)
 #undef LOOM_CASE
   }

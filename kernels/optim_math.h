@@ -31,16 +31,25 @@ struct AdamMath {
   static AdamMath make(const AdamStepParams& p) {
     double bc1 = 1.0 - std::pow(p.beta1, double(p.step));
     double bc2 = 1.0 - std::pow(p.beta2, double(p.step));
-    return AdamMath{T(1.0 - p.beta1), T(p.beta2), T(1.0 - p.beta2), T(p.weight_decay),
-                    T(1.0 - p.lr * p.weight_decay), T(p.lr / bc1), T(std::sqrt(bc2)), T(p.eps),
-                    p.decoupled_weight_decay, p.amsgrad};
+    return AdamMath{T(1.0 - p.beta1),
+                    T(p.beta2),
+                    T(1.0 - p.beta2),
+                    T(p.weight_decay),
+                    T(1.0 - p.lr * p.weight_decay),
+                    T(p.lr / bc1),
+                    T(std::sqrt(bc2)),
+                    T(p.eps),
+                    p.decoupled_weight_decay,
+                    p.amsgrad};
   }
 
   // One element: p, m, v (and v_max when amsgrad) are updated in place.
   LOOM_HOST_DEVICE void operator()(T& p, T g, T& m, T& v, T* vmax) const {
     if (weight_decay != T(0)) {
-      if (decoupled) p = p * decay_keep;
-      else g = g + weight_decay * p;
+      if (decoupled)
+        p = p * decay_keep;
+      else
+        g = g + weight_decay * p;
     }
     m = m + one_minus_beta1 * (g - m);
     v = beta2 * v + one_minus_beta2 * g * g;
@@ -63,7 +72,8 @@ struct SgdMath {
   bool nesterov, first_step;
 
   static SgdMath make(const SgdStepParams& p) {
-    return SgdMath{T(p.lr), T(p.momentum), T(1.0 - p.dampening), T(p.weight_decay), p.nesterov, p.first_step};
+    return SgdMath{T(p.lr),           T(p.momentum), T(1.0 - p.dampening),
+                   T(p.weight_decay), p.nesterov,    p.first_step};
   }
 
   // buf is null when momentum == 0.
@@ -80,22 +90,26 @@ struct SgdMath {
 
 // Checks the lists given to adam_step / sgd_step (see Note [Fused optimizer steps]); `states`
 // are the per-parameter state lists that must be present.
-inline void check_fused_step_args(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+inline void check_fused_step_args(const char* op, const std::vector<Tensor>& params,
+                                  const std::vector<Tensor>& grads,
                                   const std::vector<const std::vector<Tensor>*>& states) {
-  LOOM_CHECK(grads.size() == params.size(), op, ": ", params.size(), " parameters but ", grads.size(), " gradients");
+  LOOM_CHECK(grads.size() == params.size(), op, ": ", params.size(), " parameters but ",
+             grads.size(), " gradients");
   for (const auto* s : states)
-    LOOM_CHECK(s->size() == params.size(), op, ": ", params.size(), " parameters but a state list of ", s->size());
+    LOOM_CHECK(s->size() == params.size(), op, ": ", params.size(),
+               " parameters but a state list of ", s->size());
   if (params.empty()) return;
   DType dt = params[0].dtype();
   Device dev = params[0].device();
-  LOOM_CHECK(dt == DType::F32 || dt == DType::F64, op, ": parameters must be float32 or float64, got ",
-             describe(params[0]));
+  LOOM_CHECK(dt == DType::F32 || dt == DType::F64, op,
+             ": parameters must be float32 or float64, got ", describe(params[0]));
   // t: entry i of one list; p: parameter i.
   auto check = [&](const Tensor& t, const Tensor& p, size_t i, const char* what) {
-    LOOM_CHECK(t.defined() && t.dtype() == dt && t.device() == dev && t.is_contiguous() && t.shape() == p.shape(),
+    LOOM_CHECK(t.defined() && t.dtype() == dt && t.device() == dev && t.is_contiguous() &&
+                   t.shape() == p.shape(),
                op, ": ", what, " ", i, " (", t.defined() ? describe(t) : std::string("undefined"),
-               ") must be contiguous, ", dtype_name(dt), " on ", dev, " and of the parameter's shape ", p.shape(),
-               " (parameter \"", p.name(), "\")");
+               ") must be contiguous, ", dtype_name(dt), " on ", dev,
+               " and of the parameter's shape ", p.shape(), " (parameter \"", p.name(), "\")");
   };
   for (size_t i = 0; i < params.size(); ++i) {
     LOOM_CHECK(params[i].defined(), op, ": parameter ", i, " is undefined");
@@ -107,8 +121,8 @@ inline void check_fused_step_args(const char* op, const std::vector<Tensor>& par
 
 // The host side of Backend::adam_step and sgd_step, written once: the checks, then the backend's
 // loop for the parameters' dtype. Impl provides
-//   template <typename T> static void adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
-//   template <typename T> static void sgd(params, grads, momentum_bufs, hp);
+//   template <typename T> static void adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+//   hp); template <typename T> static void sgd(params, grads, momentum_bufs, hp);
 // with T = float or double (check_fused_step_args admits only those).
 template <typename Impl>
 void fused_adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,

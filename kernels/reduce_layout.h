@@ -16,23 +16,28 @@ namespace loom {
 // "sum", "mean", "max", "min": the op named in a reduction's errors.
 inline const char* reduce_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Mean:
+      return "mean";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "reduce";
 }
 
 struct ReduceLayout {
-  Shape out_shape;               // the input's shape without the reduced dims (1s with keepdim)
-  std::vector<int64_t> perm;     // kept dims, then reduced dims
-  int64_t outer = 1, inner = 1;  // elements of the kept dims; of the reduced dims
+  Shape out_shape;                 // the input's shape without the reduced dims (1s with keepdim)
+  std::vector<int64_t> perm;       // kept dims, then reduced dims
+  int64_t outer = 1, inner = 1;    // elements of the kept dims; of the reduced dims
   bool reduced_dims_lead = false;  // the reduced dims are exactly 0..k-1 (a column reduction)
 };
 
 // dims: sorted, unique, wrapped; empty means every dim.
-inline ReduceLayout reduce_layout(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {
+inline ReduceLayout reduce_layout(const Shape& shape, const std::vector<int64_t>& dims,
+                                  bool keepdim) {
   std::vector<bool> reduced(shape.size(), dims.empty());
   for (int64_t d : dims) reduced[size_t(d)] = true;
   ReduceLayout L;

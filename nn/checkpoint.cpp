@@ -49,7 +49,8 @@ int64_t parse_checkpoint_name(const std::string& name) {
       name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
     return -1;
   std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
   int64_t n = -1;
   return parse_int(digits, n) ? n : -1;
 }
@@ -81,7 +82,8 @@ size_t find_crc_digits(std::string_view bytes) {
   for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(bytes[size_t(i)])) << (8 * i);
   size_t end = size_t(std::min<uint64_t>(bytes.size(), 8 + std::min<uint64_t>(n, bytes.size())));
   size_t at = bytes.find(kCrcField, 8);
-  if (at == std::string::npos || at + sizeof(kCrcField) - 1 + kCrcDigits > end) return std::string::npos;
+  if (at == std::string::npos || at + sizeof(kCrcField) - 1 + kCrcDigits > end)
+    return std::string::npos;
   if (bytes.find(kCrcField, at + 1) < end) return std::string::npos;
   return at + sizeof(kCrcField) - 1;
 }
@@ -118,15 +120,18 @@ void remove_stale_temporaries(const fs::path& dir) {
 }  // namespace
 
 int64_t TrainingState::extra_int(const std::string& key) const {
-  std::string where = source.empty() ? std::string("training state") : "checkpoint '" + source + "'";
+  std::string where =
+      source.empty() ? std::string("training state") : "checkpoint '" + source + "'";
   auto it = extra.find(key);
   LOOM_CHECK(it != extra.end(), where, ": no extra entry '", key, "'");
   int64_t v = 0;
-  LOOM_CHECK(parse_int(it->second, v), where, ": extra entry '", key, "' is not an integer: '", it->second, "'");
+  LOOM_CHECK(parse_int(it->second, v), where, ": extra entry '", key, "' is not an integer: '",
+             it->second, "'");
   return v;
 }
 
-std::string save_checkpoint(const std::string& dir, int64_t number, const TrainingState& state, int keep_last) {
+std::string save_checkpoint(const std::string& dir, int64_t number, const TrainingState& state,
+                            int keep_last) {
   LOOM_CHECK(number >= 0, "save_checkpoint: the checkpoint number must be >= 0, got ", number);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -137,7 +142,8 @@ std::string save_checkpoint(const std::string& dir, int64_t number, const Traini
   const NamedTensors* parts[] = {&state.model, &state.optimizer, &state.scaler};
   for (int s = 0; s < 3; ++s)
     for (const auto& [name, t] : *parts[s]) {
-      LOOM_CHECK(t.defined(), "save_checkpoint '", path, "': tensor '", kSections[s], name, "' is undefined");
+      LOOM_CHECK(t.defined(), "save_checkpoint '", path, "': tensor '", kSections[s], name,
+                 "' is undefined");
       host.emplace_back(kSections[s] + name, to_host_contiguous(t));
     }
 
@@ -155,7 +161,8 @@ std::string save_checkpoint(const std::string& dir, int64_t number, const Traini
   std::string bytes = encode_safetensors(host, meta, path);
   size_t digits_at = find_crc_digits(bytes);
   LOOM_CHECK(digits_at != std::string::npos, "save_checkpoint '", path,
-             "': the loom_crc32c field must appear once in the header (does a name or metadata key contain it?)");
+             "': the loom_crc32c field must appear once in the header (does a name or metadata key "
+             "contain it?)");
   bytes.replace(digits_at, kCrcDigits, hex8(whole_file_crc(bytes, digits_at)));
   {
     AtomicFileWriter out(path);  // a failed write leaves the previous checkpoints as they were
@@ -184,18 +191,23 @@ TrainingState load_checkpoint_bytes(const void* data, size_t n, const std::strin
   SafetensorsFile f = read_safetensors(data, n, path);
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = f.metadata.find(key);
-    LOOM_CHECK(it != f.metadata.end(), where, ": metadata has no '", key,
-               "' (not a loom checkpoint, a corrupt one, or one written by another format version)");
+    LOOM_CHECK(
+        it != f.metadata.end(), where, ": metadata has no '", key,
+        "' (not a loom checkpoint, a corrupt one, or one written by another format version)");
     return it->second;
   };
-  LOOM_CHECK(meta("loom_checkpoint_format") == std::to_string(kCheckpointFormat), where, ": format version '",
-             meta("loom_checkpoint_format"), "', this loom reads version ", kCheckpointFormat);
+  LOOM_CHECK(meta("loom_checkpoint_format") == std::to_string(kCheckpointFormat), where,
+             ": format version '", meta("loom_checkpoint_format"), "', this loom reads version ",
+             kCheckpointFormat);
   const std::string& stored = meta("loom_crc32c");
-  bool hex = stored.size() == kCrcDigits &&
-             std::all_of(stored.begin(), stored.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-  LOOM_CHECK(hex, where, ": bad loom_crc32c '", stored, "' (expected 8 lowercase hex digits): the file is corrupt");
+  bool hex = stored.size() == kCrcDigits && std::all_of(stored.begin(), stored.end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+             });
+  LOOM_CHECK(hex, where, ": bad loom_crc32c '", stored,
+             "' (expected 8 lowercase hex digits): the file is corrupt");
   size_t digits_at = find_crc_digits(bytes);
-  LOOM_CHECK(digits_at != std::string::npos && bytes.compare(digits_at, kCrcDigits, stored) == 0, where,
+  LOOM_CHECK(digits_at != std::string::npos && bytes.compare(digits_at, kCrcDigits, stored) == 0,
+             where,
              ": the loom_crc32c field is not where it belongs in the header: the file is corrupt");
   std::string actual = hex8(whole_file_crc(bytes, digits_at));
   LOOM_CHECK(stored == actual, where, ": checksum mismatch (stored ", stored, ", computed ", actual,
@@ -214,7 +226,8 @@ TrainingState load_checkpoint_bytes(const void* data, size_t n, const std::strin
         placed = true;
       }
     }
-    LOOM_CHECK(placed, where, ": unexpected tensor '", name, "' (names start with model., optim. or scaler.)");
+    LOOM_CHECK(placed, where, ": unexpected tensor '", name,
+               "' (names start with model., optim. or scaler.)");
   }
   for (const auto& [key, value] : f.metadata) {
     if (key.compare(0, 6, "extra.") == 0) {
@@ -222,9 +235,11 @@ TrainingState load_checkpoint_bytes(const void* data, size_t n, const std::strin
     } else if (key.compare(0, 4, "rng.") == 0) {
       size_t dot = key.rfind('.');
       std::string name = key.substr(4, dot - 4), field = key.substr(dot + 1);
-      LOOM_CHECK(dot > 4 && (field == "seed" || field == "offset"), where, ": bad rng metadata key '", key, "'");
+      LOOM_CHECK(dot > 4 && (field == "seed" || field == "offset"), where,
+                 ": bad rng metadata key '", key, "'");
       uint64_t v = 0;
-      LOOM_CHECK(parse_int(value, v), where, ": rng metadata '", key, "' is not an unsigned integer: '", value, "'");
+      LOOM_CHECK(parse_int(value, v), where, ": rng metadata '", key,
+                 "' is not an unsigned integer: '", value, "'");
       (field == "seed" ? st.rng[name].seed : st.rng[name].offset) = v;
     }
   }

@@ -13,7 +13,8 @@
 
 namespace loom::nn {
 
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
   LOOM_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type ", norm_type, " must be positive");
   LOOM_CHECK(max_norm >= 0.0, "clip_grad_norm_: max_norm ", max_norm, " is negative");
   NoGradGuard guard;
@@ -26,8 +27,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   bool inf = std::isinf(norm_type);
   std::vector<Tensor> norms;
   for (const auto& g : grads) {
-    LOOM_CHECK(g.device() == dev, "clip_grad_norm_: gradients on several devices (", dev, " and ", g.device(),
-               ") are not supported");
+    LOOM_CHECK(g.device() == dev, "clip_grad_norm_: gradients on several devices (", dev, " and ",
+               g.device(), ") are not supported");
     Tensor a = abs(g.to(dt));
     norms.push_back(inf ? max(a) : pow(sum(pow(a, norm_type)), 1.0 / norm_type));
   }
@@ -39,7 +40,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
                "; pass error_if_nonfinite = false to clip anyway");
   }
   // coef = min(1, max_norm / (total + 1e-6)), applied to every gradient.
-  Tensor coef = minimum(rdiv(total + 1e-6, max_norm), scalar_tensor(1.0, {.dtype = dt, .device = dev}));
+  Tensor coef =
+      minimum(rdiv(total + 1e-6, max_norm), scalar_tensor(1.0, {.dtype = dt, .device = dev}));
   for (auto& g : grads) g.mul_(coef.to(g.dtype()));
   return total;
 }

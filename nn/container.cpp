@@ -10,13 +10,18 @@ Flatten::Flatten(int64_t s, int64_t e) : Module("Flatten"), start_dim(s), end_di
 
 Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
 
-std::string Flatten::extra_repr() const { return str("start_dim=", start_dim, ", end_dim=", end_dim); }
+std::string Flatten::extra_repr() const {
+  return str("start_dim=", start_dim, ", end_dim=", end_dim);
+}
 
-Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) : Module("Sequential") {
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules)
+    : Module("Sequential") {
   for (const auto& m : modules) push_back(m);
 }
 
-void Sequential::push_back(std::shared_ptr<Module> m) { add_child(std::to_string(size()), std::move(m)); }
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  add_child(std::to_string(size()), std::move(m));
+}
 
 const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
   LOOM_CHECK(i < size(), "Sequential: index ", i, " is out of range for ", size(), " modules");

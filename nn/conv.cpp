@@ -2,8 +2,8 @@
 // Leaves out: padding modes other than zeros, "same" padding, Conv1d/Conv3d.
 #include <cmath>
 
-#include "autograd/ops/factory.h"
 #include "autograd/ops/conv_pool.h"
+#include "autograd/ops/factory.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 
@@ -11,15 +11,15 @@ namespace loom::nn {
 
 Conv2d::Conv2d(int64_t in, int64_t out, IntPair k, Conv2dOptions opt)
     : Module("Conv2d"), in_channels(in), out_channels(out), kernel_size(k), options(opt) {
-  LOOM_CHECK(in > 0 && out > 0 && k.h > 0 && k.w > 0, "Conv2d: channels (", in, ", ", out, ") and kernel size (",
-             k.h, ", ", k.w, ") must be positive");
-  LOOM_CHECK(opt.groups > 0 && in % opt.groups == 0 && out % opt.groups == 0, "Conv2d: groups ", opt.groups,
-             " must divide in_channels ", in, " and out_channels ", out);
+  LOOM_CHECK(in > 0 && out > 0 && k.h > 0 && k.w > 0, "Conv2d: channels (", in, ", ", out,
+             ") and kernel size (", k.h, ", ", k.w, ") must be positive");
+  LOOM_CHECK(opt.groups > 0 && in % opt.groups == 0 && out % opt.groups == 0, "Conv2d: groups ",
+             opt.groups, " must divide in_channels ", in, " and out_channels ", out);
   LOOM_CHECK(opt.stride.h > 0 && opt.stride.w > 0 && opt.dilation.h > 0 && opt.dilation.w > 0 &&
                  opt.padding.h >= 0 && opt.padding.w >= 0,
-             "Conv2d: stride (", opt.stride.h, ", ", opt.stride.w, ") and dilation (", opt.dilation.h, ", ",
-             opt.dilation.w, ") must be positive and padding (", opt.padding.h, ", ", opt.padding.w,
-             ") non-negative");
+             "Conv2d: stride (", opt.stride.h, ", ", opt.stride.w, ") and dilation (",
+             opt.dilation.h, ", ", opt.dilation.w, ") must be positive and padding (",
+             opt.padding.h, ", ", opt.padding.w, ") non-negative");
   weight = empty({out, in / opt.groups, k.h, k.w});
   register_parameter("weight", weight);
   if (opt.bias) {
@@ -40,8 +40,8 @@ void Conv2d::reset_parameters() {
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels, "Conv2d(", in_channels, ", ", out_channels,
-             "): expected input (N, ", in_channels, ", H, W), got ",
+  LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels, "Conv2d(", in_channels, ", ",
+             out_channels, "): expected input (N, ", in_channels, ", H, W), got ",
              x.defined() ? describe(x) : std::string("an undefined tensor"));
   Conv2dParams p;
   p.stride = options.stride.arr();
@@ -53,8 +53,8 @@ Tensor Conv2d::forward(const Tensor& x) {
 
 std::string Conv2d::extra_repr() const {
   auto pair = [](IntPair v) { return str("(", v.h, ", ", v.w, ")"); };
-  std::string s = str(in_channels, ", ", out_channels, ", kernel_size=", pair(kernel_size), ", stride=",
-                      pair(options.stride));
+  std::string s = str(in_channels, ", ", out_channels, ", kernel_size=", pair(kernel_size),
+                      ", stride=", pair(options.stride));
   if (!(options.padding == IntPair(0))) s += ", padding=" + pair(options.padding);
   if (!(options.dilation == IntPair(1))) s += ", dilation=" + pair(options.dilation);
   if (options.groups != 1) s += str(", groups=", options.groups);

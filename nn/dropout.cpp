@@ -1,6 +1,7 @@
 // Dropout module: loom::dropout in training, the identity in eval.
 // Leaves out: Dropout2d (whole channels) and alpha dropout.
 #include "autograd/ops/dropout.h"
+
 #include "nn/layers.h"
 
 namespace loom::nn {

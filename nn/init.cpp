@@ -20,7 +20,8 @@ Tensor fill_from(const Tensor& t, const Tensor& values) {
 }
 
 void check_float(const char* op, const Tensor& t) {
-  LOOM_CHECK(t.defined() && t.is_floating_point(), "init::", op, ": expected a floating tensor, got ",
+  LOOM_CHECK(t.defined() && t.is_floating_point(), "init::", op,
+             ": expected a floating tensor, got ",
              t.defined() ? describe(t) : std::string("an undefined tensor"));
 }
 
@@ -36,16 +37,21 @@ double calculate_gain(Nonlinearity nl, double param) {
   switch (nl) {
     case Nonlinearity::Linear:
     case Nonlinearity::Conv2d:
-    case Nonlinearity::Sigmoid: return 1.0;
-    case Nonlinearity::Tanh: return 5.0 / 3.0;
-    case Nonlinearity::ReLU: return std::sqrt(2.0);
-    case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1.0 + param * param));
+    case Nonlinearity::Sigmoid:
+      return 1.0;
+    case Nonlinearity::Tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::ReLU:
+      return std::sqrt(2.0);
+    case Nonlinearity::LeakyReLU:
+      return std::sqrt(2.0 / (1.0 + param * param));
   }
   LOOM_FAIL("calculate_gain: unknown nonlinearity");
 }
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
-  LOOM_CHECK(t.defined() && t.dim() >= 2, "calculate_fan_in_and_fan_out: needs a tensor with at least 2 dims, got ",
+  LOOM_CHECK(t.defined() && t.dim() >= 2,
+             "calculate_fan_in_and_fan_out: needs a tensor with at least 2 dims, got ",
              t.defined() ? describe(t) : std::string("an undefined tensor"));
   int64_t receptive = 1;
   for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);

@@ -51,7 +51,8 @@ struct Conv2dOptions {
 // x: (N, C, H, W) -> (N, K, P, Q). weight: (K, C/groups, kh, kw), bias: (K).
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, IntPair kernel_size, Conv2dOptions options = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, IntPair kernel_size,
+         Conv2dOptions options = {});
   Tensor forward(const Tensor& x) override;
   // weight ~ kaiming_uniform_(a = sqrt(5)), bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
   void reset_parameters();
@@ -84,8 +85,8 @@ class BatchNorm2d : public Module {
 
   int64_t num_features;
   BatchNormOptions options;
-  Tensor weight, bias;                                        // (C), when affine
-  Tensor running_mean, running_var, num_batches_tracked;      // (C), (C), int64 0-d
+  Tensor weight, bias;                                    // (C), when affine
+  Tensor running_mean, running_var, num_batches_tracked;  // (C), (C), int64 0-d
 };
 
 struct LayerNormOptions {
@@ -178,7 +179,8 @@ class AdaptiveAvgPool2d : public Module {
   IntPair output_size;
 };
 
-// ---------------------------------------------------------------- Flatten and Sequential (nn/container.cpp)
+// ---------------------------------------------------------------- Flatten and Sequential
+// (nn/container.cpp)
 
 // Flattens dims start_dim..end_dim into one: (N, C, H, W) -> (N, C*H*W) by default.
 class Flatten : public Module {
@@ -198,7 +200,8 @@ class Sequential : public Module {
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
   // std::make_shared<Sequential>(std::make_shared<Linear>(8, 16), std::make_shared<ReLU>())
   template <typename M0, typename... Ms>
-  explicit Sequential(std::shared_ptr<M0> first, std::shared_ptr<Ms>... rest) : Module("Sequential") {
+  explicit Sequential(std::shared_ptr<M0> first, std::shared_ptr<Ms>... rest)
+      : Module("Sequential") {
     push_back(std::move(first));
     (push_back(std::move(rest)), ...);
   }

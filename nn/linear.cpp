@@ -11,7 +11,8 @@ namespace loom::nn {
 
 Linear::Linear(int64_t in, int64_t out, bool has_bias)
     : Module("Linear"), in_features(in), out_features(out) {
-  LOOM_CHECK(in > 0 && out > 0, "Linear: in_features (", in, ") and out_features (", out, ") must be positive");
+  LOOM_CHECK(in > 0 && out > 0, "Linear: in_features (", in, ") and out_features (", out,
+             ") must be positive");
   weight = empty({out, in});
   register_parameter("weight", weight);
   if (has_bias) {
@@ -32,14 +33,16 @@ void Linear::reset_parameters() {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features, "Linear(in_features=", in_features,
-             "): input ", x.defined() ? describe(x) : std::string("undefined"), " should end in ", in_features,
+  LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features,
+             "Linear(in_features=", in_features, "): input ",
+             x.defined() ? describe(x) : std::string("undefined"), " should end in ", in_features,
              " features");
   return linear(x, weight, bias);
 }
 
 std::string Linear::extra_repr() const {
-  return str("in_features=", in_features, ", out_features=", out_features, ", bias=", bias.defined() ? "true" : "false");
+  return str("in_features=", in_features, ", out_features=", out_features,
+             ", bias=", bias.defined() ? "true" : "false");
 }
 
 }  // namespace loom::nn

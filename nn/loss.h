@@ -46,7 +46,8 @@ class NLLLoss : public Module {
 // mean (or sum, or none) of (input - target)^2; both of one shape.
 class MSELoss : public Module {
  public:
-  explicit MSELoss(Reduction reduction = Reduction::Mean) : Module("MSELoss"), reduction(reduction) {}
+  explicit MSELoss(Reduction reduction = Reduction::Mean)
+      : Module("MSELoss"), reduction(reduction) {}
   Tensor forward(const Tensor& input, const Tensor& target);
   Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
 

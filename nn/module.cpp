@@ -36,7 +36,8 @@ void Module::check_new_name(const std::string& name) const {
 
 Tensor& Module::register_parameter(const std::string& name, Tensor& t, bool requires_grad) {
   check_new_name(name);
-  LOOM_CHECK(t.defined(), type_name_, ".register_parameter(\"", name, "\"): the tensor is undefined");
+  LOOM_CHECK(t.defined(), type_name_, ".register_parameter(\"", name,
+             "\"): the tensor is undefined");
   LOOM_CHECK(t.is_leaf(), type_name_, ".register_parameter(\"", name,
              "\"): a parameter must be a leaf tensor (use detach())");
   if (requires_grad) t.requires_grad_(true);
@@ -55,13 +56,15 @@ Tensor& Module::register_buffer(const std::string& name, Tensor& t, bool persist
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_new_name(name);
   LOOM_CHECK(m != nullptr, type_name_, ".register_module(\"", name, "\"): the module is null");
-  LOOM_CHECK(m.get() != this, type_name_, ".register_module(\"", name, "\"): a module cannot contain itself");
+  LOOM_CHECK(m.get() != this, type_name_, ".register_module(\"", name,
+             "\"): a module cannot contain itself");
   m->set_parameter_names(name + ".");
   children_.emplace_back(name, std::move(m));
 }
 
 void Module::share_members_of(Module& inner) {
-  LOOM_CHECK(&inner != this, type_name_, ".share_members_of: a module cannot share its own members");
+  LOOM_CHECK(&inner != this, type_name_,
+             ".share_members_of: a module cannot share its own members");
   for (const auto& e : inner.params_) {
     check_new_name(e.name);
     params_.push_back(e);
@@ -127,7 +130,8 @@ std::vector<std::pair<std::string, std::shared_ptr<const Module>>> Module::named
   out.emplace_back("", std::shared_ptr<const Module>(this, [](const Module*) {}));
   for (size_t i = 0; i < out.size(); ++i) {
     const auto [prefix, m] = out[i];
-    for (const auto& [n, c] : m->children_) out.emplace_back(prefix.empty() ? n : prefix + "." + n, c);
+    for (const auto& [n, c] : m->children_)
+      out.emplace_back(prefix.empty() ? n : prefix + "." + n, c);
   }
   return out;
 }
@@ -137,7 +141,8 @@ std::vector<std::pair<std::string, std::shared_ptr<const Module>>> Module::named
 StateDict Module::state_dict() const {
   // PyTorch's order: each module's parameters, then its buffers, then its children.
   StateDict sd;
-  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m,
+                                                                    const std::string& prefix) {
     for (const auto& e : m.params_) sd.emplace_back(prefix + e.name, e.t->detach());
     for (const auto& e : m.buffers_)
       if (e.persistent) sd.emplace_back(prefix + e.name, e.t->detach());
@@ -176,8 +181,10 @@ LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
   if (!duplicated.empty()) err << "\n  duplicated entries: " << join_names(duplicated);
   if (!misshaped.empty()) err << "\n  wrong shape: " << join_names(misshaped);
   if (strict && !r.missing_keys.empty()) err << "\n  missing: " << join_names(r.missing_keys);
-  if (strict && !r.unexpected_keys.empty()) err << "\n  unexpected: " << join_names(r.unexpected_keys);
-  LOOM_CHECK(err.str().empty(), type_name_, ".load_state_dict: the state dict does not match the module:", err.str());
+  if (strict && !r.unexpected_keys.empty())
+    err << "\n  unexpected: " << join_names(r.unexpected_keys);
+  LOOM_CHECK(err.str().empty(), type_name_,
+             ".load_state_dict: the state dict does not match the module:", err.str());
 
   NoGradGuard g;
   for (auto& [name, t] : mine) {
@@ -242,7 +249,9 @@ void Module::to(Device d) {
 void Module::to(DType dt) {
   LOOM_CHECK(is_floating(dt), type_name_, ".to: dtype ", dtype_name(dt),
              " is not floating (only floating parameters and buffers are converted)");
-  convert([dt](const Tensor& t) { return !t.is_floating_point() || t.dtype() == dt ? t : loom::to(t, dt); });
+  convert([dt](const Tensor& t) {
+    return !t.is_floating_point() || t.dtype() == dt ? t : loom::to(t, dt);
+  });
 }
 
 void Module::to(Device d, DType dt) {

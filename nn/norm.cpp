@@ -1,9 +1,10 @@
 // BatchNorm2d and LayerNorm modules: parameters, running-stat buffers and PyTorch's rules for
 // which statistics are used in training and eval, around loom::batch_norm and loom::layer_norm.
 // Leaves out: BatchNorm1d/3d, GroupNorm, SyncBatchNorm.
+#include "autograd/ops/norm.h"
+
 #include "autograd/grad_mode.h"
 #include "autograd/ops/factory.h"
-#include "autograd/ops/norm.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 
@@ -11,7 +12,8 @@ namespace loom::nn {
 
 // ---------------------------------------------------------------- BatchNorm2d
 
-BatchNorm2d::BatchNorm2d(int64_t c, BatchNormOptions opt) : Module("BatchNorm2d"), num_features(c), options(opt) {
+BatchNorm2d::BatchNorm2d(int64_t c, BatchNormOptions opt)
+    : Module("BatchNorm2d"), num_features(c), options(opt) {
   LOOM_CHECK(c > 0, "BatchNorm2d: num_features ", c, " must be positive");
   LOOM_CHECK(opt.eps > 0, "BatchNorm2d: eps ", opt.eps, " must be positive");
   if (opt.affine) {
@@ -61,15 +63,15 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // Batch statistics in training, and in eval when there are no running stats.
   bool use_batch_stats = is_training() || !options.track_running_stats;
   bool pass_running = !is_training() || options.track_running_stats;
-  return batch_norm(x, weight, bias, pass_running ? running_mean : Tensor(), pass_running ? running_var : Tensor(),
-                    use_batch_stats, factor, options.eps);
+  return batch_norm(x, weight, bias, pass_running ? running_mean : Tensor(),
+                    pass_running ? running_var : Tensor(), use_batch_stats, factor, options.eps);
 }
 
 std::string BatchNorm2d::extra_repr() const {
-  return str(num_features, ", eps=", options.eps, ", momentum=",
-             options.momentum ? str(*options.momentum) : std::string("none"), ", affine=",
-             options.affine ? "true" : "false", ", track_running_stats=",
-             options.track_running_stats ? "true" : "false");
+  return str(num_features, ", eps=", options.eps,
+             ", momentum=", options.momentum ? str(*options.momentum) : std::string("none"),
+             ", affine=", options.affine ? "true" : "false",
+             ", track_running_stats=", options.track_running_stats ? "true" : "false");
 }
 
 // ---------------------------------------------------------------- LayerNorm
@@ -77,7 +79,8 @@ std::string BatchNorm2d::extra_repr() const {
 LayerNorm::LayerNorm(Shape shape, LayerNormOptions opt)
     : Module("LayerNorm"), normalized_shape(std::move(shape)), options(opt) {
   LOOM_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must have at least one dim");
-  for (int64_t d : normalized_shape) LOOM_CHECK(d > 0, "LayerNorm: normalized_shape ", normalized_shape, " has a non-positive size");
+  for (int64_t d : normalized_shape)
+    LOOM_CHECK(d > 0, "LayerNorm: normalized_shape ", normalized_shape, " has a non-positive size");
   if (opt.elementwise_affine) {
     weight = empty(normalized_shape);
     register_parameter("weight", weight);
@@ -98,13 +101,15 @@ Tensor LayerNorm::forward(const Tensor& x) {
   size_t k = normalized_shape.size();
   bool ok = x.defined() && size_t(x.dim()) >= k;
   for (size_t i = 0; ok && i < k; ++i) ok = x.size(int64_t(x.dim() - k + i)) == normalized_shape[i];
-  LOOM_CHECK(ok, "LayerNorm(", normalized_shape, "): input ", x.defined() ? describe(x) : std::string("undefined"),
-             " should end in ", normalized_shape);
+  LOOM_CHECK(ok, "LayerNorm(", normalized_shape, "): input ",
+             x.defined() ? describe(x) : std::string("undefined"), " should end in ",
+             normalized_shape);
   return layer_norm(x, normalized_shape, weight, bias, options.eps);
 }
 
 std::string LayerNorm::extra_repr() const {
-  return str(normalized_shape, ", eps=", options.eps, ", elementwise_affine=", options.elementwise_affine ? "true" : "false");
+  return str(normalized_shape, ", eps=", options.eps,
+             ", elementwise_affine=", options.elementwise_affine ? "true" : "false");
 }
 
 }  // namespace loom::nn

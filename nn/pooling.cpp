@@ -15,16 +15,19 @@ void check_input(const char* name, const Tensor& x) {
 void check_window(const char* name, IntPair k, IntPair stride, IntPair pad) {
   LOOM_CHECK(k.h > 0 && k.w > 0 && stride.h > 0 && stride.w > 0, name, ": kernel (", k.h, ", ", k.w,
              ") and stride (", stride.h, ", ", stride.w, ") must be positive");
-  LOOM_CHECK(pad.h >= 0 && pad.w >= 0 && 2 * pad.h <= k.h && 2 * pad.w <= k.w, name, ": padding (", pad.h, ", ",
-             pad.w, ") must be non-negative and at most half the kernel (", k.h, ", ", k.w, ")");
+  LOOM_CHECK(pad.h >= 0 && pad.w >= 0 && 2 * pad.h <= k.h && 2 * pad.w <= k.w, name, ": padding (",
+             pad.h, ", ", pad.w, ") must be non-negative and at most half the kernel (", k.h, ", ",
+             k.w, ")");
 }
 
 std::string window_repr(IntPair k, IntPair s, IntPair p) {
-  return str("kernel_size=(", k.h, ", ", k.w, "), stride=(", s.h, ", ", s.w, "), padding=(", p.h, ", ", p.w, ")");
+  return str("kernel_size=(", k.h, ", ", k.w, "), stride=(", s.h, ", ", s.w, "), padding=(", p.h,
+             ", ", p.w, ")");
 }
 }  // namespace
 
-MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt) : Module("MaxPool2d"), kernel_size(k), options(opt) {
+MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt)
+    : Module("MaxPool2d"), kernel_size(k), options(opt) {
   if (!options.stride) options.stride = k;
   check_window("MaxPool2d", k, *options.stride, options.padding);
 }
@@ -38,9 +41,12 @@ Tensor MaxPool2d::forward(const Tensor& x) {
   return max_pool2d(x, p);
 }
 
-std::string MaxPool2d::extra_repr() const { return window_repr(kernel_size, *options.stride, options.padding); }
+std::string MaxPool2d::extra_repr() const {
+  return window_repr(kernel_size, *options.stride, options.padding);
+}
 
-AvgPool2d::AvgPool2d(IntPair k, AvgPool2dOptions opt) : Module("AvgPool2d"), kernel_size(k), options(opt) {
+AvgPool2d::AvgPool2d(IntPair k, AvgPool2dOptions opt)
+    : Module("AvgPool2d"), kernel_size(k), options(opt) {
   if (!options.stride) options.stride = k;
   check_window("AvgPool2d", k, *options.stride, options.padding);
 }
@@ -55,10 +61,13 @@ Tensor AvgPool2d::forward(const Tensor& x) {
   return avg_pool2d(x, p);
 }
 
-std::string AvgPool2d::extra_repr() const { return window_repr(kernel_size, *options.stride, options.padding); }
+std::string AvgPool2d::extra_repr() const {
+  return window_repr(kernel_size, *options.stride, options.padding);
+}
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(IntPair out) : Module("AdaptiveAvgPool2d"), output_size(out) {
-  LOOM_CHECK(out.h > 0 && out.w > 0, "AdaptiveAvgPool2d: output size (", out.h, ", ", out.w, ") must be positive");
+  LOOM_CHECK(out.h > 0 && out.w > 0, "AdaptiveAvgPool2d: output size (", out.h, ", ", out.w,
+             ") must be positive");
 }
 
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {

@@ -11,7 +11,8 @@ Tensor to_host_contiguous(const Tensor& t) {
   return t.detach().to(kCPU).contiguous();
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata) {
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const StringMap& metadata) {
   NamedTensors host;
   host.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {

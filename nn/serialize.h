@@ -11,7 +11,8 @@ namespace loom {
 
 // Writes `tensors` (any device, any strides, any dtype loom has) to `path` atomically, with the
 // "__metadata__" strings. Reading them back gives the same names, dtypes, shapes and bits.
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata = {});
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const StringMap& metadata = {});
 
 // Reads every tensor of `path` (errors name the file and what is wrong) onto `device`.
 SafetensorsFile load_safetensors(const std::string& path, Device device = kCPU);

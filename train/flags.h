@@ -1,6 +1,7 @@
-// Flag checking for programs built on loom (CLI11), used by the examples and benchmarks: numeric ranges with readable
-// bounds, non-finite numbers refused, defaults shown by --help, and a bad flag answered with the
-// message, the usage line and exit code 2. Leaves out: the flags themselves (each program's own).
+// Flag checking for programs built on loom (CLI11), used by the examples and benchmarks: numeric
+// ranges with readable bounds, non-finite numbers refused, defaults shown by --help, and a bad flag
+// answered with the message, the usage line and exit code 2. Leaves out: the flags themselves (each
+// program's own).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -28,7 +29,8 @@ inline CLI::Validator int_range(int64_t lo, int64_t hi) {
           used = 0;
         }
         if (used == 0 || used != s.size() || v < lo || v > hi)
-          return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'";
+          return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                 "], got '" + s + "'";
         return {};
       },
       desc.str());
@@ -50,7 +52,8 @@ inline CLI::Validator real_range(double lo, double hi, bool open_lo = false) {
         }
         if (used == 0 || used != s.size() || !std::isfinite(v))
           return "expected a finite number in " + range + ", got '" + s + "'";
-        if (v > hi || v < lo || (open_lo && v == lo)) return "expected a number in " + range + ", got '" + s + "'";
+        if (v > hi || v < lo || (open_lo && v == lo))
+          return "expected a number in " + range + ", got '" + s + "'";
         return {};
       },
       range);
@@ -70,7 +73,8 @@ inline void configure_app(CLI::App& app) {
     std::istringstream lines(help);
     for (std::string line; std::getline(lines, line);)
       if (line.rfind("Usage:", 0) == 0) usage = line;
-    return std::string(e.what()) + "\n" + usage + "\nRun with --help for every flag and its default.\n";
+    return std::string(e.what()) + "\n" + usage +
+           "\nRun with --help for every flag and its default.\n";
   });
 }
 

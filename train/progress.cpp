@@ -34,7 +34,8 @@ std::string format_duration(double seconds) {
   return format("%lld:%02lld", s / 60, s % 60);
 }
 
-EpochProgress::EpochProgress(int64_t epoch, int64_t epochs, int64_t total_steps, ProgressOptions opt)
+EpochProgress::EpochProgress(int64_t epoch, int64_t epochs, int64_t total_steps,
+                             ProgressOptions opt)
     : epoch_(epoch), epochs_(epochs), total_(total_steps), opt_(std::move(opt)) {
   if (!opt_.out) opt_.out = &std::cout;
   if (!opt_.clock) opt_.clock = steady_seconds;
@@ -54,7 +55,9 @@ double EpochProgress::samples_per_second() const {
   return t > 0 ? double(samples_) / t : 0.0;
 }
 
-double EpochProgress::ms_per_step() const { return done_ ? 1000.0 * seconds() / double(done_) : 0.0; }
+double EpochProgress::ms_per_step() const {
+  return done_ ? 1000.0 * seconds() / double(done_) : 0.0;
+}
 
 std::string EpochProgress::status_line() const {
   double t = seconds();
@@ -67,7 +70,8 @@ std::string EpochProgress::status_line() const {
     int filled = total_ > 0 ? int(std::min<int64_t>(w, done_ * w / total_)) : w;
     std::string bar(size_t(filled), '=');
     if (filled < w) bar += '>' + std::string(size_t(w - filled - 1), ' ');
-    return head + " [" + bar + "] " + format("%lld/%lld", (long long)done_, (long long)total_) + tail;
+    return head + " [" + bar + "] " + format("%lld/%lld", (long long)done_, (long long)total_) +
+           tail;
   }
   int pct = total_ > 0 ? int(done_ * 100 / total_) : 100;
   return head + format("  step %lld/%lld (%d%%)", (long long)done_, (long long)total_, pct) + tail;
@@ -91,7 +95,8 @@ void EpochProgress::step(double loss, int64_t samples) {
   }
   // Lines: one line each time done_ crosses the next multiple of line_every * total_.
   bool report = false;
-  while (opt_.line_every > 0 && double(done_) >= double(next_line_) * opt_.line_every * double(total_) - 1e-6) {
+  while (opt_.line_every > 0 &&
+         double(done_) >= double(next_line_) * opt_.line_every * double(total_) - 1e-6) {
     report = true;
     ++next_line_;
   }
@@ -103,7 +108,8 @@ void EpochProgress::step(double loss, int64_t samples) {
 
 bool EpochProgress::line_due(int64_t n) const {
   if (bar_) return false;
-  return n == total_ || (opt_.line_every > 0 && double(n) >= double(next_line_) * opt_.line_every * double(total_) - 1e-6);
+  return n == total_ || (opt_.line_every > 0 &&
+                         double(n) >= double(next_line_) * opt_.line_every * double(total_) - 1e-6);
 }
 
 void EpochProgress::finish() {
@@ -118,10 +124,12 @@ void EpochProgress::finish() {
 }
 
 std::string format_epoch_summary(const EpochSummary& s) {
-  std::string line = format("epoch %lld/%lld  train loss %.4f", (long long)s.epoch, (long long)s.epochs, s.train_loss);
+  std::string line = format("epoch %lld/%lld  train loss %.4f", (long long)s.epoch,
+                            (long long)s.epochs, s.train_loss);
   if (s.test_loss) line += format("  test loss %.4f", *s.test_loss);
   if (s.test_accuracy) line += format("  test acc %.2f%%", 100.0 * *s.test_accuracy);
-  line += format("  %.0f samples/s  %.2f ms/step  %.1f s", s.samples_per_second, s.ms_per_step, s.seconds);
+  line += format("  %.0f samples/s  %.2f ms/step  %.1f s", s.samples_per_second, s.ms_per_step,
+                 s.seconds);
   if (s.eval_seconds) line += format("  eval %.1f s", *s.eval_seconds);
   return line;
 }

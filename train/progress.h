@@ -20,10 +20,10 @@ enum class ProgressStyle { Auto, Bar, Lines };  // Auto: Bar when stdout is a te
 
 struct ProgressOptions {
   ProgressStyle style = ProgressStyle::Auto;
-  std::ostream* out = nullptr;     // default std::cout
-  ProgressClock clock;             // default steady_seconds
-  double line_every = 0.1;         // Lines: a line each time this fraction of the epoch is done
-  double redraw_secs = 0.1;        // Bar: redraw at most this often (and at the last step)
+  std::ostream* out = nullptr;  // default std::cout
+  ProgressClock clock;          // default steady_seconds
+  double line_every = 0.1;      // Lines: a line each time this fraction of the epoch is done
+  double redraw_secs = 0.1;     // Bar: redraw at most this often (and at the last step)
   int bar_width = 30;
 };
 
@@ -75,7 +75,7 @@ struct EpochSummary {
   std::optional<double> test_accuracy;  // a fraction in [0, 1]
   double samples_per_second = 0;
   double ms_per_step = 0;
-  double seconds = 0;                  // training only: samples/s and ms/step exclude evaluation
+  double seconds = 0;  // training only: samples/s and ms/step exclude evaluation
   std::optional<double> eval_seconds = std::nullopt;  // the evaluation's own time
 };
 

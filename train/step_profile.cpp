@@ -59,7 +59,8 @@ void StepProfiler::end_step() {
   }
 #endif
   if (!on_device)
-    for (int m = DataReady; m < kMarks; ++m) t[size_t(m)] = (host_[size_t(m)] - host_[DataReady]) * 1e3;
+    for (int m = DataReady; m < kMarks; ++m)
+      t[size_t(m)] = (host_[size_t(m)] - host_[DataReady]) * 1e3;
   totals_.data += (host_[DataReady] - host_[StepBegin]) * 1e3;
   totals_.forward += t[ForwardEnd] - t[DataReady];
   totals_.backward += t[BackwardComputed] - t[ForwardEnd];

@@ -22,7 +22,15 @@ namespace loom::train {
 // last event: profiling adds one host sync per step (it does not change the overlap inside it).
 class StepProfiler {
  public:
-  enum Mark { StepBegin, DataReady, ForwardEnd, BackwardComputed, BackwardEnd, OptimizerEnd, kMarks };
+  enum Mark {
+    StepBegin,
+    DataReady,
+    ForwardEnd,
+    BackwardComputed,
+    BackwardEnd,
+    OptimizerEnd,
+    kMarks
+  };
   explicit StepProfiler(Device device);
   ~StepProfiler();
   StepProfiler(const StepProfiler&) = delete;

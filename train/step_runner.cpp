@@ -34,7 +34,8 @@ Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
     Tensor loss = cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
     profiler_->mark(StepProfiler::ForwardEnd);
     loss.backward();
-    if (!profiler_->marked(StepProfiler::BackwardComputed)) profiler_->mark(StepProfiler::BackwardComputed);
+    if (!profiler_->marked(StepProfiler::BackwardComputed))
+      profiler_->mark(StepProfiler::BackwardComputed);
     profiler_->mark(StepProfiler::BackwardEnd);
     opt_.step();
     profiler_->mark(StepProfiler::OptimizerEnd);

@@ -38,7 +38,9 @@ void put_varint(std::string& out, uint64_t v) {
   out.push_back(char(uint8_t(v)));
 }
 
-void put_key(std::string& out, uint32_t field, WireType type) { put_varint(out, (uint64_t(field) << 3) | type); }
+void put_key(std::string& out, uint32_t field, WireType type) {
+  put_varint(out, (uint64_t(field) << 3) | type);
+}
 
 template <typename T>
 void put_little_endian(std::string& out, T v) {
@@ -68,7 +70,8 @@ std::string encode_file_version_event(double wall_time) {
   return e;
 }
 
-std::string encode_scalar_event(const std::string& tag, float value, int64_t step, double wall_time) {
+std::string encode_scalar_event(const std::string& tag, float value, int64_t step,
+                                double wall_time) {
   std::string v;  // Value
   put_bytes(v, 1, tag);
   put_key(v, 2, kFixed32);
@@ -101,7 +104,8 @@ double unix_time() {
 
 }  // namespace tensorboard
 
-SummaryWriter::SummaryWriter(const std::string& log_dir, double flush_secs) : flush_secs_(flush_secs) {
+SummaryWriter::SummaryWriter(const std::string& log_dir, double flush_secs)
+    : flush_secs_(flush_secs) {
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
   LOOM_CHECK(!ec, "SummaryWriter: cannot create log folder '", log_dir, "': ", ec.message());
@@ -114,7 +118,8 @@ SummaryWriter::SummaryWriter(const std::string& log_dir, double flush_secs) : fl
             std::to_string(::getpid()) + "." + std::to_string(counter++)))
               .string();
   file_ = std::fopen(path_.c_str(), "wb");
-  LOOM_CHECK(file_ != nullptr, "SummaryWriter: cannot create '", path_, "': ", std::strerror(errno));
+  LOOM_CHECK(file_ != nullptr, "SummaryWriter: cannot create '", path_,
+             "': ", std::strerror(errno));
   last_flush_ = now;
   try {
     write_record(tensorboard::encode_file_version_event(now));
@@ -131,15 +136,16 @@ SummaryWriter::~SummaryWriter() {
 
 void SummaryWriter::write_record(const std::string& event) {
   std::string r = tensorboard::frame_record(event);
-  LOOM_CHECK(std::fwrite(r.data(), 1, r.size(), file_) == r.size(), "SummaryWriter: writing '", path_,
-             "' failed: ", std::strerror(errno));
+  LOOM_CHECK(std::fwrite(r.data(), 1, r.size(), file_) == r.size(), "SummaryWriter: writing '",
+             path_, "' failed: ", std::strerror(errno));
 }
 
 void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t step) {
   add_scalar(tag, value, step, tensorboard::unix_time());
 }
 
-void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t step, double wall_time) {
+void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t step,
+                               double wall_time) {
   std::lock_guard<std::mutex> lock(mu_);
   write_record(tensorboard::encode_scalar_event(tag, float(value), step, wall_time));
   double now = tensorboard::unix_time();
@@ -151,7 +157,8 @@ void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t ste
 
 void SummaryWriter::flush() {
   std::lock_guard<std::mutex> lock(mu_);
-  LOOM_CHECK(std::fflush(file_) == 0, "SummaryWriter: flushing '", path_, "' failed: ", std::strerror(errno));
+  LOOM_CHECK(std::fflush(file_) == 0, "SummaryWriter: flushing '", path_,
+             "' failed: ", std::strerror(errno));
 }
 
 }  // namespace loom::train

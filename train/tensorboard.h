@@ -43,7 +43,8 @@ namespace tensorboard {
 // Event{wall_time, file_version} and Event{wall_time, step, Summary{Value{tag, simple_value}}},
 // serialized as protobuf bytes.
 std::string encode_file_version_event(double wall_time);
-std::string encode_scalar_event(const std::string& tag, float value, int64_t step, double wall_time);
+std::string encode_scalar_event(const std::string& tag, float value, int64_t step,
+                                double wall_time);
 // One TFRecord: uint64 length, masked CRC-32C of the length, data, masked CRC-32C of the data.
 std::string frame_record(const std::string& data);
 // Seconds since the Unix epoch, with sub-second precision.

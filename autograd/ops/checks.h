@@ -15,8 +15,8 @@ inline void check_defined(const char* op, const Tensor& t, const char* what = "i
 inline Backend& check_pair(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, a);
   check_defined(op, b);
-  LOOM_CHECK(a.device() == b.device(), op, ": expected both tensors on one device, got ", describe(a),
-             " and ", describe(b));
+  LOOM_CHECK(a.device() == b.device(), op, ": expected both tensors on one device, got ",
+             describe(a), " and ", describe(b));
   LOOM_CHECK(a.dtype() == b.dtype(), op, ": expected one dtype, got ", describe(a), " and ",
              describe(b), " (convert one with to(dtype))");
   return backend_for(a.device());

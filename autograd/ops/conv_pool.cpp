@@ -2,10 +2,11 @@
 // max_pool2d, avg_pool2d, adaptive_avg_pool2d. Each checks its arguments (errors name the op and
 // the shapes), calls one backend kernel, and records the backward beside it.
 // Leaves out: transposed convolution, ceil_mode and dilation in pooling, 1-d/3-d variants.
+#include "autograd/ops/conv_pool.h"
+
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/conv_pool.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "kernels/raw_ops.h"
@@ -32,15 +33,16 @@ void check_conv_args(const Tensor& x, const Tensor& w, const Tensor& b, const Co
              " channels of input ", x.shape());
   LOOM_CHECK(K % p.groups == 0, "conv2d: groups=", p.groups, " does not divide the ", K,
              " output channels of weight ", w.shape());
-  LOOM_CHECK(w.size(1) * p.groups == C, "conv2d: input ", x.shape(), " has ", C, " channels, weight ",
-             w.shape(), " expects ", w.size(1) * p.groups, " (", w.size(1), " * groups=", p.groups, ")");
+  LOOM_CHECK(w.size(1) * p.groups == C, "conv2d: input ", x.shape(), " has ", C,
+             " channels, weight ", w.shape(), " expects ", w.size(1) * p.groups, " (", w.size(1),
+             " * groups=", p.groups, ")");
   for (int i = 0; i < 2; ++i) {
     int64_t padded = x.size(2 + i) + 2 * p.padding[i];
     int64_t kernel = p.dilation[i] * (w.size(2 + i) - 1) + 1;
     LOOM_CHECK(kernel <= padded, "conv2d: kernel ", w.size(2), "x", w.size(3), " (dilation ",
-               pair(p.dilation), ") is larger than the padded input: input ", x.shape(), " with padding ",
-               pair(p.padding), " gives no output (output size ", (padded - kernel) / p.stride[i] + 1,
-               " in dim ", 2 + i, ")");
+               pair(p.dilation), ") is larger than the padded input: input ", x.shape(),
+               " with padding ", pair(p.padding), " gives no output (output size ",
+               (padded - kernel) / p.stride[i] + 1, " in dim ", 2 + i, ")");
   }
   if (b.defined()) {
     LOOM_CHECK(b.device() == x.device() && b.dtype() == x.dtype(), "conv2d: bias ", describe(b),
@@ -69,7 +71,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                   if (needs_input_grad(1)) grads[1] = be.conv2d_backward_weight(g, x, w.shape(), p);
                   // Bias: sum over (P, Q) then over N; each step reduces contiguous runs in place.
                   if (needs_input_grad(2))
-                    grads[2] = be.reduce(ReduceOp::Sum, be.reduce(ReduceOp::Sum, g, {2, 3}, false), {0}, false);
+                    grads[2] = be.reduce(ReduceOp::Sum, be.reduce(ReduceOp::Sum, g, {2, 3}, false),
+                                         {0}, false);
                   return grads;
                 });
 }
@@ -80,8 +83,8 @@ namespace {
 template <typename F>
 Tensor with_batch(const char* op, const Tensor& x, const F& f) {
   detail::check_defined(op, x);
-  LOOM_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got ",
-             describe(x));
+  LOOM_CHECK(x.dim() == 3 || x.dim() == 4, op,
+             ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got ", describe(x));
   if (x.dim() == 3) return squeeze(f(unsqueeze(x, 0)), 0);
   return f(x);
 }
@@ -91,10 +94,11 @@ void check_pool_args(const char* op, const Tensor& x, const Pool2dParams& p) {
   for (int i = 0; i < 2; ++i) {
     LOOM_CHECK(p.kernel[i] > 0, op, ": kernel size must be positive, got ", pair(p.kernel));
     LOOM_CHECK(p.stride[i] > 0, op, ": stride must be positive, got ", pair(p.stride));
-    LOOM_CHECK(p.padding[i] >= 0 && 2 * p.padding[i] <= p.kernel[i], op, ": padding ", pair(p.padding),
-               " should be between 0 and half the kernel size ", pair(p.kernel));
+    LOOM_CHECK(p.padding[i] >= 0 && 2 * p.padding[i] <= p.kernel[i], op, ": padding ",
+               pair(p.padding), " should be between 0 and half the kernel size ", pair(p.kernel));
     LOOM_CHECK(x.size(2 + i) + 2 * p.padding[i] >= p.kernel[i], op, ": kernel ", pair(p.kernel),
-               " is larger than the padded input: input ", x.shape(), " with padding ", pair(p.padding));
+               " is larger than the padded input: input ", x.shape(), " with padding ",
+               pair(p.padding));
   }
 }
 
@@ -130,7 +134,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, std::array<int64_t, 2> out_size) 
   return with_batch("adaptive_avg_pool2d", x_in, [&](const Tensor& x) {
     detail::check_floating("adaptive_avg_pool2d", x);
     const int64_t H = x.size(2), W = x.size(3), oh = out_size[0], ow = out_size[1];
-    LOOM_CHECK(oh > 0 && ow > 0, "adaptive_avg_pool2d: output size must be positive, got ", pair(out_size));
+    LOOM_CHECK(oh > 0 && ow > 0, "adaptive_avg_pool2d: output size must be positive, got ",
+               pair(out_size));
     LOOM_CHECK(H > 0 && W > 0, "adaptive_avg_pool2d: input ", x.shape(), " has an empty plane");
     if (oh == 1 && ow == 1) return mean(x, {2, 3}, true);
     if (H % oh == 0 && W % ow == 0) {

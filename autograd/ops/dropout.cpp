@@ -1,10 +1,11 @@
 // Differentiable (inverted) dropout: the kernel draws the mask from the default generator's
 // Philox stream (see Note [Dropout mask] in kernels/cpu/cpu_index.cpp); backward is g * mask.
 // Leaves out: alpha dropout, dropout2d (whole channels), and a per-call Generator argument.
+#include "autograd/ops/dropout.h"
+
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/dropout.h"
 #include "core/generator.h"
 
 namespace loom {

@@ -60,19 +60,26 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 namespace {
 // maximum/minimum: the gradient goes to the input that was selected (a on ties).
-Tensor select_extreme(const char* name, BinaryOp op, BinaryOp pick_a, const Tensor& a, const Tensor& b) {
+Tensor select_extreme(const char* name, BinaryOp op, BinaryOp pick_a, const Tensor& a,
+                      const Tensor& b) {
   Tensor out = check_pair(name, a, b).binary(op, a, b);
-  return record(name, out, {a, b}, [sa = save(a, name), sb = save(b, name), pick_a](const Tensor& g) {
-    const Tensor &a = sa.get(), &b = sb.get();
-    Tensor take_a = backend_for(a.device()).binary(pick_a, a, b);
-    Tensor z = zeros_like(g);
-    return Grads{sum_to(where(take_a, g, z), a.shape()), sum_to(where(take_a, z, g), b.shape())};
-  });
+  return record(name, out, {a, b},
+                [sa = save(a, name), sb = save(b, name), pick_a](const Tensor& g) {
+                  const Tensor &a = sa.get(), &b = sb.get();
+                  Tensor take_a = backend_for(a.device()).binary(pick_a, a, b);
+                  Tensor z = zeros_like(g);
+                  return Grads{sum_to(where(take_a, g, z), a.shape()),
+                               sum_to(where(take_a, z, g), b.shape())};
+                });
 }
 }  // namespace
 
-Tensor maximum(const Tensor& a, const Tensor& b) { return select_extreme("maximum", BinaryOp::Maximum, BinaryOp::Ge, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return select_extreme("minimum", BinaryOp::Minimum, BinaryOp::Le, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return select_extreme("maximum", BinaryOp::Maximum, BinaryOp::Ge, a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return select_extreme("minimum", BinaryOp::Minimum, BinaryOp::Le, a, b);
+}
 
 // ---------------------------------------------------------------- with a scalar
 
@@ -133,7 +140,8 @@ Grads fused_grad(BinaryOp op, const Tensor& g, const Tensor& saved) {
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  return record("neg", unary("neg", UnaryOp::Neg, x), {x}, [](const Tensor& g) { return Grads{neg(g)}; });
+  return record("neg", unary("neg", UnaryOp::Neg, x), {x},
+                [](const Tensor& g) { return Grads{neg(g)}; });
 }
 
 Tensor abs(const Tensor& x) {
@@ -153,7 +161,8 @@ Tensor square(const Tensor& x) {
 
 Tensor exp(const Tensor& x) {
   Tensor out = unary("exp", UnaryOp::Exp, x);
-  return record("exp", out, {x}, [sy = save(out, "exp")](const Tensor& g) { return Grads{g * sy.get()}; });
+  return record("exp", out, {x},
+                [sy = save(out, "exp")](const Tensor& g) { return Grads{g * sy.get()}; });
 }
 
 Tensor log(const Tensor& x) {
@@ -163,9 +172,8 @@ Tensor log(const Tensor& x) {
 
 Tensor sqrt(const Tensor& x) {
   Tensor out = unary("sqrt", UnaryOp::Sqrt, x);
-  return record("sqrt", out, {x}, [sy = save(out, "sqrt")](const Tensor& g) {
-    return Grads{g / sy.get() * 0.5};
-  });
+  return record("sqrt", out, {x},
+                [sy = save(out, "sqrt")](const Tensor& g) { return Grads{g / sy.get() * 0.5}; });
 }
 
 Tensor rsqrt(const Tensor& x) {
@@ -178,15 +186,17 @@ Tensor rsqrt(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
-  return record("relu", unary("relu", UnaryOp::Relu, x), {x}, [sx = save(x, "relu")](const Tensor& g) {
-    return fused_grad(BinaryOp::ReluBackward, g, sx.get());
-  });
+  return record("relu", unary("relu", UnaryOp::Relu, x), {x},
+                [sx = save(x, "relu")](const Tensor& g) {
+                  return fused_grad(BinaryOp::ReluBackward, g, sx.get());
+                });
 }
 
 Tensor gelu(const Tensor& x) {
-  return record("gelu", unary("gelu", UnaryOp::Gelu, x), {x}, [sx = save(x, "gelu")](const Tensor& g) {
-    return fused_grad(BinaryOp::GeluBackward, g, sx.get());
-  });
+  return record("gelu", unary("gelu", UnaryOp::Gelu, x), {x},
+                [sx = save(x, "gelu")](const Tensor& g) {
+                  return fused_grad(BinaryOp::GeluBackward, g, sx.get());
+                });
 }
 
 Tensor sigmoid(const Tensor& x) {
@@ -204,34 +214,55 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor silu(const Tensor& x) {
-  return record("silu", unary("silu", UnaryOp::Silu, x), {x}, [sx = save(x, "silu")](const Tensor& g) {
-    return fused_grad(BinaryOp::SiluBackward, g, sx.get());
-  });
+  return record("silu", unary("silu", UnaryOp::Silu, x), {x},
+                [sx = save(x, "silu")](const Tensor& g) {
+                  return fused_grad(BinaryOp::SiluBackward, g, sx.get());
+                });
 }
 
 // ---------------------------------------------------------------- comparisons and where
 
-Tensor eq(const Tensor& a, const Tensor& b) { return check_pair("eq", a, b).binary(BinaryOp::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return check_pair("ne", a, b).binary(BinaryOp::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return check_pair("lt", a, b).binary(BinaryOp::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return check_pair("le", a, b).binary(BinaryOp::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return check_pair("gt", a, b).binary(BinaryOp::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return check_pair("ge", a, b).binary(BinaryOp::Ge, a, b); }
-Tensor eq(const Tensor& a, double s) { return backend_for(a.device()).binary_scalar(BinaryOp::Eq, a, s, false); }
-Tensor gt(const Tensor& a, double s) { return backend_for(a.device()).binary_scalar(BinaryOp::Gt, a, s, false); }
-Tensor lt(const Tensor& a, double s) { return backend_for(a.device()).binary_scalar(BinaryOp::Lt, a, s, false); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return check_pair("eq", a, b).binary(BinaryOp::Eq, a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return check_pair("ne", a, b).binary(BinaryOp::Ne, a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return check_pair("lt", a, b).binary(BinaryOp::Lt, a, b);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return check_pair("le", a, b).binary(BinaryOp::Le, a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return check_pair("gt", a, b).binary(BinaryOp::Gt, a, b);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return check_pair("ge", a, b).binary(BinaryOp::Ge, a, b);
+}
+Tensor eq(const Tensor& a, double s) {
+  return backend_for(a.device()).binary_scalar(BinaryOp::Eq, a, s, false);
+}
+Tensor gt(const Tensor& a, double s) {
+  return backend_for(a.device()).binary_scalar(BinaryOp::Gt, a, s, false);
+}
+Tensor lt(const Tensor& a, double s) {
+  return backend_for(a.device()).binary_scalar(BinaryOp::Lt, a, s, false);
+}
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_pair("where", a, b);
   detail::check_defined("where", cond, "condition");
-  LOOM_CHECK(cond.dtype() == DType::Bool, "where: the condition must be bool, got ", describe(cond));
+  LOOM_CHECK(cond.dtype() == DType::Bool, "where: the condition must be bool, got ",
+             describe(cond));
   LOOM_CHECK(cond.device() == a.device(), "where: the condition ", describe(cond),
              " is not on the device of the values ", describe(a));
   Tensor out = backend_for(a.device()).where(cond, a, b);
-  return record("where", out, {a, b}, [c = save(cond, "where"), sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    Tensor z = zeros_like(g);
-    return Grads{sum_to(where(c.get(), g, z), sa), sum_to(where(c.get(), z, g), sb)};
-  });
+  return record("where", out, {a, b},
+                [c = save(cond, "where"), sa = a.shape(), sb = b.shape()](const Tensor& g) {
+                  Tensor z = zeros_like(g);
+                  return Grads{sum_to(where(c.get(), g, z), sa), sum_to(where(c.get(), z, g), sb)};
+                });
 }
 
 }  // namespace loom

@@ -1,9 +1,9 @@
 // Factories: allocate with core's empty(), fill with the device's backend.
 #include "autograd/ops/factory.h"
-#include "core/checked_math.h"
 
 #include <cmath>
 
+#include "core/checked_math.h"
 #include "kernels/backend.h"
 
 namespace loom {
@@ -37,10 +37,11 @@ Tensor ones(const Shape& s, Options opt) {
 
 Tensor arange(double start, double end, double step, Options opt) {
   LOOM_CHECK(step != 0, "arange: step must be non-zero");
-  LOOM_CHECK((end - start) / step >= 0, "arange: [", start, ", ", end, ") with step ", step, " is empty backwards");
+  LOOM_CHECK((end - start) / step >= 0, "arange: [", start, ", ", end, ") with step ", step,
+             " is empty backwards");
   double count = std::ceil((end - start) / step);
-  LOOM_CHECK(std::isfinite(count) && count < 9.2e18, "arange: [", start, ", ", end, ") with step ", step,
-             " has more elements than int64 can count");
+  LOOM_CHECK(std::isfinite(count) && count < 9.2e18, "arange: [", start, ", ", end, ") with step ",
+             step, " has more elements than int64 can count");
   int64_t n = int64_t(count);
   checked_nbytes("arange", {n}, dtype_size(opt.dtype));
   Tensor t = empty({n}, no_grad(opt));
@@ -53,7 +54,8 @@ Tensor uniform(const Shape& s, double lo, double hi, Options opt, Generator* gen
   checked_nbytes("uniform", s, dtype_size(opt.dtype));
   Tensor t = empty(s, no_grad(opt));
   GeneratorState st = (gen ? *gen : default_generator()).reserve(uint64_t(t.numel()));
-  if (t.numel() > 0) backend_for(opt.device).random_(t, RandomKind::Uniform, lo, hi, st.seed, st.offset);
+  if (t.numel() > 0)
+    backend_for(opt.device).random_(t, RandomKind::Uniform, lo, hi, st.seed, st.offset);
   return finish(t, opt.requires_grad);
 }
 
@@ -67,7 +69,8 @@ Tensor randn(const Shape& s, Options opt, Generator* gen) {
   checked_nbytes("randn", s, dtype_size(opt.dtype));
   Tensor t = empty(s, no_grad(opt));
   GeneratorState st = (gen ? *gen : default_generator()).reserve(uint64_t(t.numel()));
-  if (t.numel() > 0) backend_for(opt.device).random_(t, RandomKind::Normal, 0.0, 1.0, st.seed, st.offset);
+  if (t.numel() > 0)
+    backend_for(opt.device).random_(t, RandomKind::Normal, 0.0, 1.0, st.seed, st.offset);
   return finish(t, opt.requires_grad);
 }
 
@@ -78,14 +81,23 @@ Tensor randint(int64_t low, int64_t high, const Shape& s, Options opt, Generator
   Tensor t = empty(s, no_grad(opt));
   GeneratorState st = (gen ? *gen : default_generator()).reserve(uint64_t(t.numel()));
   if (t.numel() > 0)
-    backend_for(opt.device).random_(t, RandomKind::Int, double(low), double(high), st.seed, st.offset);
+    backend_for(opt.device)
+        .random_(t, RandomKind::Int, double(low), double(high), st.seed, st.offset);
   return finish(t, opt.requires_grad);
 }
 
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()}); }
-Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, {.dtype = t.dtype(), .device = t.device()}); }
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor full_like(const Tensor& t, double v) {
+  return full(t.shape(), v, {.dtype = t.dtype(), .device = t.device()});
+}
 
 Tensor scalar_tensor(double v, Options opt) { return full({}, v, opt); }
 

@@ -13,7 +13,9 @@ Tensor ones(const Shape& s, Options opt = {});
 Tensor full(const Shape& s, double value, Options opt = {});
 // [start, end) with `step`; dtype defaults to int64 if not given float options.
 Tensor arange(double start, double end, double step = 1.0, Options opt = {.dtype = DType::I64});
-inline Tensor arange(double end, Options opt = {.dtype = DType::I64}) { return arange(0, end, 1, opt); }
+inline Tensor arange(double end, Options opt = {.dtype = DType::I64}) {
+  return arange(0, end, 1, opt);
+}
 Tensor rand(const Shape& s, Options opt = {}, Generator* gen = nullptr);   // uniform [0, 1)
 Tensor randn(const Shape& s, Options opt = {}, Generator* gen = nullptr);  // standard normal
 Tensor randint(int64_t low, int64_t high, const Shape& s, Options opt = {.dtype = DType::I64},

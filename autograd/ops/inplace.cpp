@@ -32,8 +32,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace("copy_", *this);
   detail::check_defined("copy_", src, "source");
   broadcast_shapes("copy_", src.shape(), shape());
-  LOOM_CHECK(broadcast_shapes("copy_", src.shape(), shape()) == shape(), "copy_: source ", describe(src),
-             " does not broadcast to ", describe(*this));
+  LOOM_CHECK(broadcast_shapes("copy_", src.shape(), shape()) == shape(), "copy_: source ",
+             describe(src), " does not broadcast to ", describe(*this));
   backend_for(device().is_cpu() ? src.device() : device()).copy_(*this, src);
   bump_version();
   return *this;

@@ -59,15 +59,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
   if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
   int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  LOOM_CHECK(b.size(-2) == K, "matmul: shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (",
-             K, " != ", b.size(-2), ")");
+  LOOM_CHECK(b.size(-2) == K, "matmul: shapes ", a.shape(), " and ", b.shape(),
+             " cannot be multiplied (", K, " != ", b.size(-2), ")");
   if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
   if (b.dim() == 2) {  // fold a's batch dims into M
     Shape out_shape(a.shape().begin(), a.shape().end() - 1);
     out_shape.push_back(N);
     return reshape(mm(reshape(a, {-1, K}), b), out_shape);
   }
-  Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2),
+      batch_b(b.shape().begin(), b.shape().end() - 2);
   Shape batch = broadcast_shapes("matmul", batch_a, batch_b);
   Shape ea = batch, eb = batch, out_shape = batch;
   ea.insert(ea.end(), {M, K});
@@ -80,8 +81,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_pair("linear", x, weight);
   detail::check_dim("linear", weight, 2, "weight");
-  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
-             " has ", x.dim() ? x.size(-1) : 0, " features, weight ", weight.shape(), " expects ", weight.size(1));
+  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(), " has ",
+             x.dim() ? x.size(-1) : 0, " features, weight ", weight.shape(), " expects ",
+             weight.size(1));
   Tensor y = matmul(x, weight.t());
   if (bias.defined()) {
     LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),

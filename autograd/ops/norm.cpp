@@ -2,10 +2,11 @@
 // backward in eval) and layer_norm (a composite of mean, square and rsqrt: its gradient comes
 // from the pieces).
 // Leaves out: group/instance norm, and the modules that own the parameters and running stats (nn/).
+#include "autograd/ops/norm.h"
+
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/norm.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "kernels/raw_ops.h"
@@ -17,13 +18,14 @@ namespace {
 // weight, bias, running stats: undefined, or one value per channel on x's device.
 void check_channel_vector(const Tensor& x, const Tensor& t, const char* what, bool same_dtype) {
   if (!t.defined()) return;
-  LOOM_CHECK(t.device() == x.device(), "batch_norm: ", what, " ", describe(t), " is not on the device of input ",
-             describe(x));
+  LOOM_CHECK(t.device() == x.device(), "batch_norm: ", what, " ", describe(t),
+             " is not on the device of input ", describe(x));
   LOOM_CHECK(t.dim() == 1 && t.size(0) == x.size(1), "batch_norm: ", what, " ", t.shape(),
-             " does not match the ", x.size(1), " channels of input ", x.shape(), " (expected [", x.size(1), "])");
+             " does not match the ", x.size(1), " channels of input ", x.shape(), " (expected [",
+             x.size(1), "])");
   if (same_dtype)
-    LOOM_CHECK(t.dtype() == x.dtype(), "batch_norm: ", what, " ", describe(t), " and input ", describe(x),
-               " have different dtypes");
+    LOOM_CHECK(t.dtype() == x.dtype(), "batch_norm: ", what, " ", describe(t), " and input ",
+               describe(x), " have different dtypes");
   else
     detail::check_floating("batch_norm", t);
 }
@@ -44,11 +46,13 @@ std::vector<int64_t> non_channel_dims(const Tensor& x) {
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum, double eps) {
   detail::check_defined("batch_norm", x);
   detail::check_floating("batch_norm", x);
-  LOOM_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dims (N, C, ...), got ", describe(x));
+  LOOM_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dims (N, C, ...), got ",
+             describe(x));
   check_channel_vector(x, weight, "weight", true);
   check_channel_vector(x, bias, "bias", true);
   check_channel_vector(x, running_mean, "running_mean", false);
@@ -59,17 +63,22 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   Backend& be = backend_for(x.device());
   const bool batch_stats = training || !running_mean.defined();
   if (batch_stats)
-    LOOM_CHECK(x.size(1) == 0 || x.numel() / x.size(1) > 1, "batch_norm: expected more than 1 value per channel "
-               "when using batch statistics, got input ", x.shape());
+    LOOM_CHECK(x.size(1) == 0 || x.numel() / x.size(1) > 1,
+               "batch_norm: expected more than 1 value per channel "
+               "when using batch statistics, got input ",
+               x.shape());
 
-  BatchNormOut o = be.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  BatchNormOut o =
+      be.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
   if (batch_stats) {
-    return record("batch_norm", o.y, {x, weight, bias},
-                  [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), mean = o.save_mean,
-                   invstd = o.save_invstd](const Tensor& g) {
-                    BatchNormGrads r = backend_for(g.device()).batch_norm_backward(g, sx.get(), sw.get(), mean, invstd);
-                    return Grads{r.grad_input, r.grad_weight, r.grad_bias};
-                  });
+    return record(
+        "batch_norm", o.y, {x, weight, bias},
+        [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), mean = o.save_mean,
+         invstd = o.save_invstd](const Tensor& g) {
+          BatchNormGrads r =
+              backend_for(g.device()).batch_norm_backward(g, sx.get(), sw.get(), mean, invstd);
+          return Grads{r.grad_input, r.grad_weight, r.grad_bias};
+        });
   }
   // Eval: y = (x - mean) * invstd * w + b with constant statistics, so the backward is
   // elementwise. The statistics are copied now: later training steps update them in place.
@@ -79,27 +88,31 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   be.copy_(var, running_var);
   Tensor invstd = be.unary(UnaryOp::Rsqrt, be.binary_scalar(BinaryOp::Add, var, eps, false));
   return record("batch_norm", o.y, {x, weight, bias},
-                [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), rmean, invstd](const Tensor& g) {
+                [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), rmean,
+                 invstd](const Tensor& g) {
                   const Tensor &x = sx.get(), &w = sw.get();
                   Shape cs = channel_shape(x);
                   Tensor is = invstd.view(cs);
                   Grads grads(3);
                   if (needs_input_grad(0)) grads[0] = w.defined() ? g * (is * w.view(cs)) : g * is;
-                  if (needs_input_grad(1)) grads[1] = sum(g * ((x - rmean.view(cs)) * is), non_channel_dims(x));
+                  if (needs_input_grad(1))
+                    grads[1] = sum(g * ((x - rmean.view(cs)) * is), non_channel_dims(x));
                   if (needs_input_grad(2)) grads[2] = sum(g, non_channel_dims(x));
                   return grads;
                 });
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps) {
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
   detail::check_defined("layer_norm", x);
   detail::check_floating("layer_norm", x);
   const int64_t k = int64_t(normalized_shape.size());
   LOOM_CHECK(k >= 1, "layer_norm: normalized_shape must name at least one dim");
   bool tail_matches = x.dim() >= k;
-  for (int64_t i = 0; tail_matches && i < k; ++i) tail_matches = x.size(x.dim() - k + i) == normalized_shape[i];
-  LOOM_CHECK(tail_matches, "layer_norm: input ", x.shape(), " does not end with normalized_shape ", normalized_shape);
+  for (int64_t i = 0; tail_matches && i < k; ++i)
+    tail_matches = x.size(x.dim() - k + i) == normalized_shape[i];
+  LOOM_CHECK(tail_matches, "layer_norm: input ", x.shape(), " does not end with normalized_shape ",
+             normalized_shape);
   for (const Tensor* t : {&weight, &bias}) {
     if (!t->defined()) continue;
     const char* what = t == &weight ? "weight" : "bias";

@@ -27,11 +27,13 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 namespace {
 
 // Wrapped, sorted, unique dims; empty input means every dim.
-std::vector<int64_t> normalize_dims(const char* op, const std::vector<int64_t>& dims, int64_t ndim) {
+std::vector<int64_t> normalize_dims(const char* op, const std::vector<int64_t>& dims,
+                                    int64_t ndim) {
   std::vector<int64_t> out;
   for (int64_t d : dims) out.push_back(wrap_dim(op, d, ndim));
   std::sort(out.begin(), out.end());
-  LOOM_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), op, ": dim repeats in ", dims);
+  LOOM_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), op, ": dim repeats in ",
+             dims);
   if (out.empty())
     for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
   return out;
@@ -77,8 +79,8 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, int64_t correct
   detail::check_floating("var", x);
   auto dims = normalize_dims("var", dims_in, x.dim());
   double n = double(count_over(x.shape(), dims));
-  LOOM_CHECK(n - double(correction) > 0, "var: ", int64_t(n), " elements with correction ", correction,
-             " leave no degrees of freedom (shape ", x.shape(), ")");
+  LOOM_CHECK(n - double(correction) > 0, "var: ", int64_t(n), " elements with correction ",
+             correction, " leave no degrees of freedom (shape ", x.shape(), ")");
   // Composite: mean of squared deviations; its gradient comes from the pieces.
   Tensor centered = x - mean(x, dims, true);
   return sum(square(centered), dims, keepdim) / (n - double(correction));
@@ -112,9 +114,11 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
     // Scatter g into the argmax positions: one-hot along dim via a comparison with arange.
     Shape ar_shape(shape.size(), 1);
     ar_shape[dim] = shape[dim];
-    Tensor ar = arange(0, double(shape[dim]), 1, {.dtype = DType::I64, .device = g.device()}).view(ar_shape);
+    Tensor ar = arange(0, double(shape[dim]), 1, {.dtype = DType::I64, .device = g.device()})
+                    .view(ar_shape);
     Tensor onehot = eq(expand(ar, shape), expand(ik, shape));
-    return Grads{where(onehot, expand(gk, shape), zeros(shape, {.dtype = g.dtype(), .device = g.device()}))};
+    return Grads{
+        where(onehot, expand(gk, shape), zeros(shape, {.dtype = g.dtype(), .device = g.device()}))};
   });
   return {values, indices};
 }

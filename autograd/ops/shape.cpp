@@ -14,9 +14,8 @@ namespace loom {
 
 Tensor view(const Tensor& x, const Shape& s) {
   detail::check_defined("view", x);
-  return record("view", raw::view(x, s), {x}, [shape = x.shape()](const Tensor& g) {
-    return Grads{reshape(g, shape)};
-  });
+  return record("view", raw::view(x, s), {x},
+                [shape = x.shape()](const Tensor& g) { return Grads{reshape(g, shape)}; });
 }
 
 Tensor reshape(const Tensor& x, const Shape& s) {
@@ -47,12 +46,14 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   Tensor out = raw::slice(x, dim, start, end, step);
   dim = wrap_dim("slice", dim, x.dim());
   // Recompute the clamped start from the view's offset so the backward writes the same elements.
-  int64_t first = x.size(dim) == 0 || x.stride(dim) == 0 ? 0 : (out.offset() - x.offset()) / x.stride(dim);
-  return record("slice", out, {x}, [shape = x.shape(), dim, first, step, n = out.size(dim)](const Tensor& g) {
-    Tensor gx = zeros(shape, {.dtype = g.dtype(), .device = g.device()});
-    backend_for(g.device()).copy_(raw::slice(gx, dim, first, first + n * step, step), g);
-    return Grads{gx};
-  });
+  int64_t first =
+      x.size(dim) == 0 || x.stride(dim) == 0 ? 0 : (out.offset() - x.offset()) / x.stride(dim);
+  return record(
+      "slice", out, {x}, [shape = x.shape(), dim, first, step, n = out.size(dim)](const Tensor& g) {
+        Tensor gx = zeros(shape, {.dtype = g.dtype(), .device = g.device()});
+        backend_for(g.device()).copy_(raw::slice(gx, dim, first, first + n * step, step), g);
+        return Grads{gx};
+      });
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
@@ -70,8 +71,10 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
 Tensor expand(const Tensor& x, const Shape& s) {
   detail::check_defined("expand", x);
   Tensor out = raw::expand(x, s);
-  if (out.shape() == x.shape()) return record("expand", out, {x}, [](const Tensor& g) { return Grads{g}; });
-  return record("expand", out, {x}, [shape = x.shape()](const Tensor& g) { return Grads{sum_to(g, shape)}; });
+  if (out.shape() == x.shape())
+    return record("expand", out, {x}, [](const Tensor& g) { return Grads{g}; });
+  return record("expand", out, {x},
+                [shape = x.shape()](const Tensor& g) { return Grads{sum_to(g, shape)}; });
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
@@ -116,8 +119,9 @@ Tensor clone(const Tensor& x) {
 Tensor to(const Tensor& x, DType t) {
   detail::check_defined("to", x);
   if (x.dtype() == t) return x;
-  LOOM_CHECK(!x.requires_grad() || is_floating(t) || !autograd::is_grad_enabled(), "to: cannot convert ",
-             describe(x), " that requires grad to ", dtype_name(t), " (not differentiable)");
+  LOOM_CHECK(!x.requires_grad() || is_floating(t) || !autograd::is_grad_enabled(),
+             "to: cannot convert ", describe(x), " that requires grad to ", dtype_name(t),
+             " (not differentiable)");
   Tensor out = raw::cast(x, t);
   return record("to", out, {x}, [from = x.dtype()](const Tensor& g) { return Grads{to(g, from)}; });
 }
@@ -128,7 +132,8 @@ Tensor to(const Tensor& x, Device d) {
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = d});
   // The non-CPU side's backend knows how to move bytes across.
   backend_for(d.is_cpu() ? x.device() : d).copy_(out, x);
-  return record("to", out, {x}, [from = x.device()](const Tensor& g) { return Grads{to(g, from)}; });
+  return record("to", out, {x},
+                [from = x.device()](const Tensor& g) { return Grads{to(g, from)}; });
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
@@ -142,8 +147,9 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     LOOM_CHECK(xs[i].dim() == x0.dim(), "cat: tensor ", i, " has shape ", xs[i].shape(),
                ", tensor 0 has ", x0.shape(), " (expected the same number of dims)");
     for (int64_t d = 0; d < x0.dim(); ++d)
-      LOOM_CHECK(d == dim || xs[i].size(d) == x0.size(d), "cat: tensor ", i, " has shape ", xs[i].shape(),
-                 ", tensor 0 has ", x0.shape(), " (sizes must match except in dim ", dim, ")");
+      LOOM_CHECK(d == dim || xs[i].size(d) == x0.size(d), "cat: tensor ", i, " has shape ",
+                 xs[i].shape(), ", tensor 0 has ", x0.shape(), " (sizes must match except in dim ",
+                 dim, ")");
     out_shape[dim] += xs[i].size(dim);
   }
   Tensor out = empty(out_shape, {.dtype = x0.dtype(), .device = x0.device()});
@@ -182,8 +188,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined("index_select", x);
   detail::check_defined("index_select", index, "index");
   dim = wrap_dim("index_select", dim, x.dim());
-  LOOM_CHECK(index.dim() == 1 && index.dtype() == DType::I64, "index_select: index must be a 1-d int64 ",
-             "tensor, got ", describe(index));
+  LOOM_CHECK(index.dim() == 1 && index.dtype() == DType::I64,
+             "index_select: index must be a 1-d int64 ", "tensor, got ", describe(index));
   LOOM_CHECK(index.device() == x.device(), "index_select: index ", describe(index),
              " is not on the device of the input ", describe(x));
   Tensor out = backend_for(x.device()).index_select(x, dim, index);

@@ -2,10 +2,11 @@
 // softmax/log_softmax/nll_loss have fused kernels (forward and backward side by side here);
 // cross_entropy and mse_loss are composites whose gradients come from their parts.
 // Leaves out: class weights, soft (probability) targets, and K-dimensional (N, C, d1, ...) losses.
+#include "autograd/ops/softmax_loss.h"
+
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
-#include "autograd/ops/softmax_loss.h"
 #include "autograd/ops/reduce.h"
 #include "kernels/raw_ops.h"
 
@@ -25,16 +26,19 @@ Tensor softmax_impl(const char* name, const Tensor& x, int64_t dim, bool log) {
 
 // The checks nll_loss and cross_entropy share: scores (N, C) floating, target (N) int64 on the
 // same device. `what` names the scores ("logp" or "logits").
-void check_class_target(const char* op, const char* what, const Tensor& scores, const Tensor& target) {
+void check_class_target(const char* op, const char* what, const Tensor& scores,
+                        const Tensor& target) {
   detail::check_defined(op, scores, what);
   detail::check_defined(op, target, "target");
   detail::check_floating(op, scores);
-  LOOM_CHECK(scores.dim() == 2, op, ": expected ", what, " of shape (N, C), got ", describe(scores));
+  LOOM_CHECK(scores.dim() == 2, op, ": expected ", what, " of shape (N, C), got ",
+             describe(scores));
   LOOM_CHECK(target.dtype() == DType::I64, op, ": target must hold int64 class indices, got ",
              describe(target));
   LOOM_CHECK(target.dim() == 1, op, ": target must be 1-d (N), got ", describe(target));
-  LOOM_CHECK(target.size(0) == scores.size(0), op, ": ", what, " ", describe(scores), " has N = ",
-             scores.size(0), " rows but target ", describe(target), " has ", target.size(0));
+  LOOM_CHECK(target.size(0) == scores.size(0), op, ": ", what, " ", describe(scores),
+             " has N = ", scores.size(0), " rows but target ", describe(target), " has ",
+             target.size(0));
   LOOM_CHECK(target.device() == scores.device(), op, ": target ", describe(target),
              " is not on the device of ", what, " ", describe(scores));
 }
@@ -42,15 +46,20 @@ void check_class_target(const char* op, const char* what, const Tensor& scores, 
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl("log_softmax", x, dim, true); }
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl("log_softmax", x, dim, true);
+}
 
 Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t ignore_index) {
   check_class_target("nll_loss", "logp", logp, target);
   Tensor out = backend_for(logp.device()).nll_loss(logp, target, r, ignore_index);
-  return record("nll_loss", out, {logp},
-                [sp = save(logp, "nll_loss"), st = save(target, "nll_loss"), r, ignore_index](const Tensor& g) {
-                  return Grads{backend_for(g.device()).nll_loss_backward(g, sp.get(), st.get(), r, ignore_index)};
-                });
+  return record(
+      "nll_loss", out, {logp},
+      [sp = save(logp, "nll_loss"), st = save(target, "nll_loss"), r,
+       ignore_index](const Tensor& g) {
+        return Grads{
+            backend_for(g.device()).nll_loss_backward(g, sp.get(), st.get(), r, ignore_index)};
+      });
 }
 
 // Note [Label smoothing]
@@ -58,8 +67,8 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t i
 //   (1 - ls) * nll_i + (ls / C) * sum_c (-logp_ic),
 // the smoothing term being 0 on ignored rows. Reduction::Mean divides both terms by the number
 // of non-ignored rows; that count stays a tensor so no value is read back to the host.
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r, double label_smoothing,
-                     int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r,
+                     double label_smoothing, int64_t ignore_index) {
   check_class_target("cross_entropy", "logits", logits, target);
   LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
              "cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
@@ -73,14 +82,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r, do
     const std::string inner = "nll_loss: ";
     if (msg.compare(0, inner.size(), inner) != 0) throw;
     msg = "cross_entropy: " + msg.substr(inner.size());
-    for (size_t at = msg.find(" for logp "); at != std::string::npos; at = msg.find(" for logp ", at))
+    for (size_t at = msg.find(" for logp "); at != std::string::npos;
+         at = msg.find(" for logp ", at))
       msg.replace(at, 10, " for logits ");
     throw Error(msg);
   }
   if (label_smoothing == 0.0) return nll;
   Backend& be = backend_for(logits.device());
   // keep_i = 1 for rows that count, 0 for ignored rows (no gradient flows into it).
-  Tensor keep = raw::cast(be.binary_scalar(BinaryOp::Ne, target, double(ignore_index), false), logits.dtype());
+  Tensor keep = raw::cast(be.binary_scalar(BinaryOp::Ne, target, double(ignore_index), false),
+                          logits.dtype());
   Tensor smooth = neg(sum(logp, {1})) * keep;  // (N)
   if (r == Reduction::Sum) smooth = sum(smooth);
   if (r == Reduction::Mean) smooth = sum(smooth) / sum(keep);

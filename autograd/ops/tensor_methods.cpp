@@ -7,7 +7,9 @@ namespace loom {
 
 Tensor Tensor::view(const Shape& s) const { return loom::view(*this, s); }
 Tensor Tensor::reshape(const Shape& s) const { return loom::reshape(*this, s); }
-Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return loom::permute(*this, dims); }
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  return loom::permute(*this, dims);
+}
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return loom::transpose(*this, d0, d1); }
 Tensor Tensor::t() const {
   LOOM_CHECK(dim() == 2, "t: expected a 2-d tensor, got ", describe(*this));
@@ -26,16 +28,22 @@ Tensor Tensor::squeeze() const {
   return loom::reshape(*this, s);
 }
 Tensor Tensor::unsqueeze(int64_t d) const { return loom::unsqueeze(*this, d); }
-Tensor Tensor::flatten(int64_t start, int64_t end) const { return loom::flatten(*this, start, end); }
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  return loom::flatten(*this, start, end);
+}
 Tensor Tensor::contiguous() const { return loom::contiguous(*this); }
 Tensor Tensor::clone() const { return loom::clone(*this); }
 Tensor Tensor::to(DType t) const { return loom::to(*this, t); }
 Tensor Tensor::to(Device d) const { return loom::to(*this, d); }
 
 Tensor Tensor::sum() const { return loom::sum(*this); }
-Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return loom::sum(*this, dims, keepdim); }
+Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
+  return loom::sum(*this, dims, keepdim);
+}
 Tensor Tensor::mean() const { return loom::mean(*this); }
-Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const { return loom::mean(*this, dims, keepdim); }
+Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
+  return loom::mean(*this, dims, keepdim);
+}
 Tensor Tensor::argmax(int64_t d, bool keepdim) const { return loom::argmax(*this, d, keepdim); }
 Tensor Tensor::exp() const { return loom::exp(*this); }
 Tensor Tensor::log() const { return loom::log(*this); }
@@ -57,13 +65,14 @@ std::vector<T> Tensor::to_vector() const {
 
 template <typename T>
 T Tensor::item() const {
-  LOOM_CHECK(defined() && numel() == 1, "item: expected a tensor of one element, got ", describe(*this));
+  LOOM_CHECK(defined() && numel() == 1, "item: expected a tensor of one element, got ",
+             describe(*this));
   return to_vector<T>()[0];
 }
 
 double Tensor::item() const { return item<double>(); }
 
-#define LOOM_INSTANTIATE(T) \
+#define LOOM_INSTANTIATE(T)                             \
   template std::vector<T> Tensor::to_vector<T>() const; \
   template T Tensor::item<T>() const;
 LOOM_INSTANTIATE(float)

@@ -10,10 +10,11 @@
 // capture needs the Python side's optimizer support; the graph rows are loom-only).
 //
 //   ./build/benchmarks/libtorch/bench_train_torch --workload mlp --device cuda
-//   ./build/benchmarks/libtorch/bench_train_torch --workload all --device cpu --steps 10 --repeats 3
+//   ./build/benchmarks/libtorch/bench_train_torch --workload all --device cpu --steps 10 --repeats
+//   3
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
-#include <ATen/autocast_mode.h>
 #ifdef LOOM_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -33,8 +34,9 @@ const Clock::time_point kProcessStart = Clock::now();  // as close to process st
 
 // ---- the three workload models (docs/workloads.md) ----
 torch::nn::Sequential mlp() {
-  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 1024), torch::nn::ReLU(),
-                               torch::nn::Linear(1024, 1024), torch::nn::ReLU(), torch::nn::Linear(1024, 10));
+  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 1024),
+                               torch::nn::ReLU(), torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
+                               torch::nn::Linear(1024, 10));
 }
 
 void conv_bn_relu(torch::nn::Sequential& s, int64_t in, int64_t out) {
@@ -97,19 +99,23 @@ void synchronize(const torch::Device& d) {
   (void)d;
 }
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Result {
   double median_ms = 0, min_ms = 0, max_ms = 0, peak_mib = 0, first_step_s = 0;
 };
 
-Result run(const Workload& w, const torch::Device& dev, bool bf16, int warmup, int steps, int repeats) {
+Result run(const Workload& w, const torch::Device& dev, bool bf16, int warmup, int steps,
+           int repeats) {
   torch::manual_seed(0);
   auto model = w.make();
   model->to(dev);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
   torch::Tensor x = torch::randn({w.batch, 1, 28, 28}, torch::TensorOptions().device(dev));
-  torch::Tensor y = torch::randint(0, 10, {w.batch}, torch::TensorOptions().dtype(torch::kLong).device(dev));
+  torch::Tensor y =
+      torch::randint(0, 10, {w.batch}, torch::TensorOptions().dtype(torch::kLong).device(dev));
 
   auto step = [&] {
     opt.zero_grad();
@@ -158,7 +164,8 @@ int positive(const char* flag, const char* value) {
   char* end = nullptr;
   long v = std::strtol(value, &end, 10);
   if (*end != '\0' || v <= 0 || v > 1000000) {
-    std::fprintf(stderr, "bench_train_torch: %s needs an integer in [1, 1000000], got '%s'\n", flag, value);
+    std::fprintf(stderr, "bench_train_torch: %s needs an integer in [1, 1000000], got '%s'\n", flag,
+                 value);
     std::exit(2);
   }
   return int(v);
@@ -172,26 +179,35 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     bool has_value = i + 1 < argc;
-    if (a == "--workload" && has_value) workload = argv[++i];
-    else if (a == "--device" && has_value) device = argv[++i];
-    else if (a == "--dtype" && has_value) dtype = argv[++i];
-    else if (a == "--warmup" && has_value) warmup = positive("--warmup", argv[++i]);
-    else if (a == "--steps" && has_value) steps = positive("--steps", argv[++i]);
-    else if (a == "--repeats" && has_value) repeats = positive("--repeats", argv[++i]);
+    if (a == "--workload" && has_value)
+      workload = argv[++i];
+    else if (a == "--device" && has_value)
+      device = argv[++i];
+    else if (a == "--dtype" && has_value)
+      dtype = argv[++i];
+    else if (a == "--warmup" && has_value)
+      warmup = positive("--warmup", argv[++i]);
+    else if (a == "--steps" && has_value)
+      steps = positive("--steps", argv[++i]);
+    else if (a == "--repeats" && has_value)
+      repeats = positive("--repeats", argv[++i]);
     else {
-      std::fprintf(stderr,
-                   "usage: bench_train_torch [--workload mlp|cnn|wide|all] [--device cpu|cuda|cuda:N] "
-                   "[--dtype fp32|bf16] [--warmup N] [--steps N] [--repeats N]\n(bad argument '%s')\n",
-                   a.c_str());
+      std::fprintf(
+          stderr,
+          "usage: bench_train_torch [--workload mlp|cnn|wide|all] [--device cpu|cuda|cuda:N] "
+          "[--dtype fp32|bf16] [--warmup N] [--steps N] [--repeats N]\n(bad argument '%s')\n",
+          a.c_str());
       return 2;
     }
   }
   if (workload != "all" && workload != "mlp" && workload != "cnn" && workload != "wide") {
-    std::fprintf(stderr, "bench_train_torch: --workload must be mlp, cnn, wide or all, got '%s'\n", workload.c_str());
+    std::fprintf(stderr, "bench_train_torch: --workload must be mlp, cnn, wide or all, got '%s'\n",
+                 workload.c_str());
     return 2;
   }
   if (dtype != "fp32" && dtype != "bf16") {
-    std::fprintf(stderr, "bench_train_torch: --dtype must be fp32 or bf16, got '%s'\n", dtype.c_str());
+    std::fprintf(stderr, "bench_train_torch: --dtype must be fp32 or bf16, got '%s'\n",
+                 dtype.c_str());
     return 2;
   }
   try {
@@ -202,14 +218,14 @@ int main(int argc, char** argv) {
     at::globalContext().setAllowTF32CuDNN(false);
     at::globalContext().setBenchmarkCuDNN(true);
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
-    std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype", "mode", "batch",
-                "ms/step", "min ms", "max ms", "peak MiB", "first step s");
+    std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
+                "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
       if (workload != "all" && workload != w.name) continue;
       Result r = run(w, dev, dtype == "bf16", warmup, steps, repeats);
-      std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name, device.c_str(),
-                  dtype.c_str(), "eager", long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib,
-                  r.first_step_s);
+      std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name,
+                  device.c_str(), dtype.c_str(), "eager", long(w.batch), r.median_ms, r.min_ms,
+                  r.max_ms, r.peak_mib, r.first_step_s);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

@@ -53,7 +53,9 @@ constexpr size_t kMinLargeAlloc = size_t(10) << 20;
 constexpr size_t kLargeSegment = size_t(20) << 20;
 constexpr size_t kRoundLarge = size_t(2) << 20;
 
-size_t round_size(size_t n) { return n < kMinBlock ? kMinBlock : (n + kMinBlock - 1) / kMinBlock * kMinBlock; }
+size_t round_size(size_t n) {
+  return n < kMinBlock ? kMinBlock : (n + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
 
 size_t segment_size(size_t size) {
   if (size <= kSmallSize) return kSmallSegment;
@@ -145,8 +147,9 @@ class DeviceAllocator final : public Allocator {
   void record_stream(const void* p, cudaStream_t s) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(const_cast<void*>(p));
-    LOOM_CHECK(it != live_.end(), "record_stream: pointer ", p, " was not allocated by the caching allocator of cuda:",
-               device_, " (or was already freed)");
+    LOOM_CHECK(it != live_.end(), "record_stream: pointer ", p,
+               " was not allocated by the caching allocator of cuda:", device_,
+               " (or was already freed)");
     Block* b = it->second;
     if (s == b->stream) return;
     if (std::find(b->stream_uses.begin(), b->stream_uses.end(), s) == b->stream_uses.end())
@@ -166,8 +169,9 @@ class DeviceAllocator final : public Allocator {
 
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mu_);
-    LOOM_CHECK(captures_.empty(), "empty_cache: a CUDA graph is being captured on cuda:", device_,
-               "; releasing memory would synchronise the device (call it before or after the capture)");
+    LOOM_CHECK(
+        captures_.empty(), "empty_cache: a CUDA graph is being captured on cuda:", device_,
+        "; releasing memory would synchronise the device (call it before or after the capture)");
     release_cached();
   }
 
@@ -183,8 +187,9 @@ class DeviceAllocator final : public Allocator {
 
   void end_capture(PoolId id) {
     std::lock_guard<std::mutex> lock(mu_);
-    captures_.erase(std::remove_if(captures_.begin(), captures_.end(), [&](auto& c) { return c.second == id; }),
-                    captures_.end());
+    captures_.erase(
+        std::remove_if(captures_.begin(), captures_.end(), [&](auto& c) { return c.second == id; }),
+        captures_.end());
     if (captures_.empty()) {
       for (Block* b : deferred_) insert_events(b);
       deferred_.clear();
@@ -252,11 +257,13 @@ class DeviceAllocator final : public Allocator {
       if (err == cudaErrorMemoryAllocation) ++stats_.num_ooms;
       size_t free_b = 0, total_b = 0;
       if (captures_.empty()) cudaMemGetInfo(&free_b, &total_b);
-      LOOM_FAIL("CUDA out of memory on cuda:", device_, ": tried to allocate ", mib(nbytes), " (a segment of ",
-                mib(seg), "); loom has ", mib(stats_.allocated), " allocated and ", mib(stats_.reserved),
-                " reserved (cached ", mib(stats_.reserved - stats_.allocated), "); the device has ",
+      LOOM_FAIL("CUDA out of memory on cuda:", device_, ": tried to allocate ", mib(nbytes),
+                " (a segment of ", mib(seg), "); loom has ", mib(stats_.allocated),
+                " allocated and ", mib(stats_.reserved), " reserved (cached ",
+                mib(stats_.reserved - stats_.allocated), "); the device has ",
                 captures_.empty() ? mib(free_b) : std::string("?"), " free of ",
-                captures_.empty() ? mib(total_b) : std::string("?"), " (cudaMalloc: ", cudaGetErrorName(err),
+                captures_.empty() ? mib(total_b) : std::string("?"),
+                " (cudaMalloc: ", cudaGetErrorName(err),
                 captures_.empty() ? ")" : "; the cache is not emptied during CUDA graph capture)");
     }
     Block* b = new Block;
@@ -395,8 +402,10 @@ class DeviceAllocator final : public Allocator {
     release_free_segments(default_pool_);
     for (auto it = pools_.begin(); it != pools_.end();) {
       if (it->second->released) release_free_segments(*it->second);
-      if (it->second->released && it->second->segments == 0) it = pools_.erase(it);
-      else ++it;
+      if (it->second->released && it->second->segments == 0)
+        it = pools_.erase(it);
+      else
+        ++it;
     }
   }
 
@@ -421,10 +430,11 @@ DeviceAllocator& device_allocator(int device) {
     for (int d = 0; d < device_count(); ++d) v->push_back(new DeviceAllocator(d));
     return v;
   }();
-  LOOM_CHECK(device_count() > 0, "cuda:", device, ": no CUDA device is available (cudaGetDeviceCount found none; ",
+  LOOM_CHECK(device_count() > 0, "cuda:", device,
+             ": no CUDA device is available (cudaGetDeviceCount found none; ",
              "is there a GPU and a driver?)");
-  LOOM_CHECK(device >= 0 && device < int(all->size()), "cuda:", device, " does not exist: this machine has ",
-             all->size(), " CUDA device(s)");
+  LOOM_CHECK(device >= 0 && device < int(all->size()), "cuda:", device,
+             " does not exist: this machine has ", all->size(), " CUDA device(s)");
   return *(*all)[size_t(device)];
 }
 
@@ -446,12 +456,15 @@ void record_stream(const Tensor& t, cudaStream_t stream) {
 
 void record_stream(const void* ptr, cudaStream_t stream) {
   cudaPointerAttributes attr{};
-  LOOM_CHECK(cudaPointerGetAttributes(&attr, ptr) == cudaSuccess && attr.type == cudaMemoryTypeDevice,
-             "record_stream: pointer ", ptr, " is not CUDA device memory");
+  LOOM_CHECK(
+      cudaPointerGetAttributes(&attr, ptr) == cudaSuccess && attr.type == cudaMemoryTypeDevice,
+      "record_stream: pointer ", ptr, " is not CUDA device memory");
   device_allocator(attr.device).record_stream(ptr, stream);
 }
 
-PoolId begin_pool_capture(int device, cudaStream_t stream) { return device_allocator(device).begin_capture(stream); }
+PoolId begin_pool_capture(int device, cudaStream_t stream) {
+  return device_allocator(device).begin_capture(stream);
+}
 void end_pool_capture(int device, PoolId pool) { device_allocator(device).end_capture(pool); }
 void release_pool(int device, PoolId pool) { device_allocator(device).release_pool(pool); }
 bool capture_underway(int device) { return device_allocator(device).capturing(); }

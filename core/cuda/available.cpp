@@ -40,7 +40,9 @@ bool is_available() { return device_count() > 0; }
 
 #ifndef LOOM_WITH_CUDA
 // Without the CUDA backend there is no device to synchronise or to ask for memory statistics.
-void synchronize(int device) { LOOM_FAIL("cuda::synchronize(", device, "): this build of loom has no CUDA support"); }
+void synchronize(int device) {
+  LOOM_FAIL("cuda::synchronize(", device, "): this build of loom has no CUDA support");
+}
 MemoryStats memory_stats(int device) {
   LOOM_FAIL("cuda::memory_stats(", device, "): this build of loom has no CUDA support");
 }
@@ -50,19 +52,23 @@ void reset_peak_memory_stats(int device) {
 #endif
 
 #ifdef LOOM_WITH_CUDA
-static_assert(kCudaErrorInsufficientDriver == int(cudaErrorInsufficientDriver) && kCudaErrorNoDevice == int(cudaErrorNoDevice));
+static_assert(kCudaErrorInsufficientDriver == int(cudaErrorInsufficientDriver) &&
+              kCudaErrorNoDevice == int(cudaErrorNoDevice));
 #endif
 
 namespace {
-std::string version(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+std::string version(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
 }  // namespace
 
 std::string explain_no_device(int count_error, int driver_version, int runtime_version) {
   // Without libcuda the runtime answers "insufficient driver" too; the driver version tells.
   if (driver_version == 0) return "no NVIDIA driver is installed (libcuda.so was not found)";
-  if (count_error == kCudaErrorInsufficientDriver || (driver_version > 0 && driver_version < runtime_version))
-    return "the NVIDIA driver is too old: it supports CUDA " + version(driver_version) + ", loom was built with CUDA " +
-           version(runtime_version) + " (update the driver)";
+  if (count_error == kCudaErrorInsufficientDriver ||
+      (driver_version > 0 && driver_version < runtime_version))
+    return "the NVIDIA driver is too old: it supports CUDA " + version(driver_version) +
+           ", loom was built with CUDA " + version(runtime_version) + " (update the driver)";
   if (count_error == kCudaErrorNoDevice || count_error == 0)
     return "the NVIDIA driver (CUDA " + version(driver_version) + ") is installed but sees no GPU";
   return "cudaGetDeviceCount failed with error " + std::to_string(count_error);

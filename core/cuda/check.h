@@ -7,18 +7,19 @@
 
 #include "core/error.h"
 
-#define LOOM_CUDA_CHECK(call)                                                                 \
-  do {                                                                                        \
-    cudaError_t loom_err_ = (call);                                                           \
-    if (loom_err_ != cudaSuccess)                                                             \
-      LOOM_FAIL(#call, " failed: ", cudaGetErrorName(loom_err_), " (", cudaGetErrorString(loom_err_), ")"); \
+#define LOOM_CUDA_CHECK(call)                                          \
+  do {                                                                 \
+    cudaError_t loom_err_ = (call);                                    \
+    if (loom_err_ != cudaSuccess)                                      \
+      LOOM_FAIL(#call, " failed: ", cudaGetErrorName(loom_err_), " (", \
+                cudaGetErrorString(loom_err_), ")");                   \
   } while (0)
 
 // After a kernel launch: reports launch-configuration errors at once (not asynchronous faults).
-#define LOOM_CUDA_CHECK_LAUNCH(kernel_name)                                                   \
-  do {                                                                                        \
-    cudaError_t loom_err_ = cudaGetLastError();                                               \
-    if (loom_err_ != cudaSuccess)                                                             \
-      LOOM_FAIL("launch of ", kernel_name, " failed: ", cudaGetErrorName(loom_err_), " (",   \
-                cudaGetErrorString(loom_err_), ")");                                          \
+#define LOOM_CUDA_CHECK_LAUNCH(kernel_name)                                                \
+  do {                                                                                     \
+    cudaError_t loom_err_ = cudaGetLastError();                                            \
+    if (loom_err_ != cudaSuccess)                                                          \
+      LOOM_FAIL("launch of ", kernel_name, " failed: ", cudaGetErrorName(loom_err_), " (", \
+                cudaGetErrorString(loom_err_), ")");                                       \
   } while (0)

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/error.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
+#include "core/error.h"
 
 namespace loom::cuda {
 
@@ -16,11 +16,16 @@ namespace {
 
 const char* op_label(int op) {
   switch (DeviceOp(op)) {
-    case DeviceOp::IndexSelect: return "index_select: index";
-    case DeviceOp::IndexAdd: return "index_add: index";
-    case DeviceOp::NllLoss: return "nll_loss: target";
-    case DeviceOp::NllLossBackward: return "nll_loss_backward: target";
-    default: return "a kernel: value";
+    case DeviceOp::IndexSelect:
+      return "index_select: index";
+    case DeviceOp::IndexAdd:
+      return "index_add: index";
+    case DeviceOp::NllLoss:
+      return "nll_loss: target";
+    case DeviceOp::NllLossBackward:
+      return "nll_loss_backward: target";
+    default:
+      return "a kernel: value";
   }
 }
 
@@ -31,16 +36,20 @@ DeviceErrorSlot* device_error_slot(int device) {
   static std::vector<DeviceErrorSlot*> slots;
   std::lock_guard<std::mutex> lock(mu);
   if (slots.empty()) slots.resize(size_t(device_count()), nullptr);
-  LOOM_CHECK(device >= 0 && device < int(slots.size()), "device_error_slot: no device cuda:", device);
+  LOOM_CHECK(device >= 0 && device < int(slots.size()),
+             "device_error_slot: no device cuda:", device);
   if (!slots[size_t(device)]) {
     DeviceGuard g(device);
     void* p = nullptr;
-    LOOM_CUDA_CHECK(cudaHostAlloc(&p, sizeof(DeviceErrorSlot), cudaHostAllocMapped | cudaHostAllocPortable));
+    LOOM_CUDA_CHECK(
+        cudaHostAlloc(&p, sizeof(DeviceErrorSlot), cudaHostAllocMapped | cudaHostAllocPortable));
     auto* s = static_cast<DeviceErrorSlot*>(p);
     *s = DeviceErrorSlot{0, 0, 0, 0, 0};
     void* dp = nullptr;
     LOOM_CUDA_CHECK(cudaHostGetDevicePointer(&dp, p, 0));
-    LOOM_CHECK(dp == p, "device_error_slot: mapped memory has a different device address (no unified addressing?)");
+    LOOM_CHECK(
+        dp == p,
+        "device_error_slot: mapped memory has a different device address (no unified addressing?)");
     slots[size_t(device)] = s;
   }
   return slots[size_t(device)];
@@ -53,7 +62,8 @@ void check_device_errors(int device) {
   long long value = s->value, position = s->position, limit = s->limit;
   s->op = 0;
   LOOM_FAIL(op_label(op), " ", value, " (position ", position, ") is out of range [0, ", limit,
-            ") -- found by a kernel on cuda:", device, "; the bad element was skipped, so results computed "
+            ") -- found by a kernel on cuda:", device,
+            "; the bad element was skipped, so results computed "
             "since are wrong");
 }
 

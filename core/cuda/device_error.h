@@ -19,11 +19,11 @@ namespace loom::cuda {
 enum class DeviceOp : int { None = 0, IndexSelect, IndexAdd, NllLoss, NllLossBackward };
 
 struct DeviceErrorSlot {
-  int op;            // DeviceOp; 0 = no error
+  int op;  // DeviceOp; 0 = no error
   int pad;
-  long long value;   // the offending index or target
+  long long value;     // the offending index or target
   long long position;  // where it was read
-  long long limit;   // the valid range is [0, limit)
+  long long limit;     // the valid range is [0, limit)
 };
 
 // The slot of `device` (mapped pinned host memory, addressable from kernels of that device).

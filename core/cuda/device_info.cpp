@@ -33,7 +33,8 @@ CudaInfo cuda_info() {
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
     info.error = explain_no_device(int(err), info.driver_version, info.runtime_version);
-    if (err != cudaSuccess) info.error += str(" [", cudaGetErrorName(err), ": ", cudaGetErrorString(err), "]");
+    if (err != cudaSuccess)
+      info.error += str(" [", cudaGetErrorName(err), ": ", cudaGetErrorString(err), "]");
     cudaGetLastError();
     n = 0;
   }

@@ -13,8 +13,8 @@ namespace loom::cuda {
 struct DeviceProperties {
   int index = 0;
   std::string name;
-  size_t total_memory = 0;  // bytes
-  size_t free_memory = 0;   // bytes, at the time of the query
+  size_t total_memory = 0;   // bytes
+  size_t free_memory = 0;    // bytes, at the time of the query
   int major = 0, minor = 0;  // compute capability
   int multiprocessors = 0;
 };
@@ -25,7 +25,7 @@ struct CudaInfo {
   int cudnn_version = 0;    // cudnnGetVersion(), e.g. 91400 for 9.14.0
   int nccl_version = 0;     // 0 when loom was built without NCCL
   int device_count = 0;
-  std::string error;        // why no device is usable, when device_count is 0
+  std::string error;  // why no device is usable, when device_count is 0
   std::vector<DeviceProperties> devices;
 };
 

@@ -2,9 +2,9 @@
 // Leaves out: per-replay random offsets (see the Note).
 #include "core/cuda/graph.h"
 
-#include "core/error.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
+#include "core/error.h"
 
 namespace loom::cuda {
 
@@ -59,21 +59,24 @@ void CudaGraph::capture_begin() {
 }
 
 void CudaGraph::capture_end() {
-  LOOM_CHECK(capturing_, "CudaGraph::capture_end: no capture in progress (call capture_begin first)");
+  LOOM_CHECK(capturing_,
+             "CudaGraph::capture_end: no capture in progress (call capture_begin first)");
   DeviceGuard g(device_);
   cudaError_t err = cudaStreamEndCapture(capture_stream_, &graph_);
   capturing_ = false;
   set_current_stream(device_, prev_stream_);
   end_pool_capture(device_, pool_);
   if (err != cudaSuccess) cudaGetLastError();
-  LOOM_CHECK(err == cudaSuccess && graph_ != nullptr, "CudaGraph::capture_end: the capture failed: ",
-             cudaGetErrorName(err), " (", cudaGetErrorString(err),
+  LOOM_CHECK(err == cudaSuccess && graph_ != nullptr,
+             "CudaGraph::capture_end: the capture failed: ", cudaGetErrorName(err), " (",
+             cudaGetErrorString(err),
              "); an operation that is not allowed during capture was called inside it");
   LOOM_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
 }
 
 void CudaGraph::replay() {
-  LOOM_CHECK(exec_, "CudaGraph::replay: nothing captured yet (capture_begin ... capture_end first)");
+  LOOM_CHECK(exec_,
+             "CudaGraph::replay: nothing captured yet (capture_begin ... capture_end first)");
   DeviceGuard g(device_);
   LOOM_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
 }

@@ -52,8 +52,8 @@ class PinnedAllocator final : public Allocator {
       cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
       if (err != cudaSuccess) {
         cudaGetLastError();
-        LOOM_FAIL("pinned_empty: cudaHostAlloc of ", size, " bytes failed: ", cudaGetErrorName(err), " (",
-                  cudaGetErrorString(err), ")");
+        LOOM_FAIL("pinned_empty: cudaHostAlloc of ", size, " bytes failed: ", cudaGetErrorName(err),
+                  " (", cudaGetErrorString(err), ")");
       }
       b = new HostBlock;
       b->size = size;
@@ -94,7 +94,8 @@ class PinnedAllocator final : public Allocator {
                  "record_pinned_use: cudaEventCreate failed");
     }
     cudaError_t err = cudaEventRecord(e, s);
-    LOOM_CHECK(err == cudaSuccess, "record_pinned_use: cudaEventRecord failed: ", cudaGetErrorName(err));
+    LOOM_CHECK(err == cudaSuccess,
+               "record_pinned_use: cudaEventRecord failed: ", cudaGetErrorName(err));
     it->second->events.push_back(e);
   }
 
@@ -168,7 +169,8 @@ Tensor pinned_empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape) LOOM_CHECK(d >= 0, "pinned_empty: negative size in shape ", shape);
   size_t nbytes = size_t(numel(shape)) * dtype_size(dtype);
   auto storage = std::make_shared<Storage>(pinned().allocate(nbytes), nbytes, kCPU);
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, dtype));
+  return Tensor(
+      std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, dtype));
 }
 
 bool is_pinned(const void* ptr) {
@@ -181,7 +183,9 @@ bool is_pinned(const void* ptr) {
   return attr.type == cudaMemoryTypeHost;
 }
 
-bool is_pinned(const Tensor& t) { return t.defined() && t.device().is_cpu() && is_pinned(t.storage()->ptr()); }
+bool is_pinned(const Tensor& t) {
+  return t.defined() && t.device().is_cpu() && is_pinned(t.storage()->ptr());
+}
 
 void record_pinned_use(const void* base, cudaStream_t stream) { pinned().record_use(base, stream); }
 

@@ -27,8 +27,8 @@ bool is_pinned(const Tensor& t);
 void record_pinned_use(const void* base, cudaStream_t stream);
 
 struct PinnedStats {
-  size_t allocated = 0;  // bytes in live pinned blocks
-  size_t cached = 0;     // bytes in free blocks kept for reuse
+  size_t allocated = 0;          // bytes in live pinned blocks
+  size_t cached = 0;             // bytes in free blocks kept for reuse
   uint64_t num_host_allocs = 0;  // cudaHostAlloc calls
 };
 PinnedStats pinned_stats();

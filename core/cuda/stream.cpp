@@ -8,9 +8,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/error.h"
 #include "core/cuda/check.h"
 #include "core/cuda/device_error.h"
+#include "core/error.h"
 
 namespace loom::cuda {
 
@@ -33,8 +33,8 @@ struct DeviceStreams {
 
 DeviceStreams& streams_of(int device) {
   static std::array<DeviceStreams, kMaxDevices>* all = new std::array<DeviceStreams, kMaxDevices>();
-  LOOM_CHECK(device >= 0 && device < device_count(), "cuda:", device, " does not exist: this machine has ",
-             device_count(), " CUDA device(s)");
+  LOOM_CHECK(device >= 0 && device < device_count(), "cuda:", device,
+             " does not exist: this machine has ", device_count(), " CUDA device(s)");
   DeviceStreams& s = (*all)[size_t(device)];
   std::call_once(s.once, [&] {
     DeviceGuard g(device);
@@ -55,8 +55,8 @@ int current_device() {
 }
 
 void set_device(int index) {
-  LOOM_CHECK(index >= 0 && index < device_count(), "set_device: cuda:", index, " does not exist: this machine has ",
-             device_count(), " CUDA device(s)");
+  LOOM_CHECK(index >= 0 && index < device_count(), "set_device: cuda:", index,
+             " does not exist: this machine has ", device_count(), " CUDA device(s)");
   LOOM_CUDA_CHECK(cudaSetDevice(index));
 }
 
@@ -86,7 +86,8 @@ DeviceGuard::~DeviceGuard() {
 Event::Event() : Event(false) {}
 
 Event::Event(bool timing) {
-  LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  LOOM_CUDA_CHECK(
+      cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 Event::~Event() {
@@ -119,10 +120,12 @@ bool is_capturing(cudaStream_t s) {
 }
 
 void check_not_capturing(cudaStream_t s, const char* what) {
-  LOOM_CHECK(!is_capturing(s), what,
-             ": this would make the host wait for the GPU, but the stream is being captured into a CUDA "
-             "graph, whose work has not run yet (move host reads such as item(), to_vector() and copies to "
-             "the CPU out of the captured region)");
+  LOOM_CHECK(
+      !is_capturing(s), what,
+      ": this would make the host wait for the GPU, but the stream is being captured into a CUDA "
+      "graph, whose work has not run yet (move host reads such as item(), to_vector() and copies "
+      "to "
+      "the CPU out of the captured region)");
 }
 
 }  // namespace loom::cuda

@@ -35,31 +35,43 @@ using namespace loom::train;
 void add_train_flags(CLI::App& app, TrainConfig& c) {
   configure_app(app);  // before any option: --help shows the defaults
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda if present)");
-  app.add_option("--epochs", c.epochs, "passes over the training set")->check(int_range(1, 1000000));
-  app.add_option("--batch-size", c.batch_size, "examples per step over all processes (each of N processes takes 1/N)")
+  app.add_option("--epochs", c.epochs, "passes over the training set")
+      ->check(int_range(1, 1000000));
+  app.add_option("--batch-size", c.batch_size,
+                 "examples per step over all processes (each of N processes takes 1/N)")
       ->check(int_range(1, 1 << 24));
   app.add_option("--lr", c.lr, "learning rate")->check(real_range(0, 1e3, true));
-  app.add_option("--optimizer", c.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--optimizer", c.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(real_range(0, 1e3));
-  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing")->check(real_range(0, 0.99));
+  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing")
+      ->check(real_range(0, 0.99));
   app.add_option("--seed", c.seed, "seed of initialisation, shuffling and augmentation");
   app.add_option("--data-dir", c.data_dir, "folder with the Fashion-MNIST idx files");
-  app.add_option("--workers", c.workers, "data-loading worker threads (at most 4 per hardware thread)")
+  app.add_option("--workers", c.workers,
+                 "data-loading worker threads (at most 4 per hardware thread)")
       ->check(int_range(0, max_workers()));
   app.add_option("--log-dir", c.log_dir, "write TensorBoard event files here");
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "save a checkpoint here after every epoch");
   app.add_option("--keep-last", c.keep_last, "checkpoints to keep")->check(int_range(1, 1000000));
-  app.add_flag("--resume", c.resume, "continue from the newest valid checkpoint in --checkpoint-dir (which must exist)");
-  app.add_flag("--cuda-graph", c.cuda_graph, "capture the whole training step as a CUDA graph and replay it");
+  app.add_flag("--resume", c.resume,
+               "continue from the newest valid checkpoint in --checkpoint-dir (which must exist)");
+  app.add_flag("--cuda-graph", c.cuda_graph,
+               "capture the whole training step as a CUDA graph and replay it");
   app.add_option("--train-limit", c.train_limit, "train on the first N images only (0: all)")
       ->check(int_range(0, int64_t(1) << 40));
   app.add_option("--max-steps", c.max_steps, "stop after N steps in total (0: no limit)")
       ->check(int_range(0, int64_t(1) << 50));
-  app.add_option("--log-every", c.log_every, "read the loss back every N steps")->check(int_range(1, 1000000));
-  app.add_flag("--allow-nonfinite", c.allow_nonfinite, "keep training when the loss is nan or inf (default: stop)");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "also save a checkpoint every N steps (0: per epoch only)")
+  app.add_option("--log-every", c.log_every, "read the loss back every N steps")
+      ->check(int_range(1, 1000000));
+  app.add_flag("--allow-nonfinite", c.allow_nonfinite,
+               "keep training when the loss is nan or inf (default: stop)");
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "also save a checkpoint every N steps (0: per epoch only)")
       ->check(int_range(0, int64_t(1) << 50));
-  app.add_flag("--profile", c.profile, "print each process's step-time breakdown (data, forward, backward, exposed all-reduce, optimizer)");
+  app.add_flag("--profile", c.profile,
+               "print each process's step-time breakdown (data, forward, backward, exposed "
+               "all-reduce, optimizer)");
 }
 
 int run_main(const char* program, const std::function<int()>& body) {
@@ -83,11 +95,13 @@ namespace dist = loom::distributed;
 // explicit cuda:N is checked against this machine.
 Device pick_device(const std::string& spec, const dist::JobEnv& env) {
   int n = cuda::device_count();
-  if ((spec.empty() && n > 0) || (spec == "cuda" && n > 0)) return cuda_device(env.world_size > 1 ? env.local_rank % n : 0);
+  if ((spec.empty() && n > 0) || (spec == "cuda" && n > 0))
+    return cuda_device(env.world_size > 1 ? env.local_rank % n : 0);
   if (spec.empty()) return kCPU;
   Device d(spec);
   if (d.is_cuda()) {
-    LOOM_CHECK(cuda::compiled_with_cuda(), "--device ", spec, ": this build of loom has no CUDA support");
+    LOOM_CHECK(cuda::compiled_with_cuda(), "--device ", spec,
+               ": this build of loom has no CUDA support");
     LOOM_CHECK(d.index < n, "--device ", spec, ": ",
                n == 0 ? std::string("no usable CUDA device (run envinfo to see why)")
                       : str("this machine has ", n, " CUDA device(s), cuda:0 to cuda:", n - 1));
@@ -111,45 +125,53 @@ void check_writable_dir(const char* flag, const std::string& dir) {
 // Checks what a checkpoint holds against this run before anything is loaded: the counters are in
 // range, the sampler position lies inside an epoch, and every model tensor has the model's dtype
 // (load_state_dict would cast silently). Errors name the file.
-void check_resume_state(const TrainingState& st, const nn::StateDict& model_sd, int64_t steps_per_epoch,
-                        int64_t epoch_size, const TrainConfig& cfg) {
+void check_resume_state(const TrainingState& st, const nn::StateDict& model_sd,
+                        int64_t steps_per_epoch, int64_t epoch_size, const TrainConfig& cfg) {
   const std::string where = "checkpoint '" + st.source + "'";
-  int64_t epoch = st.extra_int("epoch"), step = st.extra_int("step"), position = st.extra_int("position");
-  LOOM_CHECK(epoch >= 0 && step >= 0 && position >= 0, where, ": negative counters (epoch ", epoch, ", step ", step,
-             ", position ", position, ")");
-  LOOM_CHECK(epoch <= cfg.epochs, where, ": epoch ", epoch, " is beyond this run's --epochs ", cfg.epochs);
-  LOOM_CHECK(epoch < cfg.epochs, where, ": the run is complete (", epoch, " of --epochs ", cfg.epochs,
-             " epochs done): nothing to train; raise --epochs to train further");
-  LOOM_CHECK(cfg.max_steps == 0 || step < cfg.max_steps, where, ": step ", step, " is not below --max-steps ",
-             cfg.max_steps, ": nothing to train");
-  LOOM_CHECK(position <= epoch_size, where, ": sampler position ", position, " is beyond the epoch of ", epoch_size,
+  int64_t epoch = st.extra_int("epoch"), step = st.extra_int("step"),
+          position = st.extra_int("position");
+  LOOM_CHECK(epoch >= 0 && step >= 0 && position >= 0, where, ": negative counters (epoch ", epoch,
+             ", step ", step, ", position ", position, ")");
+  LOOM_CHECK(epoch <= cfg.epochs, where, ": epoch ", epoch, " is beyond this run's --epochs ",
+             cfg.epochs);
+  LOOM_CHECK(epoch < cfg.epochs, where, ": the run is complete (", epoch, " of --epochs ",
+             cfg.epochs, " epochs done): nothing to train; raise --epochs to train further");
+  LOOM_CHECK(cfg.max_steps == 0 || step < cfg.max_steps, where, ": step ", step,
+             " is not below --max-steps ", cfg.max_steps, ": nothing to train");
+  LOOM_CHECK(position <= epoch_size, where, ": sampler position ", position,
+             " is beyond the epoch of ", epoch_size,
              " examples (saved with another dataset or --train-limit?)");
-  LOOM_CHECK(step <= (epoch + 1) * steps_per_epoch, where, ": step ", step, " is beyond what epoch ", epoch + 1,
-             " can reach (", steps_per_epoch, " steps per epoch; saved with another --batch-size?)");
+  LOOM_CHECK(step <= (epoch + 1) * steps_per_epoch, where, ": step ", step,
+             " is beyond what epoch ", epoch + 1, " can reach (", steps_per_epoch,
+             " steps per epoch; saved with another --batch-size?)");
   std::map<std::string, DType> want;
   for (const auto& [name, t] : model_sd) want[name] = t.dtype();
   for (const auto& [name, t] : st.model) {
     auto it = want.find(name);
-    LOOM_CHECK(it == want.end() || it->second == t.dtype(), where, ": model tensor '", name, "' is ",
-               dtype_name(t.dtype()), " but the model's is ", dtype_name(it->second));
+    LOOM_CHECK(it == want.end() || it->second == t.dtype(), where, ": model tensor '", name,
+               "' is ", dtype_name(t.dtype()), " but the model's is ", dtype_name(it->second));
   }
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
   if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr, .momentum = 0.9, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = c.lr, .momentum = 0.9, .weight_decay = c.weight_decay});
   if (c.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-  return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    return std::make_unique<optim::AdamW>(
+        params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  return std::make_unique<optim::Adam>(
+      params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
 }
 
 // Test loss and accuracy over the whole test set: each process evaluates its exactly-once share
 // (Note [Sharded evaluation]); the sums are all-reduced and read back once.
-std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader, dist::ProcessGroup& pg,
-                                   Device dev) {
+std::pair<double, double> evaluate(nn::Module& model, data::DataLoader& loader,
+                                   dist::ProcessGroup& pg, Device dev) {
   NoGradGuard no_grad;
   model.eval();
-  Tensor loss_sum = zeros({1}, {.dtype = kF64, .device = dev}), correct = zeros({1}, {.dtype = kF64, .device = dev});
+  Tensor loss_sum = zeros({1}, {.dtype = kF64, .device = dev}),
+         correct = zeros({1}, {.dtype = kF64, .device = dev});
   int64_t n = 0;
   for (auto& b : loader) {
     Tensor logits = model(b.data);
@@ -206,19 +228,26 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   const int rank = pg->rank(), world = pg->size();
   const bool main = rank == 0;
   LOOM_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-  LOOM_CHECK(!cfg.cuda_graph || dev.is_cuda(), "--cuda-graph needs a CUDA device, got --device ", dev);
+  LOOM_CHECK(!cfg.cuda_graph || dev.is_cuda(), "--cuda-graph needs a CUDA device, got --device ",
+             dev);
   // A typo in the folder must not silently retrain from scratch.
-  LOOM_CHECK(!cfg.resume || fs::is_directory(cfg.checkpoint_dir), "--resume: the checkpoint folder '",
-             cfg.checkpoint_dir, "' does not exist (leave out --resume to start a new run)");
+  LOOM_CHECK(!cfg.resume || fs::is_directory(cfg.checkpoint_dir),
+             "--resume: the checkpoint folder '", cfg.checkpoint_dir,
+             "' does not exist (leave out --resume to start a new run)");
   if (!cfg.checkpoint_dir.empty()) check_writable_dir("--checkpoint-dir", cfg.checkpoint_dir);
   if (!cfg.log_dir.empty()) check_writable_dir("--log-dir", cfg.log_dir);
-  LOOM_CHECK(!cfg.cuda_graph || world == 1, "--cuda-graph with ", world, " processes: the distributed step "
-             "runs eagerly (see Note [DDP and CUDA graphs] in docs/ddp.md: the process group's watchdog "
-             "cannot track collectives inside a captured graph); drop --cuda-graph");
-  LOOM_CHECK(!cfg.profile || !cfg.cuda_graph, "--profile times the phases of the eager step; with "
+  LOOM_CHECK(
+      !cfg.cuda_graph || world == 1, "--cuda-graph with ", world,
+      " processes: the distributed step "
+      "runs eagerly (see Note [DDP and CUDA graphs] in docs/ddp.md: the process group's watchdog "
+      "cannot track collectives inside a captured graph); drop --cuda-graph");
+  LOOM_CHECK(!cfg.profile || !cfg.cuda_graph,
+             "--profile times the phases of the eager step; with "
              "--cuda-graph the step is one replay (drop one of the two flags)");
-  LOOM_CHECK(cfg.batch_size % world == 0, "--batch-size ", cfg.batch_size, " is the global batch and must "
-             "be divisible by the ", world, " processes");
+  LOOM_CHECK(cfg.batch_size % world == 0, "--batch-size ", cfg.batch_size,
+             " is the global batch and must "
+             "be divisible by the ",
+             world, " processes");
   const int64_t local_batch = cfg.batch_size / world;
   manual_seed(cfg.seed);
 
@@ -232,19 +261,29 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
                                                        all.target().slice(0, 0, cfg.train_limit));
   }
   auto train_sampler = std::make_shared<data::DistributedSampler>(
-      train_data->size(), data::DistributedSamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true,
-                                                          .seed = cfg.seed, .drop_last = true});
+      train_data->size(), data::DistributedSamplerOptions{.num_replicas = world,
+                                                          .rank = rank,
+                                                          .shuffle = true,
+                                                          .seed = cfg.seed,
+                                                          .drop_last = true});
   data::DataLoader train_loader(train_data, train_sampler,
-                                {.batch_size = local_batch, .drop_last = true, .num_workers = cfg.workers,
-                                 .device = dev, .seed = cfg.seed, .transform = train_transform});
+                                {.batch_size = local_batch,
+                                 .drop_last = true,
+                                 .num_workers = cfg.workers,
+                                 .device = dev,
+                                 .seed = cfg.seed,
+                                 .transform = train_transform});
   // Note [Sharded evaluation]: no padding, so every test image is counted once over all ranks.
   auto test_sampler = std::make_shared<data::DistributedSampler>(
-      test_set->size(), data::DistributedSamplerOptions{.num_replicas = world, .rank = rank, .shuffle = false,
-                                                        .exactly_once = true});
-  data::DataLoader test_loader(test_set, test_sampler, {.batch_size = 1000, .num_workers = cfg.workers, .device = dev});
+      test_set->size(),
+      data::DistributedSamplerOptions{
+          .num_replicas = world, .rank = rank, .shuffle = false, .exactly_once = true});
+  data::DataLoader test_loader(test_set, test_sampler,
+                               {.batch_size = 1000, .num_workers = cfg.workers, .device = dev});
   const int64_t steps_per_epoch = train_loader.size();
-  LOOM_CHECK(steps_per_epoch > 0, "no training step: ", train_data->size(), " training examples make no full batch of ",
-             "--batch-size ", cfg.batch_size, world > 1 ? str(" over ", world, " processes") : std::string(),
+  LOOM_CHECK(steps_per_epoch > 0, "no training step: ", train_data->size(),
+             " training examples make no full batch of ", "--batch-size ", cfg.batch_size,
+             world > 1 ? str(" over ", world, " processes") : std::string(),
              " (the last partial batch is dropped); lower --batch-size",
              cfg.train_limit > 0 ? " or raise --train-limit" : "");
   LOOM_CHECK(test_set->size() > 0, "no test examples in ", cfg.data_dir);
@@ -263,22 +302,26 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       restore_default_rng(*resumed);
       step = resumed->extra_int("step");
       if (resumed->extra.count("global_batch"))
-        LOOM_CHECK(resumed->extra_int("global_batch") == cfg.batch_size, "--resume: ", resumed->source,
-                   " was written with a global batch of ", resumed->extra_int("global_batch"), ", this run has --batch-size ",
+        LOOM_CHECK(resumed->extra_int("global_batch") == cfg.batch_size,
+                   "--resume: ", resumed->source, " was written with a global batch of ",
+                   resumed->extra_int("global_batch"), ", this run has --batch-size ",
                    cfg.batch_size, "; keep the global batch to continue the same run");
       int64_t position = resumed->extra_int("position");  // global samples done in the epoch
-      LOOM_CHECK(position % world == 0, "--resume: ", resumed->source, " stopped at sample ", position,
-                 " of its epoch, which ", world, " processes cannot split evenly");
+      LOOM_CHECK(position % world == 0, "--resume: ", resumed->source, " stopped at sample ",
+                 position, " of its epoch, which ", world, " processes cannot split evenly");
       train_loader.load_state({resumed->extra_int("epoch"), position / world});
       if (main)
         std::printf("resumed from %s (epoch %ld, step %ld, written by %ld process(es), now %d)\n",
                     resumed->source.c_str(), long(resumed->extra_int("epoch") + 1), long(step),
-                    long(resumed->extra.count("world_size") ? resumed->extra_int("world_size") : 1), world);
+                    long(resumed->extra.count("world_size") ? resumed->extra_int("world_size") : 1),
+                    world);
     } else if (list_checkpoints(cfg.checkpoint_dir).empty()) {
-      if (main) std::printf("no checkpoint in %s yet: starting a new run\n", cfg.checkpoint_dir.c_str());
+      if (main)
+        std::printf("no checkpoint in %s yet: starting a new run\n", cfg.checkpoint_dir.c_str());
     } else {
       LOOM_FAIL("--resume: no checkpoint in '", cfg.checkpoint_dir,
-                "' is valid (each was skipped above, with the reason); move them away to start a new run");
+                "' is valid (each was skipped above, with the reason); move them away to start a "
+                "new run");
     }
   }
   // The replica: rank 0's weights and buffers everywhere, gradients averaged over ranks.
@@ -303,10 +346,14 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     }
   };
   if (main)
-    std::printf("training %s on %s%s: %ld examples, batch %ld%s, %s lr %g\n", model->type_name().c_str(),
-                dev.str().c_str(), world > 1 ? (" x " + std::to_string(world) + " processes (" + pg->backend() + ")").c_str() : "",
+    std::printf("training %s on %s%s: %ld examples, batch %ld%s, %s lr %g\n",
+                model->type_name().c_str(), dev.str().c_str(),
+                world > 1
+                    ? (" x " + std::to_string(world) + " processes (" + pg->backend() + ")").c_str()
+                    : "",
                 long(train_data->size()), long(cfg.batch_size),
-                world > 1 ? (" (" + std::to_string(local_batch) + " per process)").c_str() : "", cfg.optimizer.c_str(), cfg.lr);
+                world > 1 ? (" (" + std::to_string(local_batch) + " per process)").c_str() : "",
+                cfg.optimizer.c_str(), cfg.lr);
 
   auto save = [&](int64_t epoch, int64_t global_position) {
     if (cfg.checkpoint_dir.empty()) return;
@@ -330,7 +377,9 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   if (cfg.profile) {
     prof = std::make_unique<StepProfiler>(dev);
     runner.set_profiler(prof.get());
-    if (ddp) ddp->reducer().set_backward_computed_hook([p = prof.get()] { p->mark(StepProfiler::BackwardComputed); });
+    if (ddp)
+      ddp->reducer().set_backward_computed_hook(
+          [p = prof.get()] { p->mark(StepProfiler::BackwardComputed); });
   }
   ProgressOptions popt;
   if (!main) popt.out = &null_stream();
@@ -342,7 +391,8 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   int64_t last_finite_step = 0;
   for (int64_t epoch = train_loader.epoch(); epoch < cfg.epochs; ++epoch) {
     if (epoch != train_loader.epoch()) train_loader.set_epoch(epoch);
-    EpochProgress progress(epoch + 1, cfg.epochs, train_loader.batches_left(), popt);  // counts from 1
+    EpochProgress progress(epoch + 1, cfg.epochs, train_loader.batches_left(),
+                           popt);  // counts from 1
     // Note [Loss read-back]: the step losses stay on the device and are read back together every
     // --log-every steps (one sync), at the end of the epoch, and whenever the progress display
     // is about to print a line, so that line shows the current loss and rate. With N processes
@@ -377,9 +427,11 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
         double sum = 0;
         for (size_t i = 0; i < window.size(); ++i) {
           int64_t s_i = first + int64_t(i);
-          LOOM_CHECK(std::isfinite(v[i]) || cfg.allow_nonfinite, "training diverged: the loss at step ", s_i, " is ",
-                     v[i], " (last finite loss ",
-                     last_finite_step > 0 ? str(last_finite_loss, " at step ", last_finite_step) : std::string("none"),
+          LOOM_CHECK(std::isfinite(v[i]) || cfg.allow_nonfinite,
+                     "training diverged: the loss at step ", s_i, " is ", v[i],
+                     " (last finite loss ",
+                     last_finite_step > 0 ? str(last_finite_loss, " at step ", last_finite_step)
+                                          : std::string("none"),
                      "); lower --lr, or pass --allow-nonfinite to go on");
           if (std::isfinite(v[i])) {
             last_finite_loss = v[i];
@@ -392,7 +444,8 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
         tb_write([&](SummaryWriter& w) { w.add_scalar("train/loss", mean, step); });
         window.clear();
       }
-      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && train_loader.batches_left() > 0)
+      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 &&
+          train_loader.batches_left() > 0)
         save(epoch, train_loader.state().position * world);
       if (cfg.max_steps > 0 && step >= cfg.max_steps) {
         stopped = true;
@@ -401,7 +454,8 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     }
     progress.finish();
     // Training throughput of this epoch, measured before the evaluation starts.
-    const double train_seconds = progress.seconds(), samples_per_second = progress.samples_per_second(),
+    const double train_seconds = progress.seconds(),
+                 samples_per_second = progress.samples_per_second(),
                  ms_per_step = progress.ms_per_step();
     if (stopped) {
       if (main) std::printf("stopped after %ld steps (--max-steps)\n", long(step));
@@ -411,7 +465,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     double eval_start = steady_seconds();
     auto [test_loss, test_acc] = evaluate(*model, test_loader, *pg, dev);
     double eval_seconds = steady_seconds() - eval_start;
-    EpochSummary s{epoch + 1,          cfg.epochs,  progress.mean_loss(), test_loss,    test_acc,
+    EpochSummary s{epoch + 1,          cfg.epochs,  progress.mean_loss(), test_loss,   test_acc,
                    samples_per_second, ms_per_step, train_seconds,        eval_seconds};
     if (main) {
       std::printf("%s\n", format_epoch_summary(s).c_str());
@@ -440,11 +494,12 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
 void print_final(const TrainReport& r) {
   if (r.rank != 0) return;  // one line per job, from rank 0
   if (r.evaluated)
-    std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * r.test_accuracy, long(r.steps),
-                r.seconds);
-  else
-    std::printf("no evaluation ran (stopped by --max-steps before an epoch ended): %ld steps in %.1f s\n",
+    std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * r.test_accuracy,
                 long(r.steps), r.seconds);
+  else
+    std::printf(
+        "no evaluation ran (stopped by --max-steps before an epoch ended): %ld steps in %.1f s\n",
+        long(r.steps), r.seconds);
 }
 
 }  // namespace loom::examples

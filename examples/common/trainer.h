@@ -15,9 +15,9 @@
 namespace loom::examples {
 
 struct TrainConfig {
-  std::string device;            // cpu, cuda, cuda:N; empty = cuda if present
+  std::string device;  // cpu, cuda, cuda:N; empty = cuda if present
   int64_t epochs = 10;
-  int64_t batch_size = 128;      // global: each of N processes takes batch_size / N
+  int64_t batch_size = 128;  // global: each of N processes takes batch_size / N
   double lr = 1e-3;
   std::string optimizer = "adam";  // sgd (momentum 0.9), adam, adamw
   double weight_decay = 0.0;
@@ -25,17 +25,18 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t workers = 2;
-  std::string log_dir;             // TensorBoard event files; empty = none
-  std::string checkpoint_dir;      // empty = no checkpoints
+  std::string log_dir;         // TensorBoard event files; empty = none
+  std::string checkpoint_dir;  // empty = no checkpoints
   int keep_last = 3;
-  bool resume = false;             // continue from the newest valid checkpoint in checkpoint_dir
-  bool cuda_graph = false;         // capture the whole fixed-shape step once, replay it
-  int64_t train_limit = 0;         // use only the first N training images (0 = all)
-  int64_t max_steps = 0;           // stop after this many steps in total (0 = no limit)
-  int64_t log_every = 20;          // read the loss back from the device every N steps
-  bool allow_nonfinite = false;    // keep going when the loss is nan/inf (default: stop with an error)
-  int64_t checkpoint_every = 0;    // also save every N steps, mid-epoch (0 = per epoch only)
-  bool profile = false;            // print this process's step-time breakdown at the end
+  bool resume = false;      // continue from the newest valid checkpoint in checkpoint_dir
+  bool cuda_graph = false;  // capture the whole fixed-shape step once, replay it
+  int64_t train_limit = 0;  // use only the first N training images (0 = all)
+  int64_t max_steps = 0;    // stop after this many steps in total (0 = no limit)
+  int64_t log_every = 20;   // read the loss back from the device every N steps
+  bool allow_nonfinite =
+      false;  // keep going when the loss is nan/inf (default: stop with an error)
+  int64_t checkpoint_every = 0;  // also save every N steps, mid-epoch (0 = per epoch only)
+  bool profile = false;          // print this process's step-time breakdown at the end
 };
 
 // Adds the common flags (--device, --epochs, ...) to a CLI11 app, each checked with a readable
@@ -44,12 +45,12 @@ struct TrainConfig {
 void add_train_flags(CLI::App& app, TrainConfig& cfg);
 
 struct TrainReport {
-  double train_loss = 0;     // mean over the last epoch
+  double train_loss = 0;  // mean over the last epoch
   double test_loss = 0;
   double test_accuracy = 0;  // fraction in [0, 1]
   double seconds = 0;        // whole run
   int64_t steps = 0;
-  bool evaluated = false;    // an epoch ended and the test set was evaluated (test_* are set)
+  bool evaluated = false;        // an epoch ended and the test set was evaluated (test_* are set)
   int rank = 0, world_size = 1;  // this process's place in the job (print only on rank 0)
 };
 

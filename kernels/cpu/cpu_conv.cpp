@@ -3,15 +3,15 @@
 // own reused column buffer. f16/bf16 compute in float32. The direct loops it is tested against
 // are in cpu_conv_naive.cpp.
 // Leaves out: Winograd/FFT algorithms, NHWC layouts, and the bias (the op layer adds it).
-#include <Eigen/Core>
+#include "kernels/cpu/cpu_conv.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/cpu_conv.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
@@ -68,8 +68,8 @@ bool is_pointwise(const ConvGeom& g) {
 
 // The range [q0, q1) of output columns whose input column q*sw - pw + s*dw lies in [0, W).
 inline void valid_cols(const ConvGeom& g, int64_t s, int64_t& q0, int64_t& q1) {
-  int64_t lo = g.pw - s * g.dw;              // need q*sw >= lo
-  int64_t hi = g.W - 1 + g.pw - s * g.dw;    // need q*sw <= hi
+  int64_t lo = g.pw - s * g.dw;            // need q*sw >= lo
+  int64_t hi = g.W - 1 + g.pw - s * g.dw;  // need q*sw <= hi
   q0 = lo <= 0 ? 0 : (lo + g.sw - 1) / g.sw;
   q1 = hi < 0 ? 0 : std::min(g.Q, hi / g.sw + 1);
   q1 = std::max(q0, q1);
@@ -265,15 +265,19 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvGeom& g) {
 // Runs kernel<float or double>(a, b, out) on contiguous copies of a and b; half precision goes
 // through float32 and is rounded once at the end.
 template <typename K>
-Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& out_shape, const K& kernel) {
+Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& out_shape,
+                 const K& kernel) {
   DType dt = a.dtype();
-  LOOM_CHECK(is_floating(dt), op, ": dtype ", dtype_name(dt), " is not supported (expected a floating type)");
+  LOOM_CHECK(is_floating(dt), op, ": dtype ", dtype_name(dt),
+             " is not supported (expected a floating type)");
   DType compute = dt == DType::F64 ? DType::F64 : DType::F32;
   Tensor ac = raw::contiguous(raw::cast(a, compute)), bc = raw::contiguous(raw::cast(b, compute));
   Tensor out = empty(out_shape, {.dtype = compute});
   if (out.numel() == 0) return raw::cast(out, dt);
-  if (compute == DType::F64) kernel(ac.data<double>(), bc.data<double>(), out.data<double>());
-  else kernel(ac.data<float>(), bc.data<float>(), out.data<float>());
+  if (compute == DType::F64)
+    kernel(ac.data<double>(), bc.data<double>(), out.data<double>());
+  else
+    kernel(ac.data<float>(), bc.data<float>(), out.data<float>());
   return raw::cast(out, dt);
 }
 
@@ -281,28 +285,37 @@ Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& 
 
 Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   ConvGeom g = conv_geom(x.shape(), w.shape(), p);
-  return run_float("conv2d", x, w, {g.N, g.K, g.P, g.Q}, [&](const auto* xp, const auto* wp, auto* yp) {
-    if (g.Cg * g.R * g.S == 0) std::fill(yp, yp + g.N * g.K * g.P * g.Q, 0);
-    else conv_forward(xp, wp, yp, g);
-  });
+  return run_float("conv2d", x, w, {g.N, g.K, g.P, g.Q},
+                   [&](const auto* xp, const auto* wp, auto* yp) {
+                     if (g.Cg * g.R * g.S == 0)
+                       std::fill(yp, yp + g.N * g.K * g.P * g.Q, 0);
+                     else
+                       conv_forward(xp, wp, yp, g);
+                   });
 }
 
-Tensor CpuBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
-                                         const Conv2dParams& p) {
+Tensor CpuBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w,
+                                         const Shape& x_shape, const Conv2dParams& p) {
   ConvGeom g = conv_geom(x_shape, w.shape(), p);
-  return run_float("conv2d_backward_input", grad_y, w, x_shape, [&](const auto* gyp, const auto* wp, auto* gxp) {
-    if (g.K * g.P * g.Q == 0) std::fill(gxp, gxp + numel(x_shape), 0);
-    else conv_backward_input(gyp, wp, gxp, g);
-  });
+  return run_float("conv2d_backward_input", grad_y, w, x_shape,
+                   [&](const auto* gyp, const auto* wp, auto* gxp) {
+                     if (g.K * g.P * g.Q == 0)
+                       std::fill(gxp, gxp + numel(x_shape), 0);
+                     else
+                       conv_backward_input(gyp, wp, gxp, g);
+                   });
 }
 
-Tensor CpuBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
-                                          const Conv2dParams& p) {
+Tensor CpuBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x,
+                                          const Shape& w_shape, const Conv2dParams& p) {
   ConvGeom g = conv_geom(x.shape(), w_shape, p);
-  return run_float("conv2d_backward_weight", grad_y, x, w_shape, [&](const auto* gyp, const auto* xp, auto* gwp) {
-    if (g.N * g.P * g.Q == 0) std::fill(gwp, gwp + numel(w_shape), 0);
-    else conv_backward_weight(gyp, xp, gwp, g);
-  });
+  return run_float("conv2d_backward_weight", grad_y, x, w_shape,
+                   [&](const auto* gyp, const auto* xp, auto* gwp) {
+                     if (g.N * g.P * g.Q == 0)
+                       std::fill(gwp, gwp + numel(w_shape), 0);
+                     else
+                       conv_backward_weight(gyp, xp, gwp, g);
+                   });
 }
 
 }  // namespace loom::cpu

@@ -3,7 +3,6 @@
 // obviously right.
 // Leaves out: threads, blocking, any layout but contiguous NCHW (inputs are made so first).
 #include "kernels/cpu/cpu_conv.h"
-
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {

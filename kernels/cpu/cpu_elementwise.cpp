@@ -15,7 +15,8 @@ void CpuBackend::copy_(const Tensor& dst, const Tensor& src) {
   LOOM_DISPATCH_ALL(dst.dtype(), "copy_", [&] {
     using dst_t = scalar_t;
     LOOM_DISPATCH_ALL(src.dtype(), "copy_", [&] {
-      elementwise<dst_t, scalar_t>(dst, [](acc_t<scalar_t> v) { return v; }, src);
+      elementwise<dst_t, scalar_t>(
+          dst, [](acc_t<scalar_t> v) { return v; }, src);
     });
   });
 }
@@ -45,9 +46,15 @@ void CpuBackend::random_(const Tensor& t, RandomKind kind, double a, double b, u
       for (int64_t i = lo; i < hi; ++i) {
         double v;
         switch (kind) {
-          case RandomKind::Uniform: v = a + (b - a) * philox_uniform(seed, offset, i, f64); break;
-          case RandomKind::Normal: v = a + b * philox_normal(seed, offset, i); break;
-          default: v = a + std::floor(philox_uniform(seed, offset, i, true) * (b - a)); break;
+          case RandomKind::Uniform:
+            v = a + (b - a) * philox_uniform(seed, offset, i, f64);
+            break;
+          case RandomKind::Normal:
+            v = a + b * philox_normal(seed, offset, i);
+            break;
+          default:
+            v = a + std::floor(philox_uniform(seed, offset, i, true) * (b - a));
+            break;
         }
         p[i] = scalar_t(acc_t<scalar_t>(v));
       }
@@ -68,14 +75,18 @@ struct CpuLoop {
 }  // namespace
 
 // The host side of these five is kernels/elementwise_ops.h, shared with the CUDA backend.
-Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) { return elementwise_ops::unary<CpuLoop>(op, x); }
+Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) {
+  return elementwise_ops::unary<CpuLoop>(op, x);
+}
 Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return elementwise_ops::binary<CpuLoop>(op, a, b);
 }
 Tensor CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
   return elementwise_ops::binary_scalar<CpuLoop>(op, a, s, scalar_first);
 }
-void CpuBackend::binary_(BinaryOp op, const Tensor& a, const Tensor& b) { elementwise_ops::binary_<CpuLoop>(op, a, b); }
+void CpuBackend::binary_(BinaryOp op, const Tensor& a, const Tensor& b) {
+  elementwise_ops::binary_<CpuLoop>(op, a, b);
+}
 Tensor CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return elementwise_ops::where<CpuLoop>(cond, a, b);
 }

@@ -5,16 +5,15 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "core/philox.h"
-#include "kernels/layout.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
+#include "core/philox.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/layout.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
 
 namespace {
-
 
 // The entries of a 1-d int64 index, each checked to lie in [0, size).
 std::vector<int64_t> read_index(const char* op, const Tensor& index, int64_t dim, int64_t size) {
@@ -24,8 +23,8 @@ std::vector<int64_t> read_index(const char* op, const Tensor& index, int64_t dim
   const int64_t* p = index.data<int64_t>();
   for (int64_t k = 0; k < index.size(0); ++k) {
     int64_t v = p[k * index.stride(0)];
-    LOOM_CHECK(v >= 0 && v < size, op, ": index ", v, " (position ", k, ") is out of range for dim ",
-               dim, " of size ", size);
+    LOOM_CHECK(v >= 0 && v < size, op, ": index ", v, " (position ", k,
+               ") is out of range for dim ", dim, " of size ", size);
     idx[size_t(k)] = v;
   }
   return idx;
@@ -51,7 +50,8 @@ Tensor CpuBackend::index_select(const Tensor& x, int64_t dim, const Tensor& inde
                [&](int64_t b, int64_t e) {
                  for (int64_t r = b; r < e; ++r) {
                    int64_t o = r / K, k = r % K;
-                   std::memcpy(dst + size_t(r) * run, src + size_t(o * s.n + idx[size_t(k)]) * run, run);
+                   std::memcpy(dst + size_t(r) * run, src + size_t(o * s.n + idx[size_t(k)]) * run,
+                               run);
                  }
                });
   return out;
@@ -63,8 +63,10 @@ Tensor CpuBackend::index_select(const Tensor& x, int64_t dim, const Tensor& inde
 // of the inner run (each thread then walks every k for its own columns). Either way each output
 // element is written by one thread, in index order, so the result is deterministic.
 
-// src: (..., K, ...), index: (K) int64 -> zeros(shape) with out[..., index[k], ...] += src[..., k, ...]
-Tensor CpuBackend::index_add(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+// src: (..., K, ...), index: (K) int64 -> zeros(shape) with out[..., index[k], ...] += src[..., k,
+// ...]
+Tensor CpuBackend::index_add(const Shape& shape, int64_t dim, const Tensor& index,
+                             const Tensor& src) {
   dim = wrap_dim("index_add", dim, int64_t(shape.size()));
   std::vector<int64_t> idx = read_index("index_add", index, dim, shape[dim]);
   Shape want = shape;
@@ -90,9 +92,10 @@ Tensor CpuBackend::index_add(const Shape& shape, int64_t dim, const Tensor& inde
     };
     int64_t work_per_slab = std::max<int64_t>(1, K * s.inner);
     if (s.outer >= num_threads() || s.inner == 1) {
-      parallel_for(0, s.outer, std::max<int64_t>(1, kGrainSize / work_per_slab), [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o) add_slab(o, 0, s.inner);
-      });
+      parallel_for(0, s.outer, std::max<int64_t>(1, kGrainSize / work_per_slab),
+                   [&](int64_t b, int64_t e) {
+                     for (int64_t o = b; o < e; ++o) add_slab(o, 0, s.inner);
+                   });
     } else {
       parallel_for(0, s.inner, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, K * s.outer)),
                    [&](int64_t b, int64_t e) {
@@ -112,7 +115,8 @@ Tensor CpuBackend::index_add(const Shape& shape, int64_t dim, const Tensor& inde
 // p == 1 nothing is kept (the uniform draw is < 1), so the mask is all zeros.
 
 // x: any shape -> (y, mask), both x's shape and dtype, contiguous
-std::pair<Tensor, Tensor> CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+std::pair<Tensor, Tensor> CpuBackend::dropout(const Tensor& x, double p, uint64_t seed,
+                                              uint64_t offset) {
   LOOM_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p);
   Tensor xc = raw::contiguous(x);
   Tensor y = empty(x.shape(), {.dtype = x.dtype()});

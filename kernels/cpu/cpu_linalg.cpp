@@ -30,11 +30,13 @@ void gemm(const Tensor& a, const Tensor& b, T* out) {
   auto with_map = [](const Tensor& t, auto&& f) {
     const T* p = static_cast<const T*>(t.data_ptr());
     if (t.stride(1) == 1 && (t.stride(0) >= t.size(1) || t.size(0) == 1)) {
-      f(Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>(p, t.size(0), t.size(1),
-                                                            Eigen::OuterStride<>(std::max<int64_t>(t.stride(0), t.size(1)))));
+      f(Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>(
+          p, t.size(0), t.size(1),
+          Eigen::OuterStride<>(std::max<int64_t>(t.stride(0), t.size(1)))));
     } else {
-      f(Eigen::Map<const ColMat<T>, 0, Eigen::OuterStride<>>(p, t.size(0), t.size(1),
-                                                            Eigen::OuterStride<>(std::max<int64_t>(t.stride(1), t.size(0)))));
+      f(Eigen::Map<const ColMat<T>, 0, Eigen::OuterStride<>>(
+          p, t.size(0), t.size(1),
+          Eigen::OuterStride<>(std::max<int64_t>(t.stride(1), t.size(0)))));
     }
   };
   (void)K;
@@ -51,14 +53,17 @@ Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0) {
   }
   if (a0.dtype() == DType::F32 || a0.dtype() == DType::F64) {
     Tensor a = gemm_ready(a0), b = gemm_ready(b0);
-    if (a.dtype() == DType::F32) gemm<float>(a, b, out.data<float>());
-    else gemm<double>(a, b, out.data<double>());
+    if (a.dtype() == DType::F32)
+      gemm<float>(a, b, out.data<float>());
+    else
+      gemm<double>(a, b, out.data<double>());
     return out;
   }
   LOOM_CHECK(is_floating(a0.dtype()), "mm: dtype ", dtype_name(a0.dtype()),
              " is not supported (expected a floating type)");
   // Half precision on the CPU: compute in float32 and round once.
-  Tensor a = raw::contiguous(raw::cast(a0, DType::F32)), b = raw::contiguous(raw::cast(b0, DType::F32));
+  Tensor a = raw::contiguous(raw::cast(a0, DType::F32)),
+         b = raw::contiguous(raw::cast(b0, DType::F32));
   Tensor o32 = empty(out.shape(), {.dtype = DType::F32});
   gemm<float>(a, b, o32.data<float>());
   copy_(out, o32);

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
@@ -62,7 +62,8 @@ void for_each_channel(int64_t C, int64_t per_channel, const F& f) {
 
 // x: (N, C, L) contiguous -> per-channel biased mean and var (two passes, double sums).
 template <typename T>
-void channel_stats(const T* x, const NormGeom& g, std::vector<double>& mean, std::vector<double>& var) {
+void channel_stats(const T* x, const NormGeom& g, std::vector<double>& mean,
+                   std::vector<double>& var) {
   const double M = double(g.N * g.L);
   for_each_channel(g.C, g.N * g.L, [&](int64_t c) {
     double s = 0;
@@ -146,7 +147,8 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
   const bool batch_stats = training || !running_mean.defined();
   std::vector<double> mean(size_t(g.C)), var(size_t(g.C));
   if (batch_stats) {
-    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] { channel_stats(x.data<scalar_t>(), g, mean, var); });
+    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm",
+                           [&] { channel_stats(x.data<scalar_t>(), g, mean, var); });
   } else {
     mean = channel_values(running_mean, g.C, 0.0);
     var = channel_values(running_var, g.C, 1.0);
@@ -192,8 +194,8 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tenso
   BatchNormGrads out;
   out.grad_input = empty(x.shape(), {.dtype = x.dtype()});
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
-    batch_norm_backward_kernel(gy.data<scalar_t>(), x.data<scalar_t>(), out.grad_input.data<scalar_t>(),
-                               g, w, mean, invstd, db, dw);
+    batch_norm_backward_kernel(gy.data<scalar_t>(), x.data<scalar_t>(),
+                               out.grad_input.data<scalar_t>(), g, w, mean, invstd, db, dw);
   });
   if (weight.defined()) {
     out.grad_weight = raw::cast(from_vector(dw, {g.C}), weight.dtype());

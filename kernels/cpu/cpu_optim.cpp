@@ -2,8 +2,8 @@
 // of kernels/optim_math.h. Also the reference the CUDA multi-tensor kernel is tested against.
 // Leaves out: vectorisation beyond what the compiler does with the plain loop; f16/bf16
 // parameters (loom keeps float32 master weights).
-#include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/optim_math.h"
 
 namespace loom::cpu {
@@ -11,9 +11,9 @@ namespace loom::cpu {
 namespace {
 
 template <typename T>
-void adam_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
-               const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& max_exp_avg_sqs,
-               const AdamStepParams& hp) {
+void adam_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
   const auto math = AdamMath<T>::make(hp);
   for (size_t t = 0; t < params.size(); ++t) {
     T* p = params[t].data<T>();
@@ -63,13 +63,14 @@ struct Fused {
 }  // namespace
 
 void CpuBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                      const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+                           const std::vector<Tensor>& exp_avgs,
+                           const std::vector<Tensor>& exp_avg_sqs,
+                           const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
   fused_adam_step<Fused>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
 }
 
 void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                     const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+                          const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
   fused_sgd_step<Fused>(params, grads, momentum_bufs, hp);
 }
 

@@ -1,22 +1,22 @@
 // CPU max and average pooling over the H, W planes of NCHW tensors, forward and backward, with
 // PyTorch's semantics: max pooling pads with -inf and returns the argmax as an index into each
-// H*W plane (the first maximum wins; a NaN wins over any number); average pooling divides by the window
-// clipped to the padded input (count_include_pad) or to the real input. Parallel over planes.
-// Leaves out: ceil_mode, dilation in pooling, 3-d (unbatched) inputs (the op layer adds the batch).
+// H*W plane (the first maximum wins; a NaN wins over any number); average pooling divides by the
+// window clipped to the padded input (count_include_pad) or to the real input. Parallel over
+// planes. Leaves out: ceil_mode, dilation in pooling, 3-d (unbatched) inputs (the op layer adds the
+// batch).
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/dispatch.h"
-#include "kernels/layout.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/layout.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
 
 namespace {
-
 
 // Runs f(plane) over all planes in parallel, in chunks of about kGrainSize elements of work.
 template <typename F>
@@ -32,8 +32,9 @@ void for_each_plane(const PoolGeom& g, int64_t work_per_plane, const F& f) {
 // data makes unpredictable. Instead, one output row (p) is computed at once: for each window
 // cell (r, s), every output q compares x[h0 + r, q*sw - pw + s] with its running best. That
 // inner loop over q (max_update_row) has independent lanes and a select instead of a branch,
-// so it vectorizes. Cells are still visited in (r, s) order for every output, and `>` is strict, so the first
-// maximum wins; a NaN always takes over (as PyTorch), so a window holding a NaN yields NaN.
+// so it vectorizes. Cells are still visited in (r, s) order for every output, and `>` is strict, so
+// the first maximum wins; a NaN always takes over (as PyTorch), so a window holding a NaN yields
+// NaN.
 
 // One window cell for the outputs q in [q0, q1) of a row: best[q], arg[q] take x[base + q*sw]
 // when it is larger or NaN. Quiet comparisons (no FP exception on NaN) and restrict pointers
@@ -61,10 +62,12 @@ void max_pool_kernel(const T* x, T* y, int64_t* idx, const PoolGeom& g) {
     for (int64_t plane = b; plane < e; ++plane) {
       const T* xp = x + plane * g.H * g.W;
       for (int64_t p = 0; p < g.P; ++p) {
-        const int64_t h0 = std::max<int64_t>(p * g.sh - g.ph, 0), h1 = std::min(p * g.sh - g.ph + g.kh, g.H);
+        const int64_t h0 = std::max<int64_t>(p * g.sh - g.ph, 0),
+                      h1 = std::min(p * g.sh - g.ph + g.kh, g.H);
         for (int64_t q = 0; q < g.Q; ++q) {
           best[q] = -std::numeric_limits<A>::infinity();
-          arg[q] = h0 * g.W + std::max<int64_t>(q * g.sw - g.pw, 0);  // first real cell, if all are -inf
+          arg[q] =
+              h0 * g.W + std::max<int64_t>(q * g.sw - g.pw, 0);  // first real cell, if all are -inf
         }
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t s = 0; s < g.kw; ++s) {
@@ -167,7 +170,8 @@ std::pair<Tensor, Tensor> CpuBackend::max_pool2d(const Tensor& x0, const Pool2dP
   return {y, idx};
 }
 
-Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) {
+Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indices,
+                                       const Shape& x_shape) {
   Tensor gy = raw::contiguous(grad_y), idx = raw::contiguous(indices);
   PoolGeom g{};
   g.planes = x_shape[0] * x_shape[1], g.H = x_shape[2], g.W = x_shape[3];
@@ -191,7 +195,8 @@ Tensor CpuBackend::avg_pool2d(const Tensor& x0, const Pool2dParams& p) {
   return y;
 }
 
-Tensor CpuBackend::avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) {
+Tensor CpuBackend::avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape,
+                                       const Pool2dParams& p) {
   PoolGeom g = pool_geom(x_shape, p);
   Tensor gy = raw::contiguous(grad_y);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype()});

@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "core/dispatch.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/raw_ops.h"
 #include "kernels/reduce_layout.h"
 
@@ -21,54 +21,59 @@ using sum_t = std::conditional_t<std::is_floating_point_v<acc_t<T>>, double, int
 // Reduces each row of a contiguous (rows, n) block.
 template <typename T>
 void reduce_rows(ReduceOp op, const T* x, T* out, int64_t rows, int64_t n) {
-  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* p = x + r * n;
-      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-        sum_t<T> s = 0;
-        for (int64_t j = 0; j < n; ++j) s += sum_t<T>(acc_t<T>(p[j]));
-        out[r] = T(acc_t<T>(op == ReduceOp::Mean ? s / sum_t<T>(n) : s));
-      } else {
-        acc_t<T> m = acc_t<T>(p[0]);
-        for (int64_t j = 1; j < n; ++j) {
-          acc_t<T> v = acc_t<T>(p[j]);
-          bool take = op == ReduceOp::Max ? (v > m) : (v < m);
-          if (take || v != v) m = v;
-          if (m != m) break;  // NaN wins
-        }
-        out[r] = T(m);
-      }
-    }
-  });
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) {
+                   const T* p = x + r * n;
+                   if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+                     sum_t<T> s = 0;
+                     for (int64_t j = 0; j < n; ++j) s += sum_t<T>(acc_t<T>(p[j]));
+                     out[r] = T(acc_t<T>(op == ReduceOp::Mean ? s / sum_t<T>(n) : s));
+                   } else {
+                     acc_t<T> m = acc_t<T>(p[0]);
+                     for (int64_t j = 1; j < n; ++j) {
+                       acc_t<T> v = acc_t<T>(p[j]);
+                       bool take = op == ReduceOp::Max ? (v > m) : (v < m);
+                       if (take || v != v) m = v;
+                       if (m != m) break;  // NaN wins
+                     }
+                     out[r] = T(m);
+                   }
+                 }
+               });
 }
 
 // Reduces the leading `rows` of a contiguous (rows, cols) block into (cols).
 template <typename T>
 void reduce_cols(ReduceOp op, const T* x, T* out, int64_t rows, int64_t cols) {
-  parallel_for(0, cols, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows, 1)), [&](int64_t b, int64_t e) {
-    std::vector<sum_t<T>> s(e - b, 0);
-    std::vector<acc_t<T>> m(e - b);
-    for (int64_t c = b; c < e; ++c) m[c - b] = acc_t<T>(x[c]);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* p = x + r * cols;
-      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-        for (int64_t c = b; c < e; ++c) s[c - b] += sum_t<T>(acc_t<T>(p[c]));
-      } else {
-        for (int64_t c = b; c < e; ++c) {
-          acc_t<T> v = acc_t<T>(p[c]);
-          acc_t<T>& cur = m[c - b];
-          if (op == ReduceOp::Max ? (v > cur || v != v) : (v < cur || v != v)) cur = cur != cur ? cur : v;
-        }
-      }
-    }
-    for (int64_t c = b; c < e; ++c) {
-      if (op == ReduceOp::Sum) out[c] = T(acc_t<T>(s[c - b]));
-      else if (op == ReduceOp::Mean) out[c] = T(acc_t<T>(s[c - b] / sum_t<T>(rows)));
-      else out[c] = T(m[c - b]);
-    }
-  });
+  parallel_for(0, cols, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows, 1)),
+               [&](int64_t b, int64_t e) {
+                 std::vector<sum_t<T>> s(e - b, 0);
+                 std::vector<acc_t<T>> m(e - b);
+                 for (int64_t c = b; c < e; ++c) m[c - b] = acc_t<T>(x[c]);
+                 for (int64_t r = 0; r < rows; ++r) {
+                   const T* p = x + r * cols;
+                   if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+                     for (int64_t c = b; c < e; ++c) s[c - b] += sum_t<T>(acc_t<T>(p[c]));
+                   } else {
+                     for (int64_t c = b; c < e; ++c) {
+                       acc_t<T> v = acc_t<T>(p[c]);
+                       acc_t<T>& cur = m[c - b];
+                       if (op == ReduceOp::Max ? (v > cur || v != v) : (v < cur || v != v))
+                         cur = cur != cur ? cur : v;
+                     }
+                   }
+                 }
+                 for (int64_t c = b; c < e; ++c) {
+                   if (op == ReduceOp::Sum)
+                     out[c] = T(acc_t<T>(s[c - b]));
+                   else if (op == ReduceOp::Mean)
+                     out[c] = T(acc_t<T>(s[c - b] / sum_t<T>(rows)));
+                   else
+                     out[c] = T(m[c - b]);
+                 }
+               });
 }
-
 
 }  // namespace
 
@@ -100,7 +105,8 @@ Tensor CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_
 
 std::pair<Tensor, Tensor> CpuBackend::max_dim(const Tensor& x, int64_t dim, bool keepdim) {
   int64_t n = x.size(dim);
-  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(), ")");
+  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(),
+             ")");
   const ReduceLayout L = reduce_layout(x.shape(), {dim}, keepdim);
   Tensor xc = raw::contiguous(raw::permute(x, L.perm));
   Tensor values = empty(L.out_shape, {.dtype = x.dtype()});

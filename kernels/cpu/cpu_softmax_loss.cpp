@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "kernels/layout.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/layout.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
@@ -90,7 +90,6 @@ void softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t
   });
 }
 
-
 // Reads element i of a 1-d tensor of int64 (any stride).
 inline int64_t read_i64(const Tensor& t, int64_t i) { return t.data<int64_t>()[i * t.stride(0)]; }
 
@@ -115,11 +114,12 @@ void check_targets(const char* op, const Tensor& logp, const Tensor& target, int
 Tensor CpuBackend::softmax(const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   if (x.dim() > 0) dim = wrap_dim(name, dim, x.dim());
-  return along_dim({x}, dim, [&](const std::vector<Tensor>& c, const Tensor& out, int64_t rows, int64_t n) {
-    LOOM_DISPATCH_FLOATING(x.dtype(), name, [&] {
-      softmax_rows<scalar_t>(c[0].data<scalar_t>(), out.data<scalar_t>(), rows, n, log);
-    });
-  });
+  return along_dim(
+      {x}, dim, [&](const std::vector<Tensor>& c, const Tensor& out, int64_t rows, int64_t n) {
+        LOOM_DISPATCH_FLOATING(x.dtype(), name, [&] {
+          softmax_rows<scalar_t>(c[0].data<scalar_t>(), out.data<scalar_t>(), rows, n, log);
+        });
+      });
 }
 
 // grad_y, y: same shape and dtype -> dL/dx, same shape (contiguous)
@@ -128,12 +128,13 @@ Tensor CpuBackend::softmax_backward(const Tensor& grad_y, const Tensor& y, int64
   LOOM_CHECK(grad_y.shape() == y.shape() && grad_y.dtype() == y.dtype(), name, ": grad ",
              describe(grad_y), " does not match the output ", describe(y));
   if (y.dim() > 0) dim = wrap_dim(name, dim, y.dim());
-  return along_dim({grad_y, y}, dim, [&](const std::vector<Tensor>& c, const Tensor& out, int64_t rows, int64_t n) {
-    LOOM_DISPATCH_FLOATING(y.dtype(), name, [&] {
-      softmax_backward_rows<scalar_t>(c[0].data<scalar_t>(), c[1].data<scalar_t>(),
-                                      out.data<scalar_t>(), rows, n, log);
-    });
-  });
+  return along_dim({grad_y, y}, dim,
+                   [&](const std::vector<Tensor>& c, const Tensor& out, int64_t rows, int64_t n) {
+                     LOOM_DISPATCH_FLOATING(y.dtype(), name, [&] {
+                       softmax_backward_rows<scalar_t>(c[0].data<scalar_t>(), c[1].data<scalar_t>(),
+                                                       out.data<scalar_t>(), rows, n, log);
+                     });
+                   });
 }
 
 // Note [nll_loss work]
@@ -143,7 +144,8 @@ Tensor CpuBackend::softmax_backward(const Tensor& grad_y, const Tensor& y, int64
 // (NaN when every row is ignored, as in PyTorch).
 
 // logp: (N, C), target: (N) int64 -> 0-d (Mean, Sum) or (N) (None; 0 at ignored rows)
-Tensor CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t ignore_index) {
+Tensor CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction r,
+                            int64_t ignore_index) {
   check_targets("nll_loss", logp, target, ignore_index);
   int64_t N = logp.size(0);
   int64_t s0 = logp.stride(0), s1 = logp.stride(1);
@@ -173,7 +175,8 @@ Tensor CpuBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, con
   check_targets("nll_loss_backward", logp, target, ignore_index);
   int64_t N = logp.size(0), C = logp.size(1);
   LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
-             "nll_loss_backward: grad ", describe(grad), " does not fit the reduction of ", N, " rows");
+             "nll_loss_backward: grad ", describe(grad), " does not fit the reduction of ", N,
+             " rows");
   Tensor out = empty({N, C}, {.dtype = logp.dtype()});
   fill_(out, 0.0);
   Tensor g = raw::cast(grad, logp.dtype());

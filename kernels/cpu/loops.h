@@ -7,8 +7,8 @@
 #include <array>
 #include <cstdint>
 
-#include "core/tensor.h"
 #include "core/parallel.h"
+#include "core/tensor.h"
 
 namespace loom::cpu {
 
@@ -32,8 +32,7 @@ LoopShape<NOps> make_loop(const Shape& shape, const std::array<Strides, NOps>& s
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;  // size-1 dims never move the pointers
     bool merge = L.ndim > 0;
-    for (int k = 0; k < NOps && merge; ++k)
-      merge = L.strides[k][L.ndim - 1] == st[k][d] * shape[d];
+    for (int k = 0; k < NOps && merge; ++k) merge = L.strides[k][L.ndim - 1] == st[k][d] * shape[d];
     if (merge) {
       L.sizes[L.ndim - 1] *= shape[d];
       for (int k = 0; k < NOps; ++k) L.strides[k][L.ndim - 1] = st[k][d];
@@ -106,22 +105,25 @@ void elementwise(const Tensor& out, const F& f, const Ts&... in) {
   constexpr int N = 1 + sizeof...(Ins);
   std::array<Strides, N> st{out.strides(), operand_strides(in, out.shape())...};
   LoopShape<N> L = make_loop<N>(out.shape(), st);
-  std::array<char*, N> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(in.data_ptr())...};
+  std::array<char*, N> base{static_cast<char*>(out.data_ptr()),
+                            static_cast<char*>(in.data_ptr())...};
   std::array<int64_t, N> es{int64_t(sizeof(Out)), int64_t(sizeof(Ins))...};
-  for_each_run<N>(L, base, es, [&](const std::array<char*, N>& p, const std::array<int64_t, N>& s, int64_t n) {
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      Out* o = reinterpret_cast<Out*>(p[0]);
-      std::tuple<const Ins*...> ip{reinterpret_cast<const Ins*>(p[K + 1])...};
-      bool contiguous = s[0] == 1 && ((s[K + 1] == 1) && ...);
-      if (contiguous) {
-        for (int64_t j = 0; j < n; ++j)
-          o[j] = Out(f(acc_t<Ins>(std::get<K>(ip)[j])...));
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          o[j * s[0]] = Out(f(acc_t<Ins>(std::get<K>(ip)[j * s[K + 1]])...));
-      }
-    }(std::index_sequence_for<Ins...>{});
-  });
+  for_each_run<N>(L, base, es,
+                  [&](const std::array<char*, N>& p, const std::array<int64_t, N>& s, int64_t n) {
+                    [&]<size_t... K>(std::index_sequence<K...>) {
+                      Out* o = reinterpret_cast<Out*>(p[0]);
+                      std::tuple<const Ins*...> ip{reinterpret_cast<const Ins*>(p[K + 1])...};
+                      bool contiguous = s[0] == 1 && ((s[K + 1] == 1) && ...);
+                      if (contiguous) {
+                        for (int64_t j = 0; j < n; ++j)
+                          o[j] = Out(f(acc_t<Ins>(std::get<K>(ip)[j])...));
+                      } else {
+                        for (int64_t j = 0; j < n; ++j)
+                          o[j * s[0]] = Out(f(acc_t<Ins>(std::get<K>(ip)[j * s[K + 1]])...));
+                      }
+                    }
+                    (std::index_sequence_for<Ins...>{});
+                  });
 }
 
 }  // namespace loom::cpu

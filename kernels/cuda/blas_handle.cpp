@@ -6,9 +6,9 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda/stream.h"
 #include "core/error.h"
 #include "kernels/cuda/library_check.h"
-#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 

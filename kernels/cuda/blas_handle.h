@@ -4,10 +4,10 @@
 // stream each time it is asked, so a cuDNN call right after it runs on that stream.
 #pragma once
 
-#include <cstddef>
-
 #include <cublasLt.h>
 #include <cudnn.h>
+
+#include <cstddef>
 
 namespace loom::cuda {
 

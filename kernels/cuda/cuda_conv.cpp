@@ -10,12 +10,12 @@
 #include <unordered_map>
 
 #include "core/allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "core/cuda/check.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
-#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {
@@ -34,7 +34,9 @@ namespace {
 
 enum class Dir : int { Forward, BackwardData, BackwardFilter };
 const char* dir_name(Dir d) {
-  return d == Dir::Forward ? "conv2d" : d == Dir::BackwardData ? "conv2d_backward_input" : "conv2d_backward_weight";
+  return d == Dir::Forward        ? "conv2d"
+         : d == Dir::BackwardData ? "conv2d_backward_input"
+                                  : "conv2d_backward_weight";
 }
 
 constexpr size_t kMaxFindWorkspace = size_t(1) << 30;
@@ -80,11 +82,17 @@ ConvCache& conv_cache() {
 
 cudnnDataType_t dnn_dtype(DType t) {
   switch (t) {
-    case DType::F32: return CUDNN_DATA_FLOAT;
-    case DType::F64: return CUDNN_DATA_DOUBLE;
-    case DType::F16: return CUDNN_DATA_HALF;
-    case DType::BF16: return CUDNN_DATA_BFLOAT16;
-    default: LOOM_FAIL("conv2d on CUDA: dtype ", dtype_name(t), " is not supported (expected float32, float64, float16 or bfloat16)");
+    case DType::F32:
+      return CUDNN_DATA_FLOAT;
+    case DType::F64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::F16:
+      return CUDNN_DATA_HALF;
+    case DType::BF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      LOOM_FAIL("conv2d on CUDA: dtype ", dtype_name(t),
+                " is not supported (expected float32, float64, float16 or bfloat16)");
   }
 }
 
@@ -103,7 +111,9 @@ struct ConvArgs {
 
 // The pointers cuDNN reads and writes for each direction, and the one it writes.
 void* out_ptr(const ConvArgs& a) {
-  return a.dir == Dir::Forward ? a.y.data_ptr() : a.dir == Dir::BackwardData ? a.x.data_ptr() : a.w.data_ptr();
+  return a.dir == Dir::Forward        ? a.y.data_ptr()
+         : a.dir == Dir::BackwardData ? a.x.data_ptr()
+                                      : a.w.data_ptr();
 }
 
 std::unique_ptr<ConvPlan> make_descriptors(const ConvArgs& a, bool tf32) {
@@ -117,15 +127,15 @@ std::unique_ptr<ConvPlan> make_descriptors(const ConvArgs& a, bool tf32) {
   for (const Tensor* t : {&a.x, &a.y, &a.w})
     LOOM_CHECK(t->numel() <= std::numeric_limits<int>::max(), op, ": tensor ", t->shape(),
                " has 2^31 or more elements, beyond cuDNN's convolution API");
-  LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, as_int(op, a.x.size(0)),
-                                              as_int(op, a.x.size(1)), as_int(op, a.x.size(2)),
-                                              as_int(op, a.x.size(3))));
-  LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt, as_int(op, a.y.size(0)),
-                                              as_int(op, a.y.size(1)), as_int(op, a.y.size(2)),
-                                              as_int(op, a.y.size(3))));
-  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, as_int(op, a.w.size(0)),
-                                              as_int(op, a.w.size(1)), as_int(op, a.w.size(2)),
-                                              as_int(op, a.w.size(3))));
+  LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt,
+                                              as_int(op, a.x.size(0)), as_int(op, a.x.size(1)),
+                                              as_int(op, a.x.size(2)), as_int(op, a.x.size(3))));
+  LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt,
+                                              as_int(op, a.y.size(0)), as_int(op, a.y.size(1)),
+                                              as_int(op, a.y.size(2)), as_int(op, a.y.size(3))));
+  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW,
+                                              as_int(op, a.w.size(0)), as_int(op, a.w.size(1)),
+                                              as_int(op, a.w.size(2)), as_int(op, a.w.size(3))));
   cudnnDataType_t compute = a.x.dtype() == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       plan->conv, as_int(op, a.p.padding[0]), as_int(op, a.p.padding[1]), as_int(op, a.p.stride[0]),
@@ -144,13 +154,16 @@ bool workspace_of(cudnnHandle_t h, const ConvPlan& pl, Dir dir, int algo, size_t
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   switch (dir) {
     case Dir::Forward:
-      st = cudnnGetConvolutionForwardWorkspaceSize(h, pl.x, pl.w, pl.conv, pl.y, cudnnConvolutionFwdAlgo_t(algo), bytes);
+      st = cudnnGetConvolutionForwardWorkspaceSize(h, pl.x, pl.w, pl.conv, pl.y,
+                                                   cudnnConvolutionFwdAlgo_t(algo), bytes);
       break;
     case Dir::BackwardData:
-      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, pl.w, pl.y, pl.conv, pl.x, cudnnConvolutionBwdDataAlgo_t(algo), bytes);
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, pl.w, pl.y, pl.conv, pl.x,
+                                                        cudnnConvolutionBwdDataAlgo_t(algo), bytes);
       break;
     case Dir::BackwardFilter:
-      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, pl.x, pl.y, pl.conv, pl.w, cudnnConvolutionBwdFilterAlgo_t(algo), bytes);
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, pl.x, pl.y, pl.conv, pl.w, cudnnConvolutionBwdFilterAlgo_t(algo), bytes);
       break;
   }
   return st == CUDNN_STATUS_SUCCESS;
@@ -158,16 +171,20 @@ bool workspace_of(cudnnHandle_t h, const ConvPlan& pl, Dir dir, int algo, size_t
 
 int algo_count(Dir dir) {
   switch (dir) {
-    case Dir::Forward: return int(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-    case Dir::BackwardData: return int(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    case Dir::BackwardFilter: return int(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+    case Dir::Forward:
+      return int(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+    case Dir::BackwardData:
+      return int(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+    case Dir::BackwardFilter:
+      return int(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
   }
   return 0;
 }
 
 // The first usable result (cuDNN sorts them fastest first). Strict float32 keeps FMA math.
 template <typename Perf>
-void pick(const ConvArgs& a, ConvPlan& pl, const Perf* perf, int n, size_t ws_limit, bool strict_f32) {
+void pick(const ConvArgs& a, ConvPlan& pl, const Perf* perf, int n, size_t ws_limit,
+          bool strict_f32) {
   for (int i = 0; i < n; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_limit) continue;
     pl.algo = int(perf[i].algo);
@@ -177,26 +194,31 @@ void pick(const ConvArgs& a, ConvPlan& pl, const Perf* perf, int n, size_t ws_li
   }
   LOOM_FAIL(dir_name(a.dir), ": cuDNN found no algorithm for input ", a.x.shape(), ", weight ",
             a.w.shape(), ", output ", a.y.shape(), " (", dtype_name(a.x.dtype()), ", stride [",
-            a.p.stride[0], ", ", a.p.stride[1], "], padding [", a.p.padding[0], ", ", a.p.padding[1],
-            "], dilation [", a.p.dilation[0], ", ", a.p.dilation[1], "], groups ", a.p.groups, ")");
+            a.p.stride[0], ", ", a.p.stride[1], "], padding [", a.p.padding[0], ", ",
+            a.p.padding[1], "], dilation [", a.p.dilation[0], ", ", a.p.dilation[1], "], groups ",
+            a.p.groups, ")");
 }
 
-void choose_algorithm(const ConvArgs& a, ConvPlan& pl, cudnnHandle_t h, bool capturing, bool strict_f32) {
+void choose_algorithm(const ConvArgs& a, ConvPlan& pl, cudnnHandle_t h, bool capturing,
+                      bool strict_f32) {
   constexpr int kMaxAlgos = 16;
   int n = 0;
   if (capturing) {  // heuristics only: nothing may run or synchronise during a capture
     size_t limit = kMaxFindWorkspace;
     if (a.dir == Dir::Forward) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-      LOOM_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl.x, pl.w, pl.conv, pl.y, kMaxAlgos, &n, perf));
+      LOOM_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl.x, pl.w, pl.conv, pl.y,
+                                                              kMaxAlgos, &n, perf));
       pick(a, pl, perf, n, limit, strict_f32);
     } else if (a.dir == Dir::BackwardData) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl.w, pl.y, pl.conv, pl.x, kMaxAlgos, &n, perf));
+      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl.w, pl.y, pl.conv, pl.x,
+                                                                   kMaxAlgos, &n, perf));
       pick(a, pl, perf, n, limit, strict_f32);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pl.x, pl.y, pl.conv, pl.w, kMaxAlgos, &n, perf));
+      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pl.x, pl.y, pl.conv, pl.w,
+                                                                     kMaxAlgos, &n, perf));
       pick(a, pl, perf, n, limit, strict_f32);
     }
     return;
@@ -215,18 +237,21 @@ void choose_algorithm(const ConvArgs& a, ConvPlan& pl, cudnnHandle_t h, bool cap
   void* out = out_ptr(a);
   if (a.dir == Dir::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-    LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, pl.x, a.x.data_ptr(), pl.w, a.w.data_ptr(), pl.conv,
-                                                            pl.y, out, kMaxAlgos, &n, perf, ws.get(), limit));
+    LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, pl.x, a.x.data_ptr(), pl.w,
+                                                            a.w.data_ptr(), pl.conv, pl.y, out,
+                                                            kMaxAlgos, &n, perf, ws.get(), limit));
     pick(a, pl, perf, n, limit, strict_f32);
   } else if (a.dir == Dir::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-    LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, pl.w, a.w.data_ptr(), pl.y, a.y.data_ptr(), pl.conv,
-                                                                 pl.x, out, kMaxAlgos, &n, perf, ws.get(), limit));
+    LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, pl.w, a.w.data_ptr(), pl.y, a.y.data_ptr(), pl.conv, pl.x, out, kMaxAlgos, &n, perf,
+        ws.get(), limit));
     pick(a, pl, perf, n, limit, strict_f32);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-    LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, pl.x, a.x.data_ptr(), pl.y, a.y.data_ptr(), pl.conv,
-                                                                   pl.w, out, kMaxAlgos, &n, perf, ws.get(), limit));
+    LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, pl.x, a.x.data_ptr(), pl.y, a.y.data_ptr(), pl.conv, pl.w, out, kMaxAlgos, &n, perf,
+        ws.get(), limit));
     pick(a, pl, perf, n, limit, strict_f32);
   }
 }
@@ -234,12 +259,30 @@ void choose_algorithm(const ConvArgs& a, ConvPlan& pl, cudnnHandle_t h, bool cap
 ConvPlan& plan_for(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream) {
   DType dt = a.x.dtype();
   bool tf32 = dt == DType::F32 && allow_tf32();
-  ConvKey key{a.x.device().index, int64_t(dt), tf32, int64_t(a.dir),
-              a.x.size(0), a.x.size(1), a.x.size(2), a.x.size(3),
-              a.w.size(0), a.w.size(1), a.w.size(2), a.w.size(3),
-              a.y.size(2), a.y.size(3),
-              a.p.stride[0], a.p.stride[1], a.p.padding[0], a.p.padding[1],
-              a.p.dilation[0], a.p.dilation[1], a.p.groups, 0, 0, 0};
+  ConvKey key{a.x.device().index,
+              int64_t(dt),
+              tf32,
+              int64_t(a.dir),
+              a.x.size(0),
+              a.x.size(1),
+              a.x.size(2),
+              a.x.size(3),
+              a.w.size(0),
+              a.w.size(1),
+              a.w.size(2),
+              a.w.size(3),
+              a.y.size(2),
+              a.y.size(3),
+              a.p.stride[0],
+              a.p.stride[1],
+              a.p.padding[0],
+              a.p.padding[1],
+              a.p.dilation[0],
+              a.p.dilation[1],
+              a.p.groups,
+              0,
+              0,
+              0};
   ConvCache& cache = conv_cache();
   std::lock_guard<std::mutex> lock(cache.mu);  // held through Find: one search per key
   auto it = cache.plans.find(key);
@@ -267,19 +310,21 @@ void run_conv(const ConvArgs& a) {
   const void* zero = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
   switch (a.dir) {
     case Dir::Forward:
-      LOOM_CUDNN_CHECK(cudnnConvolutionForward(h, one, pl.x, a.x.data_ptr(), pl.w, a.w.data_ptr(), pl.conv,
-                                               cudnnConvolutionFwdAlgo_t(pl.algo), ws.get(), pl.workspace,
-                                               zero, pl.y, a.y.data_ptr()));
+      LOOM_CUDNN_CHECK(cudnnConvolutionForward(h, one, pl.x, a.x.data_ptr(), pl.w, a.w.data_ptr(),
+                                               pl.conv, cudnnConvolutionFwdAlgo_t(pl.algo),
+                                               ws.get(), pl.workspace, zero, pl.y, a.y.data_ptr()));
       break;
     case Dir::BackwardData:
-      LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(h, one, pl.w, a.w.data_ptr(), pl.y, a.y.data_ptr(), pl.conv,
-                                                    cudnnConvolutionBwdDataAlgo_t(pl.algo), ws.get(), pl.workspace,
-                                                    zero, pl.x, a.x.data_ptr()));
+      LOOM_CUDNN_CHECK(
+          cudnnConvolutionBackwardData(h, one, pl.w, a.w.data_ptr(), pl.y, a.y.data_ptr(), pl.conv,
+                                       cudnnConvolutionBwdDataAlgo_t(pl.algo), ws.get(),
+                                       pl.workspace, zero, pl.x, a.x.data_ptr()));
       break;
     case Dir::BackwardFilter:
-      LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one, pl.x, a.x.data_ptr(), pl.y, a.y.data_ptr(), pl.conv,
-                                                      cudnnConvolutionBwdFilterAlgo_t(pl.algo), ws.get(), pl.workspace,
-                                                      zero, pl.w, a.w.data_ptr()));
+      LOOM_CUDNN_CHECK(
+          cudnnConvolutionBackwardFilter(h, one, pl.x, a.x.data_ptr(), pl.y, a.y.data_ptr(),
+                                         pl.conv, cudnnConvolutionBwdFilterAlgo_t(pl.algo),
+                                         ws.get(), pl.workspace, zero, pl.w, a.w.data_ptr()));
       break;
   }
 }
@@ -307,8 +352,8 @@ Tensor CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams&
 }
 
 // grad_y: (N, K, P, Q), w: (K, C/groups, R, S) -> (N, C, H, W) = x_shape
-Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
-                                          const Conv2dParams& p) {
+Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w,
+                                          const Shape& x_shape, const Conv2dParams& p) {
   Tensor dx = empty(x_shape, {.dtype = grad_y.dtype(), .device = grad_y.device()});
   if (dx.numel() == 0) return dx;
   if (grad_y.numel() == 0) {
@@ -320,8 +365,8 @@ Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w,
 }
 
 // grad_y: (N, K, P, Q), x: (N, C, H, W) -> (K, C/groups, R, S) = w_shape
-Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
-                                           const Conv2dParams& p) {
+Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x,
+                                           const Shape& w_shape, const Conv2dParams& p) {
   Tensor dw = empty(w_shape, {.dtype = grad_y.dtype(), .device = grad_y.device()});
   if (dw.numel() == 0) return dw;
   if (grad_y.numel() == 0) {

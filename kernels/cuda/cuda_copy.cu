@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "core/cuda/allocator.h"
+#include "core/cuda/device_error.h"
 #include "core/cuda/host_allocator.h"
 #include "core/dispatch.h"
 #include "core/philox.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "core/cuda/device_error.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/raw_ops.h"
 
@@ -33,7 +33,9 @@ namespace {
 
 struct CastOp {
   template <typename T>
-  LOOM_HOST_DEVICE T operator()(T v) const { return v; }
+  LOOM_HOST_DEVICE T operator()(T v) const {
+    return v;
+  }
 };
 
 template <typename T>
@@ -45,17 +47,20 @@ struct FillOp {
 // dst = src (broadcast, converted) with both on dst's device.
 void device_copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
-  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
+  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() &&
+      src.is_contiguous()) {
     if (dst.data_ptr() == src.data_ptr()) return;
     int dev = dst.device().index;
     DeviceGuard g(dev);
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), size_t(dst.numel()) * dst.element_size(),
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(),
+                                    size_t(dst.numel()) * dst.element_size(),
                                     cudaMemcpyDeviceToDevice, current_stream(dev)));
     return;
   }
   LOOM_DISPATCH_ALL(dst.dtype(), "copy_", [&] {
     using dst_t = scalar_t;
-    LOOM_DISPATCH_ALL(src.dtype(), "copy_", [&] { elementwise<dst_t, scalar_t>(dst, CastOp{}, src); });
+    LOOM_DISPATCH_ALL(src.dtype(), "copy_",
+                      [&] { elementwise<dst_t, scalar_t>(dst, CastOp{}, src); });
   });
 }
 
@@ -65,15 +70,18 @@ void upload(void* dst, const Tensor& host, size_t nbytes, int dev) {
   bool pinned = is_pinned(host.storage()->ptr());
   if (!pinned) check_not_capturing(s, "copy_ from pageable host memory to the GPU");
   LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, host.data_ptr(), nbytes, cudaMemcpyHostToDevice, s));
-  if (!pinned) LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
-  else if (!is_capturing(s)) record_pinned_use(host.storage()->ptr(), s);  // (a graph reads it at each replay)
+  if (!pinned)
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
+  else if (!is_capturing(s))
+    record_pinned_use(host.storage()->ptr(), s);  // (a graph reads it at each replay)
 }
 
 void host_to_device(const Tensor& dst, const Tensor& src) {
   int dev = dst.device().index;
   DeviceGuard g(dev);
   size_t nbytes = size_t(dst.numel()) * dst.element_size();
-  if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous()) {
+  if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() &&
+      dst.is_contiguous()) {
     upload(dst.data_ptr(), src, nbytes, dev);
     return;
   }
@@ -119,7 +127,9 @@ void cross_device_copy(const Tensor& dst, const Tensor& src) {
     ready.record(current_stream(sdev));
   }
   ready.wait(dstream);
-  Tensor d = dst.is_contiguous() ? dst : empty(dst.shape(), {.dtype = dst.dtype(), .device = dst.device()});
+  Tensor d = dst.is_contiguous()
+                 ? dst
+                 : empty(dst.shape(), {.dtype = dst.dtype(), .device = dst.device()});
   LOOM_CUDA_CHECK(cudaMemcpyPeerAsync(d.data_ptr(), ddev, s.data_ptr(), sdev,
                                       size_t(d.numel()) * d.element_size(), dstream));
   record_stream(s, dstream);  // s is freed at once; keep its block until the copy is done
@@ -148,7 +158,8 @@ void CudaBackend::fill_(const Tensor& t, double value) {
   if (value == 0.0 && !std::signbit(value) && t.is_contiguous()) {  // all-zero bits in every dtype
     int dev = t.device().index;
     DeviceGuard g(dev);
-    LOOM_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, size_t(t.numel()) * t.element_size(), current_stream(dev)));
+    LOOM_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, size_t(t.numel()) * t.element_size(),
+                                    current_stream(dev)));
     return;
   }
   LOOM_DISPATCH_ALL(t.dtype(), "fill_", [&] {
@@ -160,7 +171,8 @@ namespace {
 
 template <typename T>
 __global__ void arange_kernel(T* p, int64_t n, double start, double step) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     p[i] = T(acc_t<T>(__dadd_rn(start, __dmul_rn(double(i), step))));
 }
 
@@ -176,7 +188,8 @@ __global__ void arange_kernel(T* p, int64_t n, double start, double step) {
 template <typename T>
 __global__ void random_kernel(T* p, int64_t n, RandomKind kind, double a, double b, uint64_t seed,
                               uint64_t offset, bool f64) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     double v;
     if (kind == RandomKind::Uniform) {
       v = __dadd_rn(a, __dmul_rn(b - a, philox_uniform(seed, offset, uint64_t(i), f64)));
@@ -198,13 +211,15 @@ void CudaBackend::arange_(const Tensor& t, double start, double step) {
   int dev = t.device().index;
   DeviceGuard g(dev);
   LOOM_DISPATCH_NUMERIC(t.dtype(), "arange", [&] {
-    arange_kernel<scalar_t><<<grid_for(n, dev), kBlockSize, 0, current_stream(dev)>>>(t.data<scalar_t>(), n, start, step);
+    arange_kernel<scalar_t><<<grid_for(n, dev), kBlockSize, 0, current_stream(dev)>>>(
+        t.data<scalar_t>(), n, start, step);
   });
   LOOM_CUDA_CHECK_LAUNCH("arange_kernel");
 }
 
 // t: contiguous -> Philox draws with counters [offset, offset + numel)
-void CudaBackend::random_(const Tensor& t, RandomKind kind, double a, double b, uint64_t seed, uint64_t offset) {
+void CudaBackend::random_(const Tensor& t, RandomKind kind, double a, double b, uint64_t seed,
+                          uint64_t offset) {
   int64_t n = t.numel();
   if (n == 0) return;
   LOOM_CHECK(t.is_contiguous(), "random_: expected a contiguous tensor, got ", describe(t));
@@ -212,8 +227,8 @@ void CudaBackend::random_(const Tensor& t, RandomKind kind, double a, double b, 
   DeviceGuard g(dev);
   bool f64 = t.dtype() == DType::F64 || kind == RandomKind::Int;
   LOOM_DISPATCH_NUMERIC(t.dtype(), "random_", [&] {
-    random_kernel<scalar_t><<<grid_for(n, dev), kBlockSize, 0, current_stream(dev)>>>(t.data<scalar_t>(), n, kind, a,
-                                                                                      b, seed, offset, f64);
+    random_kernel<scalar_t><<<grid_for(n, dev), kBlockSize, 0, current_stream(dev)>>>(
+        t.data<scalar_t>(), n, kind, a, b, seed, offset, f64);
   });
   LOOM_CUDA_CHECK_LAUNCH("random_kernel");
 }

@@ -23,7 +23,9 @@ struct CudaLoop {
 
 // The host side of unary and where is kernels/elementwise_ops.h, shared with the CPU backend.
 // x: any shape -> same shape and dtype (contiguous)
-Tensor CudaBackend::unary(UnaryOp op, const Tensor& x) { return elementwise_ops::unary<CudaLoop>(op, x); }
+Tensor CudaBackend::unary(UnaryOp op, const Tensor& x) {
+  return elementwise_ops::unary<CudaLoop>(op, x);
+}
 
 // cond (bool), a, b: broadcast together -> a's dtype
 Tensor CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b) {

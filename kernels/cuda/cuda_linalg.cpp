@@ -114,11 +114,12 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activa
   LOOM_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F16 || x.dtype() == DType::BF16,
              "linear_fused: dtype ", dtype_name(x.dtype()),
              " is not supported (expected float32, float16 or bfloat16)");
-  LOOM_CHECK(x.dim() >= 1 && w.dim() == 2, "linear_fused: expected input (..., K) and weight (N, K), got ",
-             x.shape(), " and ", w.shape());
+  LOOM_CHECK(x.dim() >= 1 && w.dim() == 2,
+             "linear_fused: expected input (..., K) and weight (N, K), got ", x.shape(), " and ",
+             w.shape());
   int64_t K = x.size(-1), N = w.size(0);
-  LOOM_CHECK(w.size(1) == K, "linear_fused: input ", x.shape(), " has ", K,
-             " features, weight ", w.shape(), " expects ", w.size(1));
+  LOOM_CHECK(w.size(1) == K, "linear_fused: input ", x.shape(), " has ", K, " features, weight ",
+             w.shape(), " expects ", w.size(1));
   LOOM_CHECK(K > 0, "linear_fused: input ", x.shape(), " has no features");
   LOOM_CHECK(w.dtype() == x.dtype() && w.device() == x.device(), "linear_fused: weight ",
              describe(w), " does not match input ", describe(x));
@@ -145,9 +146,15 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activa
   }
   LtEpilogue epi = LtEpilogue::None;
   switch (act) {
-    case Activation::None: epi = b.defined() ? LtEpilogue::Bias : LtEpilogue::None; break;
-    case Activation::Relu: epi = b.defined() ? LtEpilogue::ReluBias : LtEpilogue::Relu; break;
-    case Activation::GeluTanh: epi = b.defined() ? LtEpilogue::GeluTanhBias : LtEpilogue::GeluTanh; break;
+    case Activation::None:
+      epi = b.defined() ? LtEpilogue::Bias : LtEpilogue::None;
+      break;
+    case Activation::Relu:
+      epi = b.defined() ? LtEpilogue::ReluBias : LtEpilogue::Relu;
+      break;
+    case Activation::GeluTanh:
+      epi = b.defined() ? LtEpilogue::GeluTanhBias : LtEpilogue::GeluTanh;
+      break;
   }
   gemm(raw::view(out, {1, M, N}), raw::unsqueeze(x2, 0), raw::unsqueeze(raw::transpose(w, 0, 1), 0),
        epi, b);

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "core/cuda/check.h"
 #include "kernels/cuda/cuda_norm.h"
-#include "core/cuda/stream.h"
 #include "kernels/functors.h"
 #include "kernels/raw_ops.h"
 
@@ -77,7 +77,8 @@ __device__ void block_merge(Welford<A>& w) {
   __shared__ A smean[kWarps], sm2[kWarps];
   for (int off = 16; off > 0; off /= 2) {
     int64_t nb = __shfl_down_sync(0xffffffffu, w.n, off);
-    A mb = __shfl_down_sync(0xffffffffu, w.mean, off), m2b = __shfl_down_sync(0xffffffffu, w.m2, off);
+    A mb = __shfl_down_sync(0xffffffffu, w.mean, off),
+      m2b = __shfl_down_sync(0xffffffffu, w.m2, off);
     w.merge(nb, mb, m2b);
   }
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -117,8 +118,9 @@ struct ChannelWalk {
 
 // x: (N, C, L) -> Welford partials (C, S): count, mean, M2 of each block's share.
 template <typename T>
-__global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g, int64_t* __restrict__ pn,
-                                        acc_t<T>* __restrict__ pmean, acc_t<T>* __restrict__ pm2) {
+__global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g,
+                                        int64_t* __restrict__ pn, acc_t<T>* __restrict__ pmean,
+                                        acc_t<T>* __restrict__ pm2) {
   using A = acc_t<T>;
   int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
   int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
@@ -132,11 +134,13 @@ __global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g, int
 // The naive reference: one block per channel, two passes, float64 sums (slow and accurate).
 // x: (N, C, L) -> mean, var: (C).
 template <typename T>
-__global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t<T>* mean, acc_t<T>* var) {
+__global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t<T>* mean,
+                                      acc_t<T>* var) {
   __shared__ double shared_mean;
   int64_t c = blockIdx.x;
   double s = 0;
-  for (int64_t j = threadIdx.x; j < g.M; j += blockDim.x) s += double(x[(j / g.L) * g.C * g.L + c * g.L + j % g.L]);
+  for (int64_t j = threadIdx.x; j < g.M; j += blockDim.x)
+    s += double(x[(j / g.L) * g.C * g.L + c * g.L + j % g.L]);
   s = block_sum(s);
   if (threadIdx.x == 0) shared_mean = s / double(g.M);
   __syncthreads();
@@ -151,8 +155,8 @@ __global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t
 
 // Merges channel c's S partials in float64 -> mean, biased var.
 template <typename A>
-__device__ void merge_partials(const int64_t* pn, const A* pmean, const A* pm2, int64_t c, int64_t S,
-                               double& mean, double& var) {
+__device__ void merge_partials(const int64_t* pn, const A* pmean, const A* pm2, int64_t c,
+                               int64_t S, double& mean, double& var) {
   double n = 0, m = 0, m2 = 0;
   for (int64_t s = 0; s < S; ++s) {
     double nb = double(pn[c * S + s]);
@@ -171,12 +175,14 @@ __device__ void merge_partials(const int64_t* pn, const A* pmean, const A* pm2, 
 // var_out (optional) receives the biased variance (for batch_norm_stats).
 // w, b: x's dtype T or null; running: R or null.
 template <typename T, typename R>
-__global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, const acc_t<T>* pm2, int64_t S,
-                                   int64_t C, int64_t M, const T* w, const T* b, R* run_mean, R* run_var,
-                                   double momentum, double eps, acc_t<T>* save_mean, acc_t<T>* save_invstd,
-                                   acc_t<T>* scale, acc_t<T>* shift, acc_t<T>* var_out) {
+__global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, const acc_t<T>* pm2,
+                                   int64_t S, int64_t C, int64_t M, const T* w, const T* b,
+                                   R* run_mean, R* run_var, double momentum, double eps,
+                                   acc_t<T>* save_mean, acc_t<T>* save_invstd, acc_t<T>* scale,
+                                   acc_t<T>* shift, acc_t<T>* var_out) {
   using A = acc_t<T>;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
+       c += int64_t(gridDim.x) * blockDim.x) {
     double mean, var;
     if (pn) {
       merge_partials(pn, pmean, pm2, c, S, mean, var);
@@ -194,7 +200,8 @@ __global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, con
     if (pn && run_mean) {
       run_mean[c] = R((1 - momentum) * double(acc_t<R>(run_mean[c])) + momentum * mean);
       if (run_var)
-        run_var[c] = R((1 - momentum) * double(acc_t<R>(run_var[c])) + momentum * var * double(M) / double(M - 1));
+        run_var[c] = R((1 - momentum) * double(acc_t<R>(run_var[c])) +
+                       momentum * var * double(M) / double(M - 1));
     }
   }
 }
@@ -209,15 +216,17 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, cons
     A m = mean[c], a = scale[c], b = shift[c];
     const T* xp = x + plane * g.L;
     T* yp = y + plane * g.L;
-    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L; l += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L;
+         l += int64_t(gridDim.x) * blockDim.x)
       yp[l] = T((A(xp[l]) - m) * a + b);
   }
 }
 
 // gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean).
 template <typename T>
-__global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __restrict__ x, NormGeom g,
-                                           const acc_t<T>* mean, acc_t<T>* psdy, acc_t<T>* psdyx) {
+__global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __restrict__ x,
+                                           NormGeom g, const acc_t<T>* mean, acc_t<T>* psdy,
+                                           acc_t<T>* psdyx) {
   using A = acc_t<T>;
   int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
   int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
@@ -238,13 +247,16 @@ __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __
 // Per channel: db = sum dy, dw = sum dy xhat, and the dx coefficients
 // k = w invstd, off = db / M, slope = invstd^2 sum(dy (x - mean)) / M.
 template <typename T>
-__global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>* psdyx, int64_t S, int64_t C,
-                                            int64_t M, const T* w, const acc_t<T>* invstd, T* grad_w, T* grad_b,
+__global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>* psdyx, int64_t S,
+                                            int64_t C, int64_t M, const T* w,
+                                            const acc_t<T>* invstd, T* grad_w, T* grad_b,
                                             acc_t<T>* k, acc_t<T>* off, acc_t<T>* slope) {
   using A = acc_t<T>;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
+       c += int64_t(gridDim.x) * blockDim.x) {
     double sdy = 0, sdyx = 0;
-    for (int64_t s = 0; s < S; ++s) sdy += double(psdy[c * S + s]), sdyx += double(psdyx[c * S + s]);
+    for (int64_t s = 0; s < S; ++s)
+      sdy += double(psdy[c * S + s]), sdyx += double(psdyx[c * S + s]);
     double is = double(invstd[c]), wc = w ? double(acc_t<T>(w[c])) : 1.0;
     if (grad_w) grad_w[c] = T(A(sdyx * is)), grad_b[c] = T(A(sdy));
     k[c] = A(wc * is);
@@ -255,8 +267,9 @@ __global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>
 
 // dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]). Grid as bn_apply_kernel.
 template <typename T>
-__global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ gx,
-                                         const acc_t<T>* mean, const acc_t<T>* k, const acc_t<T>* off,
+__global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __restrict__ x,
+                                         T* __restrict__ gx, const acc_t<T>* mean,
+                                         const acc_t<T>* k, const acc_t<T>* off,
                                          const acc_t<T>* slope, NormGeom g) {
   using A = acc_t<T>;
   for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
@@ -265,7 +278,8 @@ __global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __re
     const T* xp = x + plane * g.L;
     const T* gp = gy + plane * g.L;
     T* op = gx + plane * g.L;
-    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L; l += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L;
+         l += int64_t(gridDim.x) * blockDim.x)
       op[l] = T(kc * (A(gp[l]) - oc - (A(xp[l]) - m) * sc));
   }
 }
@@ -280,7 +294,9 @@ void plane_launch(const NormGeom& g, dim3& grid, dim3& block) {
               unsigned(std::min<int64_t>(g.N * g.C, 65535)));
 }
 
-unsigned channel_blocks(int64_t C) { return unsigned(std::clamp<int64_t>((C + kThreads - 1) / kThreads, 1, 1024)); }
+unsigned channel_blocks(int64_t C) {
+  return unsigned(std::clamp<int64_t>((C + kThreads - 1) / kThreads, 1, 1024));
+}
 
 // The split statistics pass (Note [Split Welford]): Welford partials (C, S) of x.
 struct Partials {
@@ -305,7 +321,8 @@ Partials stats_partials(const Tensor& x, const NormGeom& g, cudaStream_t stream)
 
 void check_geometry(const char* op, const Tensor& x, const NormGeom& g) {
   LOOM_CHECK(x.dim() >= 2, op, ": expected an input (N, C, ...), got ", describe(x));
-  LOOM_CHECK(g.C <= 65535, op, ": input ", x.shape(), " has ", g.C, " channels; the CUDA kernels handle at most 65535");
+  LOOM_CHECK(g.C <= 65535, op, ": input ", x.shape(), " has ", g.C,
+             " channels; the CUDA kernels handle at most 65535");
 }
 
 }  // namespace
@@ -335,9 +352,10 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
     Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
     Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
     bn_finalize_kernel<scalar_t, float><<<channel_blocks(g.C), kThreads, 0, stream>>>(
-        p.n.data<int64_t>(), static_cast<A*>(p.mean.data_ptr()), static_cast<A*>(p.m2.data_ptr()), p.S, g.C,
-        g.M, nullptr, nullptr, nullptr, nullptr, 0.0, 1.0, static_cast<A*>(mean.data_ptr()),
-        static_cast<A*>(invstd.data_ptr()), static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()),
+        p.n.data<int64_t>(), static_cast<A*>(p.mean.data_ptr()), static_cast<A*>(p.m2.data_ptr()),
+        p.S, g.C, g.M, nullptr, nullptr, nullptr, nullptr, 0.0, 1.0,
+        static_cast<A*>(mean.data_ptr()), static_cast<A*>(invstd.data_ptr()),
+        static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()),
         static_cast<A*>(var.data_ptr()));
     LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
   });
@@ -345,8 +363,8 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
 }
 
 BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
-                                     const Tensor& running_mean, const Tensor& running_var, bool training,
-                                     double momentum, double eps) {
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     bool training, double momentum, double eps) {
   Tensor x = raw::contiguous(x0);
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm", x, g);
@@ -379,7 +397,8 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
       const T* bp = b.defined() ? b.data<T>() : nullptr;
       DType rdt = running_mean.defined() ? running_mean.dtype() : DType::F32;
       LOOM_CHECK(!running_var.defined() || running_var.dtype() == rdt, "batch_norm: running_mean ",
-                 describe(running_mean), " and running_var ", describe(running_var), " differ in dtype");
+                 describe(running_mean), " and running_var ", describe(running_var),
+                 " differ in dtype");
       bool update = training && running_mean.defined();
       LOOM_DISPATCH_FLOATING(rdt, "batch_norm", [&] {
         using R = scalar_t;
@@ -389,17 +408,17 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
             batch_stats ? p.n.data<int64_t>() : nullptr,
             batch_stats ? static_cast<A*>(p.mean.data_ptr()) : nullptr,
             batch_stats ? static_cast<A*>(p.m2.data_ptr()) : nullptr, p.S, g.C, g.M, wp, bp,
-            batch_stats && !update ? nullptr : rm, batch_stats && !update ? nullptr : rv, momentum, eps,
-            static_cast<A*>(save_mean.data_ptr()), static_cast<A*>(save_invstd.data_ptr()),
+            batch_stats && !update ? nullptr : rm, batch_stats && !update ? nullptr : rv, momentum,
+            eps, static_cast<A*>(save_mean.data_ptr()), static_cast<A*>(save_invstd.data_ptr()),
             static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), nullptr);
         LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
       });
       if (x.numel() > 0) {
         dim3 grid, block;
         plane_launch(g, grid, block);
-        bn_apply_kernel<T><<<grid, block, 0, stream>>>(x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
-                                                       static_cast<A*>(scale.data_ptr()),
-                                                       static_cast<A*>(shift.data_ptr()), g);
+        bn_apply_kernel<T><<<grid, block, 0, stream>>>(
+            x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
+            static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), g);
         LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
       }
     });
@@ -411,8 +430,9 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
   return out;
 }
 
-BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0, const Tensor& weight,
-                                                const Tensor& save_mean0, const Tensor& save_invstd0) {
+BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0,
+                                                const Tensor& weight, const Tensor& save_mean0,
+                                                const Tensor& save_invstd0) {
   Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm_backward", x, g);
@@ -420,7 +440,8 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
   DType ad = acc_dtype(x.dtype());
-  Tensor mean = raw::contiguous(raw::cast(save_mean0, ad)), invstd = raw::contiguous(raw::cast(save_invstd0, ad));
+  Tensor mean = raw::contiguous(raw::cast(save_mean0, ad)),
+         invstd = raw::contiguous(raw::cast(save_invstd0, ad));
   Tensor w = weight.defined() ? raw::contiguous(weight) : Tensor();
 
   BatchNormGrads out;
@@ -442,13 +463,15 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       using A = acc_t<T>;
       const A* mp = static_cast<const A*>(mean.data_ptr());
       bn_backward_partial_kernel<T><<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
-          gy.data<T>(), x.data<T>(), g, mp, static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()));
+          gy.data<T>(), x.data<T>(), g, mp, static_cast<A*>(psdy.data_ptr()),
+          static_cast<A*>(psdyx.data_ptr()));
       LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
       bn_backward_finalize_kernel<T><<<channel_blocks(g.C), kThreads, 0, stream>>>(
           static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()), S, g.C, g.M,
           w.defined() ? w.data<T>() : nullptr, static_cast<const A*>(invstd.data_ptr()),
           gw.defined() ? gw.data<T>() : nullptr, gb.defined() ? gb.data<T>() : nullptr,
-          static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()), static_cast<A*>(slope.data_ptr()));
+          static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
+          static_cast<A*>(slope.data_ptr()));
       LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
       dim3 grid, block;
       plane_launch(g, grid, block);

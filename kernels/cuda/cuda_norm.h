@@ -1,6 +1,7 @@
 // The per-channel statistics pass of the CUDA batch norm, exposed so tests can compare the fast
-// split Welford reduction with the naive two-pass kernel kept beside it (kernels/cuda/cuda_norm.cu).
-// Leaves out: the normalisation itself (CudaBackend::batch_norm) and the backward.
+// split Welford reduction with the naive two-pass kernel kept beside it
+// (kernels/cuda/cuda_norm.cu). Leaves out: the normalisation itself (CudaBackend::batch_norm) and
+// the backward.
 #pragma once
 
 #include <utility>

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/cuda_backend.h"
 #include "core/cuda/check.h"
-#include "kernels/cuda/launch.h"
 #include "core/cuda/stream.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/optim_math.h"
 
 namespace loom::cuda {
@@ -33,7 +33,8 @@ struct TensorTable {
   int64_t numel[kMaxTensors];
   int64_t chunk_start[kMaxTensors + 1];
 };
-static_assert(sizeof(TensorTable<double, 5>) < 30000, "the tensor table must fit in the kernel arguments");
+static_assert(sizeof(TensorTable<double, 5>) < 30000,
+              "the tensor table must fit in the kernel arguments");
 
 // The chunk's tensor: the largest t with chunk_start[t] <= c (tables hold no empty tensors).
 template <typename T, int L>
@@ -41,8 +42,10 @@ __device__ int tensor_of(const TensorTable<T, L>& tab, int64_t c) {
   int lo = 0, hi = tab.n - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (tab.chunk_start[mid] <= c) lo = mid;
-    else hi = mid - 1;
+    if (tab.chunk_start[mid] <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -58,7 +61,9 @@ struct alignas(16) Pack {
   T v[W];
 };
 
-__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+__device__ inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 // Lists: 0 params, 1 grads, 2 exp_avgs, 3 exp_avg_sqs, 4 max_exp_avg_sqs (amsgrad only).
 template <typename T>
@@ -75,12 +80,15 @@ __global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, const
     T* v = tab.ptr[3][t];
     T* vmax = tab.ptr[4][t];
     int64_t scalar_from = begin;
-    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && (!vmax || aligned16(vmax))) {
+    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) &&
+        (!vmax || aligned16(vmax))) {
       const int64_t packs = (end - begin) / W;
       for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
         const int64_t i = begin + j * W;
-        Pack<T> P = *reinterpret_cast<const Pack<T>*>(p + i), G = *reinterpret_cast<const Pack<T>*>(g + i);
-        Pack<T> M = *reinterpret_cast<const Pack<T>*>(m + i), V = *reinterpret_cast<const Pack<T>*>(v + i), X;
+        Pack<T> P = *reinterpret_cast<const Pack<T>*>(p + i),
+                G = *reinterpret_cast<const Pack<T>*>(g + i);
+        Pack<T> M = *reinterpret_cast<const Pack<T>*>(m + i),
+                V = *reinterpret_cast<const Pack<T>*>(v + i), X;
         if (vmax) X = *reinterpret_cast<const Pack<T>*>(vmax + i);
 #pragma unroll
         for (int k = 0; k < W; ++k) math(P.v[k], G.v[k], M.v[k], V.v[k], vmax ? &X.v[k] : nullptr);
@@ -113,7 +121,8 @@ __global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, const 
       const int64_t packs = (end - begin) / W;
       for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
         const int64_t i = begin + j * W;
-        Pack<T> P = *reinterpret_cast<const Pack<T>*>(p + i), G = *reinterpret_cast<const Pack<T>*>(g + i), B;
+        Pack<T> P = *reinterpret_cast<const Pack<T>*>(p + i),
+                G = *reinterpret_cast<const Pack<T>*>(g + i), B;
         if (buf) B = *reinterpret_cast<const Pack<T>*>(buf + i);
 #pragma unroll
         for (int k = 0; k < W; ++k) math(P.v[k], G.v[k], buf ? &B.v[k] : nullptr);
@@ -122,7 +131,8 @@ __global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, const 
       }
       scalar_from = begin + packs * W;
     }
-    for (int64_t i = scalar_from + threadIdx.x; i < end; i += blockDim.x) math(p[i], g[i], buf ? buf + i : nullptr);
+    for (int64_t i = scalar_from + threadIdx.x; i < end; i += blockDim.x)
+      math(p[i], g[i], buf ? buf + i : nullptr);
   }
 }
 
@@ -158,33 +168,36 @@ int64_t grid_for_chunks(int64_t chunks, int device) {
 }
 
 template <typename T>
-void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-                 const std::vector<Tensor>& v, const std::vector<Tensor>& vmax, const AdamStepParams& hp) {
+void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& m, const std::vector<Tensor>& v,
+                 const std::vector<Tensor>& vmax, const AdamStepParams& hp) {
   int dev = params[0].device().index;
   DeviceGuard guard(dev);
   cudaStream_t s = current_stream(dev);
   const auto math = AdamMath<T>::make(hp);
   static const std::vector<Tensor> none;
-  for_each_table<T, 5>({&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
-                       [&](const TensorTable<T, 5>& tab, int64_t chunks) {
-                         adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
-                         LOOM_CUDA_CHECK_LAUNCH("adam_step");
-                       });
+  for_each_table<T, 5>(
+      {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
+      [&](const TensorTable<T, 5>& tab, int64_t chunks) {
+        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
+        LOOM_CUDA_CHECK_LAUNCH("adam_step");
+      });
 }
 
 template <typename T>
-void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& bufs,
-                const SgdStepParams& hp) {
+void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& bufs, const SgdStepParams& hp) {
   int dev = params[0].device().index;
   DeviceGuard guard(dev);
   cudaStream_t s = current_stream(dev);
   const auto math = SgdMath<T>::make(hp);
   static const std::vector<Tensor> none;
-  for_each_table<T, 3>({&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
-                       [&](const TensorTable<T, 3>& tab, int64_t chunks) {
-                         sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
-                         LOOM_CUDA_CHECK_LAUNCH("sgd_step");
-                       });
+  for_each_table<T, 3>(
+      {&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
+      [&](const TensorTable<T, 3>& tab, int64_t chunks) {
+        sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
+        LOOM_CUDA_CHECK_LAUNCH("sgd_step");
+      });
 }
 
 }  // namespace
@@ -209,13 +222,14 @@ struct Fused {
 }  // namespace
 
 void CudaBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                      const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+                            const std::vector<Tensor>& exp_avgs,
+                            const std::vector<Tensor>& exp_avg_sqs,
+                            const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
   fused_adam_step<Fused>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
 }
 
 void CudaBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                     const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+                           const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
   fused_sgd_step<Fused>(params, grads, momentum_bufs, hp);
 }
 

@@ -7,12 +7,12 @@
 // Leaves out: ceil_mode, dilation, NHWC layouts, cuDNN's pooling.
 #include <algorithm>
 
-#include "core/dispatch.h"
-#include "kernels/layout.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
+#include "core/dispatch.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/functors.h"
+#include "kernels/layout.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {
@@ -33,21 +33,20 @@ namespace {
 // p in [p_lo, p_hi) with p_lo = (h + pad - k) / stride + 1 (0 when h + pad < k) and
 // p_hi = min((h + pad) / stride + 1, P). Deterministic, no atomics, no zero-fill pass.
 
-
 constexpr int kThreads = 256;
 
 unsigned blocks_for(int64_t n) {
   return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t(1) << 20));
 }
 
-#define LOOM_GRID_STRIDE(i, n)                                                   \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);      \
+#define LOOM_GRID_STRIDE(i, n)                                              \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
 // x: (planes, H, W) -> y, idx: (planes, P, Q)
 template <typename T>
-__global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t* __restrict__ idx,
-                                  PoolGeom g) {
+__global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                  int64_t* __restrict__ idx, PoolGeom g) {
   using A = acc_t<T>;
   LOOM_GRID_STRIDE(o, g.planes * g.P * g.Q) {
     int64_t q = o % g.Q, t = o / g.Q, p = t % g.P, plane = t / g.P;
@@ -75,7 +74,8 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y, in
 // gy, idx: (planes, P, Q) -> gx: (planes, H, W), zeroed first, in the accumulate type: float
 // atomics for f32/f16/bf16 (the half types are converted afterwards), double atomics for f64.
 template <typename T>
-__global__ void max_pool2d_backward_kernel(const T* __restrict__ gy, const int64_t* __restrict__ idx,
+__global__ void max_pool2d_backward_kernel(const T* __restrict__ gy,
+                                           const int64_t* __restrict__ idx,
                                            acc_t<T>* __restrict__ gx, int64_t planes, int64_t PQ,
                                            int64_t HW) {
   LOOM_GRID_STRIDE(o, planes * PQ) {
@@ -85,7 +85,8 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ gy, const int64
 }
 
 template <typename T>
-__global__ void cast_from_float_kernel(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
+__global__ void cast_from_float_kernel(const float* __restrict__ src, T* __restrict__ dst,
+                                       int64_t n) {
   LOOM_GRID_STRIDE(i, n) dst[i] = T(src[i]);
 }
 
@@ -101,7 +102,8 @@ __device__ inline int64_t avg_divisor(const PoolGeom& g, int64_t p, int64_t q, b
 
 // x: (planes, H, W) -> y: (planes, P, Q)
 template <typename T>
-__global__ void avg_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y, PoolGeom g, bool include_pad) {
+__global__ void avg_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y, PoolGeom g,
+                                  bool include_pad) {
   using A = acc_t<T>;
   LOOM_GRID_STRIDE(o, g.planes * g.P * g.Q) {
     int64_t q = o % g.Q, t = o / g.Q, p = t % g.P, plane = t / g.P;
@@ -157,7 +159,8 @@ std::pair<Tensor, Tensor> CudaBackend::max_pool2d(const Tensor& x0, const Pool2d
 }
 
 // grad_y, indices: (N, C, P, Q) -> (N, C, H, W) = x_shape
-Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& indices0, const Shape& x_shape) {
+Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& indices0,
+                                        const Shape& x_shape) {
   Tensor gy = raw::contiguous(grad_y0), idx = raw::contiguous(indices0);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype(), .device = gy.device()});
   if (gx.numel() == 0) return gx;
@@ -168,7 +171,8 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& ind
   int64_t PQ = gy.dim() == 4 ? gy.size(2) * gy.size(3) : 0;
   bool half = gy.dtype() == DType::F16 || gy.dtype() == DType::BF16;
   Tensor acc = half ? empty(x_shape, {.dtype = DType::F32, .device = gy.device()}) : gx;
-  LOOM_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, size_t(acc.numel()) * acc.element_size(), stream));
+  LOOM_CUDA_CHECK(
+      cudaMemsetAsync(acc.data_ptr(), 0, size_t(acc.numel()) * acc.element_size(), stream));
   if (gy.numel() > 0) {
     LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
       max_pool2d_backward_kernel<scalar_t><<<blocks_for(gy.numel()), kThreads, 0, stream>>>(
@@ -204,7 +208,8 @@ Tensor CudaBackend::avg_pool2d(const Tensor& x0, const Pool2dParams& p) {
 }
 
 // grad_y: (N, C, P, Q) -> (N, C, H, W) = x_shape
-Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_y0, const Shape& x_shape, const Pool2dParams& p) {
+Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_y0, const Shape& x_shape,
+                                        const Pool2dParams& p) {
   PoolGeom g = pool_geom(x_shape, p);
   Tensor gy = raw::contiguous(grad_y0);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype(), .device = gy.device()});
@@ -212,8 +217,9 @@ Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_y0, const Shape& x_sh
   int dev = gy.device().index;
   DeviceGuard guard(dev);
   LOOM_DISPATCH_FLOATING(gy.dtype(), "avg_pool2d_backward", [&] {
-    avg_pool2d_backward_kernel<scalar_t><<<blocks_for(gx.numel()), kThreads, 0, current_stream(dev)>>>(
-        gy.data<scalar_t>(), gx.data<scalar_t>(), g, p.count_include_pad);
+    avg_pool2d_backward_kernel<scalar_t>
+        <<<blocks_for(gx.numel()), kThreads, 0, current_stream(dev)>>>(
+            gy.data<scalar_t>(), gx.data<scalar_t>(), g, p.count_include_pad);
     LOOM_CUDA_CHECK_LAUNCH("avg_pool2d_backward_kernel");
   });
   return gx;

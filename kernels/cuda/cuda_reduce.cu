@@ -4,14 +4,14 @@
 // Leaves out: reductions over non-adjacent dims without a copy (those permute and copy first).
 #include <limits>
 
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
 #include "core/dispatch.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/reduce_layout.h"
-#include "core/cuda/check.h"
 #include "kernels/cuda/launch.h"
-#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
+#include "kernels/reduce_layout.h"
 
 namespace loom::cuda {
 
@@ -30,17 +30,20 @@ namespace {
 
 // The accumulate type: float for f32/f16/bf16, double for f64, int64 for integers.
 template <typename T>
-using red_acc_t = std::conditional_t<std::is_same_v<T, double>, double,
-                                     std::conditional_t<std::is_floating_point_v<acc_t<T>>, float, int64_t>>;
+using red_acc_t =
+    std::conditional_t<std::is_same_v<T, double>, double,
+                       std::conditional_t<std::is_floating_point_v<acc_t<T>>, float, int64_t>>;
 
 template <typename A>
 struct Reducer {
   ReduceOp op;
   __device__ __forceinline__ A identity() const {
-    if (op == ReduceOp::Max) return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
-                                                                          : std::numeric_limits<A>::lowest();
-    if (op == ReduceOp::Min) return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
-                                                                          : std::numeric_limits<A>::max();
+    if (op == ReduceOp::Max)
+      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::lowest();
+    if (op == ReduceOp::Min)
+      return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::max();
     return A(0);
   }
   // NaN propagates through max and min.
@@ -50,14 +53,17 @@ struct Reducer {
     if (b != b) return b;
     return op == ReduceOp::Max ? (b > a ? b : a) : (b < a ? b : a);
   }
-  __device__ __forceinline__ A finish(A a, int64_t count) const { return op == ReduceOp::Mean ? a / A(count) : a; }
+  __device__ __forceinline__ A finish(A a, int64_t count) const {
+    return op == ReduceOp::Mean ? a / A(count) : a;
+  }
 };
 
 // One block per (row, chunk): blockIdx.x = row * splits + chunk. With finish, out[row] is the
 // result in Out; otherwise out[row * splits + chunk] is the partial in the accumulate type.
 template <typename In, typename Out, typename A>
-__global__ void __launch_bounds__(kBlockSize) reduce_rows_kernel(const In* x, Out* out, int64_t n, int64_t splits,
-                                                                  int64_t chunk, Reducer<A> r, int64_t count, bool finish) {
+__global__ void __launch_bounds__(kBlockSize)
+    reduce_rows_kernel(const In* x, Out* out, int64_t n, int64_t splits, int64_t chunk,
+                       Reducer<A> r, int64_t count, bool finish) {
   const int64_t row = blockIdx.x / splits, part = blockIdx.x % splits;
   const int64_t begin = part * chunk, end = begin + chunk < n ? begin + chunk : n;
   const In* p = x + row * n;
@@ -70,8 +76,8 @@ __global__ void __launch_bounds__(kBlockSize) reduce_rows_kernel(const In* x, Ou
 
 // Short rows: one warp per row, kBlockSize / 32 rows per block.
 template <typename T, typename A>
-__global__ void __launch_bounds__(kBlockSize) reduce_rows_warp_kernel(const T* x, T* out, int64_t rows, int64_t n,
-                                                                       Reducer<A> r) {
+__global__ void __launch_bounds__(kBlockSize)
+    reduce_rows_warp_kernel(const T* x, T* out, int64_t rows, int64_t n, Reducer<A> r) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x % kWarpSize;
@@ -85,8 +91,9 @@ __global__ void __launch_bounds__(kBlockSize) reduce_rows_warp_kernel(const T* x
 // Columns of a contiguous (R, C) block: 32 columns x 8 row lanes per block; blockIdx.y selects
 // a range of `chunk` rows. out[blockIdx.y * C + c] as in reduce_rows_kernel.
 template <typename In, typename Out, typename A>
-__global__ void __launch_bounds__(kBlockSize) reduce_cols_kernel(const In* x, Out* out, int64_t R, int64_t C,
-                                                                  int64_t chunk, Reducer<A> r, int64_t count, bool finish) {
+__global__ void __launch_bounds__(kBlockSize)
+    reduce_cols_kernel(const In* x, Out* out, int64_t R, int64_t C, int64_t chunk, Reducer<A> r,
+                       int64_t count, bool finish) {
   __shared__ A part[8][kWarpSize + 1];
   const int64_t c = int64_t(blockIdx.x) * kWarpSize + threadIdx.x;
   const int64_t r0 = int64_t(blockIdx.y) * chunk, r1 = r0 + chunk < R ? r0 + chunk : R;
@@ -105,7 +112,8 @@ __global__ void __launch_bounds__(kBlockSize) reduce_cols_kernel(const In* x, Ou
 // accumulates floating values in double (as the CPU does), so it stays exact enough to judge
 // the float tree reductions above even for millions of elements.
 template <typename T, typename A>
-__global__ void naive_reduce_rows_kernel(const T* x, T* out, int64_t rows, int64_t n, Reducer<A> r) {
+__global__ void naive_reduce_rows_kernel(const T* x, T* out, int64_t rows, int64_t n,
+                                         Reducer<A> r) {
   using W = std::conditional_t<std::is_floating_point_v<A>, double, A>;
   const Reducer<W> w{r.op};
   int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -119,35 +127,42 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // x: contiguous (rows, n) -> out: (rows)
 template <typename T>
-void reduce_rows(ReduceOp op, const T* x, T* out, int64_t rows, int64_t n, int dev, cudaStream_t s) {
+void reduce_rows(ReduceOp op, const T* x, T* out, int64_t rows, int64_t n, int dev,
+                 cudaStream_t s) {
   using A = red_acc_t<T>;
   Reducer<A> r{op};
   if (use_naive_kernels()) {
-    naive_reduce_rows_kernel<T, A><<<ceil_div(rows, kBlockSize), kBlockSize, 0, s>>>(x, out, rows, n, r);
+    naive_reduce_rows_kernel<T, A>
+        <<<ceil_div(rows, kBlockSize), kBlockSize, 0, s>>>(x, out, rows, n, r);
     LOOM_CUDA_CHECK_LAUNCH("naive_reduce_rows_kernel");
     return;
   }
   if (n <= 512) {
     const int per_block = kBlockSize / kWarpSize;
-    reduce_rows_warp_kernel<T, A><<<ceil_div(rows, per_block), kBlockSize, 0, s>>>(x, out, rows, n, r);
+    reduce_rows_warp_kernel<T, A>
+        <<<ceil_div(rows, per_block), kBlockSize, 0, s>>>(x, out, rows, n, r);
     LOOM_CUDA_CHECK_LAUNCH("reduce_rows_warp_kernel");
     return;
   }
   const int64_t sms = multiprocessor_count(dev);
   int64_t splits = 1;
-  if (rows < 2 * sms) splits = std::max<int64_t>(1, std::min(ceil_div(n, 4096), ceil_div(4 * sms, rows)));
+  if (rows < 2 * sms)
+    splits = std::max<int64_t>(1, std::min(ceil_div(n, 4096), ceil_div(4 * sms, rows)));
   const int64_t chunk = ceil_div(n, splits);
-  LOOM_CHECK(rows * splits < int64_t(INT32_MAX), "reduce: too many rows (", rows, ") for one launch");
+  LOOM_CHECK(rows * splits < int64_t(INT32_MAX), "reduce: too many rows (", rows,
+             ") for one launch");
   if (splits == 1) {
     reduce_rows_kernel<T, T, A><<<rows, kBlockSize, 0, s>>>(x, out, n, 1, chunk, r, n, true);
     LOOM_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
     return;
   }
-  Tensor partial = empty({rows, splits}, {.dtype = std::is_same_v<A, double> ? DType::F64
-                                                   : std::is_same_v<A, float> ? DType::F32 : DType::I64,
+  Tensor partial = empty({rows, splits}, {.dtype = std::is_same_v<A, double>  ? DType::F64
+                                                   : std::is_same_v<A, float> ? DType::F32
+                                                                              : DType::I64,
                                           .device = cuda_device(dev)});
   A* pp = static_cast<A*>(partial.data_ptr());
-  reduce_rows_kernel<T, A, A><<<rows * splits, kBlockSize, 0, s>>>(x, pp, n, splits, chunk, r, n, false);
+  reduce_rows_kernel<T, A, A>
+      <<<rows * splits, kBlockSize, 0, s>>>(x, pp, n, splits, chunk, r, n, false);
   LOOM_CUDA_CHECK_LAUNCH("reduce_rows_kernel (partial)");
   reduce_rows_kernel<A, T, A><<<rows, kBlockSize, 0, s>>>(pp, out, splits, 1, splits, r, n, true);
   LOOM_CUDA_CHECK_LAUNCH("reduce_rows_kernel (final)");
@@ -167,25 +182,29 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t R, int64_t C, int dev,
   LOOM_CHECK(bx < int64_t(INT32_MAX), "reduce: too many columns (", C, ") for one launch");
   dim3 block(kWarpSize, 8);
   if (splits == 1) {
-    reduce_cols_kernel<T, T, A><<<dim3(unsigned(bx), 1), block, 0, s>>>(x, out, R, C, chunk, r, R, true);
+    reduce_cols_kernel<T, T, A>
+        <<<dim3(unsigned(bx), 1), block, 0, s>>>(x, out, R, C, chunk, r, R, true);
     LOOM_CUDA_CHECK_LAUNCH("reduce_cols_kernel");
     return;
   }
-  Tensor partial = empty({splits, C}, {.dtype = std::is_same_v<A, double> ? DType::F64
-                                                : std::is_same_v<A, float> ? DType::F32 : DType::I64,
+  Tensor partial = empty({splits, C}, {.dtype = std::is_same_v<A, double>  ? DType::F64
+                                                : std::is_same_v<A, float> ? DType::F32
+                                                                           : DType::I64,
                                        .device = cuda_device(dev)});
   A* pp = static_cast<A*>(partial.data_ptr());
-  reduce_cols_kernel<T, A, A><<<dim3(unsigned(bx), unsigned(splits)), block, 0, s>>>(x, pp, R, C, chunk, r, R, false);
+  reduce_cols_kernel<T, A, A>
+      <<<dim3(unsigned(bx), unsigned(splits)), block, 0, s>>>(x, pp, R, C, chunk, r, R, false);
   LOOM_CUDA_CHECK_LAUNCH("reduce_cols_kernel (partial)");
-  reduce_cols_kernel<A, T, A><<<dim3(unsigned(bx), 1), block, 0, s>>>(pp, out, splits, C, splits, r, R, true);
+  reduce_cols_kernel<A, T, A>
+      <<<dim3(unsigned(bx), 1), block, 0, s>>>(pp, out, splits, C, splits, r, R, true);
   LOOM_CUDA_CHECK_LAUNCH("reduce_cols_kernel (final)");
 }
-
 
 }  // namespace
 
 // x: any shape, dims: sorted unique (empty = all) -> x's shape without dims (or 1s with keepdim)
-Tensor CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+Tensor CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
+                           bool keepdim) {
   const char* name = reduce_name(op);
   const ReduceLayout L = reduce_layout(x.shape(), dims_in, keepdim);
   const int64_t outer = L.outer, inner = L.inner;
@@ -241,17 +260,20 @@ __device__ __forceinline__ void warp_argmax(A& v, int64_t& i) {
 
 template <typename A>
 __device__ __forceinline__ A lowest() {
-  return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+  return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                              : std::numeric_limits<A>::lowest();
 }
 
 // One warp per row (per_warp) or one block per row of a contiguous (rows, n) block.
 template <typename T>
-__global__ void __launch_bounds__(kBlockSize) max_dim_kernel(const T* x, T* values, int64_t* indices, int64_t rows,
-                                                             int64_t n, bool per_warp) {
+__global__ void __launch_bounds__(kBlockSize)
+    max_dim_kernel(const T* x, T* values, int64_t* indices, int64_t rows, int64_t n,
+                   bool per_warp) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t row = per_warp ? int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize
-                               : int64_t(blockIdx.x);
+  const int64_t row = per_warp
+                          ? int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize
+                          : int64_t(blockIdx.x);
   if (row >= rows) return;  // uniform per warp (per_warp) or per block
   const int tid = per_warp ? lane : threadIdx.x, nt = per_warp ? kWarpSize : blockDim.x;
   ArgMax<A> c;
@@ -285,7 +307,8 @@ __global__ void __launch_bounds__(kBlockSize) max_dim_kernel(const T* x, T* valu
 }
 
 template <typename T>
-__global__ void naive_max_dim_kernel(const T* x, T* values, int64_t* indices, int64_t rows, int64_t n) {
+__global__ void naive_max_dim_kernel(const T* x, T* values, int64_t* indices, int64_t rows,
+                                     int64_t n) {
   using A = acc_t<T>;
   int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
@@ -307,7 +330,8 @@ __global__ void naive_max_dim_kernel(const T* x, T* values, int64_t* indices, in
 // x: any shape -> (values, int64 indices), x's shape without dim (or 1 there with keepdim)
 std::pair<Tensor, Tensor> CudaBackend::max_dim(const Tensor& x, int64_t dim, bool keepdim) {
   const int64_t n = x.size(dim);
-  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(), ")");
+  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(),
+             ")");
   const ReduceLayout L = reduce_layout(x.shape(), {dim}, keepdim);
   Tensor xc = raw::contiguous(raw::permute(x, L.perm));
   Tensor values = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
@@ -326,8 +350,8 @@ std::pair<Tensor, Tensor> CudaBackend::max_dim(const Tensor& x, int64_t dim, boo
       max_dim_kernel<scalar_t><<<ceil_div(rows, kBlockSize / kWarpSize), kBlockSize, 0, s>>>(
           p, values.data<scalar_t>(), indices.data<int64_t>(), rows, n, true);
     } else {
-      max_dim_kernel<scalar_t><<<rows, kBlockSize, 0, s>>>(p, values.data<scalar_t>(), indices.data<int64_t>(), rows,
-                                                           n, false);
+      max_dim_kernel<scalar_t><<<rows, kBlockSize, 0, s>>>(p, values.data<scalar_t>(),
+                                                           indices.data<int64_t>(), rows, n, false);
     }
   });
   LOOM_CUDA_CHECK_LAUNCH("max_dim_kernel");

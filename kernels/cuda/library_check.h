@@ -9,18 +9,18 @@
 
 #include "core/error.h"
 
-#define LOOM_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                       \
-    cublasStatus_t loom_st_ = (call);                                                        \
-    if (loom_st_ != CUBLAS_STATUS_SUCCESS)                                                   \
-      LOOM_FAIL(#call, " failed: ", cublasGetStatusName(loom_st_), " (",                     \
-                cublasGetStatusString(loom_st_), ")");                                       \
+#define LOOM_CUBLAS_CHECK(call)                                          \
+  do {                                                                   \
+    cublasStatus_t loom_st_ = (call);                                    \
+    if (loom_st_ != CUBLAS_STATUS_SUCCESS)                               \
+      LOOM_FAIL(#call, " failed: ", cublasGetStatusName(loom_st_), " (", \
+                cublasGetStatusString(loom_st_), ")");                   \
   } while (0)
 
-#define LOOM_CUDNN_CHECK(call)                                                               \
-  do {                                                                                       \
-    cudnnStatus_t loom_st_ = (call);                                                         \
-    if (loom_st_ != CUDNN_STATUS_SUCCESS)                                                    \
-      LOOM_FAIL(#call, " failed: ", cudnnGetErrorString(loom_st_), " (status ",              \
-                int(loom_st_), ")");                                                         \
+#define LOOM_CUDNN_CHECK(call)                                                                 \
+  do {                                                                                         \
+    cudnnStatus_t loom_st_ = (call);                                                           \
+    if (loom_st_ != CUDNN_STATUS_SUCCESS)                                                      \
+      LOOM_FAIL(#call, " failed: ", cudnnGetErrorString(loom_st_), " (status ", int(loom_st_), \
+                ")");                                                                          \
   } while (0)

@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/tensor.h"
 #include "core/cuda/check.h"
-#include "kernels/cuda/launch.h"
 #include "core/cuda/stream.h"
+#include "core/tensor.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/functors.h"
 
 namespace loom::cuda {
@@ -45,7 +45,8 @@ struct OffsetCalc {
 
 // The loop geometry of `shape` with operand strides `st`; merges dims when `collapse` is set.
 template <int N>
-OffsetCalc<N> make_offset_calc(const Shape& shape, const std::array<Strides, N>& st, bool collapse) {
+OffsetCalc<N> make_offset_calc(const Shape& shape, const std::array<Strides, N>& st,
+                               bool collapse) {
   LOOM_CHECK(shape.size() <= size_t(kMaxDims), "elementwise: tensors of ", shape.size(),
              " dims are not supported on CUDA (at most ", kMaxDims, ")");
   // Outermost first while merging, as kernels/cpu/loops.h.
@@ -109,7 +110,8 @@ __device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t i) {
 }
 
 template <int V, typename Out, typename F, typename... Ins>
-__device__ __forceinline__ void apply_vec(Out* out, int64_t i, const F& f, const Vec<Ins, V>&... in) {
+__device__ __forceinline__ void apply_vec(Out* out, int64_t i, const F& f,
+                                          const Vec<Ins, V>&... in) {
   Vec<Out, V> r;
 #pragma unroll
   for (int j = 0; j < V; ++j) r.v[j] = Out(f(acc_t<Ins>(in.v[j])...));
@@ -117,14 +119,15 @@ __device__ __forceinline__ void apply_vec(Out* out, int64_t i, const F& f, const
 }
 
 template <typename Out, typename F, typename... Ins, size_t... K>
-__device__ __forceinline__ void apply_at(Out* out, const int64_t* off, const F& f, std::index_sequence<K...>,
-                                         const Ins*... in) {
+__device__ __forceinline__ void apply_at(Out* out, const int64_t* off, const F& f,
+                                         std::index_sequence<K...>, const Ins*... in) {
   out[off[0]] = Out(f(acc_t<Ins>(in[off[K + 1]])...));
 }
 
 // Contiguous, aligned operands: V elements per thread per step, then the tail one by one.
 template <int V, typename Out, typename F, typename... Ins>
-__global__ void __launch_bounds__(kBlockSize) contiguous_kernel(int64_t n, F f, Out* out, const Ins*... in) {
+__global__ void __launch_bounds__(kBlockSize)
+    contiguous_kernel(int64_t n, F f, Out* out, const Ins*... in) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nv = n / V;
@@ -141,15 +144,18 @@ __global__ void __launch_bounds__(kBlockSize)
   const bool small = n <= int64_t(UINT32_MAX);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     int64_t off[N];
-    if (small) offsets_of<uint32_t>(oc, i, off);
-    else offsets_of<uint64_t>(oc, i, off);
+    if (small)
+      offsets_of<uint32_t>(oc, i, off);
+    else
+      offsets_of<uint64_t>(oc, i, off);
     apply_at(out, off, f, std::index_sequence_for<Ins...>{}, in...);
   }
 }
 
 // The reference: one thread per element, every dim of the original shape, 64-bit arithmetic.
 template <typename Out, typename F, typename... Ins>
-__global__ void naive_kernel(int64_t n, F f, OffsetCalc<1 + sizeof...(Ins)> oc, Out* out, const Ins*... in) {
+__global__ void naive_kernel(int64_t n, F f, OffsetCalc<1 + sizeof...(Ins)> oc, Out* out,
+                             const Ins*... in) {
   constexpr int N = 1 + sizeof...(Ins);
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -158,7 +164,9 @@ __global__ void naive_kernel(int64_t n, F f, OffsetCalc<1 + sizeof...(Ins)> oc, 
   apply_at(out, off, f, std::index_sequence_for<Ins...>{}, in...);
 }
 
-inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // out = f(in...) elementwise on out's device and current stream. Out is the output element type,
 // Ins the inputs' (one per tensor); inputs broadcast to out's shape. Tensors must be on one device.
@@ -171,7 +179,8 @@ void elementwise(const Tensor& out, const F& f, const Ts&... in) {
   const int dev = out.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
-  std::array<Strides, N> st{out.strides(), broadcast_strides(in.shape(), in.strides(), out.shape())...};
+  std::array<Strides, N> st{out.strides(),
+                            broadcast_strides(in.shape(), in.strides(), out.shape())...};
   Out* o = static_cast<Out*>(out.data_ptr());
   if (use_naive_kernels()) {
     OffsetCalc<N> oc = make_offset_calc<N>(out.shape(), st, /*collapse=*/false);
@@ -188,10 +197,12 @@ void elementwise(const Tensor& out, const F& f, const Ts&... in) {
   }
   if (contiguous) {
     constexpr int V = vec_width<Out, Ins...>();
-    bool aligned = aligned_to(o, sizeof(Out) * V) && (aligned_to(in.data_ptr(), sizeof(Ins) * V) && ...);
+    bool aligned =
+        aligned_to(o, sizeof(Out) * V) && (aligned_to(in.data_ptr(), sizeof(Ins) * V) && ...);
     if (aligned) {  // a misaligned view (a slice at an odd offset) takes the strided kernel below
-      contiguous_kernel<V, Out, F, Ins...><<<grid_for((n + V - 1) / V, dev), kBlockSize, 0, stream>>>(
-          n, f, o, static_cast<const Ins*>(in.data_ptr())...);
+      contiguous_kernel<V, Out, F, Ins...>
+          <<<grid_for((n + V - 1) / V, dev), kBlockSize, 0, stream>>>(
+              n, f, o, static_cast<const Ins*>(in.data_ptr())...);
       LOOM_CUDA_CHECK_LAUNCH("elementwise contiguous_kernel");
       return;
     }

@@ -9,11 +9,11 @@
 #include <unordered_map>
 
 #include "core/allocator.h"
+#include "core/cuda/stream.h"
 #include "core/error.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
-#include "core/cuda/stream.h"
 
 namespace loom::cuda {
 
@@ -72,22 +72,34 @@ PlanCache& plan_cache() {
 
 cudaDataType_t lt_dtype(DType t) {
   switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F64: return CUDA_R_64F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: LOOM_FAIL("matmul on CUDA: dtype ", dtype_name(t), " is not supported (expected float32, float64, float16 or bfloat16)");
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::F64:
+      return CUDA_R_64F;
+    case DType::F16:
+      return CUDA_R_16F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    default:
+      LOOM_FAIL("matmul on CUDA: dtype ", dtype_name(t),
+                " is not supported (expected float32, float64, float16 or bfloat16)");
   }
 }
 
 cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
   switch (e) {
-    case LtEpilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
-    case LtEpilogue::Relu: return CUBLASLT_EPILOGUE_RELU;
-    case LtEpilogue::GeluTanh: return CUBLASLT_EPILOGUE_GELU;
-    case LtEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
-    case LtEpilogue::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
-    case LtEpilogue::GeluTanhBias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case LtEpilogue::None:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case LtEpilogue::Relu:
+      return CUBLASLT_EPILOGUE_RELU;
+    case LtEpilogue::GeluTanh:
+      return CUBLASLT_EPILOGUE_GELU;
+    case LtEpilogue::Bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::ReluBias:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case LtEpilogue::GeluTanhBias:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -132,10 +144,13 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
   LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, scale));
   cublasOperation_t ta = x.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = x.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  LOOM_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  LOOM_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   cublasLtEpilogue_t epi = lt_epilogue(x.epilogue);
-  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  LOOM_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (has_bias(x.epilogue)) {
     // The heuristic reads the bias pointer's alignment; its type defaults to D's.
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -154,13 +169,17 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                              &al_a, sizeof(al_a));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                              &al_b, sizeof(al_b));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                              &al_d, sizeof(al_d));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &al_d, sizeof(al_d));
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(lt_handle(x.device), plan->op, plan->a, plan->b, plan->d,
                                         plan->d, pref, 1, &result, &found);
@@ -177,12 +196,32 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
 
 PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
   const void* bias = has_bias(x.epilogue) ? x.bias : nullptr;
-  return PlanKey{x.device, int64_t(x.dtype), tf32, x.m, x.n, x.k, x.batch,
-                 x.a.transpose, x.a.rows, x.a.cols, x.a.ld, x.batch > 1 ? x.a.batch_stride : 0,
-                 x.b.transpose, x.b.rows, x.b.cols, x.b.ld, x.batch > 1 ? x.b.batch_stride : 0,
-                 x.ldd, x.batch > 1 ? x.batch_stride_d : 0, int64_t(x.epilogue),
-                 alignment_of(x.a.ptr), alignment_of(x.b.ptr), alignment_of(x.d),
-                 bias ? alignment_of(bias) : 0, 0, 0};
+  return PlanKey{x.device,
+                 int64_t(x.dtype),
+                 tf32,
+                 x.m,
+                 x.n,
+                 x.k,
+                 x.batch,
+                 x.a.transpose,
+                 x.a.rows,
+                 x.a.cols,
+                 x.a.ld,
+                 x.batch > 1 ? x.a.batch_stride : 0,
+                 x.b.transpose,
+                 x.b.rows,
+                 x.b.cols,
+                 x.b.ld,
+                 x.batch > 1 ? x.b.batch_stride : 0,
+                 x.ldd,
+                 x.batch > 1 ? x.batch_stride_d : 0,
+                 int64_t(x.epilogue),
+                 alignment_of(x.a.ptr),
+                 alignment_of(x.b.ptr),
+                 alignment_of(x.d),
+                 bias ? alignment_of(bias) : 0,
+                 0,
+                 0};
 }
 
 }  // namespace
@@ -207,7 +246,8 @@ void lt_matmul(const LtMatmulArgs& x) {
   // Workspace from the caching allocator: stream-ordered, so it is safe to free right after the
   // launch (the next user on this stream runs after the product).
   DataPtr workspace;
-  if (plan->workspace > 0) workspace = allocator_for(Device(DeviceType::CUDA, x.device)).allocate(plan->workspace);
+  if (plan->workspace > 0)
+    workspace = allocator_for(Device(DeviceType::CUDA, x.device)).allocate(plan->workspace);
 
   float alpha_f = 1.0f, beta_f = 0.0f;
   double alpha_d = 1.0, beta_d = 0.0;
@@ -221,8 +261,8 @@ void lt_matmul(const LtMatmulArgs& x) {
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &x.bias, sizeof(x.bias)));
   }
-  LOOM_CUBLAS_CHECK(cublasLtMatmul(lt_handle(x.device), plan->op, alpha, x.a.ptr, plan->a,
-                                   x.b.ptr, plan->b, beta, x.d, plan->d, x.d, plan->d, &plan->algo,
+  LOOM_CUBLAS_CHECK(cublasLtMatmul(lt_handle(x.device), plan->op, alpha, x.a.ptr, plan->a, x.b.ptr,
+                                   plan->b, beta, x.d, plan->d, x.d, plan->d, &plan->algo,
                                    workspace.get(), plan->workspace, stream));
 }
 

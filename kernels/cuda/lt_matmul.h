@@ -25,14 +25,14 @@ struct LtOperand {
 
 struct LtMatmulArgs {
   int device = 0;
-  DType dtype = DType::F32;       // of A, B, D and the bias
-  int64_t m = 0, n = 0, k = 0;    // op(A): m x k, op(B): k x n, D: m x n
+  DType dtype = DType::F32;     // of A, B, D and the bias
+  int64_t m = 0, n = 0, k = 0;  // op(A): m x k, op(B): k x n, D: m x n
   int64_t batch = 1;
   LtOperand a, b;
-  void* d = nullptr;              // column-major, leading dimension ldd
+  void* d = nullptr;  // column-major, leading dimension ldd
   int64_t ldd = 0, batch_stride_d = 0;
   LtEpilogue epilogue = LtEpilogue::None;
-  const void* bias = nullptr;     // m values, one per row of D; only with the *Bias epilogues
+  const void* bias = nullptr;  // m values, one per row of D; only with the *Bias epilogues
 };
 
 // Launches the product on the current stream of args.device. Float32 follows allow_tf32()

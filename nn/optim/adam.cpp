@@ -16,8 +16,9 @@ namespace {
 void check_options(const char* name, const AdamOptions& o) {
   LOOM_CHECK(o.lr >= 0.0, name, ": learning rate ", o.lr, " is negative");
   LOOM_CHECK(o.eps >= 0.0, name, ": eps ", o.eps, " is negative");
-  LOOM_CHECK(o.betas.first >= 0.0 && o.betas.first < 1.0 && o.betas.second >= 0.0 && o.betas.second < 1.0, name,
-             ": betas (", o.betas.first, ", ", o.betas.second, ") must be in [0, 1)");
+  LOOM_CHECK(
+      o.betas.first >= 0.0 && o.betas.first < 1.0 && o.betas.second >= 0.0 && o.betas.second < 1.0,
+      name, ": betas (", o.betas.first, ", ", o.betas.second, ") must be in [0, 1)");
   LOOM_CHECK(o.weight_decay >= 0.0, name, ": weight_decay ", o.weight_decay, " is negative");
 }
 
@@ -53,19 +54,26 @@ void AdamW::add_param_group(std::vector<Tensor> params, AdamWOptions options) {
 
 std::vector<std::pair<std::string, double>> Adam::hyper_parameters(size_t g) const {
   const AdamOptions& o = options_[g];
-  return {{"lr", o.lr},   {"beta1", o.betas.first},        {"beta2", o.betas.second},
+  return {{"lr", o.lr},   {"beta1", o.betas.first},         {"beta2", o.betas.second},
           {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"amsgrad", o.amsgrad ? 1.0 : 0.0}};
 }
 
 void Adam::set_hyper_parameter(size_t g, const std::string& name, double v) {
   AdamOptions& o = options_[g];
-  if (name == "lr") o.lr = v;
-  else if (name == "beta1") o.betas.first = v;
-  else if (name == "beta2") o.betas.second = v;
-  else if (name == "eps") o.eps = v;
-  else if (name == "weight_decay") o.weight_decay = v;
-  else if (name == "amsgrad") o.amsgrad = v != 0.0;
-  else LOOM_FAIL(this->name(), ": no hyper-parameter \"", name, "\"");
+  if (name == "lr")
+    o.lr = v;
+  else if (name == "beta1")
+    o.betas.first = v;
+  else if (name == "beta2")
+    o.betas.second = v;
+  else if (name == "eps")
+    o.eps = v;
+  else if (name == "weight_decay")
+    o.weight_decay = v;
+  else if (name == "amsgrad")
+    o.amsgrad = v != 0.0;
+  else
+    LOOM_FAIL(this->name(), ": no hyper-parameter \"", name, "\"");
 }
 
 std::vector<std::string> Adam::buffer_names(size_t g) const {
@@ -80,8 +88,10 @@ void Adam::step_composite(size_t i, const AdamOptions& o) {
   Tensor g = p.grad();
   auto [beta1, beta2] = o.betas;
   if (o.weight_decay != 0.0) {
-    if (decoupled_) p.mul_(1.0 - o.lr * o.weight_decay);
-    else g = g + p * o.weight_decay;
+    if (decoupled_)
+      p.mul_(1.0 - o.lr * o.weight_decay);
+    else
+      g = g + p * o.weight_decay;
   }
   Tensor &m = st.buffers[0], &v = st.buffers[1];
   m.add_(g - m, 1.0 - beta1);

@@ -52,7 +52,7 @@ class StepLR : public LRScheduler {
 
 struct CosineWithWarmupOptions {
   int64_t warmup_steps = 0;
-  int64_t total_steps = 1;           // warmup included; after it the rate stays at eta_min
+  int64_t total_steps = 1;  // warmup included; after it the rate stays at eta_min
   double eta_min = 0.0;
   double warmup_start_factor = 0.0;  // the rate at step 0 is base_lr * this
 };

@@ -18,21 +18,25 @@ namespace loom::optim {
 void Optimizer::add_group_params(std::vector<Tensor> params) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
-    LOOM_CHECK(p.defined(), name_, ": parameter ", i, " of group ", groups_.size(), " is undefined");
-    LOOM_CHECK(p.is_leaf() && p.is_floating_point(), name_, ": can only optimize floating leaf tensors, got \"",
-               p.name(), "\" ", describe(p));
+    LOOM_CHECK(p.defined(), name_, ": parameter ", i, " of group ", groups_.size(),
+               " is undefined");
+    LOOM_CHECK(p.is_leaf() && p.is_floating_point(), name_,
+               ": can only optimize floating leaf tensors, got \"", p.name(), "\" ", describe(p));
     for (const auto& g : groups_)
       for (const auto& q : g)
-        LOOM_CHECK(!q.is_same(p), name_, ": parameter \"", p.name(), "\" appears in more than one group");
+        LOOM_CHECK(!q.is_same(p), name_, ": parameter \"", p.name(),
+                   "\" appears in more than one group");
     for (size_t j = 0; j < i; ++j)
-      LOOM_CHECK(!params[j].is_same(p), name_, ": parameter \"", p.name(), "\" appears twice in one group");
+      LOOM_CHECK(!params[j].is_same(p), name_, ": parameter \"", p.name(),
+                 "\" appears twice in one group");
   }
   state_.resize(state_.size() + params.size());
   groups_.push_back(std::move(params));
 }
 
 const std::vector<Tensor>& Optimizer::params(size_t group) const {
-  LOOM_CHECK(group < groups_.size(), name_, ": no parameter group ", group, " (there are ", groups_.size(), ")");
+  LOOM_CHECK(group < groups_.size(), name_, ": no parameter group ", group, " (there are ",
+             groups_.size(), ")");
   return groups_[group];
 }
 
@@ -55,8 +59,8 @@ const Tensor& Optimizer::param(size_t param_index) const {
   return groups_[g][param_index];
 }
 
-std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(size_t group,
-                                                                const std::function<int64_t(size_t)>& key) const {
+std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(
+    size_t group, const std::function<int64_t(size_t)>& key) const {
   std::vector<StepBucket> out;
   std::vector<std::tuple<Device, DType, int64_t>> keys;
   size_t first = first_index(group);
@@ -65,11 +69,13 @@ std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(size_t group,
     Tensor g = p.grad();
     if (!g.defined()) continue;
     LOOM_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype() && g.device() == p.device(), name_,
-               ".step: the gradient of \"", p.name(), "\" is ", describe(g), " but the parameter is ", describe(p));
+               ".step: the gradient of \"", p.name(), "\" is ", describe(g),
+               " but the parameter is ", describe(p));
     auto kk = std::make_tuple(p.device(), p.dtype(), key(first + k));
     size_t b = 0;
-    while (b < keys.size() && !(std::get<0>(keys[b]) == std::get<0>(kk) && std::get<1>(keys[b]) == std::get<1>(kk) &&
-                                std::get<2>(keys[b]) == std::get<2>(kk)))
+    while (b < keys.size() &&
+           !(std::get<0>(keys[b]) == std::get<0>(kk) && std::get<1>(keys[b]) == std::get<1>(kk) &&
+             std::get<2>(keys[b]) == std::get<2>(kk)))
       ++b;
     if (b == keys.size()) {
       keys.push_back(kk);
@@ -82,8 +88,8 @@ std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(size_t group,
 }
 
 const ParamState& Optimizer::state(size_t param_index) const {
-  LOOM_CHECK(param_index < state_.size(), name_, ": no parameter number ", param_index, " (there are ",
-             state_.size(), ")");
+  LOOM_CHECK(param_index < state_.size(), name_, ": no parameter number ", param_index,
+             " (there are ", state_.size(), ")");
   return state_[param_index];
 }
 
@@ -148,13 +154,16 @@ std::vector<std::string> split3(const std::string& key) {
 }
 
 bool parse_index(const std::string& s, size_t limit, size_t& out) {
-  if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (s.empty() || s.size() > 9 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return false;
   out = size_t(std::stoul(s));
   return out < limit;
 }
 
-std::string shape_or_undefined(const Tensor& t) { return t.defined() ? str(t.shape()) : std::string("undefined"); }
+std::string shape_or_undefined(const Tensor& t) {
+  return t.defined() ? str(t.shape()) : std::string("undefined");
+}
 }  // namespace
 
 void Optimizer::load_state_dict(const StateDict& sd) {
@@ -172,9 +181,11 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     bool ok = false;
     if (parts.size() == 3 && parts[0] == "state" && parse_index(parts[1], total, n)) {
       auto names = buffer_names(group_of[n]);
-      ok = (counts_steps() && parts[2] == "step") || std::count(names.begin(), names.end(), parts[2]);
+      ok = (counts_steps() && parts[2] == "step") ||
+           std::count(names.begin(), names.end(), parts[2]);
       if (ok) ok = per_param[n].emplace(parts[2], t).second;
-    } else if (parts.size() == 3 && parts[0] == "param_groups" && parse_index(parts[1], groups_.size(), n)) {
+    } else if (parts.size() == 3 && parts[0] == "param_groups" &&
+               parse_index(parts[1], groups_.size(), n)) {
       ok = parts[2] == "params";
       for (const auto& [h, v] : hyper_parameters(n)) ok = ok || parts[2] == h;
       if (ok) ok = per_group[n].emplace(parts[2], t).second;
@@ -191,17 +202,20 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     } else {
       std::vector<int64_t> want(groups_[g].size());
       for (size_t k = 0; k < want.size(); ++k) want[k] = int64_t(first_index(g) + k);
-      bool same = it->second.defined() && it->second.dim() == 1 && it->second.to_vector<int64_t>() == want;
+      bool same =
+          it->second.defined() && it->second.dim() == 1 && it->second.to_vector<int64_t>() == want;
       if (!same)
-        problems.push_back(str("\"", prefix, "params\" lists other parameters than group ", g, "'s ", want.size(),
-                               " (numbers ", want.empty() ? 0 : want.front(), "..", want.empty() ? -1 : want.back(),
-                               ")"));
+        problems.push_back(str("\"", prefix, "params\" lists other parameters than group ", g,
+                               "'s ", want.size(), " (numbers ", want.empty() ? 0 : want.front(),
+                               "..", want.empty() ? -1 : want.back(), ")"));
     }
     for (const auto& [h, v] : hyper_parameters(g)) {
       auto e = per_group[g].find(h);
-      if (e == per_group[g].end()) problems.push_back("missing \"" + prefix + h + "\"");
+      if (e == per_group[g].end())
+        problems.push_back("missing \"" + prefix + h + "\"");
       else if (!e->second.defined() || e->second.numel() != 1)
-        problems.push_back("\"" + prefix + h + "\" should hold one value, got " + shape_or_undefined(e->second));
+        problems.push_back("\"" + prefix + h + "\" should hold one value, got " +
+                           shape_or_undefined(e->second));
     }
   }
   // Every parameter with state: all of it, of the right shapes.
@@ -211,16 +225,19 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     std::string prefix = "state." + std::to_string(i) + ".";
     if (counts_steps()) {
       auto e = per_param[i].find("step");
-      if (e == per_param[i].end()) problems.push_back("missing \"" + prefix + "step\"");
+      if (e == per_param[i].end())
+        problems.push_back("missing \"" + prefix + "step\"");
       else if (!e->second.defined() || e->second.numel() != 1)
-        problems.push_back("\"" + prefix + "step\" should hold one value, got " + shape_or_undefined(e->second));
+        problems.push_back("\"" + prefix + "step\" should hold one value, got " +
+                           shape_or_undefined(e->second));
     }
     for (const auto& b : buffer_names(group_of[i])) {
       auto e = per_param[i].find(b);
-      if (e == per_param[i].end()) problems.push_back("missing \"" + prefix + b + "\"");
+      if (e == per_param[i].end())
+        problems.push_back("missing \"" + prefix + b + "\"");
       else if (!e->second.defined() || e->second.shape() != p.shape())
-        problems.push_back(str("\"", prefix, b, "\" has shape ", shape_or_undefined(e->second), ", parameter \"",
-                               p.name(), "\" has ", p.shape()));
+        problems.push_back(str("\"", prefix, b, "\" has shape ", shape_or_undefined(e->second),
+                               ", parameter \"", p.name(), "\" has ", p.shape()));
     }
   }
   if (!problems.empty()) {
@@ -232,7 +249,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   // Apply: hyper-parameters, then state (buffers copied onto each parameter's device and dtype).
   NoGradGuard guard;
   for (size_t g = 0; g < groups_.size(); ++g)
-    for (const auto& [h, v] : hyper_parameters(g)) set_hyper_parameter(g, h, per_group[g].at(h).item());
+    for (const auto& [h, v] : hyper_parameters(g))
+      set_hyper_parameter(g, h, per_group[g].at(h).item());
   for (size_t i = 0; i < total; ++i) {
     ParamState st;
     if (!per_param[i].empty()) {

@@ -31,7 +31,8 @@ using nn::StateDict;
 // Per-parameter state. Buffers are created at the parameter's first update.
 struct ParamState {
   int64_t step = 0;
-  std::vector<Tensor> buffers;  // named by Optimizer::buffer_names(group); empty before the first update
+  std::vector<Tensor>
+      buffers;  // named by Optimizer::buffer_names(group); empty before the first update
   bool initialized() const { return !buffers.empty() || step > 0; }
 };
 
@@ -87,7 +88,8 @@ class Optimizer {
     std::vector<size_t> index;  // global parameter numbers
     bool fusable = false;
   };
-  std::vector<StepBucket> buckets_with_grad(size_t group, const std::function<int64_t(size_t)>& key) const;
+  std::vector<StepBucket> buckets_with_grad(size_t group,
+                                            const std::function<int64_t(size_t)>& key) const;
   ParamState& state_of(size_t param_index) { return state_[param_index]; }
 
  private:

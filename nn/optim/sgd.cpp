@@ -16,8 +16,8 @@ void check_options(const SGDOptions& o) {
   LOOM_CHECK(o.momentum >= 0.0, "SGD: momentum ", o.momentum, " is negative");
   LOOM_CHECK(o.weight_decay >= 0.0, "SGD: weight_decay ", o.weight_decay, " is negative");
   LOOM_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
-             "SGD: Nesterov momentum needs momentum > 0 and dampening = 0, got momentum ", o.momentum,
-             " and dampening ", o.dampening);
+             "SGD: Nesterov momentum needs momentum > 0 and dampening = 0, got momentum ",
+             o.momentum, " and dampening ", o.dampening);
 }
 }  // namespace
 
@@ -38,18 +38,27 @@ SGDOptions& SGD::options(size_t group) {
 
 std::vector<std::pair<std::string, double>> SGD::hyper_parameters(size_t g) const {
   const SGDOptions& o = options_[g];
-  return {{"lr", o.lr}, {"momentum", o.momentum}, {"dampening", o.dampening},
-          {"weight_decay", o.weight_decay}, {"nesterov", o.nesterov ? 1.0 : 0.0}};
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0}};
 }
 
 void SGD::set_hyper_parameter(size_t g, const std::string& name, double v) {
   SGDOptions& o = options_[g];
-  if (name == "lr") o.lr = v;
-  else if (name == "momentum") o.momentum = v;
-  else if (name == "dampening") o.dampening = v;
-  else if (name == "weight_decay") o.weight_decay = v;
-  else if (name == "nesterov") o.nesterov = v != 0.0;
-  else LOOM_FAIL("SGD: no hyper-parameter \"", name, "\"");
+  if (name == "lr")
+    o.lr = v;
+  else if (name == "momentum")
+    o.momentum = v;
+  else if (name == "dampening")
+    o.dampening = v;
+  else if (name == "weight_decay")
+    o.weight_decay = v;
+  else if (name == "nesterov")
+    o.nesterov = v != 0.0;
+  else
+    LOOM_FAIL("SGD: no hyper-parameter \"", name, "\"");
 }
 
 std::vector<std::string> SGD::buffer_names(size_t g) const {
@@ -80,7 +89,9 @@ void SGD::step() {
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const SGDOptions& o = options_[g];
     // With momentum, parameters whose buffer is new take the first-step rule: bucket them apart.
-    auto is_new = [&](size_t i) { return int64_t(o.momentum != 0.0 && state_of(i).buffers.empty()); };
+    auto is_new = [&](size_t i) {
+      return int64_t(o.momentum != 0.0 && state_of(i).buffers.empty());
+    };
     for (const auto& bucket : buckets_with_grad(g, is_new)) {
       if (!o.fused || !bucket.fusable) {
         for (size_t i : bucket.index) step_composite(i, o);

@@ -70,7 +70,8 @@ A pool_ref(const A& x, const Pool2dParams& pp, bool is_max) {
           double best = -std::numeric_limits<double>::infinity(), sum = 0, count = 0;
           for (int64_t r = 0; r < pp.kernel[0]; ++r)
             for (int64_t s = 0; s < pp.kernel[1]; ++s) {
-              int64_t ih = p * pp.stride[0] - pp.padding[0] + r, iw = q * pp.stride[1] - pp.padding[1] + s;
+              int64_t ih = p * pp.stride[0] - pp.padding[0] + r,
+                      iw = q * pp.stride[1] - pp.padding[1] + s;
               bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
               bool in_padded = ih < H + pp.padding[0] && iw < W + pp.padding[1];
               if (inside) {
@@ -91,8 +92,10 @@ A adaptive_avg_ref(const A& x, int64_t oh, int64_t ow) {
     for (int64_t c = 0; c < C; ++c)
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {
-          int64_t h0 = int64_t(std::floor(double(i * H) / oh)), h1 = int64_t(std::ceil(double((i + 1) * H) / oh));
-          int64_t w0 = int64_t(std::floor(double(j * W) / ow)), w1 = int64_t(std::ceil(double((j + 1) * W) / ow));
+          int64_t h0 = int64_t(std::floor(double(i * H) / oh)),
+                  h1 = int64_t(std::ceil(double((i + 1) * H) / oh));
+          int64_t w0 = int64_t(std::floor(double(j * W) / ow)),
+                  w1 = int64_t(std::ceil(double((j + 1) * W) / ow));
           double s = 0;
           for (int64_t h = h0; h < h1; ++h)
             for (int64_t w = w0; w < w1; ++w) s += x.at({n, c, h, w});
@@ -136,7 +139,8 @@ A layer_norm_ref(const A& x, int64_t inner, const A* w, const A* b, double eps) 
     for (int64_t i = 0; i < inner; ++i) v += std::pow(x.v[r * inner + i] - m, 2);
     v /= double(inner);
     for (int64_t i = 0; i < inner; ++i)
-      y.v[r * inner + i] = (x.v[r * inner + i] - m) / std::sqrt(v + eps) * (w ? w->v[i] : 1.0) + (b ? b->v[i] : 0.0);
+      y.v[r * inner + i] =
+          (x.v[r * inner + i] - m) / std::sqrt(v + eps) * (w ? w->v[i] : 1.0) + (b ? b->v[i] : 0.0);
   }
   return y;
 }
@@ -156,78 +160,113 @@ A transpose_hw(const A& x) {
 std::vector<OpCase> conv_pool_norm_cases() {
   std::vector<OpCase> cs;
   // ---- conv2d
-  cs.push_back({"conv2d_pad1_bias", {{{2, 3, 6, 5}}, {{4, 3, 3, 3}}, {{4}}},
+  cs.push_back({"conv2d_pad1_bias",
+                {{{2, 3, 6, 5}}, {{4, 3, 3, 3}}, {{4}}},
                 [](auto& x) { return conv2d(x[0], x[1], x[2], conv_params(1, 1)); },
                 [](auto& r) { return conv_ref(r[0], r[1], &r[2], conv_params(1, 1)); }});
-  cs.push_back({"conv2d_stride2", {{{2, 2, 7, 7}}, {{3, 2, 3, 3}}},
+  cs.push_back({"conv2d_stride2",
+                {{{2, 2, 7, 7}}, {{3, 2, 3, 3}}},
                 [](auto& x) { return conv2d(x[0], x[1], Tensor(), conv_params(2, 1)); },
                 [](auto& r) { return conv_ref(r[0], r[1], nullptr, conv_params(2, 1)); }});
-  cs.push_back({"conv2d_dilation2", {{{1, 2, 7, 8}}, {{3, 2, 3, 3}}},
+  cs.push_back({"conv2d_dilation2",
+                {{{1, 2, 7, 8}}, {{3, 2, 3, 3}}},
                 [](auto& x) { return conv2d(x[0], x[1], Tensor(), conv_params(1, 1, 2)); },
                 [](auto& r) { return conv_ref(r[0], r[1], nullptr, conv_params(1, 1, 2)); }});
-  cs.push_back({"conv2d_groups2_bias", {{{2, 4, 5, 5}}, {{6, 2, 3, 3}}, {{6}}},
+  cs.push_back({"conv2d_groups2_bias",
+                {{{2, 4, 5, 5}}, {{6, 2, 3, 3}}, {{6}}},
                 [](auto& x) { return conv2d(x[0], x[1], x[2], conv_params(1, 1, 1, 2)); },
                 [](auto& r) { return conv_ref(r[0], r[1], &r[2], conv_params(1, 1, 1, 2)); }});
-  cs.push_back({"conv2d_pointwise_bias", {{{2, 4, 3, 3}}, {{5, 4, 1, 1}}, {{5}}},
+  cs.push_back({"conv2d_pointwise_bias",
+                {{{2, 4, 3, 3}}, {{5, 4, 1, 1}}, {{5}}},
                 [](auto& x) { return conv2d(x[0], x[1], x[2]); },
                 [](auto& r) { return conv_ref(r[0], r[1], &r[2], {}); }});
   // A transposed (non-contiguous) input and a weight read through a transposed view.
-  cs.push_back({"conv2d_strided_views", {{{2, 3, 6, 5}}, {{4, 3, 2, 3}}},
-                [](auto& x) { return conv2d(x[0].transpose(2, 3), x[1].transpose(2, 3), Tensor(), conv_params(1, 1)); },
-                [](auto& r) { return conv_ref(transpose_hw(r[0]), transpose_hw(r[1]), nullptr, conv_params(1, 1)); }});
+  cs.push_back(
+      {"conv2d_strided_views",
+       {{{2, 3, 6, 5}}, {{4, 3, 2, 3}}},
+       [](auto& x) {
+         return conv2d(x[0].transpose(2, 3), x[1].transpose(2, 3), Tensor(), conv_params(1, 1));
+       },
+       [](auto& r) {
+         return conv_ref(transpose_hw(r[0]), transpose_hw(r[1]), nullptr, conv_params(1, 1));
+       }});
   // ---- pooling
-  cs.push_back({"max_pool2d_k2s2", {{{2, 3, 6, 6}}},
+  cs.push_back({"max_pool2d_k2s2",
+                {{{2, 3, 6, 6}}},
                 [](auto& x) { return max_pool2d(x[0], pool_params(2, 2, 0)); },
                 [](auto& r) { return pool_ref(r[0], pool_params(2, 2, 0), true); }});
-  cs.push_back({"max_pool2d_k3s2p1", {{{2, 2, 7, 6}}},
+  cs.push_back({"max_pool2d_k3s2p1",
+                {{{2, 2, 7, 6}}},
                 [](auto& x) { return max_pool2d(x[0], pool_params(3, 2, 1)); },
                 [](auto& r) { return pool_ref(r[0], pool_params(3, 2, 1), true); }});
-  cs.push_back({"max_pool2d_unbatched", {{{2, 5, 5}}},
+  cs.push_back({"max_pool2d_unbatched",
+                {{{2, 5, 5}}},
                 [](auto& x) { return max_pool2d(x[0], pool_params(2, 1, 0)); },
                 [](auto& r) {
                   A x4{{1, 2, 5, 5}, r[0].v};
                   A y = pool_ref(x4, pool_params(2, 1, 0), true);
                   return A{{2, 4, 4}, y.v};
                 }});
-  cs.push_back({"avg_pool2d_count_include_pad", {{{2, 2, 6, 5}}},
+  cs.push_back({"avg_pool2d_count_include_pad",
+                {{{2, 2, 6, 5}}},
                 [](auto& x) { return avg_pool2d(x[0], pool_params(3, 2, 1, true)); },
                 [](auto& r) { return pool_ref(r[0], pool_params(3, 2, 1, true), false); }});
-  cs.push_back({"avg_pool2d_exclude_pad", {{{2, 2, 6, 5}}},
+  cs.push_back({"avg_pool2d_exclude_pad",
+                {{{2, 2, 6, 5}}},
                 [](auto& x) { return avg_pool2d(x[0], pool_params(3, 2, 1, false)); },
                 [](auto& r) { return pool_ref(r[0], pool_params(3, 2, 1, false), false); }});
-  cs.push_back({"avg_pool2d_k2s2_transposed", {{{2, 3, 4, 6}}},
+  cs.push_back({"avg_pool2d_k2s2_transposed",
+                {{{2, 3, 4, 6}}},
                 [](auto& x) { return avg_pool2d(x[0].transpose(2, 3), pool_params(2, 2, 0)); },
                 [](auto& r) { return pool_ref(transpose_hw(r[0]), pool_params(2, 2, 0), false); }});
-  cs.push_back({"adaptive_avg_pool2d_1x1", {{{2, 3, 5, 4}}},
-                [](auto& x) { return adaptive_avg_pool2d(x[0], {1, 1}); },
+  cs.push_back({"adaptive_avg_pool2d_1x1",
+                {{{2, 3, 5, 4}}},
+                [](auto& x) {
+                  return adaptive_avg_pool2d(x[0], {1, 1});
+                },
                 [](auto& r) { return adaptive_avg_ref(r[0], 1, 1); }});
-  cs.push_back({"adaptive_avg_pool2d_divisible", {{{2, 2, 6, 4}}},
-                [](auto& x) { return adaptive_avg_pool2d(x[0], {3, 2}); },
+  cs.push_back({"adaptive_avg_pool2d_divisible",
+                {{{2, 2, 6, 4}}},
+                [](auto& x) {
+                  return adaptive_avg_pool2d(x[0], {3, 2});
+                },
                 [](auto& r) { return adaptive_avg_ref(r[0], 3, 2); }});
-  cs.push_back({"adaptive_avg_pool2d_3x2_from_7x5", {{{2, 2, 7, 5}}},
-                [](auto& x) { return adaptive_avg_pool2d(x[0], {3, 2}); },
+  cs.push_back({"adaptive_avg_pool2d_3x2_from_7x5",
+                {{{2, 2, 7, 5}}},
+                [](auto& x) {
+                  return adaptive_avg_pool2d(x[0], {3, 2});
+                },
                 [](auto& r) { return adaptive_avg_ref(r[0], 3, 2); }});
   // ---- batch_norm: running stats made inside the op (the training call updates them)
-  cs.push_back({"batch_norm_train", {{{4, 3, 2, 2}}, {{3}}, {{3}}},
-                [](auto& x) {
-                  Tensor rm = zeros({3}, {.dtype = x[0].dtype(), .device = x[0].device()}),
-                         rv = ones({3}, {.dtype = x[0].dtype(), .device = x[0].device()});
-                  return batch_norm(x[0], x[1], x[2], rm, rv, true, 0.1, 1e-5);
-                },
-                [](auto& r) { return batch_norm_ref(r[0], &r[1], &r[2], nullptr, nullptr, 1e-5); }});
-  cs.push_back({"batch_norm_train_2d_no_affine", {{{6, 4}}},
-                [](auto& x) { return batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                [](auto& r) { return batch_norm_ref(r[0], nullptr, nullptr, nullptr, nullptr, 1e-5); }});
-  cs.push_back({"batch_norm_eval",
-                {{{3, 3, 2, 2}}, {{3}}, {{3}}, {{3}, Init::Normal, false}, {{3}, Init::Positive, false}},
-                [](auto& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5); },
-                [](auto& r) { return batch_norm_ref(r[0], &r[1], &r[2], &r[3], &r[4], 1e-5); }});
+  cs.push_back(
+      {"batch_norm_train",
+       {{{4, 3, 2, 2}}, {{3}}, {{3}}},
+       [](auto& x) {
+         Tensor rm = zeros({3}, {.dtype = x[0].dtype(), .device = x[0].device()}),
+                rv = ones({3}, {.dtype = x[0].dtype(), .device = x[0].device()});
+         return batch_norm(x[0], x[1], x[2], rm, rv, true, 0.1, 1e-5);
+       },
+       [](auto& r) { return batch_norm_ref(r[0], &r[1], &r[2], nullptr, nullptr, 1e-5); }});
+  cs.push_back(
+      {"batch_norm_train_2d_no_affine",
+       {{{6, 4}}},
+       [](auto& x) { return batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+       [](auto& r) { return batch_norm_ref(r[0], nullptr, nullptr, nullptr, nullptr, 1e-5); }});
+  cs.push_back(
+      {"batch_norm_eval",
+       {{{3, 3, 2, 2}}, {{3}}, {{3}}, {{3}, Init::Normal, false}, {{3}, Init::Positive, false}},
+       [](auto& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5); },
+       [](auto& r) { return batch_norm_ref(r[0], &r[1], &r[2], &r[3], &r[4], 1e-5); }});
   // ---- layer_norm
-  cs.push_back({"layer_norm_affine", {{{3, 4, 5}}, {{5}}, {{5}}},
+  cs.push_back({"layer_norm_affine",
+                {{{3, 4, 5}}, {{5}}, {{5}}},
                 [](auto& x) { return layer_norm(x[0], {5}, x[1], x[2]); },
                 [](auto& r) { return layer_norm_ref(r[0], 5, &r[1], &r[2], 1e-5); }});
-  cs.push_back({"layer_norm_2d_no_affine", {{{2, 3, 4}}},
-                [](auto& x) { return layer_norm(x[0], {3, 4}); },
+  cs.push_back({"layer_norm_2d_no_affine",
+                {{{2, 3, 4}}},
+                [](auto& x) {
+                  return layer_norm(x[0], {3, 4});
+                },
                 [](auto& r) { return layer_norm_ref(r[0], 12, nullptr, nullptr, 1e-5); }});
   return cs;
 }

@@ -20,31 +20,70 @@ double vvar(const std::vector<double>& g) {
 
 std::vector<OpCase> reduce_cases() {
   std::vector<OpCase> cs;
-  cs.push_back({"sum_all", {{{3, 4, 5}}}, [](auto& x) { return sum(x[0]); },
+  cs.push_back({"sum_all",
+                {{{3, 4, 5}}},
+                [](auto& x) { return sum(x[0]); },
                 [](auto& r) { return ref::reduce(r[0], {}, false, vsum); }});
-  cs.push_back({"sum_dims_keepdim", {{{3, 4, 5}}}, [](auto& x) { return sum(x[0], {0, -1}, true); },
-                [](auto& r) { return ref::reduce(r[0], {0, 2}, true, vsum); }});
-  cs.push_back({"sum_leading_dim", {{{6, 5}}}, [](auto& x) { return sum(x[0], {0}); },
+  cs.push_back({"sum_dims_keepdim",
+                {{{3, 4, 5}}},
+                [](auto& x) {
+                  return sum(x[0], {0, -1}, true);
+                },
+                [](auto& r) {
+                  return ref::reduce(r[0], {0, 2}, true, vsum);
+                }});
+  cs.push_back({"sum_leading_dim",
+                {{{6, 5}}},
+                [](auto& x) { return sum(x[0], {0}); },
                 [](auto& r) { return ref::reduce(r[0], {0}, false, vsum); }});
-  cs.push_back({"sum_transposed", {{{4, 5}}}, [](auto& x) { return sum(x[0].t(), {1}); },
+  cs.push_back({"sum_transposed",
+                {{{4, 5}}},
+                [](auto& x) { return sum(x[0].t(), {1}); },
                 [](auto& r) { return ref::reduce(r[0], {0}, false, vsum); }});
-  cs.push_back({"mean_dim", {{{3, 4, 5}}}, [](auto& x) { return mean(x[0], {1}); },
+  cs.push_back({"mean_dim",
+                {{{3, 4, 5}}},
+                [](auto& x) { return mean(x[0], {1}); },
                 [](auto& r) { return ref::reduce(r[0], {1}, false, vmean); }});
-  cs.push_back({"mean_all", {{{7, 3}}}, [](auto& x) { return x[0].mean(); },
+  cs.push_back({"mean_all",
+                {{{7, 3}}},
+                [](auto& x) { return x[0].mean(); },
                 [](auto& r) { return ref::reduce(r[0], {}, false, vmean); }});
-  cs.push_back({"var_dim", {{{4, 6}}}, [](auto& x) { return var(x[0], {1}); },
+  cs.push_back({"var_dim",
+                {{{4, 6}}},
+                [](auto& x) { return var(x[0], {1}); },
                 [](auto& r) { return ref::reduce(r[0], {1}, false, vvar); }});
-  cs.push_back({"var_all_keepdim", {{{3, 5}}}, [](auto& x) { return var(x[0], {}, 1, true); },
+  cs.push_back({"var_all_keepdim",
+                {{{3, 5}}},
+                [](auto& x) { return var(x[0], {}, 1, true); },
                 [](auto& r) { return ref::reduce(r[0], {}, true, vvar); }});
-  cs.push_back({"max_all", {{{3, 5}}}, [](auto& x) { return max(x[0]); },
-                [](auto& r) { return ref::reduce(r[0], {}, false, [](auto& g) { return *std::max_element(g.begin(), g.end()); }); }});
-  cs.push_back({"min_all", {{{3, 5}}}, [](auto& x) { return min(x[0]); },
-                [](auto& r) { return ref::reduce(r[0], {}, false, [](auto& g) { return *std::min_element(g.begin(), g.end()); }); }});
-  cs.push_back({"max_dim_values", {{{4, 5}}}, [](auto& x) { return max(x[0].t(), 1).first; },
-                [](auto& r) { return ref::reduce(r[0], {0}, false, [](auto& g) { return *std::max_element(g.begin(), g.end()); }); }});
-  OpCase am{"argmax", {{{4, 5, 3}}}, [](auto& x) { return argmax(x[0], 1, true); },
+  cs.push_back({"max_all",
+                {{{3, 5}}},
+                [](auto& x) { return max(x[0]); },
+                [](auto& r) {
+                  return ref::reduce(r[0], {}, false,
+                                     [](auto& g) { return *std::max_element(g.begin(), g.end()); });
+                }});
+  cs.push_back({"min_all",
+                {{{3, 5}}},
+                [](auto& x) { return min(x[0]); },
+                [](auto& r) {
+                  return ref::reduce(r[0], {}, false,
+                                     [](auto& g) { return *std::min_element(g.begin(), g.end()); });
+                }});
+  cs.push_back({"max_dim_values",
+                {{{4, 5}}},
+                [](auto& x) { return max(x[0].t(), 1).first; },
+                [](auto& r) {
+                  return ref::reduce(r[0], {0}, false,
+                                     [](auto& g) { return *std::max_element(g.begin(), g.end()); });
+                }});
+  OpCase am{"argmax",
+            {{{4, 5, 3}}},
+            [](auto& x) { return argmax(x[0], 1, true); },
             [](auto& r) {
-              return ref::reduce(r[0], {1}, true, [](auto& g) { return double(std::max_element(g.begin(), g.end()) - g.begin()); });
+              return ref::reduce(r[0], {1}, true, [](auto& g) {
+                return double(std::max_element(g.begin(), g.end()) - g.begin());
+              });
             }};
   am.check_grad = false;
   cs.push_back(am);
@@ -53,35 +92,49 @@ std::vector<OpCase> reduce_cases() {
 
 std::vector<OpCase> linalg_cases() {
   std::vector<OpCase> cs;
-  cs.push_back({"mm", {{{5, 7}}, {{7, 3}}}, [](auto& x) { return mm(x[0], x[1]); },
+  cs.push_back({"mm",
+                {{{5, 7}}, {{7, 3}}},
+                [](auto& x) { return mm(x[0], x[1]); },
                 [](auto& r) { return ref::matmul2d(r[0], r[1]); }});
   // Both operands transposed views: the GEMM must read them as column-major.
-  cs.push_back({"mm_transposed", {{{7, 5}}, {{3, 7}}}, [](auto& x) { return mm(x[0].t(), x[1].t()); },
+  cs.push_back({"mm_transposed",
+                {{{7, 5}}, {{3, 7}}},
+                [](auto& x) { return mm(x[0].t(), x[1].t()); },
                 [](auto& r) {
                   A a = ref::zeros({5, 7}), b = ref::zeros({7, 3});
-                  for (int i = 0; i < 5; ++i) for (int k = 0; k < 7; ++k) a.v[i * 7 + k] = r[0].v[k * 5 + i];
-                  for (int k = 0; k < 7; ++k) for (int j = 0; j < 3; ++j) b.v[k * 3 + j] = r[1].v[j * 7 + k];
+                  for (int i = 0; i < 5; ++i)
+                    for (int k = 0; k < 7; ++k) a.v[i * 7 + k] = r[0].v[k * 5 + i];
+                  for (int k = 0; k < 7; ++k)
+                    for (int j = 0; j < 3; ++j) b.v[k * 3 + j] = r[1].v[j * 7 + k];
                   return ref::matmul2d(a, b);
                 }});
-  cs.push_back({"mm_sliced", {{{5, 8}}, {{4, 3}}}, [](auto& x) { return mm(x[0].slice(1, 2, 6), x[1]); },
+  cs.push_back({"mm_sliced",
+                {{{5, 8}}, {{4, 3}}},
+                [](auto& x) { return mm(x[0].slice(1, 2, 6), x[1]); },
                 [](auto& r) {
                   A a = ref::zeros({5, 4});
-                  for (int i = 0; i < 5; ++i) for (int k = 0; k < 4; ++k) a.v[i * 4 + k] = r[0].v[i * 8 + 2 + k];
+                  for (int i = 0; i < 5; ++i)
+                    for (int k = 0; k < 4; ++k) a.v[i * 4 + k] = r[0].v[i * 8 + 2 + k];
                   return ref::matmul2d(a, r[1]);
                 }});
-  cs.push_back({"bmm", {{{2, 3, 4}}, {{2, 4, 5}}}, [](auto& x) { return bmm(x[0], x[1]); },
+  cs.push_back({"bmm",
+                {{{2, 3, 4}}, {{2, 4, 5}}},
+                [](auto& x) { return bmm(x[0], x[1]); },
                 [](auto& r) {
                   A o = ref::zeros({2, 3, 5});
                   for (int b = 0; b < 2; ++b)
                     for (int i = 0; i < 3; ++i)
                       for (int j = 0; j < 5; ++j) {
                         double s = 0;
-                        for (int k = 0; k < 4; ++k) s += r[0].v[b * 12 + i * 4 + k] * r[1].v[b * 20 + k * 5 + j];
+                        for (int k = 0; k < 4; ++k)
+                          s += r[0].v[b * 12 + i * 4 + k] * r[1].v[b * 20 + k * 5 + j];
                         o.v[b * 15 + i * 5 + j] = s;
                       }
                   return o;
                 }});
-  cs.push_back({"matmul_batched_broadcast", {{{2, 1, 3, 4}}, {{3, 4, 2}}}, [](auto& x) { return matmul(x[0], x[1]); },
+  cs.push_back({"matmul_batched_broadcast",
+                {{{2, 1, 3, 4}}, {{3, 4, 2}}},
+                [](auto& x) { return matmul(x[0], x[1]); },
                 [](auto& r) {
                   A o = ref::zeros({2, 3, 3, 2});
                   for (int p = 0; p < 2; ++p)
@@ -89,18 +142,24 @@ std::vector<OpCase> linalg_cases() {
                       for (int i = 0; i < 3; ++i)
                         for (int j = 0; j < 2; ++j) {
                           double s = 0;
-                          for (int k = 0; k < 4; ++k) s += r[0].v[p * 12 + i * 4 + k] * r[1].v[q * 8 + k * 2 + j];
+                          for (int k = 0; k < 4; ++k)
+                            s += r[0].v[p * 12 + i * 4 + k] * r[1].v[q * 8 + k * 2 + j];
                           o.v[((p * 3 + q) * 3 + i) * 2 + j] = s;
                         }
                   return o;
                 }});
-  cs.push_back({"matmul_vector", {{{3, 4}}, {{4}}}, [](auto& x) { return matmul(x[0], x[1]); },
+  cs.push_back({"matmul_vector",
+                {{{3, 4}}, {{4}}},
+                [](auto& x) { return matmul(x[0], x[1]); },
                 [](auto& r) {
                   A o = ref::zeros({3});
-                  for (int i = 0; i < 3; ++i) for (int k = 0; k < 4; ++k) o.v[i] += r[0].v[i * 4 + k] * r[1].v[k];
+                  for (int i = 0; i < 3; ++i)
+                    for (int k = 0; k < 4; ++k) o.v[i] += r[0].v[i * 4 + k] * r[1].v[k];
                   return o;
                 }});
-  cs.push_back({"linear", {{{6, 4}}, {{3, 4}}, {{3}}}, [](auto& x) { return linear(x[0], x[1], x[2]); },
+  cs.push_back({"linear",
+                {{{6, 4}}, {{3, 4}}, {{3}}},
+                [](auto& x) { return linear(x[0], x[1], x[2]); },
                 [](auto& r) {
                   A o = ref::zeros({6, 3});
                   for (int i = 0; i < 6; ++i)

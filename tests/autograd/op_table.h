@@ -23,17 +23,17 @@ enum class Init { Normal, Positive, Int };  // randn; uniform in [0.5, 2); class
 struct InputSpec {
   Shape shape;
   Init init = Init::Normal;
-  bool grad = true;        // checked by gradcheck
-  int64_t int_high = 10;   // Init::Int draws in [0, int_high)
+  bool grad = true;       // checked by gradcheck
+  int64_t int_high = 10;  // Init::Int draws in [0, int_high)
 };
 
 struct OpCase {
-  std::string name;            // unique; a gtest parameter name (letters, digits, _)
+  std::string name;  // unique; a gtest parameter name (letters, digits, _)
   std::vector<InputSpec> inputs;
   OpFn op;
   RefFn reference;
-  double tol64 = 1e-10;        // forward, float64
-  double tol32 = 1e-4;         // forward, float32 (relative to max(1, |ref|))
+  double tol64 = 1e-10;  // forward, float64
+  double tol32 = 1e-4;   // forward, float32 (relative to max(1, |ref|))
   bool check_grad = true;
 };
 

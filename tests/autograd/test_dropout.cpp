@@ -90,7 +90,8 @@ TEST(Dropout, HalfTypesMatchFloat32Pattern) {
     Tensor y = dropout(x.to(dt), 0.3, true);
     ASSERT_EQ(y.dtype(), dt);
     auto yh = y.to_vector<float>();
-    for (size_t i = 0; i < yh.size(); ++i) ASSERT_EQ(yh[i] != 0.0f, y32[i] != 0.0f) << dtype_name(dt) << " " << i;
+    for (size_t i = 0; i < yh.size(); ++i)
+      ASSERT_EQ(yh[i] != 0.0f, y32[i] != 0.0f) << dtype_name(dt) << " " << i;
   }
 }
 
@@ -163,7 +164,8 @@ TEST(Dropout, BadArguments) {
     std::string msg = error_of([&] { dropout(x, p, true); });
     EXPECT_NE(msg.find("dropout"), std::string::npos) << msg;
     EXPECT_NE(msg.find(p < 0 ? "-0.1" : "1.5"), std::string::npos) << msg;
-    EXPECT_NE(error_of([&] { dropout(x, p, false); }).find("dropout"), std::string::npos) << "checked in eval too";
+    EXPECT_NE(error_of([&] { dropout(x, p, false); }).find("dropout"), std::string::npos)
+        << "checked in eval too";
   }
   std::string msg = error_of([&] { dropout(arange(5), 0.5, true); });
   EXPECT_NE(msg.find("dropout"), std::string::npos) << msg;

@@ -118,13 +118,13 @@ TEST(Engine, PostAccumulateHooksAndCallbacksRunInOrder) {
     autograd::queue_callback([&] { events.push_back("callback"); });
   });
   autograd::register_post_accumulate_grad_hook(w2, [&](const Tensor&) { events.push_back("w2"); });
-  Tensor h = w1 * 3.0;   // created first: its gradient arrives last
-  Tensor y = h * w2;     // y = 3 w1 w2
+  Tensor h = w1 * 3.0;  // created first: its gradient arrives last
+  Tensor y = h * w2;    // y = 3 w1 w2
   y.sum().backward();
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events[0], "w2");  // reverse order of the forward
   EXPECT_EQ(events[1], "w1 grad 6.000000");
-  EXPECT_EQ(events[2], "callback");  // after the whole pass
+  EXPECT_EQ(events[2], "callback");                      // after the whole pass
   EXPECT_THROW(autograd::queue_callback([] {}), Error);  // no pass running now
 }
 
@@ -165,8 +165,13 @@ uint64_t bytes_allocated_by(const F& f) {
 // same backward with both inputs requiring grad must allocate it (the counter sees it).
 TEST(Engine, NeedsInputGradSkipsUnneededProducts) {
   using MatFn = Tensor (*)(const Tensor&, const Tensor&);
-  struct Case { const char* name; MatFn fn; Shape big, small; };
-  for (const Case& c : {Case{"mm", &mm, {512, 64}, {64, 2}}, Case{"bmm", &bmm, {2, 256, 64}, {2, 64, 2}}}) {
+  struct Case {
+    const char* name;
+    MatFn fn;
+    Shape big, small;
+  };
+  for (const Case& c :
+       {Case{"mm", &mm, {512, 64}, {64, 2}}, Case{"bmm", &bmm, {2, 256, 64}, {2, 64, 2}}}) {
     const uint64_t big_bytes = uint64_t(numel(c.big)) * 8;  // f64
     for (bool big_first : {true, false}) {
       // big_first: data (big, no grad) @ weight (small, grad); else the transposed problem,
@@ -185,14 +190,17 @@ TEST(Engine, NeedsInputGradSkipsUnneededProducts) {
       EXPECT_FALSE(data.grad().defined());
       ASSERT_TRUE(weight.grad().defined());
       // Its value: the ones-gradient against data, i.e. sums of data's rows or columns.
-      Tensor ones_like_out = ones(big_first ? c.fn(data, weight).shape() : c.fn(weight, data).shape(), {.dtype = kF64});
-      Tensor want = big_first ? c.fn(data.transpose(-1, -2), ones_like_out) : c.fn(ones_like_out, data.transpose(-1, -2));
+      Tensor ones_like_out = ones(
+          big_first ? c.fn(data, weight).shape() : c.fn(weight, data).shape(), {.dtype = kF64});
+      Tensor want = big_first ? c.fn(data.transpose(-1, -2), ones_like_out)
+                              : c.fn(ones_like_out, data.transpose(-1, -2));
       auto g = weight.grad().to_vector<double>(), wv = want.to_vector<double>();
       ASSERT_EQ(g.size(), wv.size());
       for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], wv[i], 1e-9) << c.name << " " << i;
 
       // Control: with grad on both, the big product is computed and the counter sees it.
-      Tensor data2 = data.clone().requires_grad_(true), weight2 = weight.detach().requires_grad_(true);
+      Tensor data2 = data.clone().requires_grad_(true),
+             weight2 = weight.detach().requires_grad_(true);
       Tensor loss2 = (big_first ? c.fn(data2, weight2) : c.fn(weight2, data2)).sum();
       EXPECT_GE(bytes_allocated_by([&] { loss2.backward(); }), big_bytes) << c.name;
       EXPECT_TRUE(data2.grad().defined());

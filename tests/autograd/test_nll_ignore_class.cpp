@@ -11,12 +11,14 @@ using namespace loom;
 TEST(NllIgnoreClass, IgnoredRowsGetExactlyZeroGradient) {
   // logp (3, 4); targets {2, 1, 2} with ignore_index 2: only row 1 counts.
   for (Reduction r : {Reduction::Sum, Reduction::Mean, Reduction::None}) {
-    Tensor logp = from_vector<double>(std::vector<double>(12, -1.5), {3, 4}, /*requires_grad=*/true);
+    Tensor logp =
+        from_vector<double>(std::vector<double>(12, -1.5), {3, 4}, /*requires_grad=*/true);
     Tensor target = from_vector<int64_t>({2, 1, 2}, {3});
     Tensor loss = nll_loss(logp, target, r, /*ignore_index=*/2);
     (r == Reduction::None ? sum(loss) : loss).backward();
     std::vector<double> g = logp.grad().to_vector<double>();
-    for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(g[size_t(i)], i == 4 + 1 ? -1.0 : 0.0) << "element " << i;
+    for (int64_t i = 0; i < 12; ++i)
+      EXPECT_EQ(g[size_t(i)], i == 4 + 1 ? -1.0 : 0.0) << "element " << i;
     if (r != Reduction::None) {
       EXPECT_EQ(loss.item(), 1.5);
     }

@@ -39,7 +39,8 @@ std::vector<OpCase> all_cases() {
   return all;
 }
 
-void expect_close(const ref::Array& want, const Tensor& got, double tol, bool relative, const std::string& what) {
+void expect_close(const ref::Array& want, const Tensor& got, double tol, bool relative,
+                  const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape) << what << ": shape";
   std::vector<double> g = got.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) {
@@ -83,7 +84,9 @@ TEST_P(OpTable, GradientMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTable, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<OpCase>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace loom::testing

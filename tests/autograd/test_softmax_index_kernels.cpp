@@ -15,7 +15,8 @@ namespace {
 Backend& cpu() { return backend_for(Device()); }
 
 // Naive softmax of a row-major (outer, n, inner) array along the middle axis.
-std::vector<double> naive_softmax(const std::vector<double>& x, int64_t outer, int64_t n, int64_t inner, bool log) {
+std::vector<double> naive_softmax(const std::vector<double>& x, int64_t outer, int64_t n,
+                                  int64_t inner, bool log) {
   std::vector<double> y(x.size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
@@ -23,14 +24,16 @@ std::vector<double> naive_softmax(const std::vector<double>& x, int64_t outer, i
       double m = -INFINITY, s = 0;
       for (int64_t j = 0; j < n; ++j) m = std::max(m, x[at(j)]);
       for (int64_t j = 0; j < n; ++j) s += std::exp(x[at(j)] - m);
-      for (int64_t j = 0; j < n; ++j) y[at(j)] = log ? x[at(j)] - m - std::log(s) : std::exp(x[at(j)] - m) / s;
+      for (int64_t j = 0; j < n; ++j)
+        y[at(j)] = log ? x[at(j)] - m - std::log(s) : std::exp(x[at(j)] - m) / s;
     }
   return y;
 }
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i]))) << "element " << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i]))) << "element " << i;
 }
 
 // Large enough (> kGrainSize elements) that the row loop runs on every thread.
@@ -38,9 +41,12 @@ TEST(SoftmaxKernel, ParallelLastAndMiddleDimMatchNaive) {
   Tensor x = randn({40, 300, 7}, {.dtype = kF64}) * 3.0;
   auto xv = x.to_vector<double>();
   for (bool log : {false, true}) {
-    expect_near_all(cpu().softmax(x, 2, log).to_vector<double>(), naive_softmax(xv, 40 * 300, 7, 1, log), 1e-12);
-    expect_near_all(cpu().softmax(x, 1, log).to_vector<double>(), naive_softmax(xv, 40, 300, 7, log), 1e-12);
-    expect_near_all(cpu().softmax(x, 0, log).to_vector<double>(), naive_softmax(xv, 1, 40, 300 * 7, log), 1e-12);
+    expect_near_all(cpu().softmax(x, 2, log).to_vector<double>(),
+                    naive_softmax(xv, 40 * 300, 7, 1, log), 1e-12);
+    expect_near_all(cpu().softmax(x, 1, log).to_vector<double>(),
+                    naive_softmax(xv, 40, 300, 7, log), 1e-12);
+    expect_near_all(cpu().softmax(x, 0, log).to_vector<double>(),
+                    naive_softmax(xv, 1, 40, 300 * 7, log), 1e-12);
   }
 }
 
@@ -84,9 +90,11 @@ TEST(SoftmaxKernel, HalfTypesCloseToFloat32) {
     int bad = 0, lbad = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       if (std::fabs(got[i] - want[i]) > (u + float_err) * want[i] + abs_floor && bad++ == 0)
-        ADD_FAILURE() << dtype_name(dt) << " softmax element " << i << ": " << got[i] << " vs " << want[i];
+        ADD_FAILURE() << dtype_name(dt) << " softmax element " << i << ": " << got[i] << " vs "
+                      << want[i];
       if (std::fabs(lgot[i] - lwant[i]) > (u + float_err) * std::fabs(lwant[i]) && lbad++ == 0)
-        ADD_FAILURE() << dtype_name(dt) << " log_softmax element " << i << ": " << lgot[i] << " vs " << lwant[i];
+        ADD_FAILURE() << dtype_name(dt) << " log_softmax element " << i << ": " << lgot[i] << " vs "
+                      << lwant[i];
     }
     EXPECT_EQ(bad, 0) << dtype_name(dt) << " softmax elements outside the rounding bound";
     EXPECT_EQ(lbad, 0) << dtype_name(dt) << " log_softmax elements outside the rounding bound";
@@ -101,11 +109,14 @@ TEST(SoftmaxKernel, BackwardMatchesComposite) {
     Tensor y = softmax(x, dim), ly = log_softmax(x, dim);
     Tensor want = y * (g - sum(g * y, {dim}, true));
     Tensor lwant = g - exp(ly) * sum(g, {dim}, true);
-    expect_near_all(cpu().softmax_backward(g, y, dim, false).to_vector<double>(), want.to_vector<double>(), 1e-12);
-    expect_near_all(cpu().softmax_backward(g, ly, dim, true).to_vector<double>(), lwant.to_vector<double>(), 1e-12);
+    expect_near_all(cpu().softmax_backward(g, y, dim, false).to_vector<double>(),
+                    want.to_vector<double>(), 1e-12);
+    expect_near_all(cpu().softmax_backward(g, ly, dim, true).to_vector<double>(),
+                    lwant.to_vector<double>(), 1e-12);
     // A transposed gradient (non-contiguous) gives the same result.
     Tensor gt = g.transpose(0, 2).contiguous().transpose(0, 2);
-    expect_near_all(cpu().softmax_backward(gt, y, dim, false).to_vector<double>(), want.to_vector<double>(), 1e-12);
+    expect_near_all(cpu().softmax_backward(gt, y, dim, false).to_vector<double>(),
+                    want.to_vector<double>(), 1e-12);
   }
 }
 
@@ -129,15 +140,22 @@ TEST(NllLossKernel, LargeBatchMatchesNaive) {
   EXPECT_NEAR(cpu().nll_loss(logp, t, Reduction::Sum, -100).item(), sum, 1e-9 * std::fabs(sum));
   EXPECT_NEAR(cpu().nll_loss(logp, t, Reduction::Mean, -100).item(), sum / double(N), 1e-12);
   // Backward of Mean: -1/N at each target, 0 elsewhere.
-  auto g = cpu().nll_loss_backward(scalar_tensor(2.0, {.dtype = kF64}), logp, t, Reduction::Mean, -100).to_vector<double>();
+  auto g =
+      cpu()
+          .nll_loss_backward(scalar_tensor(2.0, {.dtype = kF64}), logp, t, Reduction::Mean, -100)
+          .to_vector<double>();
   for (int64_t i = 0; i < N; ++i)
-    for (int64_t c = 0; c < C; ++c) ASSERT_EQ(g[size_t(i * C + c)], c == tv[size_t(i)] ? -2.0 / double(N) : 0.0);
+    for (int64_t c = 0; c < C; ++c)
+      ASSERT_EQ(g[size_t(i * C + c)], c == tv[size_t(i)] ? -2.0 / double(N) : 0.0);
 }
 
 // index_add against a naive loop, in both of its parallel splits (many outer slabs; one slab
 // with a long inner run), with indices repeated many times.
 TEST(IndexKernel, IndexAddRepeatsMatchNaive) {
-  struct Case { Shape shape; int64_t dim; };
+  struct Case {
+    Shape shape;
+    int64_t dim;
+  };
   for (const Case& c : {Case{{64, 10, 3}, 1}, Case{{10, 4096}, 0}, Case{{7, 9}, 1}}) {
     int64_t n = c.shape[size_t(c.dim)], K = 3 * n + 5;
     std::vector<int64_t> idx(static_cast<size_t>(K));

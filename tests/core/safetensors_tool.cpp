@@ -31,7 +31,8 @@ NamedTensors known_tensors() {
   return {
       {"u8", from_vector<uint8_t>({0, 1, 127, 128, 255}, {5})},
       {"f64", from_vector(f64, {2, 3})},
-      {"f16", bits16<Half>({0x0000, 0x8000, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x7c00, 0xfc00, 0x7e00}, {9})},
+      {"f16",
+       bits16<Half>({0x0000, 0x8000, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x7c00, 0xfc00, 0x7e00}, {9})},
       {"bool", from_vector<bool>({true, false, true}, {3})},
       {"bf16", bits16<BFloat16>({0x3f80, 0xc040, 0x7f80, 0x0001, 0x7fc0, 0x4049}, {2, 3})},
       {"i64", from_vector<int64_t>({-(int64_t(1) << 62), -1, 0, 1, (int64_t(1) << 62) + 3}, {5})},
@@ -60,15 +61,19 @@ int check(const std::string& path, const std::string& producer) {
     const Tensor& g = f.at(name);
     Tensor hw = to_host_contiguous(w);
     size_t n = size_t(hw.numel()) * hw.element_size();
-    if (g.dtype() != w.dtype() || g.shape() != w.shape() || (n && std::memcmp(g.data_ptr(), hw.data_ptr(), n))) {
-      std::cerr << path << ": tensor '" << name << "' is " << describe(g) << ", expected " << describe(w)
-                << " (or its bytes differ)\n";
+    if (g.dtype() != w.dtype() || g.shape() != w.shape() ||
+        (n && std::memcmp(g.data_ptr(), hw.data_ptr(), n))) {
+      std::cerr << path << ": tensor '" << name << "' is " << describe(g) << ", expected "
+                << describe(w) << " (or its bytes differ)\n";
       ++bad;
     }
   }
-  auto meta = [&](const char* k) { return f.metadata.count(k) ? f.metadata.at(k) : std::string("<missing>"); };
+  auto meta = [&](const char* k) {
+    return f.metadata.count(k) ? f.metadata.at(k) : std::string("<missing>");
+  };
   if (meta("producer") != producer || meta("note") != "ünïcödé ✓") {
-    std::cerr << path << ": metadata producer='" << meta("producer") << "' note='" << meta("note") << "'\n";
+    std::cerr << path << ": metadata producer='" << meta("producer") << "' note='" << meta("note")
+              << "'\n";
     ++bad;
   }
   if (bad) return 1;

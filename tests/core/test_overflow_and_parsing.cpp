@@ -20,7 +20,8 @@ void expect_error(const std::function<void()>& f, std::initializer_list<std::str
     f();
     ADD_FAILURE() << "no error; expected one mentioning " << *parts.begin();
   } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a loom::Error: " << e.what();
   }
@@ -32,7 +33,11 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 }  // namespace
 
 TEST(Overflow, FactoriesRefuseShapesWhoseElementCountOverflows) {
-  expect_error([] { empty({kBig, kBig}); }, {"empty", "[1099511627776, 1099511627776]", "overflow"});
+  expect_error(
+      [] {
+        empty({kBig, kBig});
+      },
+      {"empty", "[1099511627776, 1099511627776]", "overflow"});
   expect_error([] { zeros({kMax, 2}); }, {"zeros", "[9223372036854775807, 2]"});
   expect_error([] { ones({kBig, kBig}); }, {"ones"});
   expect_error([] { full({kBig, kBig}, 1.0); }, {"full"});
@@ -48,7 +53,8 @@ TEST(Overflow, FactoriesRefuseShapesWhoseElementCountOverflows) {
 TEST(Overflow, FactoriesRefuseShapesWhoseByteCountOverflows) {
   // 2^62 doubles: the element count fits int64, 2^65 bytes does not (it used to wrap to 0 bytes:
   // a tensor of 2^62 elements on an empty allocation).
-  expect_error([] { empty({int64_t(1) << 62}, {.dtype = kF64}); }, {"empty", "[4611686018427387904]", "bytes"});
+  expect_error([] { empty({int64_t(1) << 62}, {.dtype = kF64}); },
+               {"empty", "[4611686018427387904]", "bytes"});
   expect_error([] { zeros({int64_t(1) << 61}, {.dtype = kF32}); }, {"zeros", "bytes"});
 }
 
@@ -80,7 +86,8 @@ TEST(ErrorLocation, IsRelativeToTheRepository) {
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string what = e.what();
-    EXPECT_NE(what.find("(at tests/core/test_overflow_and_parsing.cpp:"), std::string::npos) << what;
+    EXPECT_NE(what.find("(at tests/core/test_overflow_and_parsing.cpp:"), std::string::npos)
+        << what;
     EXPECT_EQ(what.find("/tests/core"), std::string::npos) << what;  // no absolute prefix
   }
   try {

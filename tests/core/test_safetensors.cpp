@@ -17,14 +17,12 @@
 #include "support/temp_files.h"
 
 using namespace loom;
-using loom::test::TempDir;
 using loom::test::read_bytes;
+using loom::test::TempDir;
 using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
-
-
 
 // A file from a header text and data bytes, exactly as given (no padding, no checks).
 std::string make_file(const std::string& header, const std::string& data) {
@@ -53,8 +51,10 @@ NamedTensors every_dtype() {
       {"u8", from_vector<uint8_t>({0, 1, 127, 128, 255}, {5})},
       {"f64", from_vector<double>({-0.0, 1e-310, 1.0 / 3.0, -1e308, INFINITY, NAN}, {2, 3})},
       {"bool", from_vector<bool>({true, false, true, true}, {2, 2})},
-      {"f16", halves({0x0000, 0x8000, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x7c00, 0xfc00, 0x7e01}, {3, 3})},
-      {"bf16", bfloats({0x3f80, 0xc040, 0x7f80, 0x0001, 0x7fc1, 0x4049, 0x8000, 0xff81}, {2, 2, 2})},
+      {"f16",
+       halves({0x0000, 0x8000, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x7c00, 0xfc00, 0x7e01}, {3, 3})},
+      {"bf16",
+       bfloats({0x3f80, 0xc040, 0x7f80, 0x0001, 0x7fc1, 0x4049, 0x8000, 0xff81}, {2, 2, 2})},
       {"i64", from_vector<int64_t>({INT64_MIN, -1, 0, 1, INT64_MAX}, {5, 1})},
       {"i32", from_vector<int32_t>({INT32_MIN, 7, INT32_MAX, 0}, {2, 2})},
       {"f32", from_vector<float>({1.5f, -2.25f, 3.4e38f, -1e-45f, NAN, -0.0f}, {6})},
@@ -103,7 +103,8 @@ TEST(Crc32c, FastPathMatchesTheTable) {
   std::string buf(4096 + 64, '\0');
   for (char& c : buf) c = char(rng());
   for (size_t start = 0; start < 9; ++start)
-    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(63), size_t(1000), size_t(4096)}) {
+    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(63),
+                     size_t(1000), size_t(4096)}) {
       uint32_t seed = rng();
       EXPECT_EQ(crc32c(buf.data() + start, n, seed), crc32c_table(buf.data() + start, n, seed))
           << "start " << start << " n " << n;
@@ -144,8 +145,9 @@ TEST(Safetensors, ByteLayoutMatchesTheSpec) {
   EXPECT_EQ(j["__metadata__"]["k"], "v");
   // The spec's dtype strings, spelled out here (never taken from the code under test).
   const std::map<std::string, std::string> spec_dtype = {
-      {"u8", "U8"},   {"f64", "F64"}, {"bool", "BOOL"}, {"f16", "F16"},    {"bf16", "BF16"},      {"i64", "I64"},
-      {"i32", "I32"}, {"f32", "F32"}, {"scalar", "F32"}, {"empty", "F32"}, {"empty_i64", "I64"}};
+      {"u8", "U8"},      {"f64", "F64"},   {"bool", "BOOL"},    {"f16", "F16"},
+      {"bf16", "BF16"},  {"i64", "I64"},   {"i32", "I32"},      {"f32", "F32"},
+      {"scalar", "F32"}, {"empty", "F32"}, {"empty_i64", "I64"}};
   ASSERT_EQ(spec_dtype.size(), in.size());
   // Offsets tile the data section in order; each tensor is aligned to its element size.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -214,7 +216,8 @@ TEST(Safetensors, ReadsAHandBuiltFile) {
   EXPECT_EQ(f.at("b").data<double>()[0], 2.0);
   EXPECT_EQ(f.metadata.at("format"), "pt");
   // A BOOL byte other than 0/1 reads as true (never an invalid bool).
-  write_bytes(path, make_file(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x00\x02\x01", 3)));
+  write_bytes(path, make_file(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
+                              std::string("\x00\x02\x01", 3)));
   Tensor m = read_safetensors(path).at("m");
   const auto* mb = static_cast<const uint8_t*>(m.data_ptr());
   EXPECT_EQ(mb[0], 0);
@@ -249,29 +252,37 @@ TEST(Safetensors, CorruptFilesNameTheFileAndTheDefect) {
   check(make_file("{" + entry("a", "I16", "[4]", "[0,8]") + "}", d8), "unsupported dtype 'I16'");
   check(make_file("{" + entry("a", "F8_E4M3", "[8]", "[0,8]") + "}", d8), "unsupported dtype");
   check(make_file("{" + entry("a", "F32", "[3]", "[0,8]") + "}", d8), "needs 12 bytes");
-  check(make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("b", "F32", "[1]", "[2,6]") + "}",
-                  std::string(6, 'x')),
+  check(make_file(
+            "{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("b", "F32", "[1]", "[2,6]") + "}",
+            std::string(6, 'x')),
         "overlaps");
-  check(make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("b", "F32", "[1]", "[8,12]") + "}",
+  check(make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "," +
+                      entry("b", "F32", "[1]", "[8,12]") + "}",
                   std::string(12, 'x')),
         "gap in the data");
   check(make_file("{" + entry("a", "F32", "[1]", "[4,8]") + "}", d8), "gap in the data");
   check(make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "}", d8), "extra bytes");
   check(make_file("{" + entry("a", "F64", "[2]", "[0,16]") + "}", d8), "truncated");
-  check(make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("a", "F32", "[1]", "[4,8]") + "}", d8),
+  check(make_file(
+            "{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("a", "F32", "[1]", "[4,8]") + "}",
+            d8),
         "duplicate key 'a'");
   check(make_file("{" + entry("a", "F32", "[-1]", "[0,4]") + "}", d8), "non-negative integer");
   check(make_file("{" + entry("a", "F32", "[1.5]", "[0,4]") + "}", d8), "non-negative integer");
-  check(make_file("{" + entry("a", "F32", "[1]", "[0,4,8]") + "}", d8), "data_offsets must be [begin, end]");
+  check(make_file("{" + entry("a", "F32", "[1]", "[0,4,8]") + "}", d8),
+        "data_offsets must be [begin, end]");
   check(make_file("{" + entry("a", "F32", "[1]", "[8,4]") + "}", d8), "end before they begin");
-  check(make_file("{" + entry("a", "F32", "[4294967296,4294967296,4294967296]", "[0,8]") + "}", d8), "overflows");
-  check(make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", d8), "unknown field 'x'");
+  check(make_file("{" + entry("a", "F32", "[4294967296,4294967296,4294967296]", "[0,8]") + "}", d8),
+        "overflows");
+  check(make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", d8),
+        "unknown field 'x'");
   check(make_file(R"({"a":{"dtype":"F32","shape":[2]}})", d8), "missing one of the fields");
   check(make_file(R"({"a":5})", d8), "expected an object");
   check(make_file(R"({"__metadata__":{"k":5}})", ""), "must be a string");
   check(make_file(R"({"__metadata__":{"k":"a","k":"b"}})", ""), "duplicate key 'k'");
-  check(make_file(R"({"a":{"dtype":"F32","shape":[[[1]]],"data_offsets":[0,4]}})", d8), "nested deeper");
-  check(make_file(std::string(1000000, '[') , ""), "nested deeper");
+  check(make_file(R"({"a":{"dtype":"F32","shape":[[[1]]],"data_offsets":[0,4]}})", d8),
+        "nested deeper");
+  check(make_file(std::string(1000000, '['), ""), "nested deeper");
   expect_error(dir.file("missing.safetensors"), "cannot open");
   expect_error(dir.path, "not a regular file");
 }
@@ -294,7 +305,8 @@ TEST(Safetensors, TruncatedOrCorruptedAnywhereIsAnErrorNeverACrash) {
   // The in-memory reader runs the same checks as the file reader, so thousands of variants are
   // cheap; a sample of truncations also goes through real files below.
   for (size_t len = 0; len < bytes.size(); ++len) {
-    EXPECT_THROW(read_safetensors(bytes.data(), len, name), Error) << "truncated to " << len << " of " << bytes.size();
+    EXPECT_THROW(read_safetensors(bytes.data(), len, name), Error)
+        << "truncated to " << len << " of " << bytes.size();
   }
   std::string p = dir.file(name);
   for (size_t len = 0; len < bytes.size(); len += 13) {
@@ -302,7 +314,8 @@ TEST(Safetensors, TruncatedOrCorruptedAnywhereIsAnErrorNeverACrash) {
     EXPECT_THROW(read_safetensors(p), Error) << "file truncated to " << len;
   }
   int loaded = 0, errors = 0;
-  const char hostile[] = {'\0', '\xff', '"', '{', '}', '[', ']', '9', '-', ',', ':', '\\', '\x80', ' ', 'e'};
+  const char hostile[] = {'\0', '\xff', '"', '{',  '}',    '[', ']', '9',
+                          '-',  ',',    ':', '\\', '\x80', ' ', 'e'};
   for (size_t pos = 0; pos < bytes.size(); ++pos) {
     for (char c : hostile) {
       if (bytes[pos] == c) continue;

@@ -22,7 +22,7 @@ TEST(Half, RoundTripAndRounding) {
   // Exactly representable values survive; others round to nearest even.
   for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f})
     EXPECT_EQ(float(Half(f)), f) << f;
-  EXPECT_EQ(float(Half(1.0f + 1.0f / 4096)), 1.0f);  // below half an ulp (2^-11)
+  EXPECT_EQ(float(Half(1.0f + 1.0f / 4096)), 1.0f);                // below half an ulp (2^-11)
   EXPECT_EQ(float(Half(1.0f + 3.0f / 2048)), 1.0f + 2.0f / 1024);  // tie rounds to even
   EXPECT_TRUE(std::isinf(float(Half(70000.0f))));
   EXPECT_TRUE(std::isnan(float(Half(NAN))));
@@ -58,7 +58,8 @@ TEST(Views, ShareStorageAndSeeWrites) {
     row.fill_(7.0);
   }
   EXPECT_EQ(x.to_vector<float>()[4], 7.0f);
-  EXPECT_EQ(t.contiguous().to_vector<float>(), (std::vector<float>{0, 7, 8, 1, 7, 9, 2, 7, 10, 3, 7, 11}));
+  EXPECT_EQ(t.contiguous().to_vector<float>(),
+            (std::vector<float>{0, 7, 8, 1, 7, 9, 2, 7, 10, 3, 7, 11}));
   Tensor s = x.slice(1, 1, 4, 2);  // columns 1 and 3
   EXPECT_EQ(s.shape(), (Shape{3, 2}));
   EXPECT_EQ(s.contiguous().to_vector<float>(), (std::vector<float>{1, 3, 7, 7, 9, 11}));

@@ -40,14 +40,20 @@ inline double rel_err(const std::vector<double>& got, const std::vector<double>&
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
-inline double rel_err(const Tensor& got, const std::vector<double>& want) { return rel_err(host(got), want); }
+inline double rel_err(const Tensor& got, const std::vector<double>& want) {
+  return rel_err(host(got), want);
+}
 
 // ---------------------------------------------------------------- convolution, NCHW, float64
 struct ConvShape {
   int64_t N, C, H, W, K, R, S;
   Conv2dParams p;
-  int64_t P() const { return (H + 2 * p.padding[0] - p.dilation[0] * (R - 1) - 1) / p.stride[0] + 1; }
-  int64_t Q() const { return (W + 2 * p.padding[1] - p.dilation[1] * (S - 1) - 1) / p.stride[1] + 1; }
+  int64_t P() const {
+    return (H + 2 * p.padding[0] - p.dilation[0] * (R - 1) - 1) / p.stride[0] + 1;
+  }
+  int64_t Q() const {
+    return (W + 2 * p.padding[1] - p.dilation[1] * (S - 1) - 1) / p.stride[1] + 1;
+  }
   int64_t Cg() const { return C / p.groups; }
 };
 
@@ -70,10 +76,11 @@ void for_each_tap(const ConvShape& g, const F& f) {
               }
 }
 
-inline std::vector<double> conv2d_ref(const ConvShape& g, const std::vector<double>& x, const std::vector<double>& w) {
+inline std::vector<double> conv2d_ref(const ConvShape& g, const std::vector<double>& x,
+                                      const std::vector<double>& w) {
   std::vector<double> y(size_t(g.N * g.K * g.P() * g.Q()), 0.0);
-  for_each_tap(g, [&](int64_t n, int64_t k, int64_t c, int64_t cg, int64_t oh, int64_t ow, int64_t ih, int64_t iw,
-                      int64_t r, int64_t s) {
+  for_each_tap(g, [&](int64_t n, int64_t k, int64_t c, int64_t cg, int64_t oh, int64_t ow,
+                      int64_t ih, int64_t iw, int64_t r, int64_t s) {
     y[((n * g.K + k) * g.P() + oh) * g.Q() + ow] +=
         x[((n * g.C + c) * g.H + ih) * g.W + iw] * w[((k * g.Cg() + cg) * g.R + r) * g.S + s];
   });
@@ -83,8 +90,8 @@ inline std::vector<double> conv2d_ref(const ConvShape& g, const std::vector<doub
 inline std::vector<double> conv2d_grad_input_ref(const ConvShape& g, const std::vector<double>& gy,
                                                  const std::vector<double>& w) {
   std::vector<double> gx(size_t(g.N * g.C * g.H * g.W), 0.0);
-  for_each_tap(g, [&](int64_t n, int64_t k, int64_t c, int64_t cg, int64_t oh, int64_t ow, int64_t ih, int64_t iw,
-                      int64_t r, int64_t s) {
+  for_each_tap(g, [&](int64_t n, int64_t k, int64_t c, int64_t cg, int64_t oh, int64_t ow,
+                      int64_t ih, int64_t iw, int64_t r, int64_t s) {
     gx[((n * g.C + c) * g.H + ih) * g.W + iw] +=
         gy[((n * g.K + k) * g.P() + oh) * g.Q() + ow] * w[((k * g.Cg() + cg) * g.R + r) * g.S + s];
   });
@@ -94,8 +101,8 @@ inline std::vector<double> conv2d_grad_input_ref(const ConvShape& g, const std::
 inline std::vector<double> conv2d_grad_weight_ref(const ConvShape& g, const std::vector<double>& gy,
                                                   const std::vector<double>& x) {
   std::vector<double> gw(size_t(g.K * g.Cg() * g.R * g.S), 0.0);
-  for_each_tap(g, [&](int64_t n, int64_t k, int64_t c, int64_t cg, int64_t oh, int64_t ow, int64_t ih, int64_t iw,
-                      int64_t r, int64_t s) {
+  for_each_tap(g, [&](int64_t n, int64_t k, int64_t c, int64_t cg, int64_t oh, int64_t ow,
+                      int64_t ih, int64_t iw, int64_t r, int64_t s) {
     gw[((k * g.Cg() + cg) * g.R + r) * g.S + s] +=
         gy[((n * g.K + k) * g.P() + oh) * g.Q() + ow] * x[((n * g.C + c) * g.H + ih) * g.W + iw];
   });
@@ -123,7 +130,8 @@ inline void max_pool_ref(const PoolShape& g, const std::vector<double>& x, std::
         bool nan = false;
         for (int64_t r = 0; r < g.p.kernel[0] && !nan; ++r)
           for (int64_t s = 0; s < g.p.kernel[1] && !nan; ++s) {
-            int64_t h = oh * g.p.stride[0] - g.p.padding[0] + r, w = ow * g.p.stride[1] - g.p.padding[1] + s;
+            int64_t h = oh * g.p.stride[0] - g.p.padding[0] + r,
+                    w = ow * g.p.stride[1] - g.p.padding[1] + s;
             if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
             double v = x[(pl * g.H + h) * g.W + w];
             if (arg < 0) arg = h * g.W + w;
@@ -155,7 +163,8 @@ void for_each_avg_tap(const PoolShape& g, const F& f) {
       for (int64_t ow = 0; ow < g.Q(); ++ow)
         for (int64_t r = 0; r < g.p.kernel[0]; ++r)
           for (int64_t s = 0; s < g.p.kernel[1]; ++s) {
-            int64_t h = oh * g.p.stride[0] - g.p.padding[0] + r, w = ow * g.p.stride[1] - g.p.padding[1] + s;
+            int64_t h = oh * g.p.stride[0] - g.p.padding[0] + r,
+                    w = ow * g.p.stride[1] - g.p.padding[1] + s;
             if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
             f((pl * g.P() + oh) * g.Q() + ow, (pl * g.H + h) * g.W + w, avg_divisor_ref(g, oh, ow));
           }

@@ -9,10 +9,10 @@
 #include <iostream>
 #include <string>
 
+#include "core/cuda/stream.h"
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/math_mode.h"
-#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::testing;
@@ -22,8 +22,8 @@ using namespace loom::testing;
 
 namespace {
 
-Conv2dParams params(std::array<int64_t, 2> stride, std::array<int64_t, 2> pad, std::array<int64_t, 2> dil,
-                    int64_t groups) {
+Conv2dParams params(std::array<int64_t, 2> stride, std::array<int64_t, 2> pad,
+                    std::array<int64_t, 2> dil, int64_t groups) {
   Conv2dParams p;
   p.stride = stride, p.padding = pad, p.dilation = dil, p.groups = groups;
   return p;
@@ -47,10 +47,14 @@ std::vector<ConvCase> conv_cases() {
 
 double conv_tol(DType dt) {
   switch (dt) {
-    case DType::F64: return 1e-12;
-    case DType::F32: return 2e-5;  // strict fp32 (Winograd/FFT algorithms stay near 1e-6)
-    case DType::F16: return 3e-3;
-    default: return 1.5e-2;
+    case DType::F64:
+      return 1e-12;
+    case DType::F32:
+      return 2e-5;  // strict fp32 (Winograd/FFT algorithms stay near 1e-6)
+    case DType::F16:
+      return 3e-3;
+    default:
+      return 1.5e-2;
   }
 }
 
@@ -70,12 +74,14 @@ TEST_P(CudaConv, AllDirectionsMatchFloat64Loops) {
     EXPECT_LT(rel_err(y, conv2d_ref(g, xv, wv)), conv_tol(dt)) << dtype_name(dt) << " forward";
     Tensor gx = be.conv2d_backward_input(gy, w, x.shape(), g.p);
     ASSERT_EQ(gx.shape(), x.shape());
-    EXPECT_LT(rel_err(gx, conv2d_grad_input_ref(g, gyv, wv)), conv_tol(dt)) << dtype_name(dt) << " grad input";
+    EXPECT_LT(rel_err(gx, conv2d_grad_input_ref(g, gyv, wv)), conv_tol(dt))
+        << dtype_name(dt) << " grad input";
     Tensor gw = be.conv2d_backward_weight(gy, x, w.shape(), g.p);
     ASSERT_EQ(gw.shape(), w.shape());
     // The weight gradient sums N*P*Q products: allow the half types a little more.
     double tol_w = conv_tol(dt) * (dt == DType::F16 || dt == DType::BF16 ? 2 : 1);
-    EXPECT_LT(rel_err(gw, conv2d_grad_weight_ref(g, gyv, xv)), tol_w) << dtype_name(dt) << " grad weight";
+    EXPECT_LT(rel_err(gw, conv2d_grad_weight_ref(g, gyv, xv)), tol_w)
+        << dtype_name(dt) << " grad weight";
   }
 }
 
@@ -90,13 +96,15 @@ TEST(CudaConvMisc, NonContiguousInputsAndRepeatedCalls) {
   Tensor w = random_tensor({g.K, g.C, g.R, g.S}, kF32, 5, gpu());
   std::vector<double> want = conv2d_ref(g, host(x), host(w));
   for (int i = 0; i < 3; ++i)  // the cached plan gives the same answer
-    EXPECT_LT(rel_err(cuda::cuda_backend().conv2d(x, w, g.p), want), conv_tol(kF32)) << "call " << i;
+    EXPECT_LT(rel_err(cuda::cuda_backend().conv2d(x, w, g.p), want), conv_tol(kF32))
+        << "call " << i;
 }
 
 TEST(CudaConvMisc, Tf32OnlyWhenAllowed) {
   SKIP_WITHOUT_CUDA();
   ConvShape g{16, 64, 14, 14, 64, 3, 3, params({1, 1}, {1, 1}, {1, 1}, 1)};
-  Tensor x = random_tensor({g.N, g.C, g.H, g.W}, kF32, 6, gpu()), w = random_tensor({g.K, g.C, g.R, g.S}, kF32, 7, gpu());
+  Tensor x = random_tensor({g.N, g.C, g.H, g.W}, kF32, 6, gpu()),
+         w = random_tensor({g.K, g.C, g.R, g.S}, kF32, 7, gpu());
   std::vector<double> want = conv2d_ref(g, host(x), host(w));
   double strict = rel_err(cuda::cuda_backend().conv2d(x, w, g.p), want);
   cuda::set_allow_tf32(true);
@@ -104,7 +112,8 @@ TEST(CudaConvMisc, Tf32OnlyWhenAllowed) {
   cuda::set_allow_tf32(false);
   EXPECT_LT(strict, conv_tol(kF32));
   EXPECT_LT(tf32, 5e-3);
-  std::cout << "[          ] conv 16x64x14x14 -> 64, 3x3 rel. error: strict fp32 " << strict << ", tf32 " << tf32 << "\n";
+  std::cout << "[          ] conv 16x64x14x14 -> 64, 3x3 rel. error: strict fp32 " << strict
+            << ", tf32 " << tf32 << "\n";
 }
 
 }  // namespace

@@ -16,25 +16,30 @@ namespace loom::testing {
 namespace {
 
 const Device kGpu = cuda_device(0);
-const DType kAllNumeric[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8};
+const DType kAllNumeric[] = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                             DType::I64, DType::I32, DType::U8};
 
 // Values in a dtype: floats from randn (or uniform in [0.5, 2) when positive), integers in [0, 8).
 Tensor sample(const Shape& s, DType d, uint64_t seed, bool positive = false) {
   Generator gen(seed);
   if (!is_floating(d)) return randint(0, 8, s, {.dtype = DType::I64}, &gen).to(d);
-  Tensor t = positive ? uniform(s, 0.5, 2.0, {.dtype = DType::F64}, &gen) : randn(s, {.dtype = DType::F64}, &gen);
+  Tensor t = positive ? uniform(s, 0.5, 2.0, {.dtype = DType::F64}, &gen)
+                      : randn(s, {.dtype = DType::F64}, &gen);
   return t.to(d);
 }
 
 double tol_for(DType d) { return is_floating(d) ? forward_tol(d) : 0.0; }
 
 bool positive_only(UnaryOp op) {
-  return op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt || op == UnaryOp::Reciprocal;
+  return op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt ||
+         op == UnaryOp::Reciprocal;
 }
 
 bool floating_only(UnaryOp op) {
   switch (op) {
-#define LOOM_CASE(n) case UnaryOp::n: return n##Op::floating_only;
+#define LOOM_CASE(n) \
+  case UnaryOp::n:   \
+    return n##Op::floating_only;
     LOOM_UNARY_OPS(LOOM_CASE)
 #undef LOOM_CASE
   }
@@ -43,7 +48,9 @@ bool floating_only(UnaryOp op) {
 
 bool floating_only(BinaryOp op) {
   switch (op) {
-#define LOOM_CASE(n) case BinaryOp::n: return n##Op::floating_only;
+#define LOOM_CASE(n) \
+  case BinaryOp::n:  \
+    return n##Op::floating_only;
     LOOM_BINARY_OPS(LOOM_CASE)
 #undef LOOM_CASE
   }
@@ -85,7 +92,8 @@ TEST(CudaElementwise, BinaryOpsMatchCpuInEveryDtypeWithBroadcasting) {
       Tensor got = backend_for(kGpu).binary(op, a.to(kGpu), b.to(kGpu));
       EXPECT_EQ(got.dtype(), want.dtype());
       double tol = want.is_floating_point() ? tol_for(d) : 0.0;
-      if (op == BinaryOp::Pow && is_floating(d)) tol *= 10;  // pow amplifies the rounding of its inputs
+      if (op == BinaryOp::Pow && is_floating(d))
+        tol *= 10;  // pow amplifies the rounding of its inputs
       EXPECT_TRUE(all_close(want, got, tol));
     }
   }
@@ -148,15 +156,18 @@ TEST(CudaElementwise, FastKernelsAgreeWithNaiveOnEveryPath) {
     for (int64_t n : {1, 3, 8, 17, 1000003}) {
       SCOPED_TRACE(str(dtype_name(d), " n=", n));
       Tensor a = sample({n + 1}, d, 51, true).to(kGpu), b = sample({n + 1}, d, 52, true).to(kGpu);
-      auto [n1, f1] = naive_and_fast([&] { return add(a.slice(0, 0, n), b.slice(0, 1, n + 1)); });  // misaligned b
+      auto [n1, f1] = naive_and_fast(
+          [&] { return add(a.slice(0, 0, n), b.slice(0, 1, n + 1)); });  // misaligned b
       EXPECT_TRUE(all_equal(n1, f1));
-      auto [n2, f2] = naive_and_fast([&] { return mul(a.slice(0, 1, n + 1), b.slice(0, 1, n + 1)); });
+      auto [n2, f2] =
+          naive_and_fast([&] { return mul(a.slice(0, 1, n + 1), b.slice(0, 1, n + 1)); });
       EXPECT_TRUE(all_equal(n2, f2));
       auto [n3, f3] = naive_and_fast([&] { return maximum(a, b); });  // aligned, vectorized
       EXPECT_TRUE(all_equal(n3, f3));
     }
     Tensor m = sample({301, 257}, d, 53).to(kGpu), row = sample({257}, d, 54).to(kGpu);
-    auto [n4, f4] = naive_and_fast([&] { return add(m.t(), row.unsqueeze(1)); });  // strided + broadcast
+    auto [n4, f4] =
+        naive_and_fast([&] { return add(m.t(), row.unsqueeze(1)); });  // strided + broadcast
     EXPECT_TRUE(all_equal(n4, f4)) << dtype_name(d);
     auto [n5, f5] = naive_and_fast([&] { return sub(m, row); });
     EXPECT_TRUE(all_equal(n5, f5)) << dtype_name(d);
@@ -175,7 +186,8 @@ TEST(CudaElementwise, FastKernelsAgreeWithNaiveOnEveryPath) {
 
 TEST(CudaCopy, EveryDtypePairConvertsLikeTheCpu) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool};
+  const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                       DType::I64, DType::I32, DType::U8,  DType::Bool};
   std::vector<double> v{0, 1, 2.5, 7.75, 100, 3.25, 0.5, 255, 1e-3, 42};
   Tensor base = from_vector<double>(v, {2, 5});
   for (DType s : all) {
@@ -254,7 +266,8 @@ TEST(CudaCopy, PinnedAndPageableHostMemory) {
 
 TEST(CudaFill, FillsEveryDtypeAndLayout) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (DType d : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool}) {
+  for (DType d : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32,
+                  DType::U8, DType::Bool}) {
     for (double v : {0.0, 3.0, -0.0}) {
       Tensor g = full({7, 9}, v, {.dtype = d, .device = kGpu});
       EXPECT_TRUE(all_equal(full({7, 9}, v, {.dtype = d}), g)) << dtype_name(d) << " " << v;
@@ -269,9 +282,12 @@ TEST(CudaFill, FillsEveryDtypeAndLayout) {
 
 TEST(CudaFill, ArangeMatchesCpu) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  EXPECT_TRUE(all_equal(arange(0, 100003), arange(0, 100003, 1, {.dtype = DType::I64, .device = kGpu})));
-  EXPECT_TRUE(all_equal(arange(-5, 7, 0.25, {.dtype = DType::F32}), arange(-5, 7, 0.25, {.dtype = DType::F32, .device = kGpu})));
-  EXPECT_TRUE(all_equal(arange(3, 90, 3, {.dtype = DType::I32}), arange(3, 90, 3, {.dtype = DType::I32, .device = kGpu})));
+  EXPECT_TRUE(
+      all_equal(arange(0, 100003), arange(0, 100003, 1, {.dtype = DType::I64, .device = kGpu})));
+  EXPECT_TRUE(all_equal(arange(-5, 7, 0.25, {.dtype = DType::F32}),
+                        arange(-5, 7, 0.25, {.dtype = DType::F32, .device = kGpu})));
+  EXPECT_TRUE(all_equal(arange(3, 90, 3, {.dtype = DType::I32}),
+                        arange(3, 90, 3, {.dtype = DType::I32, .device = kGpu})));
 }
 
 TEST(CudaRandom, SameSeedGivesTheCpuNumbers) {
@@ -281,13 +297,17 @@ TEST(CudaRandom, SameSeedGivesTheCpuNumbers) {
     SCOPED_TRACE(dtype_name(d));
     Generator c1(1234), g1(1234);
     EXPECT_TRUE(all_equal(rand(s, {.dtype = d}, &c1), rand(s, {.dtype = d, .device = kGpu}, &g1)));
-    EXPECT_TRUE(all_equal(uniform(s, -0.3, 1.7, {.dtype = d}, &c1), uniform(s, -0.3, 1.7, {.dtype = d, .device = kGpu}, &g1)));
+    EXPECT_TRUE(all_equal(uniform(s, -0.3, 1.7, {.dtype = d}, &c1),
+                          uniform(s, -0.3, 1.7, {.dtype = d, .device = kGpu}, &g1)));
     // Normals pass through log and cos, whose last bit may differ between libm and CUDA.
     EXPECT_TRUE(all_close(randn(s, {.dtype = d}, &c1), randn(s, {.dtype = d, .device = kGpu}, &g1),
-                          d == DType::F64 ? 1e-14 : d == DType::F32 ? 1e-7 : 1e-2));
+                          d == DType::F64   ? 1e-14
+                          : d == DType::F32 ? 1e-7
+                                            : 1e-2));
   }
   Generator c2(99), g2(99);
-  EXPECT_TRUE(all_equal(randint(-7, 1000, s, {.dtype = DType::I64}, &c2), randint(-7, 1000, s, {.dtype = DType::I64, .device = kGpu}, &g2)));
+  EXPECT_TRUE(all_equal(randint(-7, 1000, s, {.dtype = DType::I64}, &c2),
+                        randint(-7, 1000, s, {.dtype = DType::I64, .device = kGpu}, &g2)));
   // Consecutive draws continue the same stream on both devices.
   Generator c3(5), g3(5);
   rand({10}, {}, &c3);

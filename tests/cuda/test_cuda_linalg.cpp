@@ -11,13 +11,13 @@
 #include <iostream>
 #include <string>
 
+#include "core/cuda/stream.h"
+#include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/lt_matmul.h"
 #include "kernels/cuda/math_mode.h"
-#include "core/cuda/stream.h"
 #include "kernels/raw_ops.h"
-#include "cuda/nn_kernels_support.h"
 #include "support/reference.h"
 
 using namespace loom;
@@ -31,10 +31,14 @@ namespace {
 // Relative-error bound of a product with K terms in a given dtype (inputs already rounded).
 double mm_tol(DType dt) {
   switch (dt) {
-    case DType::F64: return 1e-13;
-    case DType::F32: return 1e-5;   // strict fp32; TF32 would give about 3e-4
-    case DType::F16: return 2e-3;   // output rounding (2^-11) dominates
-    default: return 1e-2;           // bf16: output rounding (2^-8)
+    case DType::F64:
+      return 1e-13;
+    case DType::F32:
+      return 1e-5;  // strict fp32; TF32 would give about 3e-4
+    case DType::F16:
+      return 2e-3;  // output rounding (2^-11) dominates
+    default:
+      return 1e-2;  // bf16: output rounding (2^-8)
   }
 }
 
@@ -47,15 +51,22 @@ std::vector<double> mm_ref(const Tensor& a, const Tensor& b) {
 // wider tensor (row stride > C, and a data pointer not 16-byte aligned).
 enum class Layout { Rows, Transposed, Sliced, Strided };
 const char* layout_name(Layout l) {
-  return l == Layout::Rows ? "rows" : l == Layout::Transposed ? "transposed" : l == Layout::Sliced ? "sliced" : "strided";
+  return l == Layout::Rows         ? "rows"
+         : l == Layout::Transposed ? "transposed"
+         : l == Layout::Sliced     ? "sliced"
+                                   : "strided";
 }
 
 Tensor make_operand(int64_t R, int64_t C, Layout l, DType dt, uint64_t seed) {
   switch (l) {
-    case Layout::Rows: return random_tensor({R, C}, dt, seed, gpu());
-    case Layout::Transposed: return random_tensor({C, R}, dt, seed, gpu()).t();
-    case Layout::Sliced: return random_tensor({R, C + 5}, dt, seed, gpu()).slice(1, 1, C + 1);
-    case Layout::Strided: return random_tensor({R, 2 * C}, dt, seed, gpu()).slice(1, 0, 2 * C, 2);
+    case Layout::Rows:
+      return random_tensor({R, C}, dt, seed, gpu());
+    case Layout::Transposed:
+      return random_tensor({C, R}, dt, seed, gpu()).t();
+    case Layout::Sliced:
+      return random_tensor({R, C + 5}, dt, seed, gpu()).slice(1, 1, C + 1);
+    case Layout::Strided:
+      return random_tensor({R, 2 * C}, dt, seed, gpu()).slice(1, 0, 2 * C, 2);
   }
   return Tensor();
 }
@@ -72,7 +83,8 @@ TEST_P(CudaMm, MatchesFloat64Reference) {
   MmCase c = GetParam();
   for (auto [M, K, N] : {std::array<int64_t, 3>{67, 129, 45}, std::array<int64_t, 3>{256, 512, 384},
                          std::array<int64_t, 3>{1, 64, 33}}) {
-    Tensor a = make_operand(M, K, c.la, c.dtype, 11 + M), b = make_operand(K, N, c.lb, c.dtype, 23 + N);
+    Tensor a = make_operand(M, K, c.la, c.dtype, 11 + M),
+           b = make_operand(K, N, c.lb, c.dtype, 23 + N);
     Tensor out = cuda::cuda_backend().mm(a, b);
     ASSERT_EQ(out.shape(), (Shape{M, N}));
     ASSERT_EQ(out.dtype(), c.dtype);
@@ -87,20 +99,22 @@ std::vector<MmCase> mm_cases() {
   for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16})
     for (Layout la : {Layout::Rows, Layout::Transposed, Layout::Sliced, Layout::Strided})
       for (Layout lb : {Layout::Rows, Layout::Transposed, Layout::Sliced, Layout::Strided})
-        if (dt == DType::F32 || (la != Layout::Strided && lb != Layout::Strided)) cs.push_back({dt, la, lb});
+        if (dt == DType::F32 || (la != Layout::Strided && lb != Layout::Strided))
+          cs.push_back({dt, la, lb});
   return cs;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, CudaMm, ::testing::ValuesIn(mm_cases()),
                          [](const ::testing::TestParamInfo<MmCase>& i) {
-                           return std::string(dtype_name(i.param.dtype)) + "_" + layout_name(i.param.la) +
-                                  "_" + layout_name(i.param.lb);
+                           return std::string(dtype_name(i.param.dtype)) + "_" +
+                                  layout_name(i.param.la) + "_" + layout_name(i.param.lb);
                          });
 
 TEST(CudaMm, Tf32IsOffByDefaultAndSwitchable) {
   SKIP_WITHOUT_CUDA();
   ASSERT_FALSE(cuda::allow_tf32());
-  Tensor a = random_tensor({512, 1024}, kF32, 1, gpu()), b = random_tensor({1024, 256}, kF32, 2, gpu());
+  Tensor a = random_tensor({512, 1024}, kF32, 1, gpu()),
+         b = random_tensor({1024, 256}, kF32, 2, gpu());
   std::vector<double> want = mm_ref(a, b);
   double strict = rel_err(cuda::cuda_backend().mm(a, b), want);
   cuda::set_allow_tf32(true);
@@ -110,7 +124,8 @@ TEST(CudaMm, Tf32IsOffByDefaultAndSwitchable) {
   EXPECT_LT(strict, 1e-5);
   EXPECT_LT(strict_again, 1e-5);
   EXPECT_LT(tf32, 5e-3);  // TF32 keeps 10 mantissa bits: about 3e-4 here
-  std::cout << "[          ] mm 512x1024x256 rel. error: strict fp32 " << strict << ", tf32 " << tf32 << "\n";
+  std::cout << "[          ] mm 512x1024x256 rel. error: strict fp32 " << strict << ", tf32 "
+            << tf32 << "\n";
 }
 
 TEST(CudaMm, EmptyAndZeroK) {
@@ -119,7 +134,10 @@ TEST(CudaMm, EmptyAndZeroK) {
   Tensor out = cuda::cuda_backend().mm(a, b);
   ASSERT_EQ(out.shape(), (Shape{3, 4}));
   for (double v : host(out)) EXPECT_EQ(v, 0.0);
-  EXPECT_EQ(cuda::cuda_backend().mm(random_tensor({0, 5}, kF32, 3, gpu()), random_tensor({5, 4}, kF32, 4, gpu())).numel(), 0);
+  EXPECT_EQ(cuda::cuda_backend()
+                .mm(random_tensor({0, 5}, kF32, 3, gpu()), random_tensor({5, 4}, kF32, 4, gpu()))
+                .numel(),
+            0);
 }
 
 TEST(CudaMm, PlanCacheReusesPlans) {
@@ -141,28 +159,34 @@ TEST(CudaBmm, TransposeCombinationsAndBroadcastBatch) {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (bool bcast : {false, true}) {
-          Tensor a = ta ? random_tensor({B, K, M}, dt, 1, gpu()).transpose(1, 2) : random_tensor({B, M, K}, dt, 1, gpu());
-          Tensor b = tb ? random_tensor({B, N, K}, dt, 2, gpu()).transpose(1, 2) : random_tensor({B, K, N}, dt, 2, gpu());
-          if (bcast) b = random_tensor({1, K, N}, dt, 3, gpu()).expand({B, K, N});  // batch stride 0
+          Tensor a = ta ? random_tensor({B, K, M}, dt, 1, gpu()).transpose(1, 2)
+                        : random_tensor({B, M, K}, dt, 1, gpu());
+          Tensor b = tb ? random_tensor({B, N, K}, dt, 2, gpu()).transpose(1, 2)
+                        : random_tensor({B, K, N}, dt, 2, gpu());
+          if (bcast)
+            b = random_tensor({1, K, N}, dt, 3, gpu()).expand({B, K, N});  // batch stride 0
           Tensor out = cuda::cuda_backend().bmm(a, b);
           ASSERT_EQ(out.shape(), (Shape{B, M, N}));
           for (int64_t i = 0; i < B; ++i) {
             double err = rel_err(out.select(0, i), mm_ref(a.select(0, i), b.select(0, i)));
-            EXPECT_LT(err, mm_tol(dt)) << dtype_name(dt) << " ta=" << ta << " tb=" << tb << " bcast=" << bcast
-                                       << " batch " << i;
+            EXPECT_LT(err, mm_tol(dt)) << dtype_name(dt) << " ta=" << ta << " tb=" << tb
+                                       << " bcast=" << bcast << " batch " << i;
           }
         }
 }
 
 // ---------------------------------------------------------------- fused linear
-double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
 TEST(CudaLinearFused, MatchesReferenceAndUnfusedOps) {
   SKIP_WITHOUT_CUDA();
   const int64_t K = 96, N = 50;
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (bool with_bias : {true, false})
-      for (cuda::Activation act : {cuda::Activation::None, cuda::Activation::Relu, cuda::Activation::GeluTanh})
+      for (cuda::Activation act :
+           {cuda::Activation::None, cuda::Activation::Relu, cuda::Activation::GeluTanh})
         for (Shape xs : {Shape{70, K}, Shape{2, 35, K}}) {
           Tensor x = random_tensor(xs, dt, 1, gpu()), w = random_tensor({N, K}, dt, 2, gpu());
           Tensor b = with_bias ? random_tensor({N}, dt, 3, gpu()) : Tensor();
@@ -176,17 +200,21 @@ TEST(CudaLinearFused, MatchesReferenceAndUnfusedOps) {
           std::vector<double> bv = with_bias ? host(b) : std::vector<double>(size_t(N), 0.0);
           for (size_t i = 0; i < want.size(); ++i) {
             double v = want[i] + bv[i % size_t(N)];
-            want[i] = act == cuda::Activation::Relu ? std::max(v, 0.0) : act == cuda::Activation::GeluTanh ? gelu_tanh(v) : v;
+            want[i] = act == cuda::Activation::Relu       ? std::max(v, 0.0)
+                      : act == cuda::Activation::GeluTanh ? gelu_tanh(v)
+                                                          : v;
           }
-          std::string what = std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias") + " act " +
-                             std::to_string(int(act)) + " rank " + std::to_string(xs.size());
+          std::string what = std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias") +
+                             " act " + std::to_string(int(act)) + " rank " +
+                             std::to_string(xs.size());
           EXPECT_LT(rel_err(y, want), mm_tol(dt)) << what;
           // The unfused ops on the same device: mm, add, relu.
           if (act != cuda::Activation::GeluTanh) {
             Tensor u = cuda::cuda_backend().mm(x2, w.t());
             if (with_bias) u = cuda::cuda_backend().binary(BinaryOp::Add, u, b);
             if (act == cuda::Activation::Relu) u = cuda::cuda_backend().unary(UnaryOp::Relu, u);
-            EXPECT_LT(rel_err(y.reshape({-1, N}), host(u)), dt == DType::F32 ? 1e-6 : mm_tol(dt)) << what << " vs unfused";
+            EXPECT_LT(rel_err(y.reshape({-1, N}), host(u)), dt == DType::F32 ? 1e-6 : mm_tol(dt))
+                << what << " vs unfused";
           }
         }
 }
@@ -201,7 +229,8 @@ TEST(CudaLinearFused, RejectsBadArguments) {
     EXPECT_NE(std::string(e.what()).find("linear_fused"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("[3, 7]"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(cuda::linear_fused(random_tensor({4, 8}, kF64, 1, gpu()), random_tensor({3, 8}, kF64, 2, gpu()), Tensor()),
+  EXPECT_THROW(cuda::linear_fused(random_tensor({4, 8}, kF64, 1, gpu()),
+                                  random_tensor({3, 8}, kF64, 2, gpu()), Tensor()),
                Error);
 }
 

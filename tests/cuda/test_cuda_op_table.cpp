@@ -12,8 +12,8 @@ namespace {
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> all;
-  for (auto* family : {&elementwise_cases, &reduce_cases, &linalg_cases, &shape_cases, &softmax_loss_cases,
-                       &conv_pool_norm_cases}) {
+  for (auto* family : {&elementwise_cases, &reduce_cases, &linalg_cases, &shape_cases,
+                       &softmax_loss_cases, &conv_pool_norm_cases}) {
     auto cs = (*family)();
     all.insert(all.end(), cs.begin(), cs.end());
   }
@@ -21,7 +21,8 @@ std::vector<OpCase> all_cases() {
 }
 
 struct Inputs {
-  std::vector<Tensor> cpu, gpu;  // cpu: float64 copies of the rounded values; gpu: dtype d on cuda:0
+  std::vector<Tensor> cpu,
+      gpu;  // cpu: float64 copies of the rounded values; gpu: dtype d on cuda:0
 };
 
 // The inputs of a case in float64, drawn as the op-table runner draws them, rounded to `d`.
@@ -59,7 +60,10 @@ bool run_gpu(const OpCase& c, const std::vector<Tensor>& xs, Tensor& out, std::s
   } catch (const Error& e) {
     std::string m = e.what();
     if (m.find("on cpu") == std::string::npos) throw;
-    why = "the case makes CPU tensors inside its op (create them on x[0].device() to run it on the GPU): " + m;
+    why =
+        "the case makes CPU tensors inside its op (create them on x[0].device() to run it on the "
+        "GPU): " +
+        m;
     return false;
   }
 }
@@ -84,7 +88,8 @@ TEST_P(CudaOpTable, ForwardMatchesCpuFloat64) {
     } else {
       EXPECT_EQ(got.dtype(), want.dtype()) << describe(got);
     }
-    double tol = want.is_floating_point() ? std::max(forward_tol(d), d == DType::F32 ? c.tol32 : 0.0) : 0.0;
+    double tol =
+        want.is_floating_point() ? std::max(forward_tol(d), d == DType::F32 ? c.tol32 : 0.0) : 0.0;
     EXPECT_TRUE(all_close(want, got, tol));
   }
 }
@@ -118,7 +123,9 @@ TEST_P(CudaOpTable, BackwardMatchesCpuFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTable, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<OpCase>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace loom::testing

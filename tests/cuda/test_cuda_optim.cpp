@@ -11,8 +11,8 @@
 #include <cstdio>
 
 #include "autograd/ops/ops.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "core/cuda/stream.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
@@ -27,12 +27,13 @@ namespace {
 // Sizes: tiny, empty, multi-chunk (chunks are 4096 elements), odd.
 std::vector<int64_t> sizes(int count) {
   std::vector<int64_t> s;
-  for (int i = 0; i < count; ++i) s.push_back(i % 7 == 3 ? 0 : (i % 11 == 0 ? 10000 + 37 * i : 1 + (i * 131) % 600));
+  for (int i = 0; i < count; ++i)
+    s.push_back(i % 7 == 3 ? 0 : (i % 11 == 0 ? 10000 + 37 * i : 1 + (i * 131) % 600));
   return s;
 }
 
-std::vector<Tensor> random_list(const std::vector<int64_t>& n, DType dt, uint64_t seed, double scale = 1.0,
-                                bool positive = false) {
+std::vector<Tensor> random_list(const std::vector<int64_t>& n, DType dt, uint64_t seed,
+                                double scale = 1.0, bool positive = false) {
   Generator gen(seed);
   std::vector<Tensor> out;
   for (int64_t k : n) {
@@ -53,19 +54,22 @@ std::vector<Tensor> to_gpu(const std::vector<Tensor>& v) {
       continue;
     }
     int64_t n = v[i].numel();
-    Tensor shifted = empty({n + 1}, {.dtype = v[i].dtype(), .device = cuda_device(0)}).slice(0, 1, n + 1);
+    Tensor shifted =
+        empty({n + 1}, {.dtype = v[i].dtype(), .device = cuda_device(0)}).slice(0, 1, n + 1);
     shifted.copy_(v[i]);
     out.push_back(shifted);
   }
   return out;
 }
 
-void expect_lists_close(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu, double tol, const char* what) {
+void expect_lists_close(const std::vector<Tensor>& gpu, const std::vector<Tensor>& cpu, double tol,
+                        const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size());
   for (size_t k = 0; k < cpu.size(); ++k) {
     auto a = gpu[k].to_vector<double>(), b = cpu[k].to_vector<double>();
     for (size_t i = 0; i < b.size(); ++i)
-      ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << what << " tensor " << k << " element " << i;
+      ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i])))
+          << what << " tensor " << k << " element " << i;
   }
 }
 
@@ -84,7 +88,8 @@ TEST_P(CudaOptim, AdamStepMatchesCpu) {
     auto P = to_gpu(p), G = to_gpu(g), M = to_gpu(m), V = to_gpu(v), VM = to_gpu(vm);
     for (int step = 1; step <= 3; ++step) {
       AdamStepParams hp;
-      hp.lr = 0.01, hp.weight_decay = 0.05, hp.decoupled_weight_decay = step % 2 == 0, hp.amsgrad = amsgrad;
+      hp.lr = 0.01, hp.weight_decay = 0.05, hp.decoupled_weight_decay = step % 2 == 0,
+      hp.amsgrad = amsgrad;
       hp.step = step;
       backend_for(kCPU).adam_step(p, g, m, v, amsgrad ? vm : std::vector<Tensor>{}, hp);
       backend_for(cuda_device(0)).adam_step(P, G, M, V, amsgrad ? VM : std::vector<Tensor>{}, hp);
@@ -106,7 +111,8 @@ TEST_P(CudaOptim, SgdStepMatchesCpu) {
     auto P = to_gpu(p), G = to_gpu(g), B = to_gpu(b);
     for (int step = 0; step < 3; ++step) {
       SgdStepParams hp;
-      hp.lr = 0.1, hp.momentum = momentum, hp.weight_decay = 1e-3, hp.nesterov = momentum > 0 && step == 2;
+      hp.lr = 0.1, hp.momentum = momentum, hp.weight_decay = 1e-3,
+      hp.nesterov = momentum > 0 && step == 2;
       hp.dampening = step == 1 ? 0.2 : 0.0, hp.first_step = step == 0;
       std::vector<Tensor> none;
       backend_for(kCPU).sgd_step(p, g, momentum > 0 ? b : none, hp);
@@ -130,12 +136,16 @@ TEST(CudaOptim, OptimizersTrainTheSameOnGpuAndCpu) {
   SKIP_WITHOUT_CUDA();
   auto run = [](Device dev, bool adam) {
     manual_seed(21);
-    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 32), std::make_shared<nn::ReLU>(),
+    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 32),
+                                                  std::make_shared<nn::ReLU>(),
                                                   std::make_shared<nn::Linear>(32, 3));
     model->to(dev);
     std::unique_ptr<optim::Optimizer> opt;
-    if (adam) opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 0.01});
-    else opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    if (adam)
+      opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 0.01});
+    else
+      opt = std::make_unique<optim::SGD>(
+          model->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
     Generator gen(5);
     Tensor x = randn({16, 6}, {}, &gen).to(dev), y = randn({16, 3}, {}, &gen).to(dev);
     for (int t = 0; t < 5; ++t) {
@@ -184,10 +194,14 @@ TEST(CudaOptim, DISABLED_TimeAdamStep) {
       const int n = 20;
       for (int i = 0; i < n; ++i) opt.step();
       cuda::synchronize(0);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
-      std::printf("adam step %-4s (%zu tensors, %.1f M params) %-9s %8.3f ms  (%.0f GB/s of param+grad+state traffic)\n",
-                  name, ps.size(), double(count) / 1e6, fused ? "fused" : "composite", ms,
-                  double(count) * 4 * 7 / (ms * 1e6));
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+          n;
+      std::printf(
+          "adam step %-4s (%zu tensors, %.1f M params) %-9s %8.3f ms  (%.0f GB/s of "
+          "param+grad+state traffic)\n",
+          name, ps.size(), double(count) / 1e6, fused ? "fused" : "composite", ms,
+          double(count) * 4 * 7 / (ms * 1e6));
     }
   }
 }

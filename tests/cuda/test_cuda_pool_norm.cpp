@@ -10,10 +10,10 @@
 #include <cmath>
 #include <string>
 
+#include "core/cuda/stream.h"
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
-#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::testing;
@@ -27,22 +27,27 @@ cuda::CudaBackend& be() { return cuda::cuda_backend(); }
 
 double tol_of(DType dt) {
   switch (dt) {
-    case DType::F64: return 1e-12;
-    case DType::F32: return 1e-6;
-    case DType::F16: return 1e-3;
-    default: return 8e-3;
+    case DType::F64:
+      return 1e-12;
+    case DType::F32:
+      return 1e-6;
+    case DType::F16:
+      return 1e-3;
+    default:
+      return 8e-3;
   }
 }
 
-Pool2dParams pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> pad, bool include_pad = true) {
+Pool2dParams pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> pad,
+                  bool include_pad = true) {
   Pool2dParams p;
   p.kernel = k, p.stride = s, p.padding = pad, p.count_include_pad = include_pad;
   return p;
 }
 
 std::vector<PoolShape> pool_shapes() {
-  return {{2, 3, 8, 8, pool({2, 2}, {2, 2}, {0, 0})},        // the cnn workload's pooling
-          {2, 3, 9, 7, pool({3, 3}, {2, 2}, {1, 1})},        // overlapping windows with padding
+  return {{2, 3, 8, 8, pool({2, 2}, {2, 2}, {0, 0})},  // the cnn workload's pooling
+          {2, 3, 9, 7, pool({3, 3}, {2, 2}, {1, 1})},  // overlapping windows with padding
           {1, 2, 10, 11, pool({3, 2}, {1, 2}, {1, 0}, false)},
           {3, 2, 5, 6, pool({2, 3}, {3, 2}, {1, 1}, false)}};
 }
@@ -105,15 +110,19 @@ TEST(CudaPool, AvgPoolForwardAndBackward) {
     for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
       Tensor x = random_tensor({g.N, g.C, g.H, g.W}, dt, 4, gpu());
       std::vector<double> xv = host(x), y_ref(size_t(g.N * g.C * g.P() * g.Q()), 0.0);
-      for_each_avg_tap(g, [&](int64_t o, int64_t i, double div) { y_ref[size_t(o)] += xv[size_t(i)] / div; });
+      for_each_avg_tap(
+          g, [&](int64_t o, int64_t i, double div) { y_ref[size_t(o)] += xv[size_t(i)] / div; });
       Tensor y = be().avg_pool2d(x, g.p);
       ASSERT_EQ(y.shape(), (Shape{g.N, g.C, g.P(), g.Q()}));
-      EXPECT_LT(rel_err(y, y_ref), tol_of(dt)) << dtype_name(dt) << " include_pad " << g.p.count_include_pad;
+      EXPECT_LT(rel_err(y, y_ref), tol_of(dt))
+          << dtype_name(dt) << " include_pad " << g.p.count_include_pad;
       Tensor gy = random_tensor(y.shape(), dt, 5, gpu());
       std::vector<double> gyv = host(gy), gx_ref(size_t(x.numel()), 0.0);
-      for_each_avg_tap(g, [&](int64_t o, int64_t i, double div) { gx_ref[size_t(i)] += gyv[size_t(o)] / div; });
+      for_each_avg_tap(
+          g, [&](int64_t o, int64_t i, double div) { gx_ref[size_t(i)] += gyv[size_t(o)] / div; });
       Tensor gx = be().avg_pool2d_backward(gy, x.shape(), g.p);
-      EXPECT_LT(rel_err(gx, gx_ref), tol_of(dt)) << dtype_name(dt) << " backward include_pad " << g.p.count_include_pad;
+      EXPECT_LT(rel_err(gx, gx_ref), tol_of(dt))
+          << dtype_name(dt) << " backward include_pad " << g.p.count_include_pad;
     }
 }
 
@@ -123,8 +132,9 @@ struct BnRef {
 };
 
 // Per-channel biased statistics of x (N, C, L) and y = (x - mean) / sqrt(var + eps) * w + b.
-BnRef bn_ref(const std::vector<double>& x, int64_t N, int64_t C, int64_t L, const std::vector<double>& w,
-             const std::vector<double>& b, double eps, const std::vector<double>* use_mean = nullptr,
+BnRef bn_ref(const std::vector<double>& x, int64_t N, int64_t C, int64_t L,
+             const std::vector<double>& w, const std::vector<double>& b, double eps,
+             const std::vector<double>* use_mean = nullptr,
              const std::vector<double>* use_var = nullptr) {
   BnRef r;
   r.mean.assign(size_t(C), 0.0), r.var.assign(size_t(C), 0.0), r.y.assign(x.size(), 0.0);
@@ -156,15 +166,16 @@ TEST(CudaBatchNorm, TrainingEvalAndBackward) {
   SKIP_WITHOUT_CUDA();
   const double eps = 1e-5, momentum = 0.1;
   for (BnCase bc : {BnCase{{8, 5, 7, 6}, kF32, 0.0}, BnCase{{64, 3, 32, 32}, kF32, 100.0},
-                    BnCase{{16, 12}, kF32, 3.0}, BnCase{{4, 6, 9}, kF64, 1.0}, BnCase{{8, 4, 6, 6}, kBF16, 0.5},
-                    BnCase{{8, 4, 6, 6}, kF16, 0.5}}) {
+                    BnCase{{16, 12}, kF32, 3.0}, BnCase{{4, 6, 9}, kF64, 1.0},
+                    BnCase{{8, 4, 6, 6}, kBF16, 0.5}, BnCase{{8, 4, 6, 6}, kF16, 0.5}}) {
     const DType dt = bc.dtype;
     const int64_t N = bc.shape[0], C = bc.shape[1], L = numel(bc.shape) / (N * C);
     std::string what = std::string(dtype_name(dt)) + " " + str(bc.shape);
     Tensor x = random_tensor(bc.shape, dt, 7, gpu(), 2.0, bc.shift);
     Tensor w = random_tensor({C}, dt, 8, gpu(), 0.5, 1.0), b = random_tensor({C}, dt, 9, gpu());
     DType stat_dt = dt == kF64 ? kF64 : kF32;
-    Tensor rm = random_tensor({C}, stat_dt, 10, gpu()), rv = random_tensor({C}, stat_dt, 11, gpu(), 0.1, 1.0);
+    Tensor rm = random_tensor({C}, stat_dt, 10, gpu()),
+           rv = random_tensor({C}, stat_dt, 11, gpu(), 0.1, 1.0);
     std::vector<double> xv = host(x), wv = host(w), bv = host(b), rm0 = host(rm), rv0 = host(rv);
     BnRef ref = bn_ref(xv, N, C, L, wv, bv, eps);
     double tol = dt == kF64 ? 1e-10 : dt == kF32 ? 2e-5 : dt == kF16 ? 2e-3 : 1e-2;
@@ -188,12 +199,14 @@ TEST(CudaBatchNorm, TrainingEvalAndBackward) {
     std::vector<double> rm1 = host(rm), rv1 = host(rv);
     BatchNormOut ev = be().batch_norm(x, w, b, rm, rv, /*training=*/false, momentum, eps);
     EXPECT_FALSE(ev.save_mean.defined());
-    EXPECT_LT(rel_err(ev.y, bn_ref(xv, N, C, L, wv, bv, eps, &rm1, &rv1).y), tol) << what << " eval";
+    EXPECT_LT(rel_err(ev.y, bn_ref(xv, N, C, L, wv, bv, eps, &rm1, &rv1).y), tol)
+        << what << " eval";
     EXPECT_EQ(host(rm), rm1) << what << " eval must not update running_mean";
 
     // backward (training): dx = w invstd (dy - mean(dy) - xhat mean(dy xhat)), dw, db
     Tensor gy = random_tensor(bc.shape, dt, 12, gpu());
-    std::vector<double> gyv = host(gy), gx_want(xv.size()), gw_want(size_t(C), 0.0), gb_want(size_t(C), 0.0);
+    std::vector<double> gyv = host(gy), gx_want(xv.size()), gw_want(size_t(C), 0.0),
+                        gb_want(size_t(C), 0.0);
     for (int64_t c = 0; c < C; ++c) {
       for (int64_t n = 0; n < N; ++n)
         for (int64_t l = 0; l < L; ++l) {
@@ -212,7 +225,8 @@ TEST(CudaBatchNorm, TrainingEvalAndBackward) {
     EXPECT_LT(rel_err(gr.grad_input, gx_want), 2 * tol) << what << " grad_input";
     EXPECT_LT(rel_err(gr.grad_weight, gw_want), tol) << what << " grad_weight";
     EXPECT_LT(rel_err(gr.grad_bias, gb_want), tol) << what << " grad_bias";
-    BatchNormGrads gr_noaffine = be().batch_norm_backward(gy, x, Tensor(), out.save_mean, out.save_invstd);
+    BatchNormGrads gr_noaffine =
+        be().batch_norm_backward(gy, x, Tensor(), out.save_mean, out.save_invstd);
     EXPECT_FALSE(gr_noaffine.grad_weight.defined());
   }
 }
@@ -220,7 +234,8 @@ TEST(CudaBatchNorm, TrainingEvalAndBackward) {
 TEST(CudaBatchNorm, SplitWelfordMatchesNaiveTwoPass) {
   SKIP_WITHOUT_CUDA();
   // A large mean relative to the spread: sum-of-squares formulas would lose all digits here.
-  for (Shape s : {Shape{256, 32, 28, 28}, Shape{256, 128, 7, 7}, Shape{3, 2, 5, 5}, Shape{1000, 7}}) {
+  for (Shape s :
+       {Shape{256, 32, 28, 28}, Shape{256, 128, 7, 7}, Shape{3, 2, 5, 5}, Shape{1000, 7}}) {
     Tensor x = random_tensor(s, kF32, 13, gpu(), 0.01, 1000.0);
     auto [mean, var] = cuda::batch_norm_stats(x, /*naive=*/false);
     auto [mean_n, var_n] = cuda::batch_norm_stats(x, /*naive=*/true);

@@ -20,18 +20,24 @@ const Device kGpu = cuda_device(0);
 Tensor sample(const Shape& s, DType d, uint64_t seed, bool positive = false) {
   Generator gen(seed);
   if (!is_floating(d)) return randint(0, 8, s, {.dtype = DType::I64}, &gen).to(d);
-  Tensor t = positive ? uniform(s, 0.5, 2.0, {.dtype = DType::F64}, &gen) : randn(s, {.dtype = DType::F64}, &gen);
+  Tensor t = positive ? uniform(s, 0.5, 2.0, {.dtype = DType::F64}, &gen)
+                      : randn(s, {.dtype = DType::F64}, &gen);
   return t.to(d);
 }
 
 // Sums of n positive values: float accumulation in a different order from the CPU's double.
 double sum_tol(DType d) {
   switch (d) {
-    case DType::F32: return 2e-5;
-    case DType::F16: return 2e-3;
-    case DType::BF16: return 1e-2;
-    case DType::F64: return 1e-12;
-    default: return 0.0;
+    case DType::F32:
+      return 2e-5;
+    case DType::F16:
+      return 2e-3;
+    case DType::BF16:
+      return 1e-2;
+    case DType::F64:
+      return 1e-12;
+    default:
+      return 0.0;
   }
 }
 
@@ -57,7 +63,8 @@ const ReduceLayout kLayouts[] = {
 
 TEST(CudaReduce, EveryOpLayoutAndDtypeMatchesCpu) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (DType d : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8}) {
+  for (DType d :
+       {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8}) {
     for (const ReduceLayout& l : kLayouts) {
       Tensor x = sample(l.shape, d, 81, true);
       if (l.transpose) x = x.t();
@@ -83,7 +90,8 @@ TEST(CudaReduce, NanPropagatesAndEmptyReductionsFollowTheCpu) {
   float* p = x.data<float>();
   p[2 * 3000 + 1234] = std::numeric_limits<float>::quiet_NaN();
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min})
-    EXPECT_TRUE(all_close(backend_for(kCPU).reduce(op, x, {1}, false), backend_for(kGpu).reduce(op, x.to(kGpu), {1}, false), 2e-5));
+    EXPECT_TRUE(all_close(backend_for(kCPU).reduce(op, x, {1}, false),
+                          backend_for(kGpu).reduce(op, x.to(kGpu), {1}, false), 2e-5));
   Tensor e = zeros({4, 0});
   EXPECT_TRUE(all_close(backend_for(kCPU).reduce(ReduceOp::Sum, e, {1}, false),
                         backend_for(kGpu).reduce(ReduceOp::Sum, e.to(kGpu), {1}, false), 0.0));
@@ -122,7 +130,8 @@ TEST(CudaSoftmax, ForwardAndBackwardMatchCpuFloat64) {
     for (Shape s : {Shape{300, 10}, Shape{50, 1000}, Shape{8, 5000}, Shape{6, 7, 9}}) {
       for (int64_t dim : {int64_t(s.size()) - 1, int64_t(0)}) {
         for (bool log : {false, true}) {
-          SCOPED_TRACE(str(dtype_name(d), " ", str(s), " dim ", dim, log ? " log_softmax" : " softmax"));
+          SCOPED_TRACE(
+              str(dtype_name(d), " ", str(s), " dim ", dim, log ? " log_softmax" : " softmax"));
           Tensor x = sample(s, d, 91).mul_(3.0);
           Tensor x64 = x.to(DType::F64);
           Tensor want = backend_for(kCPU).softmax(x64, dim, log);
@@ -131,7 +140,8 @@ TEST(CudaSoftmax, ForwardAndBackwardMatchCpuFloat64) {
           EXPECT_TRUE(all_close(want, got, forward_tol(d)));
           Tensor dy = sample(s, d, 92);
           Tensor y = want.to(d);  // the same (rounded) y on both sides
-          Tensor gw = backend_for(kCPU).softmax_backward(dy.to(DType::F64), y.to(DType::F64), dim, log);
+          Tensor gw =
+              backend_for(kCPU).softmax_backward(dy.to(DType::F64), y.to(DType::F64), dim, log);
           Tensor gg = backend_for(kGpu).softmax_backward(dy.to(kGpu), y.to(kGpu), dim, log);
           EXPECT_TRUE(all_close(gw, gg, backward_tol(d)));
         }
@@ -145,7 +155,8 @@ TEST(CudaSoftmax, MaskedEntriesGetZeroProbability) {
   Tensor x = sample({4, 2000}, DType::F32, 93);
   float* p = x.data<float>();
   for (int64_t j = 0; j < 2000; j += 3) p[j] = -std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(all_close(backend_for(kCPU).softmax(x, 1, false), backend_for(kGpu).softmax(x.to(kGpu), 1, false), 1e-5));
+  EXPECT_TRUE(all_close(backend_for(kCPU).softmax(x, 1, false),
+                        backend_for(kGpu).softmax(x.to(kGpu), 1, false), 1e-5));
 }
 
 TEST(CudaLoss, NllLossWithIgnoredRowsMatchesCpu) {
@@ -163,24 +174,29 @@ TEST(CudaLoss, NllLossWithIgnoredRowsMatchesCpu) {
       Tensor got = backend_for(kGpu).nll_loss(logp.to(kGpu), target.to(kGpu), r, -100);
       EXPECT_TRUE(all_close(want, got, r == Reduction::Sum ? sum_tol(d) : forward_tol(d)));
       Tensor grad = r == Reduction::None ? sample({N}, d, 103) : full({}, 1.7, {.dtype = d});
-      Tensor gw = backend_for(kCPU).nll_loss_backward(grad.to(DType::F64), logp.to(DType::F64), target, r, -100);
-      Tensor gg = backend_for(kGpu).nll_loss_backward(grad.to(kGpu), logp.to(kGpu), target.to(kGpu), r, -100);
+      Tensor gw = backend_for(kCPU).nll_loss_backward(grad.to(DType::F64), logp.to(DType::F64),
+                                                      target, r, -100);
+      Tensor gg = backend_for(kGpu).nll_loss_backward(grad.to(kGpu), logp.to(kGpu), target.to(kGpu),
+                                                      r, -100);
       EXPECT_TRUE(all_close(gw, gg, forward_tol(d)));
     }
   }
   // Every row ignored: Mean is NaN on both.
   Tensor all_ignored = full({5}, -100, {.dtype = DType::I64});
   Tensor lp = zeros({5, 3});
-  EXPECT_TRUE(std::isnan(backend_for(kGpu).nll_loss(lp.to(kGpu), all_ignored.to(kGpu), Reduction::Mean, -100).item()));
+  EXPECT_TRUE(std::isnan(
+      backend_for(kGpu).nll_loss(lp.to(kGpu), all_ignored.to(kGpu), Reduction::Mean, -100).item()));
   // The composite cross_entropy on the GPU agrees with the CPU.
   Tensor logits = sample({N, C}, DType::F32, 104);
-  EXPECT_TRUE(all_close(cross_entropy(logits, target), cross_entropy(logits.to(kGpu), target.to(kGpu)), 1e-5));
+  EXPECT_TRUE(all_close(cross_entropy(logits, target),
+                        cross_entropy(logits.to(kGpu), target.to(kGpu)), 1e-5));
 }
 
 TEST(CudaIndex, IndexSelectAndIndexAddMatchCpu) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   Tensor index = from_vector<int64_t>({4, 0, 4, 2, 1, 4}, {6});
-  for (DType d : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8}) {
+  for (DType d :
+       {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8}) {
     Tensor x = sample({5, 6, 7}, d, 111);
     for (int64_t dim = 0; dim < 3; ++dim) {
       SCOPED_TRACE(str(dtype_name(d), " dim ", dim));
@@ -237,7 +253,8 @@ TEST(CudaReduce, FastKernelsAgreeWithNaive) {
       if (l.transpose) g = g.t();
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         SCOPED_TRACE(str(dtype_name(d), " ", l.path, " op ", int(op)));
-        auto [n, f] = naive_and_fast([&] { return backend_for(kGpu).reduce(op, g, l.dims, false); });
+        auto [n, f] =
+            naive_and_fast([&] { return backend_for(kGpu).reduce(op, g, l.dims, false); });
         EXPECT_TRUE(all_close(n, f, op == ReduceOp::Sum ? sum_tol(d) : 0.0));
       }
     }
@@ -259,8 +276,10 @@ TEST(CudaSoftmax, FastKernelsAgreeWithNaive) {
         auto [n, f] = naive_and_fast([&] { return backend_for(kGpu).softmax(g, 1, log); });
         EXPECT_TRUE(all_close(n, f, d == DType::F32 ? 1e-6 : 1e-3)) << dtype_name(d) << " " << log;
         Tensor dy = sample(s, d, 142).to(kGpu);
-        auto [nb, fb] = naive_and_fast([&] { return backend_for(kGpu).softmax_backward(dy, f, 1, log); });
-        EXPECT_TRUE(all_close(nb, fb, d == DType::F32 ? 1e-5 : 1e-2)) << dtype_name(d) << " " << log;
+        auto [nb, fb] =
+            naive_and_fast([&] { return backend_for(kGpu).softmax_backward(dy, f, 1, log); });
+        EXPECT_TRUE(all_close(nb, fb, d == DType::F32 ? 1e-5 : 1e-2))
+            << dtype_name(d) << " " << log;
       }
     }
   }

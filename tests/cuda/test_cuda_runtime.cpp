@@ -10,9 +10,9 @@
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/allocator.h"
-#include "core/cuda/host_allocator.h"
-#include "core/cuda/graph.h"
 #include "core/cuda/device_info.h"
+#include "core/cuda/graph.h"
+#include "core/cuda/host_allocator.h"
 #include "core/cuda/stream.h"
 
 namespace loom::testing {
@@ -46,7 +46,9 @@ class BlockedStream {
 
 // Makes `s` the current stream of cuda:0 for the scope.
 struct StreamScope {
-  explicit StreamScope(cudaStream_t s) : prev(cuda::current_stream(0)) { cuda::set_current_stream(0, s); }
+  explicit StreamScope(cudaStream_t s) : prev(cuda::current_stream(0)) {
+    cuda::set_current_stream(0, s);
+  }
   ~StreamScope() { cuda::set_current_stream(0, prev); }
   cudaStream_t prev;
 };
@@ -296,7 +298,8 @@ TEST(CudaGraph, HostSyncInsideCaptureIsAnErrorThatSaysSo) {
     (void)y.sum().item();
     FAIL() << "item() inside a capture did not raise";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("captured into a CUDA graph"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("captured into a CUDA graph"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(cuda::synchronize(0), Error);
   EXPECT_THROW(y.copy_(zeros({100})), Error);  // pageable host memory
@@ -335,7 +338,9 @@ TEST(CudaDeviceErrors, BadIndexIsReportedAtTheNextSync) {
     FAIL() << "no error for index 7 of a dim of size 5";
   } catch (const Error& e) {
     std::string m = e.what();
-    EXPECT_NE(m.find("index_select: index 7 (position 1) is out of range [0, 5)"), std::string::npos) << m;
+    EXPECT_NE(m.find("index_select: index 7 (position 1) is out of range [0, 5)"),
+              std::string::npos)
+        << m;
   }
   Tensor target = from_vector<int64_t>({0, 3, 12}, {3}).to(kGpu);
   Tensor lp = log_softmax(randn({3, 4}, {.device = kGpu}), 1);

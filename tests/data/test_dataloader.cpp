@@ -2,8 +2,6 @@
 // collate paths, transforms on the workers, exceptions, early stop, bounded prefetch, resume.
 #include <gtest/gtest.h>
 
-#include "support/fashion_mnist.h"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +14,7 @@
 #include "data/dataloader.h"
 #include "data/mnist.h"
 #include "kernels/backend.h"
+#include "support/fashion_mnist.h"
 
 using namespace loom;
 using namespace loom::data;
@@ -78,7 +77,8 @@ void within(std::chrono::seconds limit, F f) {
     f();
     done->set_value();
   }).detach();
-  ASSERT_EQ(fut.wait_for(limit), std::future_status::ready) << "did not finish within " << limit.count() << " s";
+  ASSERT_EQ(fut.wait_for(limit), std::future_status::ready)
+      << "did not finish within " << limit.count() << " s";
 }
 
 }  // namespace
@@ -124,7 +124,11 @@ TEST(DataLoader, SameBatchesForAnyNumberOfWorkers) {
   for (bool fast : {true, false}) {
     std::vector<Seen> results;
     for (int64_t workers : {0, 1, 3}) {
-      DataLoaderOptions opt{.batch_size = 7, .shuffle = true, .num_workers = workers, .prefetch_factor = 2, .seed = 123};
+      DataLoaderOptions opt{.batch_size = 7,
+                            .shuffle = true,
+                            .num_workers = workers,
+                            .prefetch_factor = 2,
+                            .seed = 123};
       std::shared_ptr<const Dataset> ds =
           fast ? std::shared_ptr<const Dataset>(std::make_shared<TensorDataset>(rows(100)))
                : std::make_shared<GetOnly>(rows(100));
@@ -147,7 +151,8 @@ TEST(DataLoader, SameBatchesForAnyNumberOfWorkers) {
   }
   // Fast and generic paths agree batch for batch.
   DataLoader a(rows(50), {.batch_size = 8, .shuffle = true, .num_workers = 2, .seed = 9});
-  DataLoader b(std::make_shared<GetOnly>(rows(50)), {.batch_size = 8, .shuffle = true, .num_workers = 2, .seed = 9});
+  DataLoader b(std::make_shared<GetOnly>(rows(50)),
+               {.batch_size = 8, .shuffle = true, .num_workers = 2, .seed = 9});
   EXPECT_EQ(one_epoch(a), one_epoch(b));
 }
 
@@ -196,8 +201,8 @@ TEST(DataLoader, EarlyStopThenDestructionDoesNotHang) {
   within(30s, [] {
     for (int64_t workers : {1, 3, 8}) {
       auto ds = std::make_shared<GetOnly>(rows(2000));
-      auto loader = std::make_unique<DataLoader>(ds, DataLoaderOptions{.batch_size = 4, .num_workers = workers,
-                                                                       .prefetch_factor = 2});
+      auto loader = std::make_unique<DataLoader>(
+          ds, DataLoaderOptions{.batch_size = 4, .num_workers = workers, .prefetch_factor = 2});
       int taken = 0;
       for (Batch& b : *loader) {
         (void)b;
@@ -226,7 +231,8 @@ TEST(DataLoader, PrefetchIsBounded) {
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(ds->calls_.load(), expected);  // not the whole epoch, and the window is used
   ASSERT_TRUE(loader.next().has_value());  // one more delivered: room for one more batch
-  for (int i = 0; i < 500 && ds->calls_.load() < expected + bs; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 500 && ds->calls_.load() < expected + bs; ++i)
+    std::this_thread::sleep_for(10ms);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(ds->calls_.load(), expected + bs);
 }
@@ -274,7 +280,8 @@ TEST(DataLoader, WithDistributedSampler) {
   for (int64_t r = 0; r < R; ++r) {
     auto sampler = std::make_shared<DistributedSampler>(
         n, DistributedSamplerOptions{.num_replicas = R, .rank = r, .seed = 4});
-    DataLoader loader(std::make_shared<TensorDataset>(rows(n)), sampler, {.batch_size = 4, .num_workers = 2});
+    DataLoader loader(std::make_shared<TensorDataset>(rows(n)), sampler,
+                      {.batch_size = 4, .num_workers = 2});
     EXPECT_EQ(loader.size(), 3);  // batches of 4, 4, 3
     std::vector<int64_t> sizes;
     for (Batch& b : loader) {
@@ -312,7 +319,9 @@ TEST(DataLoader, TransformsRunPerSampleAndDeterministically) {
       std::make_shared<RandomCrop>(4, 1), std::make_shared<RandomHorizontalFlip>(0.5)});
   std::vector<Seen> results;
   for (int64_t workers : {0, 1, 3}) {
-    DataLoader loader(images, {.batch_size = 5, .shuffle = true, .num_workers = workers, .seed = 21, .transform = tf});
+    DataLoader loader(
+        images,
+        {.batch_size = 5, .shuffle = true, .num_workers = workers, .seed = 21, .transform = tf});
     results.push_back(one_epoch(loader));
   }
   EXPECT_EQ(results[0], results[1]);
@@ -325,7 +334,8 @@ TEST(DataLoader, TransformsRunPerSampleAndDeterministically) {
       const int64_t i = s.indices[b][k];
       SampleRng rng(21, 0, i);
       std::vector<float> want = (*tf)(images.get(i).data, rng).to_vector<float>();
-      std::vector<float> got(s.data[b].begin() + long(16 * k), s.data[b].begin() + long(16 * (k + 1)));
+      std::vector<float> got(s.data[b].begin() + long(16 * k),
+                             s.data[b].begin() + long(16 * (k + 1)));
       EXPECT_EQ(got, want) << "example " << i;
     }
   // Another epoch augments differently; a flip with p = 1 through the loader really flips.
@@ -333,13 +343,16 @@ TEST(DataLoader, TransformsRunPerSampleAndDeterministically) {
   e1.set_epoch(1);
   Seen s1 = one_epoch(e1);
   EXPECT_NE(s1.data, s.data);
-  DataLoader flip(images, {.batch_size = 12, .transform = std::make_shared<RandomHorizontalFlip>(1.0)});
+  DataLoader flip(images,
+                  {.batch_size = 12, .transform = std::make_shared<RandomHorizontalFlip>(1.0)});
   std::vector<float> f = flip.next()->data.to_vector<float>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t y = 0; y < 4; ++y)
-      for (int64_t x = 0; x < 5; ++x) ASSERT_EQ(f[size_t(i * 20 + y * 5 + x)], px[size_t(i * 20 + y * 5 + 4 - x)]);
+      for (int64_t x = 0; x < 5; ++x)
+        ASSERT_EQ(f[size_t(i * 20 + y * 5 + x)], px[size_t(i * 20 + y * 5 + 4 - x)]);
   // A transform on non-float data is an error naming the transform.
-  DataLoader bad(TensorDataset(zeros({4, 2, 2}, {.dtype = kU8})), {.batch_size = 2, .transform = tf});
+  DataLoader bad(TensorDataset(zeros({4, 2, 2}, {.dtype = kU8})),
+                 {.batch_size = 2, .transform = tf});
   try {
     bad.next();
     FAIL() << "expected an error";
@@ -352,8 +365,8 @@ TEST(DataLoader, BadOptionsAreErrors) {
   EXPECT_THROW(DataLoader(rows(4), {.batch_size = 0}), Error);
   EXPECT_THROW(DataLoader(rows(4), {.num_workers = -1}), Error);
   EXPECT_THROW(DataLoader(rows(4), {.prefetch_factor = 0}), Error);
-  EXPECT_THROW(DataLoader(std::make_shared<TensorDataset>(rows(4)), std::make_shared<SequentialSampler>(4),
-                          {.shuffle = true}),
+  EXPECT_THROW(DataLoader(std::make_shared<TensorDataset>(rows(4)),
+                          std::make_shared<SequentialSampler>(4), {.shuffle = true}),
                Error);
   if (!has_backend(DeviceType::CUDA)) {
     EXPECT_THROW(DataLoader(rows(4), {.device = Device(DeviceType::CUDA, 0)}), Error);
@@ -380,17 +393,19 @@ TEST(DataLoader, FashionMnistThroughput) {
     int64_t workers;
     std::shared_ptr<const Transform> tf;
   };
-  for (const Case& c : {Case{"TensorDataset", whole, 0, nullptr}, Case{"TensorDataset", whole, 2, nullptr},
-                        Case{"FashionMNIST (uint8 -> float per batch)", mnist, 0, nullptr},
-                        Case{"FashionMNIST (uint8 -> float per batch)", mnist, 2, nullptr},
-                        Case{"TensorDataset + crop/flip", whole, 2, cnn_tf}}) {
-    DataLoader loader(c.ds, {.batch_size = 256, .shuffle = true, .num_workers = c.workers, .transform = c.tf});
+  for (const Case& c :
+       {Case{"TensorDataset", whole, 0, nullptr}, Case{"TensorDataset", whole, 2, nullptr},
+        Case{"FashionMNIST (uint8 -> float per batch)", mnist, 0, nullptr},
+        Case{"FashionMNIST (uint8 -> float per batch)", mnist, 2, nullptr},
+        Case{"TensorDataset + crop/flip", whole, 2, cnn_tf}}) {
+    DataLoader loader(
+        c.ds, {.batch_size = 256, .shuffle = true, .num_workers = c.workers, .transform = c.tf});
     auto t0 = std::chrono::steady_clock::now();
     int64_t samples = 0;
     for (Batch& b : loader) samples += b.data.size(0);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(samples, 60000);
-    std::printf("[ loader ] %-42s workers=%lld: %8.0f samples/s (epoch of 60000 in %.3f s)\n", c.name,
-                (long long)c.workers, double(samples) / secs, secs);
+    std::printf("[ loader ] %-42s workers=%lld: %8.0f samples/s (epoch of 60000 in %.3f s)\n",
+                c.name, (long long)c.workers, double(samples) / secs, secs);
   }
 }

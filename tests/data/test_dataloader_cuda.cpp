@@ -13,9 +13,9 @@
 #include "autograd/ops/factory.h"
 #include "autograd/ops/shape.h"
 #include "core/cuda/host_allocator.h"
+#include "core/cuda/stream.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
-#include "core/cuda/stream.h"
 
 using namespace loom;
 using namespace loom::data;
@@ -41,7 +41,10 @@ TEST(DataLoaderCuda, PinnedBatchesOnTheDeviceEqualCpuBatches) {
       std::make_shared<RandomCrop>(8, 2), std::make_shared<RandomHorizontalFlip>(0.5)});
   for (int64_t workers : {0, 2}) {
     for (bool with_tf : {false, true}) {
-      DataLoaderOptions opt{.batch_size = 32, .shuffle = true, .num_workers = workers, .seed = 3,
+      DataLoaderOptions opt{.batch_size = 32,
+                            .shuffle = true,
+                            .num_workers = workers,
+                            .seed = 3,
                             .transform = with_tf ? tf : nullptr};
       DataLoader cpu_loader(images(1000), opt);
       opt.device = gpu;
@@ -62,7 +65,8 @@ TEST(DataLoaderCuda, PinnedBatchesOnTheDeviceEqualCpuBatches) {
       EXPECT_EQ(batches, 32);
       // Pinned blocks come back to the cache once their copies finished: a handful of
       // cudaHostAlloc calls for 32 batches, not one per batch.
-      EXPECT_LE(loom::cuda::pinned_stats().num_host_allocs - allocs_before, uint64_t(2 * (2 * workers + 4)));
+      EXPECT_LE(loom::cuda::pinned_stats().num_host_allocs - allocs_before,
+                uint64_t(2 * (2 * workers + 4)));
     }
   }
 }
@@ -73,7 +77,8 @@ TEST(DataLoaderCuda, DatasetOnTheDeviceIsBatchedThere) {
   TensorDataset host = images(300);
   auto on_gpu = std::make_shared<TensorDataset>(to(host.data(), gpu), to(host.target(), gpu));
   DataLoader a(host, {.batch_size = 64, .shuffle = true, .seed = 8});
-  DataLoader b(on_gpu, {.batch_size = 64, .shuffle = true, .num_workers = 2, .device = gpu, .seed = 8});
+  DataLoader b(on_gpu,
+               {.batch_size = 64, .shuffle = true, .num_workers = 2, .device = gpu, .seed = 8});
   while (true) {
     std::optional<Batch> x = a.next(), y = b.next();
     ASSERT_EQ(x.has_value(), y.has_value());
@@ -83,7 +88,8 @@ TEST(DataLoaderCuda, DatasetOnTheDeviceIsBatchedThere) {
     ASSERT_EQ(x->target.to_vector<int64_t>(), y->target.to_vector<int64_t>());
   }
   // Transforms run on the host: asking for one with a device dataset is an error.
-  EXPECT_THROW(DataLoader(on_gpu, {.transform = std::make_shared<RandomHorizontalFlip>(0.5)}), Error);
+  EXPECT_THROW(DataLoader(on_gpu, {.transform = std::make_shared<RandomHorizontalFlip>(0.5)}),
+               Error);
 }
 TEST(DataLoaderCuda, FashionMnistToTheGpuThroughput) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no GPU";
@@ -98,11 +104,15 @@ TEST(DataLoaderCuda, FashionMnistToTheGpuThroughput) {
     int64_t workers;
     bool pin;
   };
-  for (const Case& c : {Case{"host TensorDataset, pinned", whole, 0, true}, Case{"host TensorDataset, pinned", whole, 2, true},
+  for (const Case& c : {Case{"host TensorDataset, pinned", whole, 0, true},
+                        Case{"host TensorDataset, pinned", whole, 2, true},
                         Case{"host TensorDataset, pageable", whole, 2, false},
                         Case{"TensorDataset on the GPU", resident, 0, true}}) {
     for (int rep = 0; rep < 2; ++rep) {  // the first pass warms the pinned and device caches
-      DataLoader loader(c.ds, {.batch_size = 256, .shuffle = true, .num_workers = c.workers, .pin_memory = c.pin,
+      DataLoader loader(c.ds, {.batch_size = 256,
+                               .shuffle = true,
+                               .num_workers = c.workers,
+                               .pin_memory = c.pin,
                                .device = gpu});
       auto t0 = std::chrono::steady_clock::now();
       int64_t samples = 0;
@@ -111,8 +121,8 @@ TEST(DataLoaderCuda, FashionMnistToTheGpuThroughput) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_EQ(samples, 60000);
       if (rep == 1)
-        std::printf("[ loader->gpu ] %-30s workers=%lld: %9.0f samples/s (epoch in %.3f s)\n", c.name,
-                    (long long)c.workers, double(samples) / secs, secs);
+        std::printf("[ loader->gpu ] %-30s workers=%lld: %9.0f samples/s (epoch in %.3f s)\n",
+                    c.name, (long long)c.workers, double(samples) / secs, secs);
     }
   }
 }

@@ -37,12 +37,14 @@ TEST(TensorDataset, RowsAreViewsAndBatchesAreGathered) {
   std::vector<int64_t> idx = {5, 0, 5, 2};
   Example b = ds.get_batch(idx);
   EXPECT_EQ(b.data.shape(), (Shape{4, 2, 2}));
-  EXPECT_EQ(b.data.to_vector<float>(), (std::vector<float>{20, 21, 22, 23, 0, 1, 2, 3, 20, 21, 22, 23, 8, 9, 10, 11}));
+  EXPECT_EQ(b.data.to_vector<float>(),
+            (std::vector<float>{20, 21, 22, 23, 0, 1, 2, 3, 20, 21, 22, 23, 8, 9, 10, 11}));
   EXPECT_EQ(b.target.to_vector<int64_t>(), (std::vector<int64_t>{105, 100, 105, 102}));
 
   // A non-contiguous input is made contiguous once; rows still come out right.
   TensorDataset t(x.transpose(1, 2), y);
-  EXPECT_EQ(t.get_batch(std::vector<int64_t>{1}).data.to_vector<float>(), (std::vector<float>{4, 6, 5, 7}));
+  EXPECT_EQ(t.get_batch(std::vector<int64_t>{1}).data.to_vector<float>(),
+            (std::vector<float>{4, 6, 5, 7}));
 
   std::string msg = error_of([&] { ds.get_batch(std::vector<int64_t>{1, 6}); });
   EXPECT_NE(msg.find("index 6 is out of range for 6 examples"), std::string::npos) << msg;

@@ -1,27 +1,24 @@
 // data/mnist: the idx reader on the real Fashion-MNIST files (checked against bytes read here
 // with zlib directly) and every error case on small files written to a temporary folder.
 #include <gtest/gtest.h>
-
-#include "support/fashion_mnist.h"
+#include <unistd.h>
 #include <zlib.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <cstring>
-#include <unistd.h>
 
 #include "data/mnist.h"
+#include "support/fashion_mnist.h"
 
 using namespace loom;
 using namespace loom::data;
 namespace fs = std::filesystem;
 
 namespace {
-
-
 
 // The whole decompressed file, read with zlib here (independent of the reader under test).
 std::vector<uint8_t> gunzip_file(const std::string& path) {
@@ -84,7 +81,8 @@ class TempDir : public ::testing::Test {
   // A small valid split: n images of h x w and n labels (values i % 10), gzip or plain.
   void write_split(const std::string& split, uint32_t n, uint32_t h, uint32_t w, bool gz) {
     std::string ext = gz ? ".gz" : "";
-    write_file(dir_ / (split + "-images-idx3-ubyte" + ext), idx_bytes({n, h, w}, iota_bytes(size_t(n) * h * w)), gz);
+    write_file(dir_ / (split + "-images-idx3-ubyte" + ext),
+               idx_bytes({n, h, w}, iota_bytes(size_t(n) * h * w)), gz);
     std::vector<uint8_t> labels(n);
     for (uint32_t i = 0; i < n; ++i) labels[i] = uint8_t(i % 10);
     write_file(dir_ / (split + "-labels-idx1-ubyte" + ext), idx_bytes({n}, labels), gz);
@@ -187,7 +185,8 @@ TEST(FashionMnist, NormalisationGetGatherAndWholeSetAgree) {
     s += r[i];
     s2 += double(r[i]) * r[i];
   }
-  const double mean = s / double(raw01.numel()), sd = std::sqrt(s2 / double(raw01.numel()) - mean * mean);
+  const double mean = s / double(raw01.numel()),
+               sd = std::sqrt(s2 / double(raw01.numel()) - mean * mean);
   EXPECT_NEAR(mean, 0.2860, 1e-4);
   EXPECT_NEAR(sd, 0.3530, 1e-3);
   TensorDataset td = train.to_tensor_dataset();
@@ -275,7 +274,9 @@ TEST_F(TempDir, TruncatedGzipStream) {
   fs::resize_file(dir_ / "big.gz", size / 2);
   std::string msg = error_of([&] { read_idx_u8((dir_ / "big.gz").string(), 3); });
   EXPECT_NE(msg.find("big.gz"), std::string::npos) << msg;
-  EXPECT_TRUE(msg.find("truncated") != std::string::npos || msg.find("cannot read") != std::string::npos) << msg;
+  EXPECT_TRUE(msg.find("truncated") != std::string::npos ||
+              msg.find("cannot read") != std::string::npos)
+      << msg;
 }
 
 TEST_F(TempDir, TrailingBytes) {

@@ -73,14 +73,19 @@ TEST(DistributedSampler, SizesPaddingAndDisjointnessFollowSpecs) {
           SCOPED_TRACE(testing::Message() << "N=" << n << " R=" << R << " drop_last=" << drop_last
                                           << " shuffle=" << shuffle);
           // SPECS.md, in floating point.
-          int64_t num_samples = (drop_last && n % R != 0) ? int64_t(std::ceil(double(n - R) / double(R)))
-                                                          : int64_t(std::ceil(double(n) / double(R)));
+          int64_t num_samples = (drop_last && n % R != 0)
+                                    ? int64_t(std::ceil(double(n - R) / double(R)))
+                                    : int64_t(std::ceil(double(n) / double(R)));
           num_samples = std::max<int64_t>(num_samples, 0);
           const int64_t total = num_samples * R;
           if (n == 0 && total > 0) continue;  // nothing to pad from (not reachable: total is 0)
           std::vector<std::vector<int64_t>> per_rank;
           for (int64_t r = 0; r < R; ++r) {
-            DistributedSampler s(n, {.num_replicas = R, .rank = r, .shuffle = shuffle, .seed = 7, .drop_last = drop_last});
+            DistributedSampler s(n, {.num_replicas = R,
+                                     .rank = r,
+                                     .shuffle = shuffle,
+                                     .seed = 7,
+                                     .drop_last = drop_last});
             ASSERT_EQ(s.size(), num_samples);
             ASSERT_EQ(s.total_size(), total);
             per_rank.push_back(s.indices(3));
@@ -89,7 +94,8 @@ TEST(DistributedSampler, SizesPaddingAndDisjointnessFollowSpecs) {
           // Interleave back: rank r took global[r : total : R].
           std::vector<int64_t> global(static_cast<size_t>(total));
           for (int64_t r = 0; r < R; ++r)
-            for (int64_t i = 0; i < num_samples; ++i) global[size_t(i * R + r)] = per_rank[size_t(r)][size_t(i)];
+            for (int64_t i = 0; i < num_samples; ++i)
+              global[size_t(i * R + r)] = per_rank[size_t(r)][size_t(i)];
           if (total >= n) {
             // No sample lost; the first N are a permutation, the rest repeat from the head.
             std::vector<int64_t> head(global.begin(), global.begin() + n);
@@ -97,9 +103,11 @@ TEST(DistributedSampler, SizesPaddingAndDisjointnessFollowSpecs) {
             if (!shuffle) {
               ASSERT_EQ(head, iota(n));
             }
-            for (int64_t i = n; i < total; ++i) ASSERT_EQ(global[size_t(i)], global[size_t((i - n) % n)]) << i;
+            for (int64_t i = n; i < total; ++i)
+              ASSERT_EQ(global[size_t(i)], global[size_t((i - n) % n)]) << i;
           } else {
-            // drop_last: all distinct (the ranks are disjoint), and the tail of the permutation dropped.
+            // drop_last: all distinct (the ranks are disjoint), and the tail of the permutation
+            // dropped.
             ASSERT_TRUE(drop_last);
             std::set<int64_t> seen(global.begin(), global.end());
             ASSERT_EQ(int64_t(seen.size()), total);
@@ -109,10 +117,12 @@ TEST(DistributedSampler, SizesPaddingAndDisjointnessFollowSpecs) {
             }
           }
           if (shuffle && n > 2) {
-            DistributedSampler s(n, {.num_replicas = R, .rank = 0, .seed = 7, .drop_last = drop_last});
+            DistributedSampler s(n,
+                                 {.num_replicas = R, .rank = 0, .seed = 7, .drop_last = drop_last});
             // The epoch's permutation is random_permutation(n, seed + epoch).
             std::vector<int64_t> perm = random_permutation(n, 7 + 3);
-            for (int64_t i = 0; i < std::min(total, n); ++i) ASSERT_EQ(global[size_t(i)], perm[size_t(i)]);
+            for (int64_t i = 0; i < std::min(total, n); ++i)
+              ASSERT_EQ(global[size_t(i)], perm[size_t(i)]);
             if (num_samples >= 3) {  // (tiny shards may repeat by chance)
               EXPECT_NE(s.indices(3), s.indices(4));
             }
@@ -131,7 +141,8 @@ TEST(DistributedSampler, ExactlyOnceEvaluationMode) {
         std::vector<int64_t> all;
         int64_t smallest = n, largest = 0;
         for (int64_t r = 0; r < R; ++r) {
-          DistributedSampler s(n, {.num_replicas = R, .rank = r, .shuffle = shuffle, .exactly_once = true});
+          DistributedSampler s(
+              n, {.num_replicas = R, .rank = r, .shuffle = shuffle, .exactly_once = true});
           std::vector<int64_t> mine = s.indices(0);
           ASSERT_EQ(int64_t(mine.size()), s.size());
           smallest = std::min<int64_t>(smallest, s.size());

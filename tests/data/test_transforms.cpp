@@ -32,12 +32,14 @@ std::vector<float> pad_image(const Tensor& x, int64_t P, float fill) {
   std::vector<float> padded(size_t(C * PH * PW), fill);
   for (int64_t c = 0; c < C; ++c)
     for (int64_t y = 0; y < H; ++y)
-      for (int64_t w = 0; w < W; ++w) padded[size_t((c * PH + y + P) * PW + w + P)] = at(x, c, y, w);
+      for (int64_t w = 0; w < W; ++w)
+        padded[size_t((c * PH + y + P) * PW + w + P)] = at(x, c, y, w);
   return padded;
 }
 
 // The (top, left) corners of every window of `padded` (C, PH, PW) equal to out (C, SH, SW).
-std::vector<std::pair<int64_t, int64_t>> matching_windows(const Tensor& out, const std::vector<float>& padded,
+std::vector<std::pair<int64_t, int64_t>> matching_windows(const Tensor& out,
+                                                          const std::vector<float>& padded,
                                                           int64_t PH, int64_t PW) {
   const int64_t C = out.size(0), SH = out.size(1), SW = out.size(2);
   std::vector<std::pair<int64_t, int64_t>> found;

@@ -35,7 +35,8 @@ inline std::pair<Tensor, Tensor> ddp_case_batch(int64_t step, int64_t rows, DTyp
 }
 
 inline std::unique_ptr<optim::SGD> ddp_case_optimizer(nn::Module& m) {
-  return std::make_unique<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  return std::make_unique<optim::SGD>(m.parameters(),
+                                      optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
 }
 
 }  // namespace loom::test

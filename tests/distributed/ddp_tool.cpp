@@ -50,7 +50,7 @@ int train(int argc, char** argv) {
   DDPOptions opt;
   if (o.count("cap")) opt.first_bucket_cap_bytes = opt.bucket_cap_bytes = std::stoul(o["cap"]);
   if (o.count("comm")) opt.comm_dtype = o["comm"] == "bf16" ? kBF16 : kF16;
-  const int64_t b = 4;  // rows per micro-batch per rank
+  const int64_t b = 4;                                            // rows per micro-batch per rank
   auto model = test::ddp_case_model(dt, 100 + uint64_t(g_rank));  // differs per rank on purpose
   model->to(g_device);
   DistributedDataParallel ddp(model, nullptr, opt);
@@ -91,7 +91,9 @@ class Heads : public nn::Module {
     some = register_module("some", std::make_shared<nn::Linear>(test::kIn, test::kClasses));
     never = register_module("never", std::make_shared<nn::Linear>(test::kIn, test::kClasses));
   }
-  Tensor forward(const Tensor& x) override { return use_some ? fc->forward(x) + some->forward(x) : fc->forward(x); }
+  Tensor forward(const Tensor& x) override {
+    return use_some ? fc->forward(x) + some->forward(x) : fc->forward(x);
+  }
   std::shared_ptr<nn::Linear> fc, some, never;
   bool use_some = false;
 };
@@ -128,7 +130,8 @@ int unused(char** argv) {
 
 int mismatch() {
   manual_seed(1);
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(test::kIn, g_rank == 1 ? 5 : 4));
+  auto model = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Linear>(test::kIn, g_rank == 1 ? 5 : 4));
   model->to(g_device);
   try {
     DistributedDataParallel ddp(model);
@@ -203,12 +206,18 @@ int main(int argc, char** argv) {
     init_process_group(io);
     std::string mode = argv[1];
     int rc = 2;
-    if (mode == "train") rc = train(argc, argv);
-    else if (mode == "unused") rc = unused(argv);
-    else if (mode == "mismatch") rc = mismatch();
-    else if (mode == "consistency") rc = consistency();
-    else if (mode == "join") rc = join(argv);
-    else std::cerr << "ddp_tool: unknown mode " << mode << "\n";
+    if (mode == "train")
+      rc = train(argc, argv);
+    else if (mode == "unused")
+      rc = unused(argv);
+    else if (mode == "mismatch")
+      rc = mismatch();
+    else if (mode == "consistency")
+      rc = consistency();
+    else if (mode == "join")
+      rc = join(argv);
+    else
+      std::cerr << "ddp_tool: unknown mode " << mode << "\n";
     destroy_process_group();
     return rc;
   } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
 // A worker the distributed tests start N times (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set):
 // "collectives" checks every op against a reference computed here; "timeout" has the last rank
-// stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 = pass; failures go to stderr.
-// Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on cuda:LOCAL_RANK for nccl).
+// stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 =
+// pass; failures go to stderr. Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on
+// cuda:LOCAL_RANK for nccl).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -19,8 +20,8 @@ using namespace loom;
 using namespace loom::distributed;
 
 namespace {
-#define EXPECT_TOOL(cond, ...) \
-  do {                         \
+#define EXPECT_TOOL(cond, ...)                                                            \
+  do {                                                                                    \
     if (!(cond)) throw std::runtime_error(str("check failed: " #cond ": ", __VA_ARGS__)); \
   } while (0)
 
@@ -35,9 +36,12 @@ std::string backend_name() {
 template <typename T>
 T value(int r, int64_t i) {
   int64_t k = (i * 7 + r * 3) % 5;
-  if constexpr (std::is_same_v<T, bool>) return k % 3 == 0;
-  else if constexpr (std::is_same_v<T, uint8_t>) return T(k);
-  else return T(float(k - 2));
+  if constexpr (std::is_same_v<T, bool>)
+    return k % 3 == 0;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return T(k);
+  else
+    return T(float(k - 2));
 }
 
 template <typename T>
@@ -53,13 +57,19 @@ T combine(T a, T b, ReduceOp op) {
   if constexpr (std::is_same_v<T, bool>) {
     return (op == ReduceOp::Sum || op == ReduceOp::Max) ? (a || b) : (a && b);
   } else {
-    using Acc = std::conditional_t<std::is_integral_v<T>, T, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+    using Acc = std::conditional_t<std::is_integral_v<T>, T,
+                                   std::conditional_t<std::is_same_v<T, double>, double, float>>;
     Acc x = Acc(a), y = Acc(b);
     switch (op) {
-      case ReduceOp::Sum: case ReduceOp::Avg: return T(Acc(x + y));
-      case ReduceOp::Max: return T(x < y ? y : x);
-      case ReduceOp::Min: return T(y < x ? y : x);
-      case ReduceOp::Product: return T(Acc(x * y));
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        return T(Acc(x + y));
+      case ReduceOp::Max:
+        return T(x < y ? y : x);
+      case ReduceOp::Min:
+        return T(y < x ? y : x);
+      case ReduceOp::Product:
+        return T(Acc(x * y));
     }
   }
   return a;
@@ -88,23 +98,31 @@ void expect_equal(const Tensor& got_dev, int64_t n, const std::string& what,
   for (int64_t i = 0; i < n; ++i) {
     T w = want(i);
     bool same;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) same = float(p[i]) == float(w);
-    else same = p[i] == w;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      same = float(p[i]) == float(w);
+    else
+      same = p[i] == w;
     EXPECT_TOOL(same, what, ": element ", i, " is ", double(p[i]), ", want ", double(w));
   }
 }
 
 template <typename T>
-void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks, const std::vector<int64_t>& sizes) {
+void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks,
+                 const std::vector<int64_t>& sizes) {
   const int me = ranks[size_t(pg.rank())], n_ranks = pg.size();
   const std::string dt = dtype_name(DTypeOf<T>::value);
   for (int64_t n : sizes) {
     std::string at = str(dt, " n=", n, " group of ", n_ranks);
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Product}) {
+    for (ReduceOp op :
+         {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Product}) {
       Tensor t = filled<T>(me, n);
       if (op == ReduceOp::Avg && !is_floating(DTypeOf<T>::value)) {
         bool threw = false;
-        try { pg.all_reduce(t, op); } catch (const Error& e) { threw = std::string(e.what()).find("Avg") != std::string::npos; }
+        try {
+          pg.all_reduce(t, op);
+        } catch (const Error& e) {
+          threw = std::string(e.what()).find("Avg") != std::string::npos;
+        }
         EXPECT_TOOL(threw, at, ": Avg on an integer dtype must be an error naming Avg");
         continue;
       }
@@ -121,8 +139,9 @@ void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks, const std::vec
     {
       Tensor in = filled<T>(me, n), out = filled<T>(99, n * n_ranks);
       pg.all_gather(out, in)->wait();
-      expect_equal<T>(out, n * n_ranks, "all_gather " + at,
-                      [&](int64_t i) { return value<T>(ranks[size_t(i / std::max<int64_t>(n, 1))], i % std::max<int64_t>(n, 1)); });
+      expect_equal<T>(out, n * n_ranks, "all_gather " + at, [&](int64_t i) {
+        return value<T>(ranks[size_t(i / std::max<int64_t>(n, 1))], i % std::max<int64_t>(n, 1));
+      });
     }
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
       Tensor in = filled<T>(me, n * n_ranks), out = filled<T>(99, n);
@@ -130,8 +149,9 @@ void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks, const std::vec
       expect_equal<T>(out, n, str("reduce_scatter ", reduce_op_name(op), " ", at),
                       [&](int64_t i) { return reduced<T>(ranks, pg.rank() * n + i, op); });
     }
-    if (n_ranks > 1) {  // a ring: send to the next rank, receive from the previous one (even ranks send first:
-       // NCCL runs a rank's sends and recvs in call order)
+    if (n_ranks > 1) {  // a ring: send to the next rank, receive from the previous one (even ranks
+                        // send first:
+                        // NCCL runs a rank's sends and recvs in call order)
       Tensor s = filled<T>(me, n), r = filled<T>(99, n);
       int next = (pg.rank() + 1) % n_ranks, prev = (pg.rank() + n_ranks - 1) % n_ranks;
       std::shared_ptr<Work> ws, wr;
@@ -144,13 +164,15 @@ void check_dtype(ProcessGroup& pg, const std::vector<int>& ranks, const std::vec
       }
       ws->wait();
       wr->wait();
-      expect_equal<T>(r, n, "send/recv ring " + at, [&](int64_t i) { return value<T>(ranks[size_t(prev)], i); });
+      expect_equal<T>(r, n, "send/recv ring " + at,
+                      [&](int64_t i) { return value<T>(ranks[size_t(prev)], i); });
     }
   }
 }
 
 void check_group(ProcessGroup& pg, const std::vector<int>& ranks, bool big) {
-  check_dtype<float>(pg, ranks, big ? std::vector<int64_t>{0, 1, 7, 1000003} : std::vector<int64_t>{0, 7});
+  check_dtype<float>(pg, ranks,
+                     big ? std::vector<int64_t>{0, 1, 7, 1000003} : std::vector<int64_t>{0, 7});
   check_dtype<double>(pg, ranks, {1, 7, 1003});
   check_dtype<Half>(pg, ranks, {0, 7, 1003});
   check_dtype<BFloat16>(pg, ranks, big ? std::vector<int64_t>{7, 100003} : std::vector<int64_t>{7});
@@ -193,8 +215,9 @@ void check_is_completed(ProcessGroup& pg, const std::vector<int>& ranks) {
   auto wa = pg.all_reduce(a);
   if (me != late) {
     std::this_thread::sleep_for(Millis(100));
-    EXPECT_TOOL(!wa->is_completed(), "rank ", me, ": is_completed() is true for an all_reduce that rank ",
-                late, " has not joined yet");
+    EXPECT_TOOL(!wa->is_completed(), "rank ", me,
+                ": is_completed() is true for an all_reduce that rank ", late,
+                " has not joined yet");
     EXPECT_TOOL(!wa->error(), "rank ", me, ": a pending all_reduce has an error");
   }
   auto wb = pg.all_reduce(b);
@@ -224,7 +247,7 @@ int collectives() {
     ws.push_back(pg->all_reduce(ts.back()));
   }
   for (int k = 0; k < 8; ++k) {
-    ws[size_t(k)]->wait();  // NCCL: orders the compute stream only; the host may run ahead
+    ws[size_t(k)]->wait();         // NCCL: orders the compute stream only; the host may run ahead
     ws[size_t(k)]->synchronize();  // the host waits (every backend)
     EXPECT_TOOL(ws[size_t(k)]->is_completed() && !ws[size_t(k)]->error(), "async op ", k);
     expect_equal<float>(ts[size_t(k)], 1000 + k, str("async all_reduce ", k),
@@ -252,7 +275,8 @@ int collectives() {
 // The last rank runs `stop_after` collectives, then stops calling them (sleeps); the others call
 // one more, which must fail within timeout + 5 s, naming the op, its sequence and the late rank.
 int timeout_test() {
-  int ms = std::atoi(std::getenv("LOOM_TEST_TIMEOUT_MS") ? std::getenv("LOOM_TEST_TIMEOUT_MS") : "2000");
+  int ms =
+      std::atoi(std::getenv("LOOM_TEST_TIMEOUT_MS") ? std::getenv("LOOM_TEST_TIMEOUT_MS") : "2000");
   InitOptions o;
   o.backend = backend_name();
   o.timeout = Millis(ms);
@@ -278,8 +302,10 @@ int timeout_test() {
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
-  std::string want_late = str("rank ", late, " has not reached it (its last collective: all_reduce #3)");
-  EXPECT_TOOL(msg.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos, msg);
+  std::string want_late =
+      str("rank ", late, " has not reached it (its last collective: all_reduce #3)");
+  EXPECT_TOOL(msg.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos,
+              msg);
   EXPECT_TOOL(msg.find(want_late) != std::string::npos, msg);
   EXPECT_TOOL(s < ms / 1000.0 + 5.0, "failed after ", s, " s");
   // The group is broken: the next op fails at once with the same message. With NCCL this also
@@ -291,12 +317,15 @@ int timeout_test() {
   } catch (const Error& e) {
     again = e.what();
   }
-  double again_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - again_start).count();
+  double again_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - again_start).count();
   std::cout << "rank " << me << " next op after " << again_s << " s: " << again << std::endl;
-  EXPECT_TOOL(again.find("the group failed earlier") != std::string::npos &&
-                  again.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos,
-              again);
-  EXPECT_TOOL(again_s < 10.0, "the op after the failure took ", again_s, " s (ncclCommAbort hanging?)");
+  EXPECT_TOOL(
+      again.find("the group failed earlier") != std::string::npos &&
+          again.find("all_reduce #4 (4096 float32 elements) timed out") != std::string::npos,
+      again);
+  EXPECT_TOOL(again_s < 10.0, "the op after the failure took ", again_s,
+              " s (ncclCommAbort hanging?)");
   std::this_thread::sleep_for(Millis(500));  // the other failing ranks read the store meanwhile
   std::cout.flush();
   std::_Exit(0);
@@ -326,7 +355,8 @@ int peer_exit_test() {
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
-  EXPECT_TOOL(msg.find("all_reduce #3 (1000 float32 elements) failed on rank") != std::string::npos, msg);
+  EXPECT_TOOL(msg.find("all_reduce #3 (1000 float32 elements) failed on rank") != std::string::npos,
+              msg);
   EXPECT_TOOL(s < 10.0, "a dead peer was noticed only after ", s, " s");
   std::_Exit(0);
 }
@@ -347,7 +377,8 @@ int main(int argc, char** argv) {
     std::cerr << "dist_tool: unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?") << " FAILED: " << e.what() << std::endl;
+    std::cerr << "rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?")
+              << " FAILED: " << e.what() << std::endl;
     // Leave at once: a normal exit would tear the communicators down, which can wait for peers
     // that are themselves waiting in a collective for this rank.
     std::cout.flush();

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -29,7 +29,8 @@ namespace {
 }
 
 [[maybe_unused]] NamedTensors load(const std::string& dir, const std::string& what, int rank) {
-  return load_safetensors(dir + "/" + what + "_rank" + std::to_string(rank) + ".safetensors").tensors;
+  return load_safetensors(dir + "/" + what + "_rank" + std::to_string(rank) + ".safetensors")
+      .tensors;
 }
 
 [[maybe_unused]] double max_abs_diff(const Tensor& a, const Tensor& b) {
@@ -37,7 +38,8 @@ namespace {
   return max(abs(a.detach().to(kF64) - b.detach().to(kF64))).item();
 }
 
-[[maybe_unused]] void expect_bitwise_equal(const NamedTensors& a, const NamedTensors& b, const std::string& what) {
+[[maybe_unused]] void expect_bitwise_equal(const NamedTensors& a, const NamedTensors& b,
+                                           const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].first, b[i].first) << what;
@@ -49,7 +51,8 @@ namespace {
 }
 
 // One process on the whole global batch: the run DDP must reproduce.
-[[maybe_unused]] NamedTensors reference(DType dt, int world, int micro, int steps, bool init_only = false) {
+[[maybe_unused]] NamedTensors reference(DType dt, int world, int micro, int steps,
+                                        bool init_only = false) {
   auto model = test::ddp_case_model(dt, 100);
   if (init_only) return model->named_parameters();
   auto sgd = test::ddp_case_optimizer(*model);
@@ -68,20 +71,23 @@ namespace {
     ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << "\n" << run.summary();
 }
 
-[[maybe_unused]] void expect_all_failed_with(const test::WorkerRun& run, const std::vector<std::string>& parts) {
+[[maybe_unused]] void expect_all_failed_with(const test::WorkerRun& run,
+                                             const std::vector<std::string>& parts) {
   ASSERT_FALSE(run.timed_out) << run.summary();
   for (size_t r = 0; r < run.exit_codes.size(); ++r) {
     EXPECT_EQ(run.exit_codes[r], 3) << "rank " << r << "\n" << run.summary();
     for (const auto& p : parts)
-      EXPECT_NE(run.output[r].find(p), std::string::npos) << "rank " << r << " lacks '" << p << "'\n"
-                                                          << run.summary();
+      EXPECT_NE(run.output[r].find(p), std::string::npos)
+          << "rank " << r << " lacks '" << p << "'\n"
+          << run.summary();
   }
 }
 
 // Runs ddp_tool train on `world` ranks and checks the whole contract against the reference.
-[[maybe_unused]] void check_training(const std::string& backend, int world, DType dt, int micro, int steps,
-                    const std::vector<std::string>& extra, double tol,
-                    const std::function<void(const std::string&, int)>& also = nullptr) {
+[[maybe_unused]] void check_training(
+    const std::string& backend, int world, DType dt, int micro, int steps,
+    const std::vector<std::string>& extra, double tol,
+    const std::function<void(const std::string&, int)>& also = nullptr) {
   std::string dir = temp_dir();
   std::vector<std::string> args{"train", dt == kF64 ? "f64" : "f32", std::to_string(steps), dir,
                                 "micro=" + std::to_string(micro)};
@@ -91,10 +97,12 @@ namespace {
   expect_all_ok(run);
   // Construction: every rank has rank 0's weights (seeded 100), although each built its own.
   NamedTensors init_ref = reference(dt, world, micro, steps, true);
-  for (int r = 0; r < world; ++r) expect_bitwise_equal(load(dir, "init", r), init_ref, "init rank " + std::to_string(r));
+  for (int r = 0; r < world; ++r)
+    expect_bitwise_equal(load(dir, "init", r), init_ref, "init rank " + std::to_string(r));
   // After training: bitwise equal across ranks, and equal to one process within tolerance.
   NamedTensors final0 = load(dir, "final", 0);
-  for (int r = 1; r < world; ++r) expect_bitwise_equal(load(dir, "final", r), final0, "final rank " + std::to_string(r));
+  for (int r = 1; r < world; ++r)
+    expect_bitwise_equal(load(dir, "final", r), final0, "final rank " + std::to_string(r));
   NamedTensors ref = reference(dt, world, micro, steps);
   double worst = 0, moved = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -102,7 +110,8 @@ namespace {
     moved = std::max(moved, max_abs_diff(init_ref[i].second, ref[i].second));
   }
   EXPECT_LE(worst, tol) << "DDP on " << world << " ranks vs one process";
-  EXPECT_GT(moved, std::min(100 * tol, 1e-2)) << "the weights must move for the comparison to mean anything";
+  EXPECT_GT(moved, std::min(100 * tol, 1e-2))
+      << "the weights must move for the comparison to mean anything";
   bool small_buckets = std::find(extra.begin(), extra.end(), "cap=512") != extra.end();
   if (small_buckets) {  // several buckets, rebuilt once in arrival order
     EXPECT_NE(run.output[0].find("rebuilt 1"), std::string::npos) << run.output[0];
@@ -124,9 +133,12 @@ namespace {
     auto params = model->named_parameters();
     ASSERT_EQ(saved.size(), params.size());
     for (size_t i = 0; i < params.size(); ++i)
-      EXPECT_LE(max_abs_diff(saved[i].second, params[i].second.grad()), 1e-14) << "rank " << r << " " << params[i].first;
+      EXPECT_LE(max_abs_diff(saved[i].second, params[i].second.grad()), 1e-14)
+          << "rank " << r << " " << params[i].first;
   }
-  EXPECT_GT(max_abs_diff(load(dir, "nosync_grad", 0)[0].second, load(dir, "nosync_grad", 1)[0].second), 1e-6)
+  EXPECT_GT(
+      max_abs_diff(load(dir, "nosync_grad", 0)[0].second, load(dir, "nosync_grad", 1)[0].second),
+      1e-6)
       << "inside no_sync the ranks' gradients must still differ";
 }
 
@@ -143,9 +155,11 @@ TEST_P(DDPGloo, TwentyStepsEqualOneProcessOnTheConcatenatedBatches) {
   check_training("gloo", world, dt, 1, 20, {"cap=512"}, dt == kF64 ? 1e-12 : 1e-5);
 }
 INSTANTIATE_TEST_SUITE_P(Processes, DDPGloo,
-                         ::testing::Values(Case{2, kF32}, Case{3, kF32}, Case{2, kF64}, Case{3, kF64}),
+                         ::testing::Values(Case{2, kF32}, Case{3, kF32}, Case{2, kF64},
+                                           Case{3, kF64}),
                          [](const auto& info) {
-                           return std::to_string(info.param.world) + "ranks_" + dtype_name(info.param.dt);
+                           return std::to_string(info.param.world) + "ranks_" +
+                                  dtype_name(info.param.dt);
                          });
 
 TEST(DDPGlooNoSync, FourMicroStepsEqualOneLargeBatch) {
@@ -165,7 +179,8 @@ TEST(DDPGlooUnused, FindUnusedParametersReducesWhatWasUsedAndSkipsTheRest) {
   expect_bitwise_equal(a, b, "find_unused_parameters");
   // 'some' was used on rank 1 only: its mean gradient moved it on both ranks; 'never' stayed.
   manual_seed(7);
-  nn::Linear fc(test::kIn, test::kClasses), some(test::kIn, test::kClasses), never(test::kIn, test::kClasses);
+  nn::Linear fc(test::kIn, test::kClasses), some(test::kIn, test::kClasses),
+      never(test::kIn, test::kClasses);
   for (auto& [n, t] : a) {
     if (n == "never.weight") {
       EXPECT_EQ(max_abs_diff(t, never.weight), 0.0);
@@ -188,14 +203,16 @@ TEST(DDPGlooUnused, WithoutItTheNextForwardNamesTheParameters) {
 TEST(DDPGlooErrors, DifferentModelsNameTheFirstMismatchAndTheRanks) {
   auto run = test::run_workers(LOOM_DDP_TOOL, {"mismatch"}, 3, test::free_port(),
                                {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
-  expect_all_failed_with(run, {"the model differs across ranks", "parameter '0.weight' float32 [4, 8] on rank 0",
-                               "parameter '0.weight' float32 [5, 8] on rank(s) 1"});
+  expect_all_failed_with(
+      run, {"the model differs across ranks", "parameter '0.weight' float32 [4, 8] on rank 0",
+            "parameter '0.weight' float32 [5, 8] on rank(s) 1"});
 }
 
 TEST(DDPGlooErrors, TheConsistencyCheckNamesTheDivergedParameterAndRank) {
   auto run = test::run_workers(LOOM_DDP_TOOL, {"consistency"}, 2, test::free_port(),
                                {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
-  expect_all_failed_with(run, {"step 2:", "parameter '2.bias' differs between rank 0 and rank(s) 1"});
+  expect_all_failed_with(run,
+                         {"step 2:", "parameter '2.bias' differs between rank 0 and rank(s) 1"});
 }
 
 TEST(DDPGlooJoin, UnevenInputsFinishAndAgree) {
@@ -204,7 +221,8 @@ TEST(DDPGlooJoin, UnevenInputsFinishAndAgree) {
                                {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
   expect_all_ok(run);
   auto a = load(dir, "join", 0);
-  for (int r = 1; r < 3; ++r) expect_bitwise_equal(load(dir, "join", r), a, "join rank " + std::to_string(r));
+  for (int r = 1; r < 3; ++r)
+    expect_bitwise_equal(load(dir, "join", r), a, "join rank " + std::to_string(r));
   std::filesystem::remove_all(dir);
 }
 #endif
@@ -227,8 +245,8 @@ TEST(DDPNccl, TwentyStepsEqualOneProcessOnTwoGpus) {
 
 TEST(DDPBuckets, CapsOrderAndGroups) {
   // Sizes in float32 elements; order: reverse registration.
-  std::vector<ParamLayout> p{{100, kF32, kCPU}, {300, kF32, kCPU}, {50, kF64, kCPU},
-                             {200, kF32, kCPU}, {10, kF32, kCPU}};
+  std::vector<ParamLayout> p{
+      {100, kF32, kCPU}, {300, kF32, kCPU}, {50, kF64, kCPU}, {200, kF32, kCPU}, {10, kF32, kCPU}};
   std::vector<size_t> order{4, 3, 2, 1, 0};
   // First cap 800 bytes (200 floats), then 1600 bytes.
   auto a = compute_bucket_assignment(p, order, 800, 1600);

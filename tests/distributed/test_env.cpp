@@ -9,11 +9,23 @@
 using namespace loom::distributed;
 
 namespace {
-const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                       "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-                       "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE",
-                       "SLURM_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-                       "SLURM_JOB_ID", "LOOM_STORE_EXTERNAL"};
+const char* kVars[] = {"RANK",
+                       "WORLD_SIZE",
+                       "LOCAL_RANK",
+                       "LOCAL_WORLD_SIZE",
+                       "GROUP_RANK",
+                       "MASTER_ADDR",
+                       "MASTER_PORT",
+                       "SLURM_PROCID",
+                       "SLURM_NTASKS",
+                       "SLURM_LOCALID",
+                       "SLURM_NODEID",
+                       "SLURM_NTASKS_PER_NODE",
+                       "SLURM_TASKS_PER_NODE",
+                       "SLURM_STEP_NODELIST",
+                       "SLURM_JOB_NODELIST",
+                       "SLURM_JOB_ID",
+                       "LOOM_STORE_EXTERNAL"};
 
 class Env : public ::testing::Test {
  protected:
@@ -76,7 +88,8 @@ TEST_F(Env, InconsistentValuesNameTheVariable) {
   setenv("WORLD_SIZE", "4", 1);
   EXPECT_THROW(
       try { job_env(); } catch (const loom::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("RANK=4 is not below WORLD_SIZE=4"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("RANK=4 is not below WORLD_SIZE=4"), std::string::npos)
+            << e.what();
         throw;
       },
       loom::Error);

@@ -38,10 +38,11 @@ TEST(Gloo, ExternalStoreFromTheLauncher) {
 
 TEST(Gloo, ARankThatStopsIsNamedInTheTimeoutError) {
   TCPStoreServer server("127.0.0.1", 0);
-  auto run = test::run_workers(
-      LOOM_DIST_TOOL, {"timeout"}, 3, server.port(),
-      {{"LOOM_TEST_BACKEND", "gloo"}, {"LOOM_STORE_EXTERNAL", "1"}, {"LOOM_TEST_TIMEOUT_MS", "2000"}},
-      60);
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"timeout"}, 3, server.port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"},
+                                {"LOOM_STORE_EXTERNAL", "1"},
+                                {"LOOM_TEST_TIMEOUT_MS", "2000"}},
+                               60);
   expect_all_ok(run);
   EXPECT_NE(run.output[0].find("rank 2 has not reached it"), std::string::npos) << run.summary();
 }

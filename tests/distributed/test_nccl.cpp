@@ -31,10 +31,11 @@ TEST(Nccl, ARankThatStopsIsNamedInTheTimeoutError) {
   need_two_gpus();
   if (::testing::Test::IsSkipped()) return;
   TCPStoreServer server("127.0.0.1", 0);
-  auto run = test::run_workers(
-      LOOM_DIST_TOOL, {"timeout"}, 2, server.port(),
-      {{"LOOM_TEST_BACKEND", "nccl"}, {"LOOM_STORE_EXTERNAL", "1"}, {"LOOM_TEST_TIMEOUT_MS", "3000"}},
-      90);
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"timeout"}, 2, server.port(),
+                               {{"LOOM_TEST_BACKEND", "nccl"},
+                                {"LOOM_STORE_EXTERNAL", "1"},
+                                {"LOOM_TEST_TIMEOUT_MS", "3000"}},
+                               90);
   EXPECT_FALSE(run.timed_out) << run.summary();
   for (size_t r = 0; r < 2; ++r) EXPECT_EQ(run.exit_codes[r], 0) << run.summary();
   EXPECT_NE(run.output[0].find("rank 1 has not reached it"), std::string::npos) << run.summary();

@@ -20,7 +20,8 @@ using namespace std::chrono_literals;
 
 namespace {
 std::shared_ptr<TCPStore> serve() {
-  return std::make_shared<TCPStore>("127.0.0.1", 0, TCPStoreOptions{.is_server = true, .timeout = 10s});
+  return std::make_shared<TCPStore>("127.0.0.1", 0,
+                                    TCPStoreOptions{.is_server = true, .timeout = 10s});
 }
 std::shared_ptr<TCPStore> client(int port) {
   return std::make_shared<TCPStore>("127.0.0.1", port, TCPStoreOptions{.timeout = 10s});
@@ -38,8 +39,8 @@ TEST(TCPStore, Operations) {
   EXPECT_TRUE(c->check({"a", "n"}));
   EXPECT_FALSE(c->check({"a", "missing"}));
   Bytes v1{'1'}, v2{'2'};
-  EXPECT_EQ(c->compare_set("cas", {}, v1), v1);   // absent matches empty
-  EXPECT_EQ(c->compare_set("cas", v2, v2), v1);   // mismatch: unchanged
+  EXPECT_EQ(c->compare_set("cas", {}, v1), v1);  // absent matches empty
+  EXPECT_EQ(c->compare_set("cas", v2, v2), v1);  // mismatch: unchanged
   EXPECT_EQ(c->compare_set("cas", v1, v2), v2);
   EXPECT_EQ(c->num_keys(), 3);
   EXPECT_TRUE(c->delete_key("a"));

@@ -34,9 +34,11 @@ struct Outcome {
 }
 
 [[maybe_unused]] std::string mlp(int procs, const std::string& args) {
-  std::string prog = std::string(TRAIN_MLP_BIN) + " --device cpu --workers 0 --hidden 64 --seed 3 " + args;
+  std::string prog =
+      std::string(TRAIN_MLP_BIN) + " --device cpu --workers 0 --hidden 64 --seed 3 " + args;
   if (procs == 1) return prog;
-  return std::string(LOOMRUN_BIN) + " --standalone --nproc_per_node=" + std::to_string(procs) + " " + prog;
+  return std::string(LOOMRUN_BIN) + " --standalone --nproc_per_node=" + std::to_string(procs) +
+         " " + prog;
 }
 
 [[maybe_unused]] double final_accuracy(const std::string& out) {
@@ -47,7 +49,8 @@ struct Outcome {
 }
 
 [[maybe_unused]] fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("loom_ddp_ex_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("loom_ddp_ex_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -76,12 +79,15 @@ TEST(DDPExamples, TrainMlpOnTwoProcessesReachesTheOneProcessAccuracy) {
 TEST(DDPExamples, SavedByTwoProcessesResumedByThreeContinuesTheSameRun) {
   // Global batch 96 (divisible by 1, 2 and 3), 16 steps per epoch; checkpoints every 6 steps.
   fs::path straight = temp_dir("straight"), split = temp_dir("split");
-  std::string common = "--epochs 1 --batch-size 96 --train-limit 1536 --optimizer sgd --lr 0.05 --checkpoint-every 6 ";
+  std::string common =
+      "--epochs 1 --batch-size 96 --train-limit 1536 --optimizer sgd --lr 0.05 --checkpoint-every "
+      "6 ";
   Outcome a = run_cmd(mlp(1, common + "--max-steps 12 --checkpoint-dir " + straight.string()));
   ASSERT_EQ(a.status, 0) << a.output;
   Outcome b = run_cmd(mlp(2, common + "--max-steps 6 --checkpoint-dir " + split.string()));
   ASSERT_EQ(b.status, 0) << b.output;
-  Outcome c = run_cmd(mlp(3, common + "--max-steps 12 --resume --checkpoint-dir " + split.string()));
+  Outcome c =
+      run_cmd(mlp(3, common + "--max-steps 12 --resume --checkpoint-dir " + split.string()));
   ASSERT_EQ(c.status, 0) << c.output;
   EXPECT_NE(c.output.find("written by 2 process(es), now 3"), std::string::npos) << c.output;
 
@@ -99,7 +105,8 @@ TEST(DDPExamples, SavedByTwoProcessesResumedByThreeContinuesTheSameRun) {
     moved = std::max(moved, max(abs(sa.model[i].second - s6.model[i].second)).item());
   }
   EXPECT_LE(worst, 1e-5) << "2 then 3 processes vs one process straight";
-  EXPECT_GT(moved, 1e-3) << "steps 7-12 must change the weights for the comparison to mean anything";
+  EXPECT_GT(moved, 1e-3)
+      << "steps 7-12 must change the weights for the comparison to mean anything";
   fs::remove_all(straight);
   fs::remove_all(split);
 }

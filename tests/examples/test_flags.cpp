@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "train/flags.h"
 #include "examples/common/trainer.h"
+#include "train/flags.h"
 
 using namespace loom;
 
@@ -30,7 +30,8 @@ std::string parse_error(std::vector<std::string> args) {
 void expect_refused(std::vector<std::string> args, std::initializer_list<std::string> parts) {
   std::string msg = parse_error(args);
   ASSERT_FALSE(msg.empty()) << args[0] << " " << args[1] << " was accepted";
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
   EXPECT_LT(msg.size(), 200u) << "not a readable message: " << msg;  // no 309-digit bounds
 }
 
@@ -54,7 +55,8 @@ TEST(Flags, NonFiniteNumbersAreRefused) {
 }
 
 TEST(Flags, ResourceFlagsAreCheckedAgainstTheMachine) {
-  expect_refused({"--workers", "100000"}, {"--workers", "100000", std::to_string(train::max_workers())});
+  expect_refused({"--workers", "100000"},
+                 {"--workers", "100000", std::to_string(train::max_workers())});
   EXPECT_EQ(parse_error({"--workers", std::to_string(train::max_workers())}), "");
 }
 
@@ -80,9 +82,9 @@ TEST(Flags, HelpShowsDefaultsAndABadFlagPrintsUsage) {
 
 TEST(Flags, RunMainTurnsAnyExceptionIntoOneLineAndExitCode1) {
   testing::internal::CaptureStderr();
-  int a = examples::run_main("prog", [] () -> int { throw Error("boom: loom error"); });
-  int b = examples::run_main("prog", [] () -> int { throw std::out_of_range("stoi"); });
-  int c = examples::run_main("prog", [] () -> int { throw std::bad_alloc(); });
+  int a = examples::run_main("prog", []() -> int { throw Error("boom: loom error"); });
+  int b = examples::run_main("prog", []() -> int { throw std::out_of_range("stoi"); });
+  int c = examples::run_main("prog", []() -> int { throw std::bad_alloc(); });
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(a, 1);
   EXPECT_EQ(b, 1);

@@ -2,14 +2,13 @@
 // bit-identical final weights on the CPU (SPECS.md, Checkpoints). Also: the short CPU run learns.
 #include <gtest/gtest.h>
 
-#include "support/fashion_mnist.h"
-
 #include <filesystem>
 
 #include "autograd/ops/ops.h"
 #include "examples/common/trainer.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
+#include "support/fashion_mnist.h"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -35,7 +34,8 @@ std::shared_ptr<nn::Module> fresh_model(uint64_t seed) {
 }
 
 fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("loom_resume_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("loom_resume_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -54,7 +54,8 @@ TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
   examples::train_classifier(fresh_model(7), crashed_cfg);
   auto resumed_cfg = small_run(b, data);
   resumed_cfg.resume = true;
-  auto resumed = examples::train_classifier(fresh_model(99), resumed_cfg);  // other init: must be overwritten
+  auto resumed =
+      examples::train_classifier(fresh_model(99), resumed_cfg);  // other init: must be overwritten
   EXPECT_EQ(resumed.steps, 32);
   EXPECT_EQ(resumed.test_loss, straight.test_loss);
 
@@ -63,10 +64,12 @@ TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
   ASSERT_EQ(sa.model.size(), sb.model.size());
   for (size_t i = 0; i < sa.model.size(); ++i) {
     EXPECT_EQ(sa.model[i].first, sb.model[i].first);
-    EXPECT_EQ(sa.model[i].second.to_vector<float>(), sb.model[i].second.to_vector<float>()) << sa.model[i].first;
+    EXPECT_EQ(sa.model[i].second.to_vector<float>(), sb.model[i].second.to_vector<float>())
+        << sa.model[i].first;
   }
   for (size_t i = 0; i < sa.optimizer.size(); ++i)
-    EXPECT_EQ(sa.optimizer[i].second.to_vector<double>(), sb.optimizer[i].second.to_vector<double>())
+    EXPECT_EQ(sa.optimizer[i].second.to_vector<double>(),
+              sb.optimizer[i].second.to_vector<double>())
         << sa.optimizer[i].first;
   fs::remove_all(a);
   fs::remove_all(b);

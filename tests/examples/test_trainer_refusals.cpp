@@ -23,7 +23,8 @@ namespace {
 struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("loom_refusals_" + name + "_" + std::to_string(::getpid()))) {
+      : path(fs::temp_directory_path() /
+             ("loom_refusals_" + name + "_" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -55,7 +56,8 @@ std::string expect_error(const std::function<void()>& f, std::initializer_list<s
     f();
   } catch (const Error& e) {
     std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
     return what;
   }
   ADD_FAILURE() << "no error; expected one mentioning '" << *parts.begin() << "'";
@@ -76,11 +78,13 @@ TEST(TrainerRefusals, ResumeFromAFolderThatDoesNotExistIsAnError) {
 
 TEST(TrainerRefusals, UnwritableCheckpointOrLogFolderIsAnErrorBeforeTraining) {
   TempDir dir("unwritable");
-  std::ofstream(dir.path / "a-file") << "x";  // a folder cannot be created under a file (even as root)
+  std::ofstream(dir.path / "a-file")
+      << "x";  // a folder cannot be created under a file (even as root)
   auto c = tiny("/nonexistent-data");
   c.checkpoint_dir = (dir.path / "a-file" / "ckpt").string();
   testing::internal::CaptureStdout();
-  expect_error([&] { examples::train_classifier(model(), c); }, {"--checkpoint-dir", "a-file/ckpt"});
+  expect_error([&] { examples::train_classifier(model(), c); },
+               {"--checkpoint-dir", "a-file/ckpt"});
   std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(out.find("training"), std::string::npos) << out;  // refused before anything ran
   c.checkpoint_dir.clear();
@@ -114,7 +118,9 @@ TEST(TrainerRefusals, EmptyResumeFolderStartsFreshAndSaysSo) {
   testing::internal::CaptureStdout();
   auto r = examples::train_classifier(model(), c);
   std::string out = testing::internal::GetCapturedStdout();
-  EXPECT_NE(out.find("no checkpoint in " + c.checkpoint_dir + " yet: starting a new run"), std::string::npos) << out;
+  EXPECT_NE(out.find("no checkpoint in " + c.checkpoint_dir + " yet: starting a new run"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(r.steps, 2);
 }
 
@@ -149,8 +155,9 @@ TEST(TrainerRefusals, DivergenceStopsAtTheFirstNonFiniteLoss) {
   c.log_every = 4;
   std::string what;
   testing::internal::CaptureStdout();
-  what = expect_error([&] { examples::train_classifier(model(), c); },
-                      {"training diverged: the loss at step ", "last finite loss ", "--allow-nonfinite"});
+  what = expect_error(
+      [&] { examples::train_classifier(model(), c); },
+      {"training diverged: the loss at step ", "last finite loss ", "--allow-nonfinite"});
   testing::internal::GetCapturedStdout();
   // The step named is the first non-finite one: the message's "last finite loss ... at step S-1".
   size_t at = what.find("the loss at step ");
@@ -186,12 +193,16 @@ TEST(TrainerRefusals, CheckpointsThatDoNotFitTheRunAreErrorsNamingTheFile) {
     std::vector<std::string> parts;
   };
   std::vector<Case> cases = {
-      {"epoch_beyond", [](TrainingState& s) { s.set_extra("epoch", 5); }, {"epoch 5 is beyond", "--epochs 2"}},
+      {"epoch_beyond",
+       [](TrainingState& s) { s.set_extra("epoch", 5); },
+       {"epoch 5 is beyond", "--epochs 2"}},
       {"complete", [](TrainingState& s) { s.set_extra("epoch", 2); }, {"the run is complete"}},
-      {"position_beyond", [](TrainingState& s) { s.set_extra("position", 9999); },
+      {"position_beyond",
+       [](TrainingState& s) { s.set_extra("position", 9999); },
        {"sampler position 9999", "256 examples"}},
       {"step_beyond", [](TrainingState& s) { s.set_extra("step", 999); }, {"step 999 is beyond"}},
-      {"dtype", [](TrainingState& s) { s.model[0].second = s.model[0].second.to(kF64); },
+      {"dtype",
+       [](TrainingState& s) { s.model[0].second = s.model[0].second.to(kF64); },
        {"model tensor '" + first + "' is float64", "the model's is float32"}},
   };
   for (const Case& k : cases) {
@@ -208,7 +219,8 @@ TEST(TrainerRefusals, CheckpointsThatDoNotFitTheRunAreErrorsNamingTheFile) {
       examples::train_classifier(model(), cr);
       ADD_FAILURE() << k.name << ": resumed without an error";
     } catch (const Error& e) {
-      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << k.name << ": " << e.what();
+      for (const auto& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << k.name << ": " << e.what();
     }
   }
 }

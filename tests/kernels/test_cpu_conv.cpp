@@ -83,8 +83,19 @@ std::vector<ConvCase> conv_cases() {
       {"kernel_equals_input", 2, 3, 5, 5, 4, 5, 5, params(1, 0)},
       {"padding_wider_than_kernel", 2, 2, 4, 4, 3, 2, 2, params(1, 3)},
       // Same width but not same height (the flat im2col path with P != H).
-      {"same_width_only", 2, 3, 9, 7, 4, 3, 3, [] { Conv2dParams p; p.padding = {0, 1}; return p; }()},
-      {"same_width_dilated_5x5", 2, 2, 8, 11, 3, 5, 5, [] { Conv2dParams p; p.padding = {1, 4}; p.dilation = {1, 2}; return p; }()},
+      {"same_width_only", 2, 3, 9, 7, 4, 3, 3,
+       [] {
+         Conv2dParams p;
+         p.padding = {0, 1};
+         return p;
+       }()},
+      {"same_width_dilated_5x5", 2, 2, 8, 11, 3, 5, 5,
+       [] {
+         Conv2dParams p;
+         p.padding = {1, 4};
+         p.dilation = {1, 2};
+         return p;
+       }()},
   };
 }
 
@@ -98,17 +109,19 @@ void check_all_directions(const ConvCase& c, DType dt, double tol) {
   Tensor y = be().conv2d(x, w, c.p);
   expect_close(y, cpu::conv2d_naive(x, w, c.p), tol, c.name + " forward");
   Tensor gy = randn_t(y.shape(), dt, 3);
-  expect_close(be().conv2d_backward_input(gy, w, xs, c.p), cpu::conv2d_backward_input_naive(gy, w, xs, c.p),
-               tol, c.name + " input gradient");
-  expect_close(be().conv2d_backward_weight(gy, x, ws, c.p), cpu::conv2d_backward_weight_naive(gy, x, ws, c.p),
-               tol, c.name + " weight gradient");
+  expect_close(be().conv2d_backward_input(gy, w, xs, c.p),
+               cpu::conv2d_backward_input_naive(gy, w, xs, c.p), tol, c.name + " input gradient");
+  expect_close(be().conv2d_backward_weight(gy, x, ws, c.p),
+               cpu::conv2d_backward_weight_naive(gy, x, ws, c.p), tol, c.name + " weight gradient");
 }
 
 TEST_P(ConvVsNaive, Float64) { check_all_directions(GetParam(), kF64, 1e-10); }
 TEST_P(ConvVsNaive, Float32) { check_all_directions(GetParam(), kF32, 1e-5); }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvVsNaive, ::testing::ValuesIn(conv_cases()),
-                         [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<ConvCase>& info) {
+                           return info.param.name;
+                         });
 
 TEST(ConvCpu, HalfPrecisionComputesInFloat) {
   // f16/bf16 go through float32 and round once: the naive float64 result rounded to the same
@@ -131,8 +144,8 @@ TEST(ConvCpu, NonContiguousInputs) {
   Tensor w = raw::slice(wbig, 0, 1, 8, 2);  // (4, 3, 3, 3), every other filter
   ASSERT_FALSE(x.is_contiguous());
   ASSERT_FALSE(w.is_contiguous());
-  expect_close(be().conv2d(x, w, p), cpu::conv2d_naive(raw::contiguous(x), raw::contiguous(w), p), 1e-10,
-               "strided forward");
+  expect_close(be().conv2d(x, w, p), cpu::conv2d_naive(raw::contiguous(x), raw::contiguous(w), p),
+               1e-10, "strided forward");
 }
 
 TEST(ConvCpu, NaiveMatchesAHandComputedValue) {
@@ -192,7 +205,8 @@ TEST(BatchNormCpu, TrainingStatisticsAndRunningUpdateByHand) {
   Tensor rv = from_vector(std::vector<float>{2.0f, 0.5f}, {2});
   const double eps = 1e-5, mom = 0.1;
   BatchNormOut o = be().batch_norm(x, w, b, rm, rv, true, mom, eps);
-  // Channel 0: mean 2.5, biased var 1.25, unbiased 5/3. Channel 1: mean 2, biased var 5, unbiased 20/3.
+  // Channel 0: mean 2.5, biased var 1.25, unbiased 5/3. Channel 1: mean 2, biased var 5, unbiased
+  // 20/3.
   auto m = values(o.save_mean), is = values(o.save_invstd);
   EXPECT_DOUBLE_EQ(m[0], 2.5);
   EXPECT_DOUBLE_EQ(m[1], 2.0);
@@ -222,8 +236,8 @@ TEST(BatchNormCpu, WithoutRunningStatsOrAffine) {
   // No running stats: batch statistics even in eval. mean 2.5, var 1.25.
   auto y = values(o.y);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], (i + 1 - 2.5) / std::sqrt(1.25), 1e-12);
-  BatchNormGrads g = be().batch_norm_backward(from_vector(std::vector<double>{1, 0, 0, 0}, {4, 1}), x,
-                                              Tensor(), o.save_mean, o.save_invstd);
+  BatchNormGrads g = be().batch_norm_backward(from_vector(std::vector<double>{1, 0, 0, 0}, {4, 1}),
+                                              x, Tensor(), o.save_mean, o.save_invstd);
   EXPECT_FALSE(g.grad_weight.defined());
   // dx_i = invstd (dy_i - mean(dy) - xhat_i mean(dy xhat)); dy = e_0, xhat_0 = -1.5 invstd.
   double invstd = 1 / std::sqrt(1.25), xh0 = -1.5 * invstd;

@@ -21,8 +21,8 @@
 #include "support/temp_files.h"
 
 using namespace loom;
-using loom::test::TempDir;
 using loom::test::read_bytes;
+using loom::test::TempDir;
 using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
@@ -63,12 +63,12 @@ TrainingState sample_state(float fill = 0.5f) {
   s.optimizer = {{"state.0.exp_avg", full({3, 4}, -0.25)},
                  {"state.0.step", scalar_tensor(12, {.dtype = kF64})},
                  {"param_groups.0.lr", scalar_tensor(1e-3, {.dtype = kF64})}};
-  s.scaler = {{"scale", scalar_tensor(65536.0)}, {"growth_tracker", scalar_tensor(3, {.dtype = kI64})}};
+  s.scaler = {{"scale", scalar_tensor(65536.0)},
+              {"growth_tracker", scalar_tensor(3, {.dtype = kI64})}};
   s.extra = {{"epoch", "2"}, {"sampler_position", "128"}, {"note", "any text"}};
   s.rng["sampler"] = GeneratorState{42, 7};
   return s;
 }
-
 
 }  // namespace
 
@@ -77,7 +77,9 @@ TEST(Serialize, AnyLayoutInSameValuesOut) {
   Tensor base = arange(0, 12, 1, {.dtype = kF64}).view({3, 4});
   Tensor p = full({2, 2}, 1.25);
   p.requires_grad_(true);
-  NamedTensors in = {{"transposed", base.t()}, {"sliced", base.slice(1, 1, 4, 2)}, {"param", p},
+  NamedTensors in = {{"transposed", base.t()},
+                     {"sliced", base.slice(1, 1, 4, 2)},
+                     {"param", p},
                      {"bf16", base.to(kBF16)}};
   save_safetensors(dir.file("x.safetensors"), in, {{"m", "1"}});
   SafetensorsFile f = load_safetensors(dir.file("x.safetensors"));
@@ -146,7 +148,8 @@ TEST(Checkpoint, EmptySectionsAndExplicitDefaultRng) {
     r.extra_int("epoch");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'epoch' is not an integer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'epoch' is not an integer"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find(r.source), std::string::npos) << e.what();
   }
 }
@@ -272,12 +275,14 @@ TEST(Checkpoint, KilledWriterLeavesThePreviousCheckpointLoadable) {
   std::string temp = atomic_temp_path(target, long(pid));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::error_code ec;
-  while (!(fs::exists(temp, ec) && fs::file_size(temp, ec) > 0) && std::chrono::steady_clock::now() < deadline)
+  while (!(fs::exists(temp, ec) && fs::file_size(temp, ec) > 0) &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   kill(pid, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the writer finished before the kill";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "the writer finished before the kill";
   EXPECT_FALSE(fs::exists(target)) << "a partial checkpoint is visible under its final name";
   EXPECT_TRUE(fs::exists(temp));
   EXPECT_LT(fs::file_size(temp), size_t(128) << 20);
@@ -300,12 +305,14 @@ TEST(CheckpointCuda, DeviceTensorsRoundTrip) {
   TempDir dir;
   const Device gpu = cuda_device(0);
   Tensor base = arange(0, 12, 1, {.dtype = kF32}).view({3, 4}).to(gpu);
-  NamedTensors in = {{"t", base.t()}, {"h", base.to(kF16)}, {"b", base.to(kBF16).slice(1, 0, 4, 2)}};
+  NamedTensors in = {
+      {"t", base.t()}, {"h", base.to(kF16)}, {"b", base.to(kBF16).slice(1, 0, 4, 2)}};
   save_safetensors(dir.file("g.safetensors"), in);
   SafetensorsFile f = load_safetensors(dir.file("g.safetensors"), gpu);
   for (const auto& [name, t] : f.tensors) EXPECT_EQ(t.device(), gpu) << name;
   expect_same(in, f.tensors, "gpu file");
-  EXPECT_EQ(f.at("t").to_vector<float>(), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  EXPECT_EQ(f.at("t").to_vector<float>(),
+            (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
 
   TrainingState s;
   s.model = in;
@@ -313,6 +320,7 @@ TEST(CheckpointCuda, DeviceTensorsRoundTrip) {
   TrainingState r = load_checkpoint(save_checkpoint(dir.path, 1, s));
   expect_same(s.model, r.model, "model");
   expect_same(s.optimizer, r.optimizer, "optimizer");
-  for (const auto& [name, t] : r.model) EXPECT_TRUE(t.device().is_cpu()) << name;  // the caller moves them
+  for (const auto& [name, t] : r.model)
+    EXPECT_TRUE(t.device().is_cpu()) << name;  // the caller moves them
 #endif
 }

@@ -14,14 +14,12 @@
 #include "support/temp_files.h"
 
 using namespace loom;
-using loom::test::TempDir;
 using loom::test::read_bytes;
+using loom::test::TempDir;
 using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
-
-
 
 // Small, but with every part a real checkpoint has: several dtypes, a 0-d tensor, counters in
 // the metadata, two RNG states.
@@ -45,7 +43,8 @@ TEST(CheckpointIntegrity, EverySingleByteChangeIsCaught) {
   std::string path = save_checkpoint(dir.path, 1, small_state(0.5f), 0);
   const std::string good = read_bytes(path);
   ASSERT_GT(good.size(), 200u);
-  TrainingState ok = load_checkpoint_bytes(good.data(), good.size(), path);  // the intact file loads
+  TrainingState ok =
+      load_checkpoint_bytes(good.data(), good.size(), path);  // the intact file loads
   EXPECT_EQ(ok.extra_int("step"), 12);
 
   // Each byte, one at a time, changed two ways (one bit; all bits), in memory.
@@ -74,7 +73,7 @@ TEST(CheckpointIntegrity, HeaderAndMetadataChangesAreNamedAsCorruption) {
   std::string good = read_bytes(path);
   // Changes that keep the JSON valid and the header consistent: only the checksum sees them.
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"\"extra.step\":\"12\"", "\"extra.step\":\"19\""},    // metadata: a counter
+           {"\"extra.step\":\"12\"", "\"extra.step\":\"19\""},              // metadata: a counter
            {"\"rng.sampler.seed\":\"42\"", "\"rng.sampler.seed\":\"43\""},  // metadata: RNG state
            {"\"extra.epoch\":\"1\"", "\"extra.epoch\":\"3\""}}) {
     size_t at = good.find(from);

@@ -15,22 +15,23 @@
 #include "support/temp_files.h"
 
 using namespace loom;
-using loom::test::TempDir;
 using loom::test::read_bytes;
+using loom::test::TempDir;
 using loom::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
 
-
 // What a training state holds: weights, optimizer moments and counters, scaler scalars.
 TrainingState state() {
   TrainingState s;
-  s.model = {{"fc.weight", full({3, 4}, 0.5)}, {"fc.bias", full({3}, -1.5)},
+  s.model = {{"fc.weight", full({3, 4}, 0.5)},
+             {"fc.bias", full({3}, -1.5)},
              {"bn.num_batches_tracked", scalar_tensor(17, {.dtype = kI64})}};
   s.optimizer = {{"state.0.exp_avg", full({3, 4}, -0.25)},
                  {"state.0.step", scalar_tensor(12, {.dtype = kF64})}};
-  s.scaler = {{"scale", scalar_tensor(65536.0)}, {"growth_tracker", scalar_tensor(3, {.dtype = kI64})}};
+  s.scaler = {{"scale", scalar_tensor(65536.0)},
+              {"growth_tracker", scalar_tensor(3, {.dtype = kI64})}};
   return s;
 }
 
@@ -67,7 +68,8 @@ TEST(Checkpoint, ACorruptByteInAnyTensorIsRefused) {
         } catch (const Error& err) {
           msg = err.what();
         }
-        EXPECT_FALSE(msg.empty()) << e.name << ": byte " << at << " ^ " << int(bit) << " loaded silently";
+        EXPECT_FALSE(msg.empty()) << e.name << ": byte " << at << " ^ " << int(bit)
+                                  << " loaded silently";
         EXPECT_NE(msg.find(bad_path), std::string::npos) << msg;
         ++checked;
       }

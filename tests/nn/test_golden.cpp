@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -50,7 +49,8 @@ std::string golden_dir() {
 Golden read_golden(const std::string& file) {
   std::string path = golden_dir() + file;
   std::ifstream in(path);
-  if (!in) throw Error("cannot open golden file " + path + " (set LOOM_SOURCE_DIR to the source tree)");
+  if (!in)
+    throw Error("cannot open golden file " + path + " (set LOOM_SOURCE_DIR to the source tree)");
   Golden g;
   std::string line;
   while (std::getline(in, line)) {
@@ -75,12 +75,14 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   ASSERT_EQ(got.shape(), want.shape()) << what;
   auto a = got.to_vector<double>(), b = want.to_vector<double>();
   double worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / (1.0 + std::abs(b[i])));
+  for (size_t i = 0; i < b.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / (1.0 + std::abs(b[i])));
   EXPECT_LT(worst, kTol) << what;
 }
 
 // Loads the golden weights and buffers, runs one step with `opt`, and checks everything.
-void check_one_step(Module& model, const Golden& g, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
+void check_one_step(Module& model, const Golden& g,
+                    const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
                     optim::Optimizer& opt) {
   StateDict sd = g.with_prefix("param.");
   for (auto& e : g.with_prefix("buffer_before.")) sd.push_back(e);
@@ -95,10 +97,12 @@ void check_one_step(Module& model, const Golden& g, const std::function<Tensor(c
     ASSERT_TRUE(p.grad().defined()) << name;
     expect_close(p.grad(), g.at("grad." + name), "gradient of " + name);
   }
-  for (auto& [name, b] : model.named_buffers()) expect_close(b, g.at("buffer." + name), "buffer " + name);
+  for (auto& [name, b] : model.named_buffers())
+    expect_close(b, g.at("buffer." + name), "buffer " + name);
 
   opt.step();
-  for (auto& [name, p] : model.named_parameters()) expect_close(p, g.at("after." + name), "after the step: " + name);
+  for (auto& [name, p] : model.named_parameters())
+    expect_close(p, g.at("after." + name), "after the step: " + name);
   NoGradGuard guard;
   expect_close(loss_fn(model.forward(x), target), g.at("loss_after"), "loss after the step");
 }
@@ -110,19 +114,22 @@ TEST(Golden, MlpOneSgdStepMatchesPyTorch) {
   auto mlp = std::make_shared<Sequential>(std::make_shared<Linear>(8, 16), std::make_shared<ReLU>(),
                                           std::make_shared<Linear>(16, 4));
   mlp->to(kF64);
-  optim::SGD opt(mlp->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true});
+  optim::SGD opt(mlp->parameters(),
+                 {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true});
   CrossEntropyLoss ce({.label_smoothing = 0.1});
-  check_one_step(*mlp, g, [&](const Tensor& y, const Tensor& t) { return ce(y, t); }, opt);
+  check_one_step(
+      *mlp, g, [&](const Tensor& y, const Tensor& t) { return ce(y, t); }, opt);
 }
 
 TEST(Golden, CnnOneAdamWStepMatchesPyTorch) {
   Golden g = read_golden("cnn.txt");
   auto cnn = std::make_shared<Sequential>(
-      std::make_shared<Conv2d>(1, 4, 3, Conv2dOptions{.padding = 1, .bias = false}), std::make_shared<BatchNorm2d>(4),
-      std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
-      std::make_shared<Linear>(4 * 4 * 4, 3));
+      std::make_shared<Conv2d>(1, 4, 3, Conv2dOptions{.padding = 1, .bias = false}),
+      std::make_shared<BatchNorm2d>(4), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+      std::make_shared<Flatten>(), std::make_shared<Linear>(4 * 4 * 4, 3));
   cnn->to(kF64);
   optim::AdamW opt(cnn->parameters(), {.lr = 1e-2, .betas = {0.9, 0.99}, .weight_decay = 0.05});
   CrossEntropyLoss ce;
-  check_one_step(*cnn, g, [&](const Tensor& y, const Tensor& t) { return ce(y, t); }, opt);
+  check_one_step(
+      *cnn, g, [&](const Tensor& y, const Tensor& t) { return ce(y, t); }, opt);
 }

@@ -26,7 +26,8 @@ TEST(Linear, ForwardMatchesLoop) {
   auto fc = std::make_shared<Linear>(5, 4);
   fc->to(kF64);
   Tensor x = randn({3, 5}, {.dtype = kF64});
-  auto X = x.to_vector<double>(), W = fc->weight.to_vector<double>(), B = fc->bias.to_vector<double>();
+  auto X = x.to_vector<double>(), W = fc->weight.to_vector<double>(),
+       B = fc->bias.to_vector<double>();
   std::vector<double> want(12);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 4; ++j) {
@@ -45,16 +46,20 @@ TEST(Linear, ForwardMatchesLoop) {
 
 TEST(Conv2d, ForwardMatchesLoop) {
   manual_seed(4);
-  const int N = 2, C = 4, H = 7, W = 6, K = 6, R = 3, S = 2, G = 2, sh = 2, sw = 1, ph = 1, pw = 2, dh = 1, dw = 2;
-  auto conv = std::make_shared<Conv2d>(C, K, IntPair{R, S},
-                                       Conv2dOptions{.stride = {sh, sw}, .padding = {ph, pw}, .dilation = {dh, dw}, .groups = G});
+  const int N = 2, C = 4, H = 7, W = 6, K = 6, R = 3, S = 2, G = 2, sh = 2, sw = 1, ph = 1, pw = 2,
+            dh = 1, dw = 2;
+  auto conv = std::make_shared<Conv2d>(
+      C, K, IntPair{R, S},
+      Conv2dOptions{.stride = {sh, sw}, .padding = {ph, pw}, .dilation = {dh, dw}, .groups = G});
   conv->to(kF64);
   EXPECT_EQ(conv->weight.shape(), (Shape{K, C / G, R, S}));
   Tensor x = randn({N, C, H, W}, {.dtype = kF64});
   Tensor y = (*conv)(x);
-  const int P = (H + 2 * ph - dh * (R - 1) - 1) / sh + 1, Q = (W + 2 * pw - dw * (S - 1) - 1) / sw + 1;
+  const int P = (H + 2 * ph - dh * (R - 1) - 1) / sh + 1,
+            Q = (W + 2 * pw - dw * (S - 1) - 1) / sw + 1;
   ASSERT_EQ(y.shape(), (Shape{N, K, P, Q}));
-  auto X = x.to_vector<double>(), Wt = conv->weight.to_vector<double>(), B = conv->bias.to_vector<double>();
+  auto X = x.to_vector<double>(), Wt = conv->weight.to_vector<double>(),
+       B = conv->bias.to_vector<double>();
   std::vector<double> want(size_t(N * K * P * Q));
   const int Cg = C / G, Kg = K / G;
   for (int n = 0; n < N; ++n)
@@ -89,7 +94,7 @@ TEST(Init, DefaultBoundsAsPyTorch) {
       mx = std::max(mx, std::abs(x));
       mean += x / double(v.size());
     }
-    if (v.size() < 50) return;  // too few draws for the statistics below
+    if (v.size() < 50) return;           // too few draws for the statistics below
     EXPECT_GT(mx, 0.9 * b);              // fills the range
     EXPECT_LT(std::abs(mean), 0.2 * b);  // centred
   };
@@ -162,7 +167,8 @@ TEST(BatchNorm2d, TrainUsesBatchStatsAndUpdatesRunningStats) {
       for (int i = 0; i < 10; ++i) var += std::pow(X[(b * 3 + c) * 10 + i] - mean, 2) / n;
     for (int b = 0; b < 4; ++b)
       for (int i = 0; i < 10; ++i)
-        EXPECT_NEAR(Y[(b * 3 + c) * 10 + i], (X[(b * 3 + c) * 10 + i] - mean) / std::sqrt(var + 1e-5), 1e-10);
+        EXPECT_NEAR(Y[(b * 3 + c) * 10 + i],
+                    (X[(b * 3 + c) * 10 + i] - mean) / std::sqrt(var + 1e-5), 1e-10);
     EXPECT_NEAR(rm[c], 0.1 * mean, 1e-12);
     EXPECT_NEAR(rv[c], 0.9 + 0.1 * var * n / (n - 1), 1e-12);  // unbiased variance
   }
@@ -175,7 +181,8 @@ TEST(BatchNorm2d, TrainUsesBatchStatsAndUpdatesRunningStats) {
   for (int c = 0; c < 3; ++c)
     for (int b = 0; b < 4; ++b)
       for (int i = 0; i < 10; ++i)
-        EXPECT_NEAR(Y2[(b * 3 + c) * 10 + i], (X[(b * 3 + c) * 10 + i] - rm[c]) / std::sqrt(rv[c] + 1e-5), 1e-10);
+        EXPECT_NEAR(Y2[(b * 3 + c) * 10 + i],
+                    (X[(b * 3 + c) * 10 + i] - rm[c]) / std::sqrt(rv[c] + 1e-5), 1e-10);
   EXPECT_EQ(bn.running_mean.to_vector<double>(), rm);
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
 }
@@ -230,7 +237,8 @@ TEST(LayerNorm, NormalisesTrailingDims) {
     double mean = 0, var = 0;
     for (int i = 0; i < 12; ++i) mean += X[b * 12 + i] / 12;
     for (int i = 0; i < 12; ++i) var += std::pow(X[b * 12 + i] - mean, 2) / 12;
-    for (int i = 0; i < 12; ++i) EXPECT_NEAR(Y[b * 12 + i], (X[b * 12 + i] - mean) / std::sqrt(var + 1e-5), 1e-10);
+    for (int i = 0; i < 12; ++i)
+      EXPECT_NEAR(Y[b * 12 + i], (X[b * 12 + i] - mean) / std::sqrt(var + 1e-5), 1e-10);
   }
   EXPECT_THROW(ln(randn({2, 4, 3}, {.dtype = kF64})), Error);
 }
@@ -238,7 +246,8 @@ TEST(LayerNorm, NormalisesTrailingDims) {
 TEST(Layers, ShapesOfPoolingFlattenActivations) {
   Tensor x = randn({2, 3, 8, 6});
   EXPECT_EQ(MaxPool2d(2)(x).shape(), (Shape{2, 3, 4, 3}));
-  EXPECT_EQ(MaxPool2d(3, MaxPool2dOptions{.stride = 1, .padding = 1})(x).shape(), (Shape{2, 3, 8, 6}));
+  EXPECT_EQ(MaxPool2d(3, MaxPool2dOptions{.stride = 1, .padding = 1})(x).shape(),
+            (Shape{2, 3, 8, 6}));
   EXPECT_EQ(AvgPool2d({2, 3})(x).shape(), (Shape{2, 3, 4, 2}));
   EXPECT_EQ(AdaptiveAvgPool2d(1)(x).shape(), (Shape{2, 3, 1, 1}));
   EXPECT_EQ(AdaptiveAvgPool2d({3, 2})(x).shape(), (Shape{2, 3, 3, 2}));
@@ -260,10 +269,13 @@ TEST(Layers, ShapesOfPoolingFlattenActivations) {
 TEST(Loss, ModulesMatchFormulas) {
   Tensor logits = from_vector<double>({1, 2, 3, 0.5, -1, 2}, {2, 3});
   Tensor target = from_vector<int64_t>({2, 0}, {2});
-  auto lse = [](double a, double b, double c) { return std::log(std::exp(a) + std::exp(b) + std::exp(c)); };
+  auto lse = [](double a, double b, double c) {
+    return std::log(std::exp(a) + std::exp(b) + std::exp(c));
+  };
   double l0 = lse(1, 2, 3) - 3, l1 = lse(0.5, -1, 2) - 0.5;
   EXPECT_NEAR(CrossEntropyLoss()(logits, target).item(), (l0 + l1) / 2, 1e-12);
-  EXPECT_NEAR(CrossEntropyLoss({.reduction = Reduction::Sum})(logits, target).item(), l0 + l1, 1e-12);
+  EXPECT_NEAR(CrossEntropyLoss({.reduction = Reduction::Sum})(logits, target).item(), l0 + l1,
+              1e-12);
   // Label smoothing eps: (1 - eps) * nll + eps * mean over classes of -log p.
   double eps = 0.1;
   double u0 = (3 * lse(1, 2, 3) - 6) / 3, u1 = (3 * lse(0.5, -1, 2) - 1.5) / 3;

@@ -44,7 +44,8 @@ void expect_error_mentions(const std::function<void()>& f, const std::vector<std
     ADD_FAILURE() << "expected an Error";
   } catch (const Error& e) {
     std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
   }
 }
 
@@ -55,9 +56,11 @@ TEST(Module, DottedNamesInRegistrationOrder) {
   outer->push_back(std::make_shared<Block>());
   outer->push_back(std::make_shared<Linear>(3, 2, /*bias=*/false));
   EXPECT_EQ(keys(outer->named_parameters()),
-            (std::vector<std::string>{"0.scale", "0.fc.weight", "0.fc.bias", "0.bn.weight", "0.bn.bias", "1.weight"}));
+            (std::vector<std::string>{"0.scale", "0.fc.weight", "0.fc.bias", "0.bn.weight",
+                                      "0.bn.bias", "1.weight"}));
   EXPECT_EQ(keys(outer->named_buffers()),
-            (std::vector<std::string>{"0.counter", "0.bn.running_mean", "0.bn.running_var", "0.bn.num_batches_tracked"}));
+            (std::vector<std::string>{"0.counter", "0.bn.running_mean", "0.bn.running_var",
+                                      "0.bn.num_batches_tracked"}));
   // The parameters carry their dotted names (DDP and optimizer errors use them).
   for (auto& [n, p] : outer->named_parameters()) {
     EXPECT_EQ(p.name(), n);
@@ -76,9 +79,10 @@ TEST(Module, DottedNamesInRegistrationOrder) {
 TEST(Module, StateDictOrderMatchesPyTorch) {
   // PyTorch: each module's parameters, then its persistent buffers, then its children.
   auto b = std::make_shared<Block>();
-  EXPECT_EQ(names(b->state_dict()),
-            (std::vector<std::string>{"scale", "fc.weight", "fc.bias", "bn.weight", "bn.bias", "bn.running_mean",
-                                      "bn.running_var", "bn.num_batches_tracked"}));
+  EXPECT_EQ(
+      names(b->state_dict()),
+      (std::vector<std::string>{"scale", "fc.weight", "fc.bias", "bn.weight", "bn.bias",
+                                "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}));
 }
 
 TEST(Module, RejectsBadNames) {
@@ -128,8 +132,8 @@ TEST(Module, LoadStateDictListsEveryProblem) {
   bad.emplace_back("3.extra", zeros({1}));  // unexpected
   std::vector<float> before = m->at<Linear>(2)->weight.to_vector<float>();
   expect_error_mentions([&] { m->load_state_dict(bad); },
-                        {"Sequential.load_state_dict", "0.weight (expected [16, 8], got [16, 7])", "missing: 0.bias",
-                         "unexpected: 3.extra"});
+                        {"Sequential.load_state_dict", "0.weight (expected [16, 8], got [16, 7])",
+                         "missing: 0.bias", "unexpected: 3.extra"});
   // Non-strict: missing and unexpected are reported, the wrong shape is still an error.
   expect_error_mentions([&] { m->load_state_dict(bad, /*strict=*/false); }, {"0.weight"});
   EXPECT_EQ(m->at<Linear>(2)->weight.to_vector<float>(), before);  // nothing loaded
@@ -151,7 +155,8 @@ TEST(Module, LoadConvertsDtype) {
 }
 
 TEST(Module, TrainEvalIsRecursive) {
-  auto outer = std::make_shared<Sequential>(std::make_shared<Block>(), std::make_shared<Dropout>(0.5));
+  auto outer =
+      std::make_shared<Sequential>(std::make_shared<Block>(), std::make_shared<Dropout>(0.5));
   EXPECT_TRUE(outer->is_training());
   outer->eval();
   for (auto& [n, m] : outer->named_modules()) EXPECT_FALSE(m->is_training()) << n;
@@ -221,8 +226,9 @@ TEST(Sequential, NamesChildrenAndRuns) {
 }
 
 TEST(Module, Prints) {
-  auto m = std::make_shared<Sequential>(std::make_shared<Conv2d>(1, 4, 3, Conv2dOptions{.padding = 1}),
-                                        std::make_shared<ReLU>(), std::make_shared<Linear>(8, 2));
+  auto m =
+      std::make_shared<Sequential>(std::make_shared<Conv2d>(1, 4, 3, Conv2dOptions{.padding = 1}),
+                                   std::make_shared<ReLU>(), std::make_shared<Linear>(8, 2));
   std::ostringstream os;
   os << *m;
   EXPECT_EQ(os.str(),

@@ -8,9 +8,9 @@
 
 #include "autograd/ops/ops.h"
 #include "kernels/backend.h"
+#include "nn/clip.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
-#include "nn/clip.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/sgd.h"
 
@@ -23,7 +23,8 @@ namespace {
 // The gradient given to parameter k at step t (deterministic, varies with both).
 Vec grad_values(size_t n, int k, int t) {
   Vec g(n);
-  for (size_t i = 0; i < n; ++i) g[i] = std::sin(1.3 * double(i) + 0.7 * t + 2.1 * k) * (1.0 + 0.5 * k);
+  for (size_t i = 0; i < n; ++i)
+    g[i] = std::sin(1.3 * double(i) + 0.7 * t + 2.1 * k) * (1.0 + 0.5 * k);
   return g;
 }
 
@@ -40,13 +41,15 @@ std::vector<Tensor> make_params(DType dt = kF64) {
 
 void set_grads(std::vector<Tensor>& ps, int t) {
   for (size_t k = 0; k < ps.size(); ++k)
-    ps[k].set_grad(from_vector<double>(grad_values(size_t(ps[k].numel()), int(k), t), ps[k].shape()).to(ps[k].dtype()));
+    ps[k].set_grad(from_vector<double>(grad_values(size_t(ps[k].numel()), int(k), t), ps[k].shape())
+                       .to(ps[k].dtype()));
 }
 
 void expect_close(const Tensor& t, const Vec& want, double tol) {
   Vec got = t.to_vector<double>();
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * (1.0 + std::abs(want[i]))) << "element " << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], tol * (1.0 + std::abs(want[i]))) << "element " << i;
 }
 
 // ---- reference updates, one parameter at a time, in double ----
@@ -59,8 +62,10 @@ struct RefSGD {
     for (size_t i = 0; i < p.size(); ++i) {
       double d = g[i] + wd * p[i];
       if (momentum != 0) {
-        if (buf.size() < p.size()) buf.push_back(d);  // first step: buf = d
-        else buf[i] = momentum * buf[i] + (1 - dampening) * d;
+        if (buf.size() < p.size())
+          buf.push_back(d);  // first step: buf = d
+        else
+          buf[i] = momentum * buf[i] + (1 - dampening) * d;
         d = nesterov ? d + momentum * buf[i] : buf[i];
       }
       p[i] -= lr * d;
@@ -79,8 +84,10 @@ struct RefAdam {
     double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
     for (size_t i = 0; i < p.size(); ++i) {
       double g = g_in[i];
-      if (decoupled) p[i] *= 1 - lr * wd;
-      else g += wd * p[i];
+      if (decoupled)
+        p[i] *= 1 - lr * wd;
+      else
+        g += wd * p[i];
       m[i] = b1 * m[i] + (1 - b1) * g;
       v[i] = b2 * v[i] + (1 - b2) * g * g;
       vmax[i] = std::max(vmax[i], v[i]);
@@ -96,7 +103,9 @@ class OptimFused : public ::testing::TestWithParam<bool> {};
 
 TEST_P(OptimFused, SGDMomentumNesterovWeightDecay) {
   auto ps = make_params();
-  SGD opt(ps, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .fused = GetParam()});
+  SGD opt(
+      ps,
+      {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .fused = GetParam()});
   std::vector<RefSGD> ref(2, RefSGD{0.1, 0.9, 0.0, 0.01, true, {}});
   std::vector<Vec> want{ps[0].to_vector<double>(), ps[1].to_vector<double>()};
   for (int t = 0; t < 3; ++t) {
@@ -116,7 +125,8 @@ TEST_P(OptimFused, SGDDampenedMomentumAndPlain) {
   auto qs = make_params();
   SGD plain(qs, {.lr = 0.05, .fused = GetParam()});
   EXPECT_TRUE(plain.state_dict().size() == 6u);  // no per-parameter state, only the group
-  std::vector<RefSGD> ref(2, RefSGD{0.05, 0.8, 0.3, 0.0, false, {}}), ref_plain(2, RefSGD{0.05, 0, 0, 0, false, {}});
+  std::vector<RefSGD> ref(2, RefSGD{0.05, 0.8, 0.3, 0.0, false, {}}),
+      ref_plain(2, RefSGD{0.05, 0, 0, 0, false, {}});
   std::vector<Vec> want{ps[0].to_vector<double>(), ps[1].to_vector<double>()}, want_plain = want;
   for (int t = 0; t < 3; ++t) {
     set_grads(ps, t);
@@ -134,7 +144,9 @@ TEST_P(OptimFused, SGDDampenedMomentumAndPlain) {
 
 TEST_P(OptimFused, Adam) {
   auto ps = make_params();
-  Adam opt(ps, {.lr = 0.01, .betas = {0.8, 0.95}, .eps = 1e-6, .weight_decay = 0.1, .fused = GetParam()});
+  Adam opt(
+      ps,
+      {.lr = 0.01, .betas = {0.8, 0.95}, .eps = 1e-6, .weight_decay = 0.1, .fused = GetParam()});
   std::vector<RefAdam> ref(2, RefAdam{0.01, 0.8, 0.95, 1e-6, 0.1, false, false, {}, {}, {}});
   std::vector<Vec> want{ps[0].to_vector<double>(), ps[1].to_vector<double>()};
   for (int t = 0; t < 3; ++t) {
@@ -210,18 +222,37 @@ TEST(Optim, FusedEqualsCompositeFloat32) {
       for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 2e-6f * (1 + std::abs(y[i])));
     }
   };
-  compare([](auto& ps) { return std::make_unique<Adam>(ps, AdamOptions{.weight_decay = 0.01, .amsgrad = true}); },
-          [](auto& ps) { return std::make_unique<Adam>(ps, AdamOptions{.weight_decay = 0.01, .amsgrad = true, .fused = false}); });
+  compare(
+      [](auto& ps) {
+        return std::make_unique<Adam>(ps, AdamOptions{.weight_decay = 0.01, .amsgrad = true});
+      },
+      [](auto& ps) {
+        return std::make_unique<Adam>(
+            ps, AdamOptions{.weight_decay = 0.01, .amsgrad = true, .fused = false});
+      });
   compare([](auto& ps) { return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01}); },
-          [](auto& ps) { return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01, .fused = false}); });
-  compare([](auto& ps) { return std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true}); },
-          [](auto& ps) { return std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true, .fused = false}); });
+          [](auto& ps) {
+            return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01, .fused = false});
+          });
+  compare(
+      [](auto& ps) {
+        return std::make_unique<SGD>(
+            ps, SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+      },
+      [](auto& ps) {
+        return std::make_unique<SGD>(ps, SGDOptions{.lr = 0.1,
+                                                    .momentum = 0.9,
+                                                    .weight_decay = 1e-3,
+                                                    .nesterov = true,
+                                                    .fused = false});
+      });
 }
 
 TEST(Optim, FusedKernelChecksItsArguments) {
   Tensor p = zeros({3}), g = zeros({4}), m = zeros({3}), v = zeros({3});
   EXPECT_THROW(backend_for(kCPU).adam_step({p}, {g}, {m}, {v}, {}, AdamStepParams{}), Error);
-  EXPECT_THROW(backend_for(kCPU).adam_step({p}, {zeros({3})}, {m}, {}, {}, AdamStepParams{}), Error);
+  EXPECT_THROW(backend_for(kCPU).adam_step({p}, {zeros({3})}, {m}, {}, {}, AdamStepParams{}),
+               Error);
   EXPECT_THROW(backend_for(kCPU).sgd_step({p.to(kI64)}, {g.to(kI64)}, {}, SgdStepParams{}), Error);
 }
 
@@ -292,7 +323,8 @@ TEST(Optim, StateDictLayoutAndRoundTripContinuesIdentically) {
     EXPECT_EQ(nn::find(sd, "state.0.step")->item(), 2.0);
     EXPECT_EQ(nn::find(sd, "state.0.step")->dtype(), kF64);
     EXPECT_EQ(nn::find(sd, "state.1.exp_avg")->shape(), (Shape{4}));
-    EXPECT_EQ(nn::find(sd, "param_groups.0.params")->to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
+    EXPECT_EQ(nn::find(sd, "param_groups.0.params")->to_vector<int64_t>(),
+              (std::vector<int64_t>{0, 1}));
     EXPECT_EQ(nn::find(sd, "param_groups.0.lr")->item(), 0.01);
     EXPECT_EQ(nn::find(sd, "param_groups.0.beta2")->item(), 0.999);
     EXPECT_EQ(nn::find(sd, "param_groups.0.amsgrad")->item(), ams ? 1.0 : 0.0);
@@ -441,7 +473,8 @@ TEST(Scheduler, StepLRSequence) {
 TEST(Scheduler, CosineWithWarmupSequenceAndState) {
   auto ps = make_params();
   Adam opt(ps, {.lr = 0.2});
-  CosineWithWarmupOptions o{.warmup_steps = 4, .total_steps = 12, .eta_min = 0.01, .warmup_start_factor = 0.1};
+  CosineWithWarmupOptions o{
+      .warmup_steps = 4, .total_steps = 12, .eta_min = 0.01, .warmup_start_factor = 0.1};
   CosineWithWarmup s(opt, o);
   auto expected = [&](int t) {
     if (t < 4) return 0.2 * (0.1 + 0.9 * t / 4.0);

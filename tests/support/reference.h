@@ -25,7 +25,9 @@ struct Array {
 };
 
 inline Array from(const Tensor& t) { return Array{t.shape(), t.to_vector<double>()}; }
-inline Array zeros(const Shape& s) { return Array{s, std::vector<double>(size_t(loom::numel(s)), 0.0)}; }
+inline Array zeros(const Shape& s) {
+  return Array{s, std::vector<double>(size_t(loom::numel(s)), 0.0)};
+}
 
 // Multi-index of flat position i in shape s.
 inline std::vector<int64_t> unravel(int64_t i, const Shape& s) {
@@ -41,7 +43,8 @@ inline std::vector<int64_t> unravel(int64_t i, const Shape& s) {
 inline double bcast_at(const Array& a, const std::vector<int64_t>& idx, const Shape& out) {
   size_t off = out.size() - a.shape.size();
   int64_t f = 0;
-  for (size_t d = 0; d < a.shape.size(); ++d) f = f * a.shape[d] + (a.shape[d] == 1 ? 0 : idx[off + d]);
+  for (size_t d = 0; d < a.shape.size(); ++d)
+    f = f * a.shape[d] + (a.shape[d] == 1 ? 0 : idx[off + d]);
   return a.v[f];
 }
 

@@ -27,7 +27,8 @@ struct Run {
 Run run(bool cnn, bool graph) {
   const int steps = 6;
   manual_seed(3);
-  std::shared_ptr<nn::Module> model = cnn ? std::shared_ptr<nn::Module>(nn::make_cnn()) : nn::make_mlp(256);
+  std::shared_ptr<nn::Module> model =
+      cnn ? std::shared_ptr<nn::Module>(nn::make_cnn()) : nn::make_mlp(256);
   Device dev = cuda_device(0);
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
@@ -57,8 +58,8 @@ std::pair<double, double> max_diff(const Run& a, const Run& b) {
 
 // Note [Graph vs eager tolerance]
 // A graph replays the eager step's kernels (the same cuBLASLt and cuDNN algorithms: both are
-// chosen once per shape and cached, and a warm-up eager run fills those caches first), so ideally it
-// differs from eager only as much as eager differs from itself. The MLP's kernels are
+// chosen once per shape and cached, and a warm-up eager run fills those caches first), so ideally
+// it differs from eager only as much as eager differs from itself. The MLP's kernels are
 // deterministic: it must agree to float32 rounding over 6 steps (1e-5). cuDNN's weight-gradient
 // algorithms may sum with atomics, so two eager CNN runs differ in the last bits; the test
 // measures that spread (eager against eager). Measured on an H200 (2026-11-30): eager against
@@ -77,15 +78,17 @@ void expect_same(bool cnn) {
   auto [noise_loss, noise_param] = max_diff(eager, again);
   double tol_loss = 1e-5, tol_param = 1e-5;
   if (cnn) {
-    EXPECT_LE(noise_param, 1.5e-3) << "two eager CNN runs differ too much to compare the graph with";
+    EXPECT_LE(noise_param, 1.5e-3)
+        << "two eager CNN runs differ too much to compare the graph with";
     tol_loss = std::max(1e-4, 8 * noise_loss);
     tol_param = std::max(2e-3, 8 * noise_param);
   } else {
     EXPECT_LE(noise_param, 1e-5) << "the MLP's eager step is not deterministic";
   }
   auto [diff_loss, diff_param] = max_diff(graph, eager);
-  std::cout << (cnn ? "cnn" : "mlp") << ": eager vs eager " << noise_loss << " (loss), " << noise_param
-            << " (param); graph vs eager " << diff_loss << " (loss), " << diff_param << " (param)\n";
+  std::cout << (cnn ? "cnn" : "mlp") << ": eager vs eager " << noise_loss << " (loss), "
+            << noise_param << " (param); graph vs eager " << diff_loss << " (loss), " << diff_param
+            << " (param)\n";
   EXPECT_LE(diff_loss, tol_loss);
   EXPECT_LE(diff_param, tol_param);
 }

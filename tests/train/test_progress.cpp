@@ -33,7 +33,8 @@ TEST(Progress, PlainLinesEveryTenthOfTheEpoch) {
   double now = 1000.0;
   std::ostringstream out;
   {
-    EpochProgress p(1, 3, 20, {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
+    EpochProgress p(1, 3, 20,
+                    {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
     for (int s = 1; s <= 20; ++s) {
       now += 0.5;
       p.step(double(s), 32);  // mean loss after s steps: (s + 1) / 2
@@ -55,7 +56,8 @@ TEST(Progress, PlainLinesEveryTenthOfTheEpoch) {
 TEST(Progress, PlainLinesWhenStepsDoNotDivideEvenly) {
   double now = 0;
   std::ostringstream out;
-  EpochProgress p(2, 2, 25, {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
+  EpochProgress p(2, 2, 25,
+                  {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
   std::vector<int64_t> printed;
   for (int s = 1; s <= 25; ++s) {
     now += 1;
@@ -72,7 +74,8 @@ TEST(Progress, PlainLinesWhenStepsDoNotDivideEvenly) {
 TEST(Progress, EndingEarlyPrintsTheLastState) {
   double now = 0;
   std::ostringstream out;
-  EpochProgress p(1, 1, 100, {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
+  EpochProgress p(1, 1, 100,
+                  {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
   now = 2;
   p.step(4.0, 8);
   p.finish();
@@ -84,13 +87,18 @@ TEST(Progress, EndingEarlyPrintsTheLastState) {
 TEST(Progress, BarRedrawsInPlaceAtMostEveryRedrawInterval) {
   double now = 0;
   std::ostringstream out;
-  EpochProgress p(3, 10, 40, {.style = ProgressStyle::Bar, .out = &out, .clock = [&] { return now; },
-                              .redraw_secs = 0.1, .bar_width = 10});
+  EpochProgress p(3, 10, 40,
+                  {.style = ProgressStyle::Bar,
+                   .out = &out,
+                   .clock = [&] { return now; },
+                   .redraw_secs = 0.1,
+                   .bar_width = 10});
   for (int s = 1; s <= 40; ++s) {
     now += 0.025;  // four steps per redraw interval
     p.step(0.5, 100);
     if (s == 20) {
-      EXPECT_EQ(p.status_line(), "epoch 3/10 [=====>    ] 20/40  loss 0.5000  4000 samples/s  ETA 0:01");
+      EXPECT_EQ(p.status_line(),
+                "epoch 3/10 [=====>    ] 20/40  loss 0.5000  4000 samples/s  ETA 0:01");
     }
   }
   p.finish();
@@ -105,12 +113,19 @@ TEST(Progress, BarRedrawsInPlaceAtMostEveryRedrawInterval) {
 }
 
 TEST(Progress, EpochSummaryLine) {
-  EpochSummary s{.epoch = 3, .epochs = 10, .train_loss = 0.31214, .test_loss = 0.339,
-                 .test_accuracy = 0.88123, .samples_per_second = 12345.4, .ms_per_step = 4.2061,
+  EpochSummary s{.epoch = 3,
+                 .epochs = 10,
+                 .train_loss = 0.31214,
+                 .test_loss = 0.339,
+                 .test_accuracy = 0.88123,
+                 .samples_per_second = 12345.4,
+                 .ms_per_step = 4.2061,
                  .seconds = 5.14};
   EXPECT_EQ(format_epoch_summary(s),
-            "epoch 3/10  train loss 0.3121  test loss 0.3390  test acc 88.12%  12345 samples/s  4.21 ms/step  5.1 s");
+            "epoch 3/10  train loss 0.3121  test loss 0.3390  test acc 88.12%  12345 samples/s  "
+            "4.21 ms/step  5.1 s");
   s.test_loss.reset();
   s.test_accuracy.reset();
-  EXPECT_EQ(format_epoch_summary(s), "epoch 3/10  train loss 0.3121  12345 samples/s  4.21 ms/step  5.1 s");
+  EXPECT_EQ(format_epoch_summary(s),
+            "epoch 3/10  train loss 0.3121  12345 samples/s  4.21 ms/step  5.1 s");
 }

@@ -12,7 +12,8 @@ using namespace loom::train;
 
 TEST(ProgressCurrent, LineDueAtEachTenthAndAtTheEnd) {
   std::ostringstream out;
-  EpochProgress p(1, 1, 200, {.style = ProgressStyle::Lines, .out = &out, .clock = [] { return 0.0; }});
+  EpochProgress p(1, 1, 200,
+                  {.style = ProgressStyle::Lines, .out = &out, .clock = [] { return 0.0; }});
   std::vector<int64_t> due;
   for (int64_t n = 1; n <= 200; ++n) {
     if (p.line_due(n)) due.push_back(n);
@@ -25,14 +26,16 @@ TEST(ProgressCurrent, LineDueAtEachTenthAndAtTheEnd) {
 
 TEST(ProgressCurrent, ABarNeverAsksForAnEarlyReadBack) {
   std::ostringstream out;
-  EpochProgress p(1, 1, 50, {.style = ProgressStyle::Bar, .out = &out, .clock = [] { return 0.0; }});
+  EpochProgress p(1, 1, 50,
+                  {.style = ProgressStyle::Bar, .out = &out, .clock = [] { return 0.0; }});
   for (int64_t n = 1; n <= 50; ++n) EXPECT_FALSE(p.line_due(n));
 }
 
 TEST(ProgressCurrent, SummaryShowsEvaluationTimeApart) {
   EpochSummary s{2, 10, 0.5, 0.4, 0.875, 1000, 2.5, 3.0, 0.7};
   std::string line = format_epoch_summary(s);
-  EXPECT_NE(line.find("1000 samples/s  2.50 ms/step  3.0 s  eval 0.7 s"), std::string::npos) << line;
+  EXPECT_NE(line.find("1000 samples/s  2.50 ms/step  3.0 s  eval 0.7 s"), std::string::npos)
+      << line;
   s.eval_seconds.reset();
   EXPECT_EQ(format_epoch_summary(s).find("eval"), std::string::npos);
 }

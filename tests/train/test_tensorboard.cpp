@@ -50,11 +50,20 @@ std::vector<Field> decode(const std::string& m) {
   while (i < m.size()) {
     uint64_t key = varint();
     Field f{uint32_t(key >> 3), uint32_t(key & 7), 0, {}};
-    if (f.type == 0) f.varint = varint();
-    else if (f.type == 1) { f.bytes = m.substr(i, 8); i += 8; }
-    else if (f.type == 5) { f.bytes = m.substr(i, 4); i += 4; }
-    else if (f.type == 2) { uint64_t n = varint(); f.bytes = m.substr(i, n); i += n; }
-    else ADD_FAILURE() << "wire type " << f.type;
+    if (f.type == 0)
+      f.varint = varint();
+    else if (f.type == 1) {
+      f.bytes = m.substr(i, 8);
+      i += 8;
+    } else if (f.type == 5) {
+      f.bytes = m.substr(i, 4);
+      i += 4;
+    } else if (f.type == 2) {
+      uint64_t n = varint();
+      f.bytes = m.substr(i, n);
+      i += n;
+    } else
+      ADD_FAILURE() << "wire type " << f.type;
     out.push_back(f);
   }
   return out;
@@ -71,16 +80,17 @@ TEST(TensorBoard, Crc32cKnownAnswers) {
 TEST(TensorBoard, ScalarEventBytes) {
   // Event{wall_time=0.0 (field 1, fixed64), step=3 (field 2, varint),
   //       summary (field 5) = Summary{value (field 1) = Value{tag "a" (1), simple_value 1.0f (2)}}}
-  std::string want = bytes({0x09, 0, 0, 0, 0, 0, 0, 0, 0,  //
-                            0x10, 0x03,                    //
-                            0x2a, 0x0a, 0x0a, 0x08,        //
-                            0x0a, 0x01, 'a', 0x15, 0x00, 0x00, 0x80, 0x3f});
+  std::string want = bytes({0x09, 0,    0,    0,    0,    0,    0,    0,   0,  //
+                            0x10, 0x03,                                        //
+                            0x2a, 0x0a, 0x0a, 0x08,                            //
+                            0x0a, 0x01, 'a',  0x15, 0x00, 0x00, 0x80, 0x3f});
   EXPECT_EQ(tensorboard::encode_scalar_event("a", 1.0f, 3, 0.0), want);
   // Varints: 300 = 0xac 0x02; -1 as int64 takes ten bytes.
   std::string e = tensorboard::encode_scalar_event("a", 1.0f, 300, 0.0);
   EXPECT_EQ(e.substr(9, 3), bytes({0x10, 0xac, 0x02}));
   e = tensorboard::encode_scalar_event("a", 1.0f, -1, 0.0);
-  EXPECT_EQ(e.substr(9, 11), bytes({0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
+  EXPECT_EQ(e.substr(9, 11),
+            bytes({0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
   // The file-version event: wall_time 1.5, file_version (field 3) "brain.Event:2".
   std::string v = tensorboard::encode_file_version_event(1.5);
   EXPECT_EQ(v.substr(0, 9), bytes({0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x3f}));
