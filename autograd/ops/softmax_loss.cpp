@@ -50,16 +50,28 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return softmax_impl("log_softmax", x, dim, true);
 }
 
-Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t ignore_index) {
-  check_class_target("nll_loss", "logp", logp, target);
-  Tensor out = backend_for(logp.device()).nll_loss(logp, target, r, ignore_index);
+namespace {
+
+// nll_loss under the name of the op the user called (nll_loss, or cross_entropy around it), so a
+// bad target is reported under that name even when a GPU kernel finds it
+// (kernels/backend_methods.inc).
+Tensor nll_loss_as(const char* op, const Tensor& logp, const Tensor& target, Reduction r,
+                   int64_t ignore_index) {
+  Tensor out = backend_for(logp.device()).nll_loss(logp, target, r, ignore_index, op);
   return record(
       "nll_loss", out, {logp},
-      [sp = save(logp, "nll_loss"), st = save(target, "nll_loss"), r,
-       ignore_index](const Tensor& g) {
+      [sp = save(logp, "nll_loss"), st = save(target, "nll_loss"), r, ignore_index,
+       op](const Tensor& g) {
         return Grads{
-            backend_for(g.device()).nll_loss_backward(g, sp.get(), st.get(), r, ignore_index)};
+            backend_for(g.device()).nll_loss_backward(g, sp.get(), st.get(), r, ignore_index, op)};
       });
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t ignore_index) {
+  check_class_target("nll_loss", "logp", logp, target);
+  return nll_loss_as("nll_loss", logp, target, r, ignore_index);
 }
 
 // Note [Label smoothing]
@@ -75,13 +87,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r,
   Tensor logp = log_softmax(logits, 1);
   Tensor nll;
   try {
-    nll = nll_loss(logp, target, r, ignore_index);
+    nll = nll_loss_as("cross_entropy", logp, target, r, ignore_index);
   } catch (const Error& e) {
-    // The user called cross_entropy: a bad target is reported under that name, about the logits.
+    // The backend checked log_softmax(logits), which it calls logp: say logits, as the user did.
     std::string msg = e.what();
-    const std::string inner = "nll_loss: ";
-    if (msg.compare(0, inner.size(), inner) != 0) throw;
-    msg = "cross_entropy: " + msg.substr(inner.size());
     for (size_t at = msg.find(" for logp "); at != std::string::npos;
          at = msg.find(" for logp ", at))
       msg.replace(at, 10, " for logits ");

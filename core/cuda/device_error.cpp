@@ -24,6 +24,10 @@ const char* op_label(int op) {
       return "nll_loss: target";
     case DeviceOp::NllLossBackward:
       return "nll_loss_backward: target";
+    case DeviceOp::CrossEntropy:
+      return "cross_entropy: target";
+    case DeviceOp::CrossEntropyBackward:
+      return "cross_entropy_backward: target";
     default:
       return "a kernel: value";
   }

@@ -16,7 +16,15 @@ namespace loom::cuda {
 // as it reads it, writes nothing out of bounds, and reports the first bad one here; the error
 // surfaces at the next synchronize(), item() or device-to-host copy, naming the op and the value.
 
-enum class DeviceOp : int { None = 0, IndexSelect, IndexAdd, NllLoss, NllLossBackward };
+enum class DeviceOp : int {
+  None = 0,
+  IndexSelect,
+  IndexAdd,
+  NllLoss,
+  NllLossBackward,
+  CrossEntropy,  // the nll_loss kernels, called by cross_entropy: the error names the user's op
+  CrossEntropyBackward
+};
 
 struct DeviceErrorSlot {
   int op;  // DeviceOp; 0 = no error

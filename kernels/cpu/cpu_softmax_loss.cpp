@@ -4,6 +4,7 @@
 // (autograd/ops/softmax_loss.cpp composes it from log_softmax and nll_loss).
 #include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -145,8 +146,8 @@ Tensor CpuBackend::softmax_backward(const Tensor& grad_y, const Tensor& y, int64
 
 // logp: (N, C), target: (N) int64 -> 0-d (Mean, Sum) or (N) (None; 0 at ignored rows)
 Tensor CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction r,
-                            int64_t ignore_index) {
-  check_targets("nll_loss", logp, target, ignore_index);
+                            int64_t ignore_index, const char* op) {
+  check_targets(op, logp, target, ignore_index);
   int64_t N = logp.size(0);
   int64_t s0 = logp.stride(0), s1 = logp.stride(1);
   Tensor out = empty(r == Reduction::None ? Shape{N} : Shape{}, {.dtype = logp.dtype()});
@@ -171,12 +172,12 @@ Tensor CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction 
 
 // grad: 0-d (Mean, Sum) or (N) (None), logp: (N, C), target: (N) -> dL/dlogp: (N, C)
 Tensor CpuBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, const Tensor& target,
-                                     Reduction r, int64_t ignore_index) {
-  check_targets("nll_loss_backward", logp, target, ignore_index);
+                                     Reduction r, int64_t ignore_index, const char* op) {
+  const std::string name = std::string(op) + "_backward";
+  check_targets(name.c_str(), logp, target, ignore_index);
   int64_t N = logp.size(0), C = logp.size(1);
   LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
-             "nll_loss_backward: grad ", describe(grad), " does not fit the reduction of ", N,
-             " rows");
+             name, ": grad ", describe(grad), " does not fit the reduction of ", N, " rows");
   Tensor out = empty({N, C}, {.dtype = logp.dtype()});
   fill_(out, 0.0);
   Tensor g = raw::cast(grad, logp.dtype());

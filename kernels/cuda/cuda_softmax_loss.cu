@@ -3,6 +3,8 @@
 // rows give 0 and are left out of Mean's count; Mean over no rows is NaN.
 // Leaves out: class weights and label smoothing (not in the Backend contract).
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "core/cuda/check.h"
 #include "core/cuda/device_error.h"
@@ -227,8 +229,8 @@ namespace {
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     nll_loss_kernel(const T* logp, int64_t s0, int64_t s1, const int64_t* target, int64_t ts,
-                    int64_t N, int64_t C, int64_t ignore, T* out, Reduction r,
-                    DeviceErrorSlot* err) {
+                    int64_t N, int64_t C, int64_t ignore, T* out, Reduction r, DeviceErrorSlot* err,
+                    DeviceOp err_op) {
   using A = acc_t<T>;
   double total = 0, count = 0;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(kBlockSize)
     double v = 0;
     if (t != ignore) {
       if (t < 0 || t >= C) {
-        report_device_error(err, DeviceOp::NllLoss, t, i, C);
+        report_device_error(err, err_op, t, i, C);
       } else {
         v = -double(A(logp[i * s0 + t * s1]));
         count += 1;
@@ -266,7 +268,7 @@ template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     nll_loss_backward_kernel(const T* grad, int64_t gs, const int64_t* target, int64_t ts,
                              int64_t N, int64_t C, int64_t ignore, const double* scale, T* out,
-                             DeviceErrorSlot* err) {
+                             DeviceErrorSlot* err, DeviceOp err_op) {
   using A = acc_t<T>;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < N * C; e += step) {
@@ -274,13 +276,20 @@ __global__ void __launch_bounds__(kBlockSize)
     const int64_t t = target[i * ts];
     A v = A(0);
     if (t != ignore && (t < 0 || t >= C)) {
-      if (j == 0) report_device_error(err, DeviceOp::NllLossBackward, t, i, C);
+      if (j == 0) report_device_error(err, err_op, t, i, C);
     } else if (t == j && t != ignore) {  // an ignore_index inside [0, C) is a class: its rows get 0
       const double sc = scale ? *scale : 1.0;
       v = A(-double(A(grad[i * gs])) * sc);
     }
     out[e] = T(v);
   }
+}
+
+// The name a target found out of range by a kernel is reported under (device_error.cpp).
+DeviceOp loss_device_op(const char* op, bool backward) {
+  const bool ce = std::string_view(op) == "cross_entropy";
+  if (backward) return ce ? DeviceOp::CrossEntropyBackward : DeviceOp::NllLossBackward;
+  return ce ? DeviceOp::CrossEntropy : DeviceOp::NllLoss;
 }
 
 void check_target(const char* op, const Tensor& logp, const Tensor& target) {
@@ -296,8 +305,8 @@ void check_target(const char* op, const Tensor& logp, const Tensor& target) {
 
 // logp: (N, C), target: (N) int64 -> 0-d (Mean, Sum) or (N) (None; 0 at ignored rows)
 Tensor CudaBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction r,
-                             int64_t ignore_index) {
-  check_target("nll_loss", logp, target);
+                             int64_t ignore_index, const char* op) {
+  check_target(op, logp, target);
   const int64_t N = logp.size(0), C = logp.size(1);
   Tensor out = empty(r == Reduction::None ? Shape{N} : Shape{},
                      {.dtype = logp.dtype(), .device = logp.device()});
@@ -313,7 +322,8 @@ Tensor CudaBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction
   LOOM_DISPATCH_FLOATING(logp.dtype(), "nll_loss", [&] {
     nll_loss_kernel<scalar_t><<<grid, kBlockSize, 0, s>>>(
         logp.data<scalar_t>(), logp.stride(0), logp.stride(1), target.data<int64_t>(),
-        target.stride(0), N, C, ignore_index, out.data<scalar_t>(), r, device_error_slot(dev));
+        target.stride(0), N, C, ignore_index, out.data<scalar_t>(), r, device_error_slot(dev),
+        loss_device_op(op, false));
   });
   LOOM_CUDA_CHECK_LAUNCH("nll_loss_kernel");
   return out;
@@ -321,12 +331,12 @@ Tensor CudaBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction
 
 // grad: 0-d (Mean, Sum) or (N) (None), logp: (N, C), target: (N) -> dL/dlogp: (N, C)
 Tensor CudaBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, const Tensor& target,
-                                      Reduction r, int64_t ignore_index) {
-  check_target("nll_loss_backward", logp, target);
+                                      Reduction r, int64_t ignore_index, const char* op) {
+  const std::string name = std::string(op) + "_backward";
+  check_target(name.c_str(), logp, target);
   const int64_t N = logp.size(0), C = logp.size(1);
   LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
-             "nll_loss_backward: grad ", describe(grad), " does not fit the reduction of ", N,
-             " rows");
+             name, ": grad ", describe(grad), " does not fit the reduction of ", N, " rows");
   Tensor out = empty({N, C}, {.dtype = logp.dtype(), .device = logp.device()});
   if (N * C == 0) return out;
   const int dev = logp.device().index;
@@ -345,7 +355,7 @@ Tensor CudaBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, co
     nll_loss_backward_kernel<scalar_t><<<grid_for(N * C, dev), kBlockSize, 0, s>>>(
         gc.data<scalar_t>(), gs, target.data<int64_t>(), target.stride(0), N, C, ignore_index,
         scale.defined() ? scale.data<double>() : nullptr, out.data<scalar_t>(),
-        device_error_slot(dev));
+        device_error_slot(dev), loss_device_op(op, true));
   });
   LOOM_CUDA_CHECK_LAUNCH("nll_loss_backward_kernel");
   return out;

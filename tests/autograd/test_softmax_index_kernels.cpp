@@ -123,9 +123,10 @@ TEST(SoftmaxKernel, BackwardMatchesComposite) {
 TEST(NllLossKernel, AllRowsIgnored) {
   Tensor logp = randn({3, 4});
   Tensor t = from_vector<int64_t>({-100, -100, -100}, {3});
-  EXPECT_TRUE(std::isnan(cpu().nll_loss(logp, t, Reduction::Mean, -100).item()));
-  EXPECT_EQ(cpu().nll_loss(logp, t, Reduction::Sum, -100).item(), 0.0);
-  Tensor g = cpu().nll_loss_backward(scalar_tensor(1.0), logp, t, Reduction::Mean, -100);
+  EXPECT_TRUE(std::isnan(cpu().nll_loss(logp, t, Reduction::Mean, -100, "nll_loss").item()));
+  EXPECT_EQ(cpu().nll_loss(logp, t, Reduction::Sum, -100, "nll_loss").item(), 0.0);
+  Tensor g =
+      cpu().nll_loss_backward(scalar_tensor(1.0), logp, t, Reduction::Mean, -100, "nll_loss");
   for (float v : g.to_vector<float>()) EXPECT_EQ(v, 0.0f);
 }
 
@@ -137,13 +138,15 @@ TEST(NllLossKernel, LargeBatchMatchesNaive) {
   auto tv = t.to_vector<int64_t>();
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum -= lp[size_t(i * C + tv[size_t(i)])];
-  EXPECT_NEAR(cpu().nll_loss(logp, t, Reduction::Sum, -100).item(), sum, 1e-9 * std::fabs(sum));
-  EXPECT_NEAR(cpu().nll_loss(logp, t, Reduction::Mean, -100).item(), sum / double(N), 1e-12);
+  EXPECT_NEAR(cpu().nll_loss(logp, t, Reduction::Sum, -100, "nll_loss").item(), sum,
+              1e-9 * std::fabs(sum));
+  EXPECT_NEAR(cpu().nll_loss(logp, t, Reduction::Mean, -100, "nll_loss").item(), sum / double(N),
+              1e-12);
   // Backward of Mean: -1/N at each target, 0 elsewhere.
-  auto g =
-      cpu()
-          .nll_loss_backward(scalar_tensor(2.0, {.dtype = kF64}), logp, t, Reduction::Mean, -100)
-          .to_vector<double>();
+  auto g = cpu()
+               .nll_loss_backward(scalar_tensor(2.0, {.dtype = kF64}), logp, t, Reduction::Mean,
+                                  -100, "nll_loss")
+               .to_vector<double>();
   for (int64_t i = 0; i < N; ++i)
     for (int64_t c = 0; c < C; ++c)
       ASSERT_EQ(g[size_t(i * C + c)], c == tv[size_t(i)] ? -2.0 / double(N) : 0.0);

@@ -170,22 +170,24 @@ TEST(CudaLoss, NllLossWithIgnoredRowsMatchesCpu) {
     Tensor logp = backend_for(kCPU).softmax(sample({N, C}, DType::F64, 102), 1, true).to(d);
     for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
       SCOPED_TRACE(str(dtype_name(d), " reduction ", int(r)));
-      Tensor want = backend_for(kCPU).nll_loss(logp.to(DType::F64), target, r, -100);
-      Tensor got = backend_for(kGpu).nll_loss(logp.to(kGpu), target.to(kGpu), r, -100);
+      Tensor want = backend_for(kCPU).nll_loss(logp.to(DType::F64), target, r, -100, "nll_loss");
+      Tensor got = backend_for(kGpu).nll_loss(logp.to(kGpu), target.to(kGpu), r, -100, "nll_loss");
       EXPECT_TRUE(all_close(want, got, r == Reduction::Sum ? sum_tol(d) : forward_tol(d)));
       Tensor grad = r == Reduction::None ? sample({N}, d, 103) : full({}, 1.7, {.dtype = d});
       Tensor gw = backend_for(kCPU).nll_loss_backward(grad.to(DType::F64), logp.to(DType::F64),
-                                                      target, r, -100);
+                                                      target, r, -100, "nll_loss");
       Tensor gg = backend_for(kGpu).nll_loss_backward(grad.to(kGpu), logp.to(kGpu), target.to(kGpu),
-                                                      r, -100);
+                                                      r, -100, "nll_loss");
       EXPECT_TRUE(all_close(gw, gg, forward_tol(d)));
     }
   }
   // Every row ignored: Mean is NaN on both.
   Tensor all_ignored = full({5}, -100, {.dtype = DType::I64});
   Tensor lp = zeros({5, 3});
-  EXPECT_TRUE(std::isnan(
-      backend_for(kGpu).nll_loss(lp.to(kGpu), all_ignored.to(kGpu), Reduction::Mean, -100).item()));
+  EXPECT_TRUE(
+      std::isnan(backend_for(kGpu)
+                     .nll_loss(lp.to(kGpu), all_ignored.to(kGpu), Reduction::Mean, -100, "nll_loss")
+                     .item()));
   // The composite cross_entropy on the GPU agrees with the CPU.
   Tensor logits = sample({N, C}, DType::F32, 104);
   EXPECT_TRUE(all_close(cross_entropy(logits, target),

@@ -350,6 +350,23 @@ TEST(CudaDeviceErrors, BadIndexIsReportedAtTheNextSync) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nll_loss: target 12"), std::string::npos) << e.what();
   }
+  // Through cross_entropy the kernel is the same, but the error names the op the user called,
+  // both for the forward and for a backward that runs before anyone synchronised.
+  Tensor logits = randn({3, 4}, {.device = kGpu, .requires_grad = true});
+  try {
+    (void)cross_entropy(logits, target).item();
+    FAIL() << "no error for target 12 with 4 classes";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cross_entropy: target 12 (position 2)", 0), 0u)
+        << e.what();
+  }
+  try {
+    cross_entropy(logits, target).backward();
+    cuda::synchronize(0);
+    FAIL() << "no error for target 12 with 4 classes";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cross_entropy: target 12", 0), 0u) << e.what();
+  }
   EXPECT_EQ(ones({7}, {.device = kGpu}).sum().item(), 7.0);  // the context is still healthy
 }
 
