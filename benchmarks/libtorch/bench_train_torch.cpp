@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
   try {
     if (device.empty()) device = torch::cuda::is_available() ? "cuda" : "cpu";
     torch::Device dev(device);
+    // "cuda" has no index (-1), which the caching allocator's statistics calls reject: name it.
+    if (dev.is_cuda() && !dev.has_index()) dev = torch::Device(torch::kCUDA, 0);
     // Strict fp32: no TF32 in cuBLAS or cuDNN (the default for convolutions is on).
     at::globalContext().setAllowTF32CuBLAS(false);
     at::globalContext().setAllowTF32CuDNN(false);
