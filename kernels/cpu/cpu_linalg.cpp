@@ -2,6 +2,7 @@
 // transposed (column-major) views map without a copy; any other layout is made contiguous first.
 // f16/bf16 compute in float32.
 #include <Eigen/Core>
+#include <algorithm>
 
 #include "core/dispatch.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -16,30 +17,43 @@ using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 template <typename T>
 using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
-// A 2-d matrix whose rows or columns are contiguous; anything else is copied to be so.
+// Note [GEMM operand layouts]
+// Eigen maps a 2-d operand without a copy when it is row-major (unit column stride, rows at least
+// a row apart) or column-major (the mirror image); a dimension of size 1 may have any stride.
+// Anything else is copied to contiguous first. "At least a row apart" matters: the gradient of a
+// sum arrives broadcast, e.g. (N, 1) with strides (0, 1), and mapping that as column-major with
+// leading dimension N would read N - 1 elements past its single stored value.
+bool row_major(const Tensor& t) {
+  return (t.size(1) == 1 || t.stride(1) == 1) && (t.size(0) == 1 || t.stride(0) >= t.size(1));
+}
+bool col_major(const Tensor& t) {
+  return (t.size(0) == 1 || t.stride(0) == 1) && (t.size(1) == 1 || t.stride(1) >= t.size(0));
+}
+
+// A 2-d matrix as Eigen can map it (Note [GEMM operand layouts]).
 Tensor gemm_ready(const Tensor& m) {
-  if (m.stride(1) == 1 || m.stride(0) == 1) return m;
+  if (row_major(m) || col_major(m)) return m;
   return raw::contiguous(m);
 }
 
-// out (M, N), row-major contiguous, = a (M, K) @ b (K, N), for float or double.
+// out (M, N), row-major contiguous, = a (M, K) @ b (K, N), for float or double; a and b are
+// gemm_ready.
 template <typename T>
 void gemm(const Tensor& a, const Tensor& b, T* out) {
-  int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  int64_t M = a.size(0), N = b.size(1);
   Eigen::Map<RowMat<T>> C(out, M, N);
   auto with_map = [](const Tensor& t, auto&& f) {
     const T* p = static_cast<const T*>(t.data_ptr());
-    if (t.stride(1) == 1 && (t.stride(0) >= t.size(1) || t.size(0) == 1)) {
+    if (row_major(t)) {
+      const int64_t ld = t.size(0) == 1 ? t.size(1) : t.stride(0);
       f(Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>(
-          p, t.size(0), t.size(1),
-          Eigen::OuterStride<>(std::max<int64_t>(t.stride(0), t.size(1)))));
+          p, t.size(0), t.size(1), Eigen::OuterStride<>(std::max<int64_t>(ld, 1))));
     } else {
+      const int64_t ld = t.size(1) == 1 ? t.size(0) : t.stride(1);
       f(Eigen::Map<const ColMat<T>, 0, Eigen::OuterStride<>>(
-          p, t.size(0), t.size(1),
-          Eigen::OuterStride<>(std::max<int64_t>(t.stride(1), t.size(0)))));
+          p, t.size(0), t.size(1), Eigen::OuterStride<>(std::max<int64_t>(ld, 1))));
     }
   };
-  (void)K;
   with_map(a, [&](const auto& A) { with_map(b, [&](const auto& B) { C.noalias() = A * B; }); });
 }
 
