@@ -25,8 +25,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::shared_ptr<TCPStore> client(int port, const std::string& token) {
-  return std::make_shared<TCPStore>("127.0.0.1", port,
-                                    TCPStoreOptions{.timeout = 10s, .token = token});
+  return std::make_shared<TCPStore>(
+      "127.0.0.1", port, TCPStoreOptions{.is_server = false, .timeout = 10s, .token = token});
 }
 
 // The error message of f(), or "" when it does not throw.
@@ -111,7 +111,7 @@ TEST(StoreToken, ATokenAgainstAServerWithoutOneIsAClearError) {
 
 TEST(StoreToken, TheEnvironmentVariableIsTheDefault) {
   setenv("LOOM_STORE_TOKEN", "from-env", 1);
-  TCPStore s("127.0.0.1", 0, TCPStoreOptions{.is_server = true, .timeout = 10s});
+  TCPStore s("127.0.0.1", 0, TCPStoreOptions{.is_server = true, .timeout = 10s, .token = {}});
   unsetenv("LOOM_STORE_TOKEN");
   s.set("k", std::string("v"));  // this client sent the variable's token
   EXPECT_NE(error_of([&] { client(s.port(), "other"); }), "");
