@@ -104,8 +104,8 @@ Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string
     total *= int64_t(v);
   }
 
-  // Note [Idx sizes]: the header's sizes are not trusted with memory: a 35-byte file can declare
-  // 40 GB (found by tests/fuzz/idx_fuzz.cpp; the input is in tests/fuzz/regressions/idx). Data
+  // Note [Idx sizes]: the header's sizes are not trusted with memory: a 34-byte file can declare
+  // 42 GB (found by tests/fuzz/idx_fuzz.cpp; the input is in tests/fuzz/regressions/idx). Data
   // of more than kIdxFirst bytes is read in chunks that double from kIdxFirst up to kIdxChunk,
   // each allocated only after the previous one arrived in full, so memory stays within about
   // twice what the file really holds; the tensor is allocated last.
