@@ -94,14 +94,15 @@ Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string
   LOOM_CHECK(got == int64_t(dims_raw.size()), who, ": ", path, " is truncated inside its header (",
              got, " of ", dims_raw.size(), " bytes of sizes)");
   Shape dims;
-  int64_t total = 1;
+  int64_t total = 1, bound = 1;  // bound: the product with zero sizes read as one
   for (int d = 0; d < expected_ndim; ++d) {
     uint32_t v = big_endian32(&dims_raw[size_t(4 * d)]);
     LOOM_CHECK(v <= uint32_t(std::numeric_limits<int32_t>::max()) &&
-                   total <= (int64_t(1) << 40) / std::max(1u, v),
+                   bound <= (int64_t(1) << 40) / std::max(1u, v),
                who, ": ", path, " declares an implausible size ", v, " in dim ", d);
     dims.push_back(int64_t(v));
     total *= int64_t(v);
+    bound *= int64_t(std::max(1u, v));
   }
 
   // Note [Idx sizes]: the header's sizes are not trusted with memory: a 34-byte file can declare

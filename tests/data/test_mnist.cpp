@@ -293,6 +293,11 @@ TEST_F(TempDir, AHugeDeclaredSizeIsNotAllocated) {
     EXPECT_NE(msg.find("only 4 follow"), std::string::npos) << msg;
     EXPECT_EQ(cpu_alloc_stats().bytes - before.bytes, 0u) << "a tensor was allocated";
   }
+  // A zero size does not excuse the others: [0, 2^31-1, 2^31-1] is implausible, not a tensor
+  // whose strides overflow (tests/fuzz/regressions/idx/zero-dim-then-huge-dims).
+  write_file(dir_ / "zero.idx", idx_bytes({0, 0x7fffffffu, 0x7fffffffu}, {}), false);
+  std::string zero_msg = error_of([&] { read_idx_u8((dir_ / "zero.idx").string(), 3); });
+  EXPECT_NE(zero_msg.find("implausible size 2147483647 in dim 2"), std::string::npos) << zero_msg;
   // Whole files over the largest chunk (64 MiB) are read right.
   const int64_t n = (int64_t(64) << 20) + 3;
   std::vector<uint8_t> px(static_cast<size_t>(n));
