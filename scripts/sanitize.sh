@@ -21,9 +21,10 @@ ASAN_TARGETS=${ASAN_TARGETS:-"test_core test_kernels test_autograd test_nn test_
   train_cnn safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz
   safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay store_protocol_fuzz_replay
   flags_fuzz_replay"}
-# Everything but the Python interop tests and the lint (no C++ under test there).
+# Everything but the Python interop tests and the lint (no C++ under test there), and the
+# binaries not built here (test_cuda: the CPU-only build has no CUDA code to check).
 ASAN_TESTS=${ASAN_TESTS:-"."}
-ASAN_EXCLUDE=${ASAN_EXCLUDE:-"python_interop|python_read|lint_self_test|example_programs_bad_inputs"}
+ASAN_EXCLUDE=${ASAN_EXCLUDE:-"python_interop|python_read|lint_self_test|example_programs_bad_inputs|_NOT_BUILT"}
 # TSan: the binaries with threads of their own or many processes talking.
 TSAN_TARGETS=${TSAN_TARGETS:-"test_data test_distributed dist_tool ddp_tool test_launcher
   launch_worker_tool loomrun"}
