@@ -14,6 +14,32 @@ option(LOOM_BUILD_BENCHMARKS "Build the benchmarks (needs Google Benchmark)" ON)
 option(LOOM_LIBTORCH "Build benchmarks/libtorch, the libtorch twin of bench_train (needs Torch)" OFF)
 option(LOOM_NATIVE "Compile the CPU code for this machine's instruction set (-march=native)" ON)
 option(LOOM_WERROR "Treat warnings as errors" OFF)
+# LOOM_SANITIZE: build everything under sanitizers ("address,undefined" or "thread"; see
+# docs/reliability.md and scripts/sanitize.sh). LOOM_FUZZ: the libFuzzer harnesses of tests/fuzz
+# (clang only; best combined with LOOM_SANITIZE=address,undefined).
+set(LOOM_SANITIZE "" CACHE STRING "Sanitizers to build with: address,undefined | thread | empty")
+option(LOOM_FUZZ "Build the libFuzzer harnesses (tests/fuzz, needs clang)" OFF)
+if(LOOM_SANITIZE)
+  if(NOT LOOM_SANITIZE MATCHES "^(address|undefined|address,undefined|undefined,address|thread)$")
+    message(FATAL_ERROR "LOOM_SANITIZE=${LOOM_SANITIZE}: expected address,undefined or thread")
+  endif()
+  # -fno-sanitize-recover: an undefined-behaviour report fails the test instead of scrolling by.
+  # -fno-sanitize=vptr: UBSan's vptr check needs RTTI of every library (GoogleTest's and Gloo's
+  # Debian builds are not instrumented and trip it spuriously across the library boundary).
+  add_compile_options(-fsanitize=${LOOM_SANITIZE} -fno-omit-frame-pointer -g1)
+  add_link_options(-fsanitize=${LOOM_SANITIZE})
+  if(LOOM_SANITIZE MATCHES "undefined")
+    add_compile_options(-fno-sanitize-recover=all -fno-sanitize=vptr)
+    add_link_options(-fno-sanitize-recover=all -fno-sanitize=vptr)
+  endif()
+endif()
+if(LOOM_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "LOOM_FUZZ=ON needs clang (libFuzzer): CXX=clang++ scripts/configure.sh")
+  endif()
+  # Coverage instrumentation for everything; only the harnesses link libFuzzer's main().
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
 
 if(LOOM_CUDA)
   # A short default list: Ampere (80) and Hopper (90, H100/H200). Override with
@@ -44,6 +70,9 @@ function(loom_set_warnings target)
     # -Wno-maybe-uninitialized: GCC 12's own avx512fintrin.h trips it inside Eigen's GEMM (a
     # false positive in the compiler's header, hundreds of lines per build).
     target_compile_options(${target} PRIVATE
-                           $<$<COMPILE_LANGUAGE:CXX>:-march=native -mprefer-vector-width=256 -Wno-maybe-uninitialized>)
+                           $<$<COMPILE_LANGUAGE:CXX>:-march=native -mprefer-vector-width=256>)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
+    endif()
   endif()
 endfunction()

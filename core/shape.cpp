@@ -1,6 +1,8 @@
 // Shape arithmetic, and the overflow-checked counts of core/checked_math.h.
 #include "core/shape.h"
 
+#include <limits>
+
 #include "core/checked_math.h"
 #include "core/error.h"
 
@@ -32,10 +34,13 @@ int64_t checked_nbytes(const char* op, const Shape& s, size_t element_size) {
 Strides contiguous_strides(const Shape& s) {
   Strides st(s.size());
   int64_t acc = 1;
-  for (int64_t i = int64_t(s.size()) - 1; i >= 0; --i) {
+  for (int64_t i = int64_t(s.size()) - 1; i > 0; --i) {
     st[i] = acc;
-    acc *= s[i];
+    // Only a tensor with a zero size (no elements, so strides address nothing) can overflow
+    // here: [0, 2^40, 2^40] (found by tests/fuzz/idx_fuzz.cpp). Saturate instead of wrapping.
+    if (__builtin_mul_overflow(acc, s[i], &acc)) acc = std::numeric_limits<int64_t>::max();
   }
+  if (!s.empty()) st[0] = acc;
   return st;
 }
 

@@ -3,12 +3,14 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "core/parallel.h"
 
@@ -92,18 +94,42 @@ Tensor read_idx_u8(const std::string& path, int expected_ndim, const std::string
   LOOM_CHECK(got == int64_t(dims_raw.size()), who, ": ", path, " is truncated inside its header (",
              got, " of ", dims_raw.size(), " bytes of sizes)");
   Shape dims;
-  int64_t total = 1;
+  int64_t total = 1, bound = 1;  // bound: the product with zero sizes read as one
   for (int d = 0; d < expected_ndim; ++d) {
     uint32_t v = big_endian32(&dims_raw[size_t(4 * d)]);
     LOOM_CHECK(v <= uint32_t(std::numeric_limits<int32_t>::max()) &&
-                   total <= (int64_t(1) << 40) / std::max(1u, v),
+                   bound <= (int64_t(1) << 40) / std::max(1u, v),
                who, ": ", path, " declares an implausible size ", v, " in dim ", d);
     dims.push_back(int64_t(v));
     total *= int64_t(v);
+    bound *= int64_t(std::max(1u, v));
   }
 
-  Tensor out = empty(dims, {.dtype = kU8});
-  got = read_some(f.get(), out.data_ptr(), total, who, path);
+  // Note [Idx sizes]: the header's sizes are not trusted with memory: a 34-byte file can declare
+  // 42 GB (found by tests/fuzz/idx_fuzz.cpp; the input is in tests/fuzz/regressions/idx). Data
+  // of more than kIdxFirst bytes is read in chunks that double from kIdxFirst up to kIdxChunk,
+  // each allocated only after the previous one arrived in full, so memory stays within about
+  // twice what the file really holds; the tensor is allocated last.
+  constexpr int64_t kIdxFirst = int64_t(1) << 20, kIdxChunk = int64_t(64) << 20;
+  Tensor out;
+  if (total <= kIdxFirst) {
+    out = empty(dims, {.dtype = kU8});
+    got = read_some(f.get(), out.data_ptr(), total, who, path);
+  } else {
+    std::vector<unsigned char> buf;
+    got = 0;
+    while (got < total) {
+      const int64_t want = std::min({std::max(got, kIdxFirst), kIdxChunk, total - got});
+      buf.resize(size_t(got + want));
+      const int64_t k = read_some(f.get(), buf.data() + got, want, who, path);
+      got += k;
+      if (k < want) break;
+    }
+    if (got == total) {
+      out = empty(dims, {.dtype = kU8});
+      std::memcpy(out.data_ptr(), buf.data(), size_t(total));
+    }
+  }
   LOOM_CHECK(got == total, who, ": ", path, " is truncated: its header declares ", dims, " = ",
              total, " bytes of data, but only ", got, " follow");
   unsigned char extra;

@@ -154,4 +154,47 @@ void Reader::done() const {
   LOOM_CHECK(at_ == n_, "store: malformed message (", n_ - at_, " bytes left over)");
 }
 
+Request decode_request(uint8_t type, const uint8_t* p, size_t n) {
+  LOOM_CHECK(is_request(type), "store: message type ", int(type), " is not a request");
+  Reader r(p, n);
+  Request q;
+  q.type = Type(type);
+  switch (q.type) {
+    case Type::Set:
+      q.keys.push_back(r.str(kMaxKeyBytes));
+      q.value = r.bytes();
+      break;
+    case Type::Get:
+      q.keys.push_back(r.str(kMaxKeyBytes));
+      q.number = r.i64();
+      break;
+    case Type::Wait:
+      q.keys = r.list();
+      q.number = r.i64();
+      break;
+    case Type::Add:
+      q.keys.push_back(r.str(kMaxKeyBytes));
+      q.number = r.i64();
+      break;
+    case Type::CompareSet:
+      q.keys.push_back(r.str(kMaxKeyBytes));
+      q.expected = r.bytes();
+      q.value = r.bytes();
+      break;
+    case Type::Check:
+      q.keys = r.list();
+      break;
+    case Type::Delete:
+      q.keys.push_back(r.str(kMaxKeyBytes));
+      break;
+    case Type::Auth:
+      q.token = r.str(kMaxKeyBytes);
+      break;
+    default:  // NumKeys, Ping: no fields
+      break;
+  }
+  r.done();
+  return q;
+}
+
 }  // namespace loom::distributed::wire

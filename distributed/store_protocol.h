@@ -1,6 +1,6 @@
 // The TCP store's wire format: a fixed header (magic, version, type, payload length) and a payload
 // of length-prefixed fields; the encoder and a bounds-checked decoder. See Note [Store protocol].
-// Leaves out: sockets (distributed/tcp_store.cpp) and authentication (reserved message type).
+// Leaves out: sockets and the token check itself (distributed/tcp_store*.cpp).
 #pragma once
 
 #include <cstdint>
@@ -21,11 +21,13 @@ namespace loom::distributed::wire {
 //   Add(key, i64 delta) -> Ok(i64)  CompareSet(key, expected, desired) -> Ok(value)
 //   Wait(list keys, i64 timeout_ms) -> Ok | Timeout    Check(list keys) -> Ok(i64 0/1)
 //   Delete(key) -> Ok(i64 0/1)      NumKeys() -> Ok(i64)    Ping() -> Ok
-// A reply's type is Ok, Timeout or Failed(string message). Auth (type 32) is reserved for a
-// shared-token handshake (LOOM_STORE_TOKEN, a later issue): a server that requires it will
-// answer Failed to any other first message. The server closes a connection (and only that one)
-// whose header has the wrong magic/version/type, whose length is over the limit, whose payload
-// does not decode exactly, or that stops mid-message for longer than kStallTimeout.
+//   Auth(token) -> Ok | Failed
+// A reply's type is Ok, Timeout or Failed(string message). Auth is the shared-token handshake
+// (LOOM_STORE_TOKEN, Note [Store token] in tcp_store_server.cpp): a server started with a token
+// answers Failed to any first message other than Auth with that token, and closes the
+// connection; a server without one answers Failed to Auth. The server closes a connection (and only
+// that one) whose header has the wrong magic/version/type, whose length is over the limit, whose
+// payload does not decode exactly, or that stops mid-message for longer than kStallTimeout.
 constexpr uint32_t kMagic = 0x4D4F4F4C;
 constexpr uint8_t kVersion = 1;
 constexpr size_t kHeaderBytes = 12;
@@ -58,6 +60,20 @@ struct Header {
 };
 // Decodes the 12 header bytes; false (with `why`) for a bad magic, version, type or length.
 bool parse_header(const uint8_t* p, Header& h, std::string& why);
+
+// One request, decoded and checked: what the server acts on. The fuzz harness
+// tests/fuzz/store_protocol_fuzz.cpp feeds arbitrary bytes through parse_header and this.
+struct Request {
+  Type type = Type::Ping;
+  std::vector<std::string> keys;  // Set/Get/Add/CompareSet/Delete: one key; Wait/Check: the list
+  Bytes value;                    // Set: the value; CompareSet: the desired value
+  Bytes expected;                 // CompareSet
+  int64_t number = 0;             // Get/Wait: timeout in ms; Add: the delta
+  std::string token;              // Auth
+};
+// Decodes the payload of a request of type `type` (n bytes at p): throws loom::Error when `type`
+// is not a request or the payload does not decode exactly.
+Request decode_request(uint8_t type, const uint8_t* p, size_t n);
 
 // Builds one message: header + fields.
 class Writer {

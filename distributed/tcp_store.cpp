@@ -31,11 +31,11 @@ struct TCPStore::Reply {
 };
 
 TCPStore::TCPStore(const std::string& host, int port, TCPStoreOptions options)
-    : host_(host), port_(port) {
+    : host_(host), port_(port), token_(options.token ? *options.token : store_token_from_env()) {
   timeout_ = options.timeout;
   LOOM_CHECK(port >= 0 && port < 65536, "TCPStore: port ", port, " is out of range");
   if (options.is_server) {
-    server_ = std::make_shared<TCPStoreServer>(host, port);
+    server_ = std::make_shared<TCPStoreServer>(host, port, token_);
     port_ = server_->port();
     if (host_.empty() || host_ == "0.0.0.0") host_ = "127.0.0.1";
   } else {
@@ -45,8 +45,8 @@ TCPStore::TCPStore(const std::string& host, int port, TCPStoreOptions options)
 }
 
 TCPStore::TCPStore(std::shared_ptr<TCPStoreServer> server, const std::string& host, int port,
-                   Millis t)
-    : server_(std::move(server)), host_(host), port_(port) {
+                   Millis t, std::string token)
+    : server_(std::move(server)), host_(host), port_(port), token_(std::move(token)) {
   timeout_ = t;
   connect_with_retry();
 }
@@ -56,7 +56,7 @@ TCPStore::~TCPStore() {
 }
 
 std::shared_ptr<Store> TCPStore::clone() const {
-  return std::shared_ptr<Store>(new TCPStore(server_, host_, port_, timeout_));
+  return std::shared_ptr<Store>(new TCPStore(server_, host_, port_, timeout_, token_));
 }
 
 void TCPStore::connect_with_retry() {
@@ -65,14 +65,22 @@ void TCPStore::connect_with_retry() {
   std::string why;
   for (;;) {
     fd_ = net::try_connect(host_, port_, why);
-    if (fd_ >= 0) return;
+    if (fd_ >= 0) break;
     if (Clock::now() + backoff > deadline) break;
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, Millis(1000));
   }
-  LOOM_FAIL("TCPStore: could not connect to the store at ", host_, ":", port_, " within ",
-            seconds(timeout_), " (last error: ", why,
-            "); is rank 0 (or the launcher) running and MASTER_ADDR/MASTER_PORT right?");
+  LOOM_CHECK(fd_ >= 0, "TCPStore: could not connect to the store at ", host_, ":", port_,
+             " within ", seconds(timeout_), " (last error: ", why,
+             "); is rank 0 (or the launcher) running and MASTER_ADDR/MASTER_PORT right?");
+  if (token_.empty()) return;
+  // Note [Store token]: the first message; a refusal comes back as Failed.
+  try {
+    request(wire::Writer(Type::Auth).str(token_).finish(), kQuickReply, "auth", "");
+  } catch (const Error& e) {
+    LOOM_FAIL("TCPStore: the store at ", host_, ":", port_,
+              " refused this process's LOOM_STORE_TOKEN: ", e.what());
+  }
 }
 
 TCPStore::Reply TCPStore::request(const Bytes& msg, Millis reply_timeout, const char* op,

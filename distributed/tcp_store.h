@@ -1,10 +1,12 @@
 // TCPStore: the Store over TCP. TCPStoreServer holds the keys and serves many clients from one
 // background thread (poll); TCPStore is a client, and on rank 0 (is_server) also owns the server.
-// Leaves out: authentication (LOOM_STORE_TOKEN, later) and persistence (the keys live in memory).
+// With LOOM_STORE_TOKEN set, both sides use the token handshake (Note [Store token]).
+// Leaves out: encryption (the token is a shared secret sent in clear) and persistence.
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -12,11 +14,18 @@
 
 namespace loom::distributed {
 
-// Serves the store on host:port until destroyed. host "" or "0.0.0.0" listens on every interface;
-// a name or address binds to that address (MASTER_ADDR). port 0 picks a free port: ask port().
+// The value of LOOM_STORE_TOKEN ("" when unset).
+std::string store_token_from_env();
+
+// Serves the store on host:port until destroyed. A name or address binds to that address only
+// (MASTER_ADDR); host "" or "0.0.0.0" listens on every interface, and only when asked so. port 0
+// picks a free port: ask port(). A port already in use is an Error naming host:port.
+// token: clients must present it first (Note [Store token]); nullopt reads LOOM_STORE_TOKEN, ""
+// turns the handshake off.
 class TCPStoreServer {
  public:
-  TCPStoreServer(const std::string& host, int port);
+  TCPStoreServer(const std::string& host, int port,
+                 const std::optional<std::string>& token = std::nullopt);
   ~TCPStoreServer();
   TCPStoreServer(const TCPStoreServer&) = delete;
   TCPStoreServer& operator=(const TCPStoreServer&) = delete;
@@ -38,6 +47,9 @@ class TCPStoreServer {
 struct TCPStoreOptions {
   bool is_server = false;                    // also serve the store (then port may be 0)
   Millis timeout = std::chrono::minutes(5);  // connect and default get/wait timeout
+  // Sent in the handshake (and required by the server this store starts); nullopt reads
+  // LOOM_STORE_TOKEN, "" means none.
+  std::optional<std::string> token;
 };
 
 class TCPStore : public Store {
@@ -65,14 +77,16 @@ class TCPStore : public Store {
   bool is_server() const { return server_ != nullptr; }
 
  private:
-  TCPStore(std::shared_ptr<TCPStoreServer> server, const std::string& host, int port, Millis t);
+  TCPStore(std::shared_ptr<TCPStoreServer> server, const std::string& host, int port, Millis t,
+           std::string token);
   struct Reply;
   Reply request(const Bytes& msg, Millis reply_timeout, const char* op, const std::string& key);
-  void connect_with_retry();
+  void connect_with_retry();  // then the token handshake, when there is a token
 
   std::shared_ptr<TCPStoreServer> server_;
   std::string host_;
   int port_ = 0;
+  std::string token_;
   int fd_ = -1;
   std::mutex mu_;  // one request at a time on this connection
 };

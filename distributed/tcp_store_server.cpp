@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <optional>
@@ -43,10 +44,29 @@ struct Conn {
   std::vector<std::string> keys;
   Clock::time_point deadline;
   bool closing = false;
+  bool authenticated = false;  // sent the store's token (Note [Store token])
 };
+
+// Compares without an early exit, so the time taken says nothing about how much matched.
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.size() != b.size() || b.empty()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ b[i]);
+  return diff == 0;
+}
 }  // namespace
 
+// Note [Store token]
+// With LOOM_STORE_TOKEN set (or a token given to the server), the first message of every
+// connection must be Auth carrying that token; anything else (no Auth, a wrong token) is answered
+// Failed and the connection is closed before the message is acted on, so a stray client cannot
+// read, write, delete or wait on the job's keys. Clients (TCPStore) send Auth right after
+// connecting when they have a token. loomrun's workers inherit the variable with the rest of the
+// launcher's environment. The token is a shared secret against accidents and other users' stray
+// processes on a shared network, not encryption: it travels in clear text.
+
 struct TCPStoreServer::Impl {
+  std::string token;  // empty: no handshake
   std::unordered_map<std::string, Bytes> data;
   std::list<Conn> conns;
 
@@ -75,44 +95,47 @@ struct TCPStoreServer::Impl {
 
   // Handles one complete request; throws loom::Error on a malformed payload.
   bool handle(Conn& c, uint8_t type, const uint8_t* p, size_t n) {
-    wire::Reader r(p, n);
+    wire::Request q = wire::decode_request(type, p, n);
+    if (!token.empty() && !c.authenticated) {  // Note [Store token]
+      bool ok = q.type == Type::Auth && same_token(q.token, token);
+      if (!ok) {
+        reply(c, wire::Writer(Type::Failed)
+                     .str(q.type == Type::Auth
+                              ? "store: wrong LOOM_STORE_TOKEN; this store refuses the client"
+                              : "store: this store requires LOOM_STORE_TOKEN; the client sent "
+                                "none")
+                     .finish());
+        flush(c);
+        c.closing = true;
+        return false;
+      }
+      c.authenticated = true;
+      reply_ok(c);
+      return false;
+    }
     bool wrote = false;
-    switch (Type(type)) {
-      case Type::Set: {
-        std::string k = r.str(wire::kMaxKeyBytes);
-        Bytes v = r.bytes();
-        r.done();
-        data[k] = std::move(v);
+    switch (q.type) {
+      case Type::Set:
+        data[q.keys[0]] = std::move(q.value);
         reply_ok(c);
         wrote = true;
         break;
-      }
       case Type::Get:
-      case Type::Wait: {
-        std::vector<std::string> keys;
-        if (Type(type) == Type::Get)
-          keys.push_back(r.str(wire::kMaxKeyBytes));
-        else
-          keys = r.list();
-        int64_t ms = r.i64();
-        r.done();
+      case Type::Wait:
         c.parked = true;
-        c.parked_type = Type(type);
-        c.keys = std::move(keys);
-        c.deadline =
-            Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, int64_t(1) << 40));
+        c.parked_type = q.type;
+        c.keys = std::move(q.keys);
+        c.deadline = Clock::now() +
+                     std::chrono::milliseconds(std::clamp<int64_t>(q.number, 0, int64_t(1) << 40));
         try_parked(c, Clock::now());
         break;
-      }
       case Type::Add: {
-        std::string k = r.str(wire::kMaxKeyBytes);
-        int64_t d = r.i64();
-        r.done();
+        const std::string& k = q.keys[0];
         int64_t v = 0;
         auto it = data.find(k);
         if (it != data.end())
           v = std::strtoll(std::string(it->second.begin(), it->second.end()).c_str(), nullptr, 10);
-        v += d;
+        v += q.number;
         std::string s = std::to_string(v);
         data[k] = Bytes(s.begin(), s.end());
         reply(c, wire::Writer(Type::Ok).i64(v).finish());
@@ -120,40 +143,33 @@ struct TCPStoreServer::Impl {
         break;
       }
       case Type::CompareSet: {
-        std::string k = r.str(wire::kMaxKeyBytes);
-        Bytes expected = r.bytes(), desired = r.bytes();
-        r.done();
+        const std::string& k = q.keys[0];
         auto it = data.find(k);
-        if ((it == data.end() && expected.empty()) ||
-            (it != data.end() && it->second == expected)) {
-          data[k] = desired;
+        if ((it == data.end() && q.expected.empty()) ||
+            (it != data.end() && it->second == q.expected)) {
+          data[k] = q.value;
           wrote = true;
         }
         reply(c, wire::Writer(Type::Ok).bytes(data.count(k) ? data[k] : Bytes{}).finish());
         break;
       }
-      case Type::Check: {
-        auto keys = r.list();
-        r.done();
-        reply(c, wire::Writer(Type::Ok).i64(has_all(keys) ? 1 : 0).finish());
+      case Type::Check:
+        reply(c, wire::Writer(Type::Ok).i64(has_all(q.keys) ? 1 : 0).finish());
         break;
-      }
-      case Type::Delete: {
-        std::string k = r.str(wire::kMaxKeyBytes);
-        r.done();
-        reply(c, wire::Writer(Type::Ok).i64(data.erase(k) ? 1 : 0).finish());
+      case Type::Delete:
+        reply(c, wire::Writer(Type::Ok).i64(data.erase(q.keys[0]) ? 1 : 0).finish());
         break;
-      }
       case Type::NumKeys:
-        r.done();
         reply(c, wire::Writer(Type::Ok).i64(int64_t(data.size())).finish());
         break;
       case Type::Ping:
-        r.done();
         reply_ok(c);
         break;
       case Type::Auth:
-        reply(c, wire::Writer(Type::Failed).str("store: this server does not use tokens").finish());
+        reply(c, wire::Writer(Type::Failed)
+                     .str("store: this store was started without LOOM_STORE_TOKEN but the client "
+                          "has one; set the same LOOM_STORE_TOKEN for every process of the job")
+                     .finish());
         break;
       default:
         LOOM_FAIL("store: message type ", int(type), " is not a request");
@@ -285,8 +301,15 @@ void serve(TCPStoreServer::Impl& s, int listen_fd, int wake_fd) {
 }
 }  // namespace
 
-TCPStoreServer::TCPStoreServer(const std::string& host, int port)
+std::string store_token_from_env() {
+  const char* t = std::getenv("LOOM_STORE_TOKEN");
+  return t ? t : "";
+}
+
+TCPStoreServer::TCPStoreServer(const std::string& host, int port,
+                               const std::optional<std::string>& token)
     : host_(host), port_(port), impl_(std::make_unique<Impl>()) {
+  impl_->token = token ? *token : store_token_from_env();
   listen_fd_ = net::listen_on(host, port_);
   fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
   LOOM_CHECK(pipe2(wake_, O_CLOEXEC) == 0, "TCPStore: pipe failed: ", std::strerror(errno));

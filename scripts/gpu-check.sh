@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the one script for the GPU machine. Configures and builds loom for Hopper
 # (sm_90, Release, Ninja), prints envinfo, runs every test binary through ctest (the CUDA tests
-# included), runs compute-sanitizer memcheck over the CUDA test binary, runs every bench_*
+# included), runs compute-sanitizer memcheck over the CUDA test binary, and racecheck and
+# synccheck over the CUDA tests of the kernels that use shared memory, runs every bench_*
 # program that exists, and prints a summary table last. Logs go to $OUT (or build-gpu/logs).
 # It never changes GPU settings (clocks, modes, MIG); NCCL's NVLink multicast stays off.
 #
@@ -9,6 +10,10 @@
 #   SKIP_BENCH=1 scripts/gpu-check.sh        # no benchmarks
 #   MEMCHECK_FILTER='-CudaReduce.*' ...      # a gtest filter for the memcheck run (default: all)
 #   SKIP_MEMCHECK=1 ...                      # no memcheck (with 2+ GPUs it overlaps ctest anyway)
+#   RACECHECK_FILTER=... SYNCCHECK_FILTER=...  # gtest filters for racecheck / synccheck (default:
+#                                            # the tests of the shared-memory kernels, SMEM_TESTS)
+#   SKIP_RACECHECK=1 SKIP_SYNCCHECK=1 ...    # no racecheck / synccheck
+#   SKIP_CTEST=1 ...                         # no ctest run (e.g. only the compute-sanitizer tools)
 #   BENCH_ARGS='--quick' ...                 # extra arguments for every bench_* program
 #   BENCHES='bench_train' ...                # only these single-process benchmarks (none: BENCHES=-)
 #   CTEST_ARGS='-R Cuda' ...                 # extra ctest arguments (a subset of the tests)
@@ -88,20 +93,24 @@ if [ -z "${SKIP_MEMCHECK:-}" ] && have_memcheck && [ "${ngpu:-0}" -ge 2 ]; then
 fi
 
 # ---- every test, through ctest
-echo "== ctest"
-# shellcheck disable=SC2086
-(cd "$BUILD" && timeout "${CTEST_TIMEOUT:-1200}" ctest -j "${CTEST_JOBS:-8}" --timeout 300 --output-on-failure \
-  --output-junit "$LOG/ctest-junit.xml" ${CTEST_ARGS:-}) > "$LOG/ctest.log" 2>&1
-tail -n 25 "$LOG/ctest.log"
-total=$(grep -oE 'tests failed out of [0-9]+' "$LOG/ctest.log" | grep -oE '[0-9]+$' || echo "?")
-failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' || echo "?")
-cuda_lines=$(grep -E 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log")
-cuda_tests=$(grep -c . <<< "$cuda_lines" || true)
-cuda_failed=$(grep -cE '\*\*\*(Failed|Timeout|Exception)' <<< "$cuda_lines" || true)
-cuda_skipped=$(grep -cE '\*\*\*(Skipped|Not Run)' <<< "$cuda_lines" || true)
-row "ctest (all binaries)" "$failed failed of $total"
-row "  passed/failed/skipped" "$(python3 "$ROOT/scripts/test_summary.py" "$LOG/ctest-junit.xml" | tail -n 1)"
-row "  of which CUDA tests" "$cuda_failed failed, $cuda_skipped skipped of $cuda_tests"
+if [ -n "${SKIP_CTEST:-}" ]; then
+  row ctest "skipped (SKIP_CTEST)"
+else
+  echo "== ctest"
+  # shellcheck disable=SC2086
+  (cd "$BUILD" && timeout "${CTEST_TIMEOUT:-1200}" ctest -j "${CTEST_JOBS:-8}" --timeout 300 --output-on-failure \
+    --output-junit "$LOG/ctest-junit.xml" ${CTEST_ARGS:-}) > "$LOG/ctest.log" 2>&1
+  tail -n 25 "$LOG/ctest.log"
+  total=$(grep -oE 'tests failed out of [0-9]+' "$LOG/ctest.log" | grep -oE '[0-9]+$' || echo "?")
+  failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' || echo "?")
+  cuda_lines=$(grep -E 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log")
+  cuda_tests=$(grep -c . <<< "$cuda_lines" || true)
+  cuda_failed=$(grep -cE '\*\*\*(Failed|Timeout|Exception)' <<< "$cuda_lines" || true)
+  cuda_skipped=$(grep -cE '\*\*\*(Skipped|Not Run)' <<< "$cuda_lines" || true)
+  row "ctest (all binaries)" "$failed failed of $total"
+  row "  passed/failed/skipped" "$(python3 "$ROOT/scripts/test_summary.py" "$LOG/ctest-junit.xml" | tail -n 1)"
+  row "  of which CUDA tests" "$cuda_failed failed, $cuda_skipped skipped of $cuda_tests"
+fi
 
 unset CUDA_VISIBLE_DEVICES
 if [ -n "${SKIP_MEMCHECK:-}" ]; then
@@ -110,6 +119,29 @@ else
   if [ -n "$memcheck_pid" ]; then wait "$memcheck_pid"; elif have_memcheck; then run_memcheck; fi
   report_memcheck
 fi
+
+# ---- racecheck and synccheck: shared-memory hazards and __syncthreads misuse in the kernels
+# that use shared memory (reductions, softmax/loss, norms). Both tools run kernels far more
+# slowly than memcheck, hence the filter; each run is bounded by *_TIMEOUT (default 900 s).
+SMEM_TESTS='CudaReduce.*:CudaSoftmax.*:CudaLoss.*:CudaNllIgnoreClass.*:CudaBatchNorm.*:CudaAutograd.*'
+run_cs_tool() {  # tool, filter, timeout
+  local tool=$1 filter=$2 limit=$3 t rc errors passed skipped
+  echo "== compute-sanitizer $tool ($filter)"
+  if ! have_memcheck; then row "$tool" "not run (no compute-sanitizer or no test_cuda)"; return; fi
+  t=$(date +%s)
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    "$BUILD/tests/test_cuda" --gtest_filter="$filter" > "$LOG/$tool.log" 2>&1
+  rc=$?
+  tail -n 6 "$LOG/$tool.log"
+  errors=$(grep -oE '(ERROR|RACECHECK|SYNCCHECK) SUMMARY: [0-9]+' "$LOG/$tool.log" | grep -oE '[0-9]+$' | tail -1)
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/$tool.log" | grep -oE '[0-9]+$' || echo 0)
+  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$LOG/$tool.log" | grep -oE '[0-9]+$' || echo 0)
+  [ "$rc" = 124 ] && errors="timed out after $limit s"
+  row "$tool errors" "${errors:-?} (exit $rc, $(( $(date +%s) - t )) s)"
+  row "  test_cuda under $tool" "$passed passed, $skipped skipped"
+}
+[ -z "${SKIP_RACECHECK:-}" ] && run_cs_tool racecheck "${RACECHECK_FILTER:-$SMEM_TESTS}" "${RACECHECK_TIMEOUT:-900}"
+[ -z "${SKIP_SYNCCHECK:-}" ] && run_cs_tool synccheck "${SYNCCHECK_FILTER:-$SMEM_TESTS}" "${SYNCCHECK_TIMEOUT:-900}"
 
 # ---- distributed: NCCL across two GPUs (one process each), and all_reduce bus bandwidth
 if [ "${ngpu:-0}" -ge 2 ] && [ -x "$BUILD/tests/test_distributed" ]; then

@@ -5,7 +5,8 @@ set -euo pipefail
 
 debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
-      libgloo-dev python3 python3-pip clang-format)
+      libgloo-dev python3 python3-pip clang-format
+      clang libomp-dev llvm)  # the sanitizer and fuzz builds (scripts/sanitize.sh)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

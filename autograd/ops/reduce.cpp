@@ -108,18 +108,19 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   detail::check_defined("max", x);
   dim = wrap_dim("max", dim, x.dim());
   auto [values, indices] = backend_for(x.device()).max_dim(x, dim, keepdim);
-  values = record("max", values, {x}, [shape = x.shape(), dim, keepdim, indices](const Tensor& g) {
-    Tensor gk = keepdim ? g : unsqueeze(g, dim);
-    Tensor ik = keepdim ? indices : unsqueeze(indices, dim);
-    // Scatter g into the argmax positions: one-hot along dim via a comparison with arange.
-    Shape ar_shape(shape.size(), 1);
-    ar_shape[dim] = shape[dim];
-    Tensor ar = arange(0, double(shape[dim]), 1, {.dtype = DType::I64, .device = g.device()})
-                    .view(ar_shape);
-    Tensor onehot = eq(expand(ar, shape), expand(ik, shape));
-    return Grads{
-        where(onehot, expand(gk, shape), zeros(shape, {.dtype = g.dtype(), .device = g.device()}))};
-  });
+  values = record(
+      "max", values, {x}, [shape = x.shape(), dim, keepdim, indices = indices](const Tensor& g) {
+        Tensor gk = keepdim ? g : unsqueeze(g, dim);
+        Tensor ik = keepdim ? indices : unsqueeze(indices, dim);
+        // Scatter g into the argmax positions: one-hot along dim via a comparison with arange.
+        Shape ar_shape(shape.size(), 1);
+        ar_shape[dim] = shape[dim];
+        Tensor ar = arange(0, double(shape[dim]), 1, {.dtype = DType::I64, .device = g.device()})
+                        .view(ar_shape);
+        Tensor onehot = eq(expand(ar, shape), expand(ik, shape));
+        return Grads{where(onehot, expand(gk, shape),
+                           zeros(shape, {.dtype = g.dtype(), .device = g.device()}))};
+      });
   return {values, indices};
 }
 

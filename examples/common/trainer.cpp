@@ -463,7 +463,10 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     }
     if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's BatchNorm statistics
     double eval_start = steady_seconds();
-    auto [test_loss, test_acc] = evaluate(*model, test_loader, *pg, dev);
+    // Plain variables, not a structured binding: the lambda below captures them, which clang
+    // before 16 refuses for bindings (the sanitizer builds use Debian's clang 14).
+    const std::pair<double, double> evaluated = evaluate(*model, test_loader, *pg, dev);
+    const double test_loss = evaluated.first, test_acc = evaluated.second;
     double eval_seconds = steady_seconds() - eval_start;
     EpochSummary s{epoch + 1,          cfg.epochs,  progress.mean_loss(), test_loss,   test_acc,
                    samples_per_second, ms_per_step, train_seconds,        eval_seconds};

@@ -111,10 +111,10 @@ std::vector<OpCase> elementwise_cases() {
     OpCase c{name,
              {{{3, 4}}, {{4}}},
              // Compare against a copy with some equal elements, so eq/le/ge see ties.
-             [op](const std::vector<Tensor>& x) {
+             [op = op](const std::vector<Tensor>& x) {
                return op(x[0], where(gt(x[1], 0.0), x[0].select(0, 1), x[1]));
              },
-             [f](const std::vector<A>& r) {
+             [f = f](const std::vector<A>& r) {
                A o = ref::zeros({3, 4});
                for (int64_t i = 0; i < 3; ++i)
                  for (int64_t j = 0; j < 4; ++j) {

@@ -48,6 +48,11 @@ TEST(Overflow, FactoriesRefuseShapesWhoseElementCountOverflows) {
   expect_error([] { empty({-1, 3}); }, {"empty", "negative size -1", "[-1, 3]"});
   // A zero anywhere makes an empty tensor, however large the other sizes.
   EXPECT_EQ(empty({0, kMax}).numel(), 0);
+  // ... even when the sizes after the zero multiply past int64 (UB before; found by idx_fuzz):
+  // the strides that address nothing saturate.
+  Tensor z = empty({0, kBig, kBig});
+  EXPECT_EQ(z.numel(), 0);
+  EXPECT_EQ(z.strides(), (Strides{kMax, kBig, 1}));
 }
 
 TEST(Overflow, FactoriesRefuseShapesWhoseByteCountOverflows) {

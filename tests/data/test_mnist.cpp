@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/allocator.h"
 #include "data/mnist.h"
 #include "support/fashion_mnist.h"
 
@@ -277,6 +278,34 @@ TEST_F(TempDir, TruncatedGzipStream) {
   EXPECT_TRUE(msg.find("truncated") != std::string::npos ||
               msg.find("cannot read") != std::string::npos)
       << msg;
+}
+
+TEST_F(TempDir, AHugeDeclaredSizeIsNotAllocated) {
+  // Note [Idx sizes]: 4 data bytes under a header declaring 1000 x 1000 x 1000 (1 GB), plain
+  // and gzip: a truncation error, and no tensor allocated for the data that never came.
+  for (bool gz : {false, true}) {
+    std::string name = gz ? "huge.idx.gz" : "huge.idx";
+    write_file(dir_ / name, idx_bytes({1000, 1000, 1000}, {1, 2, 3, 4}), gz);
+    CpuAllocStats before = cpu_alloc_stats();
+    std::string msg = error_of([&] { read_idx_u8((dir_ / name).string(), 3); });
+    EXPECT_NE(msg.find(name), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("only 4 follow"), std::string::npos) << msg;
+    EXPECT_EQ(cpu_alloc_stats().bytes - before.bytes, 0u) << "a tensor was allocated";
+  }
+  // A zero size does not excuse the others: [0, 2^31-1, 2^31-1] is implausible, not a tensor
+  // whose strides overflow (tests/fuzz/regressions/idx/zero-dim-then-huge-dims).
+  write_file(dir_ / "zero.idx", idx_bytes({0, 0x7fffffffu, 0x7fffffffu}, {}), false);
+  std::string zero_msg = error_of([&] { read_idx_u8((dir_ / "zero.idx").string(), 3); });
+  EXPECT_NE(zero_msg.find("implausible size 2147483647 in dim 2"), std::string::npos) << zero_msg;
+  // Whole files over the largest chunk (64 MiB) are read right.
+  const int64_t n = (int64_t(64) << 20) + 3;
+  std::vector<uint8_t> px(static_cast<size_t>(n));
+  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 7);
+  write_file(dir_ / "big.idx", idx_bytes({uint32_t(n)}, px), false);
+  Tensor t = read_idx_u8((dir_ / "big.idx").string(), 1);
+  ASSERT_EQ(t.numel(), n);
+  EXPECT_EQ(std::memcmp(t.data<uint8_t>(), px.data(), px.size()), 0);
 }
 
 TEST_F(TempDir, TrailingBytes) {

@@ -20,11 +20,12 @@ using namespace std::chrono_literals;
 
 namespace {
 std::shared_ptr<TCPStore> serve() {
-  return std::make_shared<TCPStore>("127.0.0.1", 0,
-                                    TCPStoreOptions{.is_server = true, .timeout = 10s});
+  return std::make_shared<TCPStore>(
+      "127.0.0.1", 0, TCPStoreOptions{.is_server = true, .timeout = 10s, .token = {}});
 }
 std::shared_ptr<TCPStore> client(int port) {
-  return std::make_shared<TCPStore>("127.0.0.1", port, TCPStoreOptions{.timeout = 10s});
+  return std::make_shared<TCPStore>(
+      "127.0.0.1", port, TCPStoreOptions{.is_server = false, .timeout = 10s, .token = {}});
 }
 
 TEST(TCPStore, Operations) {
@@ -93,7 +94,9 @@ TEST(TCPStore, ClientRetriesUntilTheServerStartsThenGivesUp) {
   starter.join();
   late.reset();
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_THROW(TCPStore("127.0.0.1", port, TCPStoreOptions{.timeout = 500ms}), Error);
+  EXPECT_THROW(TCPStore("127.0.0.1", port,
+                        TCPStoreOptions{.is_server = false, .timeout = 500ms, .token = {}}),
+               Error);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
 }
 

@@ -49,6 +49,27 @@ TEST(LoomrunGloo, CollectivesOnTwoNodes) {
   }
 }
 
+TEST(LoomrunGloo, TheStoreTokenReachesEveryWorkerAndNode) {
+  // LOOM_STORE_TOKEN set for both loomruns: their node rendezvous store, the workers' store that
+  // node 0 serves and every worker all use it (a worker without it would be refused).
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  std::string master = std::to_string(pick_free_port());
+  std::string rdzv = std::to_string(pick_free_port());
+  auto node = [&](int rank) {
+    return std::vector<std::string>{"--nnodes",         "2",  "--node_rank",   std::to_string(rank),
+                                    "--nproc_per_node", "1",  "--master_port", master,
+                                    "--rdzv_port",      rdzv, kDistTool,       "collectives"};
+  };
+  std::vector<std::string> env{"LOOM_TEST_BACKEND=gloo", "LOOM_STORE_TOKEN=node-token"};
+  Loomrun n1(node(1), dir.str(), env, "node1");
+  Loomrun n0(node(0), dir.str(), env, "node0");
+  EXPECT_EQ(n0.run_to_end(240), 0) << n0.out() << n0.err();
+  EXPECT_EQ(n1.run_to_end(240), 0) << n1.out() << n1.err();
+  EXPECT_NE(n0.out().find("[rank 0] rank 0: ok"), std::string::npos) << n0.out();
+  EXPECT_NE(n1.out().find("[rank 1] rank 1: ok"), std::string::npos) << n1.out();
+}
+
 namespace {
 // The pid of loomrun's child whose environment has RANK=rank (-1 if there is none yet).
 pid_t child_with_rank(pid_t parent, int rank) {

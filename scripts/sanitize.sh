@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# sanitize.sh: builds the CPU-only test suite with clang under sanitizers and runs it.
+#   scripts/sanitize.sh asan   # AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): the
+#                              # CPU test binaries, the fuzz harnesses' short runs and replays
+#   scripts/sanitize.sh tsan   # ThreadSanitizer (build-tsan/): the multi-threaded parts (data
+#                              # loader, TCP store, Gloo process groups, DDP, loomrun)
+#   scripts/sanitize.sh        # both
+# Knobs: JOBS (build and ctest parallelism, default nproc), ASAN_TARGETS / TSAN_TARGETS (what to
+# build), ASAN_TESTS / TSAN_TESTS (ctest -R regular expressions). Any sanitizer report fails the
+# test it happens in (halt_on_error / -fno-sanitize-recover). Timings: docs/reliability.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+what=${1:-all}
+jobs=${JOBS:-$(nproc)}
+export CC=clang CXX=clang++
+
+# ASan + UBSan: every CPU test binary (no CUDA), plus the fuzz harnesses.
+ASAN_TARGETS=${ASAN_TARGETS:-"test_core test_kernels test_autograd test_nn test_data test_distributed
+  test_train test_examples test_launcher dist_tool ddp_tool launch_worker_tool loomrun train_mlp
+  train_cnn safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz
+  safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay store_protocol_fuzz_replay
+  flags_fuzz_replay"}
+# Everything but the Python interop tests and the lint (no C++ under test there), and the
+# binaries not built here (test_cuda: the CPU-only build has no CUDA code to check).
+ASAN_TESTS=${ASAN_TESTS:-"."}
+ASAN_EXCLUDE=${ASAN_EXCLUDE:-"python_interop|python_read|lint_self_test|example_programs_bad_inputs|_NOT_BUILT"}
+# TSan: the binaries with threads of their own or many processes talking.
+TSAN_TARGETS=${TSAN_TARGETS:-"test_data test_distributed dist_tool ddp_tool test_launcher
+  launch_worker_tool loomrun"}
+TSAN_TESTS=${TSAN_TESTS:-"(DataLoader\.|TCPStore\.|StoreToken\.|StoreBind\.|Gloo|DDP|ProcessGroup\.|Loomrun|WorkerProcess\.)"}
+
+configure() {  # build folder, sanitizer list, extra cmake args...
+  local dir=$1 san=$2
+  shift 2
+  # -O1: sanitizer builds compile twice as fast as -O3 and still inline enough to run quickly.
+  # Warnings are not errors here: clang warns where GCC (the main build, with LOOM_WERROR) does
+  # not, e.g. -Wpass-failed on an `omp simd` loop it chose not to vectorise at -O1.
+  LOOM_BUILD_DIR=$dir LOOM_CUDA=OFF LOOM_WERROR=OFF scripts/configure.sh \
+    -DLOOM_BUILD_BENCHMARKS=OFF -DLOOM_SANITIZE="$san" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" \
+    "$@" > /dev/null
+}
+
+run_ctest() {  # build folder, include regex, exclude regex
+  (cd "$1" && ctest --output-on-failure -j"$jobs" --timeout 900 -R "$2" ${3:+-E "$3"})
+}
+
+rc=0
+if [ "$what" = asan ] || [ "$what" = all ]; then
+  t0=$(date +%s)
+  echo "== ASan+UBSan: build (build-asan)"
+  configure build-asan address,undefined -DLOOM_FUZZ=ON
+  # shellcheck disable=SC2086
+  cmake --build build-asan -j"$jobs" --target $ASAN_TARGETS
+  t1=$(date +%s)
+  echo "== ASan+UBSan: tests"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$root/scripts/sanitizers/ubsan.supp
+  run_ctest build-asan "$ASAN_TESTS" "$ASAN_EXCLUDE" || rc=1
+  echo "== ASan+UBSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
+fi
+if [ "$what" = tsan ] || [ "$what" = all ]; then
+  t0=$(date +%s)
+  echo "== TSan: build (build-tsan)"
+  configure build-tsan thread
+  # shellcheck disable=SC2086
+  cmake --build build-tsan -j"$jobs" --target $TSAN_TARGETS
+  t1=$(date +%s)
+  echo "== TSan: tests"
+  # OpenMP: clang's libomp with its TSan tool (libarcher) so that TSan sees OpenMP's barriers.
+  archer=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -1 || true)
+  [ -n "$archer" ] && export OMP_TOOL_LIBRARIES=$archer
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/sanitizers/tsan.supp"
+  run_ctest build-tsan "$TSAN_TESTS" "" || rc=1
+  echo "== TSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
+fi
+exit $rc
