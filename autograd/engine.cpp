@@ -4,6 +4,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -72,7 +73,8 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
   LOOM_CHECK(g0.shape() == root.shape(), "backward: gradient ", describe(g0), " does not match ",
              describe(root));
 
-  NoGradGuard no_grad;  // the backward functions themselves are not recorded
+  NoGradGuard no_grad;                      // the backward functions themselves are not recorded
+  amp::Autocast no_autocast(std::nullopt);  // nor autocast (Note [Autocast policy])
   std::shared_ptr<Node> root_node = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
 
   // 1. Count the edges that reach each node (iterative DFS; the graph can be deep).

@@ -2,12 +2,15 @@
 // timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
 // on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median, min and max ms/step, the peak device memory and the time from process start
-// to the end of the first step. Strict fp32 (TF32 off). --cuda-graph replays zero-grad + forward +
-// backward as one graph (see train/step_runner.h). benchmarks/libtorch/ holds its
-// libtorch twin, with the same output columns; scripts/bench-compare.sh runs both side by side.
+// to the end of the first step. Strict fp32 (TF32 off), or --amp bf16 (autocast, float32 master
+// weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
+// replays zero-grad + forward + backward as one graph (see train/step_runner.h).
+// benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
+// scripts/bench-compare.sh runs both side by side.
 //
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
+//   ./build/benchmarks/bench_train --workload wide --amp bf16
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -15,6 +18,7 @@
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/flags.h"
@@ -50,7 +54,8 @@ struct Result {
   double first_step_s = 0;  // process start to the end of the first step
 };
 
-Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph) {
+Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph,
+           const std::string& amp_mode) {
   manual_seed(0);
   auto model = w.make();
   model->to(dev);
@@ -58,6 +63,10 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
   train::StepRunner runner(*model, opt, 0.0, graph);  // eager, or a replayed CUDA graph
+  amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
+  if (amp_mode != "off")
+    runner.set_amp(amp_mode == "bf16" ? DType::BF16 : DType::F16,
+                   scaler.is_enabled() ? &scaler : nullptr);
   auto step = [&] { runner.step(x, y); };
   step();
   now_synced(dev);
@@ -86,6 +95,7 @@ int main(int argc, char** argv) {
   std::string workload = "all", device;
   int warmup = 10, steps = 50, repeats = 5;
   bool graph = false;
+  std::string amp_mode = "off";
   app.add_option("--workload", workload, "mlp, cnn, wide or all")
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
@@ -95,6 +105,8 @@ int main(int argc, char** argv) {
       ->check(train::int_range(1, 10000));
   app.add_flag("--cuda-graph", graph,
                "replay the step as a CUDA graph (zero-grad, forward, backward)");
+  app.add_option("--amp", amp_mode, "mixed precision: off (strict fp32), bf16 or fp16 (autocast)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   Device dev = kCPU;
@@ -106,10 +118,11 @@ int main(int argc, char** argv) {
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
       if (workload != "all" && workload != w.name) continue;
-      Result r = run(w, dev, warmup, steps, repeats, graph);
+      Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
-                  dev.str().c_str(), "fp32", graph ? "graph" : "eager", long(w.batch), r.median_ms,
-                  r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
+                  dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
+                  graph ? "graph" : "eager", long(w.batch), r.median_ms, r.min_ms, r.max_ms,
+                  r.peak_mib, r.first_step_s);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1

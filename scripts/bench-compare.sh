@@ -62,6 +62,7 @@ for w in $WORKLOADS; do
   "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
   if [ "$DEVICE" != cpu ]; then
     "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" --cuda-graph | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
+    "$BUILD/benchmarks/bench_train" --workload "$w" --amp bf16 "${common[@]}" | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
     "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" --dtype bf16 "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
   fi
 done

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
@@ -28,23 +29,52 @@ StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_sm
 
 StepRunner::~StepRunner() = default;
 
+void StepRunner::set_amp(std::optional<DType> dtype, amp::GradScaler* scaler) {
+  LOOM_CHECK(!graph_->static_loss.defined(),
+             "StepRunner::set_amp: the CUDA graph is already captured; set mixed precision "
+             "before the first step");
+  amp_dtype_ = dtype;
+  scaler_ = scaler;
+}
+
+Tensor StepRunner::forward_loss(const Tensor& x, const Tensor& y) {
+  amp::Autocast autocast(amp_dtype_);
+  return cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
+}
+
+void StepRunner::backward(const Tensor& loss) {
+  if (scaler_)
+    scaler_->scale(loss).backward();
+  else
+    loss.backward();
+}
+
+void StepRunner::optimizer_step() {
+  if (!scaler_) {
+    opt_.step();
+    return;
+  }
+  scaler_->step(opt_);
+  scaler_->update();
+}
+
 Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
   if (!use_graph_ && profiler_) {
     opt_.zero_grad();
-    Tensor loss = cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
+    Tensor loss = forward_loss(x, y);
     profiler_->mark(StepProfiler::ForwardEnd);
-    loss.backward();
+    backward(loss);
     if (!profiler_->marked(StepProfiler::BackwardComputed))
       profiler_->mark(StepProfiler::BackwardComputed);
     profiler_->mark(StepProfiler::BackwardEnd);
-    opt_.step();
+    optimizer_step();
     profiler_->mark(StepProfiler::OptimizerEnd);
     return loss.detach();
   }
   if (!use_graph_) {
     opt_.zero_grad();
     Tensor loss = forward_backward(x, y);
-    opt_.step();
+    optimizer_step();
     return loss;
   }
 #ifdef LOOM_WITH_CUDA
@@ -57,7 +87,7 @@ Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
     graph_->static_y.copy_(y);
   }
   graph_->graph.replay();
-  opt_.step();
+  optimizer_step();
   return graph_->static_loss;
 #else
   LOOM_FAIL("--cuda-graph: this build of loom has no CUDA support");
@@ -65,8 +95,8 @@ Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
 }
 
 Tensor StepRunner::forward_backward(const Tensor& x, const Tensor& y) {
-  Tensor loss = cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
-  loss.backward();
+  Tensor loss = forward_loss(x, y);
+  backward(loss);
   return loss.detach();
 }
 

@@ -1,11 +1,13 @@
 // StepRunner: one training step (zero grads, forward, cross-entropy, backward, optimizer
 // update), run eagerly or as a replayed CUDA graph. Used by the example programs and bench_train.
-// Leaves out: mixed precision and gradient accumulation.
+// Leaves out: gradient accumulation.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "core/tensor.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 #include "train/step_profile.h"
@@ -21,6 +23,10 @@ namespace loom::train {
 // them); the BatchNorm running statistics it touched are restored, so the run computes exactly
 // what the eager run does. Gradients live in the graph's memory pool and are rewritten by each
 // replay, so zero_grad is part of the captured step, not called between replays.
+// With mixed precision (set_amp) the captured forward runs under autocast and the backward
+// starts from the scaled loss (its scale is read from the scaler's device tensor, so a replay
+// uses the current scale); GradScaler::step (the fused unscale, one 4-byte read of the inf flag,
+// the optimizer) and update run after the replay, outside the graph, like the optimizer.
 class StepRunner {
  public:
   // graph = true replays a CUDA graph (an error at the first step in a build without CUDA, or
@@ -34,12 +40,21 @@ class StepRunner {
   // device, not synchronised).
   Tensor step(const Tensor& x, const Tensor& y);
 
+  // Mixed precision for the following steps: forward and loss under amp::Autocast(dtype)
+  // (float16 or bfloat16; nullopt = off); with a scaler (float16), backward starts from
+  // scaler->scale(loss) and the update is scaler->step(opt) then scaler->update(). Set it before
+  // the first step when the step is a CUDA graph.
+  void set_amp(std::optional<DType> dtype, amp::GradScaler* scaler);
+
   // Eager steps mark ForwardEnd, BackwardComputed (unless DDP already did), BackwardEnd and
   // OptimizerEnd on `p` (Note [Step phases]); null turns it off. The graph step is one replay.
   void set_profiler(StepProfiler* p) { profiler_ = p; }
 
  private:
   Tensor forward_backward(const Tensor& x, const Tensor& y);
+  Tensor forward_loss(const Tensor& x, const Tensor& y);  // under autocast when set
+  void backward(const Tensor& loss);                      // from the scaled loss with a scaler
+  void optimizer_step();                                  // through the scaler when there is one
   void capture(const Tensor& x, const Tensor& y);
 
   struct Graph;  // the captured step and its static buffers (CUDA builds only)
@@ -49,6 +64,8 @@ class StepRunner {
   double smoothing_;
   bool use_graph_;
   StepProfiler* profiler_ = nullptr;
+  std::optional<DType> amp_dtype_;
+  amp::GradScaler* scaler_ = nullptr;
 };
 
 }  // namespace loom::train

@@ -4,6 +4,7 @@
 // Leaves out: transposed convolution, ceil_mode and dilation in pooling, 1-d/3-d variants.
 #include "autograd/ops/conv_pool.h"
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
@@ -54,7 +55,10 @@ void check_conv_args(const Tensor& x, const Tensor& w, const Tensor& b, const Co
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+              const Conv2dParams& p) {
+  const Tensor x = amp::cast_lower(x_in), weight = amp::cast_lower(weight_in),
+               bias = amp::cast_lower(bias_in);
   detail::check_defined("conv2d", x);
   detail::check_defined("conv2d", weight, "weight");
   check_conv_args(x, weight, bias, p);

@@ -2,6 +2,7 @@
 // Gradients of broadcast inputs are summed back to the input's shape with sum_to.
 #include "autograd/ops/elementwise.h"
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/factory.h"
@@ -15,21 +16,27 @@ using detail::check_pair;
 
 // ---------------------------------------------------------------- binary
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  amp::promote(a, b);
   Tensor out = check_pair("add", a, b).binary(BinaryOp::Add, a, b);
   return record("add", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(g, sb)};
   });
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  amp::promote(a, b);
   Tensor out = check_pair("sub", a, b).binary(BinaryOp::Sub, a, b);
   return record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
     return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
   });
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  amp::promote(a, b);
   Tensor out = check_pair("mul", a, b).binary(BinaryOp::Mul, a, b);
   return record("mul", out, {a, b}, [sa = save(a, "mul"), sb = save(b, "mul")](const Tensor& g) {
     const Tensor &a = sa.get(), &b = sb.get();
@@ -37,7 +44,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  amp::promote(a, b);
   Tensor out = check_pair("div", a, b).binary(BinaryOp::Div, a, b);
   return record("div", out, {a, b}, [sa = save(a, "div"), sb = save(b, "div")](const Tensor& g) {
     const Tensor &a = sa.get(), &b = sb.get();
@@ -46,7 +55,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = amp::cast_fp32(a_in), b = amp::cast_fp32(b_in);
   Tensor out = check_pair("pow", a, b).binary(BinaryOp::Pow, a, b);
   return record("pow", out, {a, b},
                 [sa = save(a, "pow"), sb = save(b, "pow"), so = save(out, "pow")](const Tensor& g) {
@@ -60,8 +70,10 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 namespace {
 // maximum/minimum: the gradient goes to the input that was selected (a on ties).
-Tensor select_extreme(const char* name, BinaryOp op, BinaryOp pick_a, const Tensor& a,
-                      const Tensor& b) {
+Tensor select_extreme(const char* name, BinaryOp op, BinaryOp pick_a, const Tensor& a_in,
+                      const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  amp::promote(a, b);
   Tensor out = check_pair(name, a, b).binary(op, a, b);
   return record(name, out, {a, b},
                 [sa = save(a, name), sb = save(b, name), pick_a](const Tensor& g) {
@@ -118,7 +130,8 @@ Tensor rdiv(const Tensor& a, double s) {
   });
 }
 
-Tensor pow(const Tensor& a, double p) {
+Tensor pow(const Tensor& a_in, double p) {
+  const Tensor a = amp::cast_fp32(a_in);
   detail::check_defined("pow", a);
   Tensor out = backend_for(a.device()).binary_scalar(BinaryOp::Pow, a, p, false);
   return record("pow", out, {a}, [sa = save(a, "pow"), p](const Tensor& g) {
@@ -159,13 +172,15 @@ Tensor square(const Tensor& x) {
                 [sx = save(x, "square")](const Tensor& g) { return Grads{g * sx.get() * 2.0}; });
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = amp::cast_fp32(x_in);
   Tensor out = unary("exp", UnaryOp::Exp, x);
   return record("exp", out, {x},
                 [sy = save(out, "exp")](const Tensor& g) { return Grads{g * sy.get()}; });
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
+  const Tensor x = amp::cast_fp32(x_in);
   return record("log", unary("log", UnaryOp::Log, x), {x},
                 [sx = save(x, "log")](const Tensor& g) { return Grads{g / sx.get()}; });
 }
@@ -250,7 +265,9 @@ Tensor lt(const Tensor& a, double s) {
   return backend_for(a.device()).binary_scalar(BinaryOp::Lt, a, s, false);
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  amp::promote(a, b);
   check_pair("where", a, b);
   detail::check_defined("where", cond, "condition");
   LOOM_CHECK(cond.dtype() == DType::Bool, "where: the condition must be bool, got ",

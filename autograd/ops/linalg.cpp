@@ -4,6 +4,7 @@
 //   (..., M, K) @ (..., K, N)  -> bmm over the broadcast batch
 #include "autograd/ops/linalg.h"
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
@@ -12,7 +13,8 @@
 
 namespace loom {
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = amp::cast_lower(a_in), b = amp::cast_lower(b_in);
   Backend& be = detail::check_pair("mm", a, b);
   detail::check_dim("mm", a, 2, "a");
   detail::check_dim("mm", b, 2, "b");
@@ -30,7 +32,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = amp::cast_lower(a_in), b = amp::cast_lower(b_in);
   Backend& be = detail::check_pair("bmm", a, b);
   detail::check_dim("bmm", a, 3, "a");
   detail::check_dim("bmm", b, 3, "b");
@@ -47,7 +50,9 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  // Cast before the reshapes, so a parameter's cast is the cached one (Note [Autocast cast cache]).
+  const Tensor a = amp::cast_lower(a_in), b = amp::cast_lower(b_in);
   detail::check_pair("matmul", a, b);
   LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got ",
              a.shape(), " and ", b.shape());
@@ -78,7 +83,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return reshape(bmm(a3, b3), out_shape);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = amp::cast_lower(x_in), weight = amp::cast_lower(weight_in),
+               bias = amp::cast_lower(bias_in);
   detail::check_pair("linear", x, weight);
   detail::check_dim("linear", weight, 2, "weight");
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(), " has ",

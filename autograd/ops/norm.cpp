@@ -4,6 +4,7 @@
 // Leaves out: group/instance norm, and the modules that own the parameters and running stats (nn/).
 #include "autograd/ops/norm.h"
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
@@ -46,9 +47,12 @@ std::vector<int64_t> non_channel_dims(const Tensor& x) {
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
+  // Statistics in float32 under autocast (Note [Autocast policy]).
+  const Tensor x = amp::cast_fp32(x_in), weight = amp::cast_fp32(weight_in),
+               bias = amp::cast_fp32(bias_in);
   detail::check_defined("batch_norm", x);
   detail::check_floating("batch_norm", x);
   LOOM_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dims (N, C, ...), got ",
@@ -102,8 +106,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                 });
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                  const Tensor& bias_in, double eps) {
+  const Tensor x = amp::cast_fp32(x_in), weight = amp::cast_fp32(weight_in),
+               bias = amp::cast_fp32(bias_in);
   detail::check_defined("layer_norm", x);
   detail::check_floating("layer_norm", x);
   const int64_t k = int64_t(normalized_shape.size());

@@ -24,4 +24,20 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
   for (const Tensor& t : momentum_bufs) t.bump_version();
 }
 
+void amp_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& scale) {
+  LOOM_CHECK(found_inf.defined(), "amp_unscale_: found_inf is undefined");
+  backend_for(found_inf.device()).amp_unscale_(grads, found_inf, scale);
+  for (const Tensor& g : grads) g.bump_version();
+  found_inf.bump_version();
+}
+
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth, double backoff, int64_t interval) {
+  LOOM_CHECK(scale.defined(), "amp_update_scale_: scale is undefined");
+  backend_for(scale.device())
+      .amp_update_scale_(scale, growth_tracker, found_inf, growth, backoff, interval);
+  scale.bump_version();
+  growth_tracker.bump_version();
+}
+
 }  // namespace loom

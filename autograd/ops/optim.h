@@ -1,8 +1,8 @@
-// Fused optimizer steps as ops: one in-place update of a whole list of parameters (on CUDA, one
-// kernel launch), with PyTorch's formulas. Not differentiable and never recorded; nn/optim calls
-// these (see Note [Fused optimizer steps] in kernels/backend.h) and keeps the composite version as
-// their test oracle.
-// Leaves out: the optimizers' state and parameter groups (nn/optim/).
+// Fused optimizer steps (and the GradScaler's unscale and scale update) as ops: one in-place update
+// of a whole list of parameters (on CUDA, one kernel launch), with PyTorch's formulas. Not
+// differentiable and never recorded; nn/optim calls these (see Note [Fused optimizer steps] in
+// kernels/backend.h) and keeps the composite version as their test oracle. Leaves out: the
+// optimizers' state and parameter groups (nn/optim/).
 #pragma once
 
 #include <vector>
@@ -21,5 +21,13 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 // momentum_bufs is empty when p.momentum == 0. Updates params (and momentum_bufs) in place.
 void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& momentum_bufs, const SgdStepParams& p);
+
+// GradScaler's kernels (Note [Fused unscale] in kernels/backend_methods.inc). grads: contiguous
+// float32/float64 on one device; scale, found_inf: float32 (1); growth_tracker: int32 (1).
+// Multiplies every gradient by 1 / scale in place and sets found_inf to 1 on any inf/NaN.
+void amp_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& scale);
+// On found_inf: scale *= backoff, tracker = 0; else after `interval` good steps, scale *= growth.
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth, double backoff, int64_t interval);
 
 }  // namespace loom

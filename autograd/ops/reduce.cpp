@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
@@ -54,7 +55,8 @@ int64_t count_over(const Shape& s, const std::vector<int64_t>& dims) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims_in, bool keepdim) {
+  const Tensor x = amp::cast_fp32(x_in);
   detail::check_defined("sum", x);
   auto dims = normalize_dims("sum", dims_in, x.dim());
   Tensor out = backend_for(x.device()).reduce(ReduceOp::Sum, x, dims, keepdim);
@@ -63,7 +65,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   });
 }
 
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims_in, bool keepdim) {
+  const Tensor x = amp::cast_fp32(x_in);
   detail::check_defined("mean", x);
   detail::check_floating("mean", x);
   auto dims = normalize_dims("mean", dims_in, x.dim());

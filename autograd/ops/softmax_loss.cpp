@@ -4,6 +4,7 @@
 // Leaves out: class weights, soft (probability) targets, and K-dimensional (N, C, d1, ...) losses.
 #include "autograd/ops/softmax_loss.h"
 
+#include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
@@ -14,7 +15,8 @@ namespace loom {
 
 namespace {
 
-Tensor softmax_impl(const char* name, const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_impl(const char* name, const Tensor& x_in, int64_t dim, bool log) {
+  const Tensor x = amp::cast_fp32(x_in);
   detail::check_defined(name, x);
   detail::check_floating(name, x);
   if (x.dim() > 0) dim = wrap_dim(name, dim, x.dim());
@@ -69,7 +71,8 @@ Tensor nll_loss_as(const char* op, const Tensor& logp, const Tensor& target, Red
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t ignore_index) {
+Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction r, int64_t ignore_index) {
+  const Tensor logp = amp::cast_fp32(logp_in);
   check_class_target("nll_loss", "logp", logp, target);
   return nll_loss_as("nll_loss", logp, target, r, ignore_index);
 }
@@ -79,8 +82,9 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r, int64_t i
 //   (1 - ls) * nll_i + (ls / C) * sum_c (-logp_ic),
 // the smoothing term being 0 on ignored rows. Reduction::Mean divides both terms by the number
 // of non-ignored rows; that count stays a tensor so no value is read back to the host.
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction r,
                      double label_smoothing, int64_t ignore_index) {
+  const Tensor logits = amp::cast_fp32(logits_in);
   check_class_target("cross_entropy", "logits", logits, target);
   LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
              "cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
@@ -108,7 +112,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r,
   return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / C);
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction r) {
+  const Tensor input = amp::cast_fp32(input_in), target = amp::cast_fp32(target_in);
   detail::check_pair("mse_loss", input, target);
   detail::check_floating("mse_loss", input);
   LOOM_CHECK(input.shape() == target.shape(), "mse_loss: input ", describe(input), " and target ",

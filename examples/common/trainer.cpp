@@ -18,6 +18,7 @@
 #include "data/mnist.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
@@ -72,6 +73,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--profile", c.profile,
                "print each process's step-time breakdown (data, forward, backward, exposed "
                "all-reduce, optimizer)");
+  app.add_option("--amp", c.amp,
+                 "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
 }
 
 int run_main(const char* program, const std::function<int()>& body) {
@@ -330,6 +334,14 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
   auto opt = make_optimizer(cfg, model->parameters());
   if (resumed) opt->load_state_dict(resumed->optimizer);
+  // Mixed precision: autocast in the step; float16 also scales the loss (docs/amp.md). A
+  // checkpoint written without a scaler (an older one, or another --amp) leaves the scaler new.
+  std::optional<DType> amp_dtype;
+  if (cfg.amp == "bf16") amp_dtype = DType::BF16;
+  if (cfg.amp == "fp16") amp_dtype = DType::F16;
+  amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+  if (resumed && scaler.is_enabled() && !resumed->scaler.empty())
+    scaler.load_state_dict(resumed->scaler);
 
   std::unique_ptr<SummaryWriter> tb;
   if (main && !cfg.log_dir.empty()) tb = std::make_unique<SummaryWriter>(cfg.log_dir);
@@ -346,14 +358,14 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     }
   };
   if (main)
-    std::printf("training %s on %s%s: %ld examples, batch %ld%s, %s lr %g\n",
+    std::printf("training %s on %s%s: %ld examples, batch %ld%s, %s lr %g%s\n",
                 model->type_name().c_str(), dev.str().c_str(),
                 world > 1
                     ? (" x " + std::to_string(world) + " processes (" + pg->backend() + ")").c_str()
                     : "",
                 long(train_data->size()), long(cfg.batch_size),
                 world > 1 ? (" (" + std::to_string(local_batch) + " per process)").c_str() : "",
-                cfg.optimizer.c_str(), cfg.lr);
+                cfg.optimizer.c_str(), cfg.lr, amp_dtype ? (", amp " + cfg.amp).c_str() : "");
 
   auto save = [&](int64_t epoch, int64_t global_position) {
     if (cfg.checkpoint_dir.empty()) return;
@@ -361,6 +373,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       TrainingState st;
       st.model = model->state_dict();
       st.optimizer = opt->state_dict();
+      if (scaler.is_enabled()) st.scaler = scaler.state_dict();
       st.set_extra("epoch", epoch);
       st.set_extra("position", global_position);
       st.set_extra("step", step);
@@ -373,6 +386,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   };
 
   StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
+  runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
   std::unique_ptr<StepProfiler> prof;
   if (cfg.profile) {
     prof = std::make_unique<StepProfiler>(dev);
@@ -472,6 +486,9 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
                    samples_per_second, ms_per_step, train_seconds,        eval_seconds};
     if (main) {
       std::printf("%s\n", format_epoch_summary(s).c_str());
+      if (scaler.is_enabled())  // reads the scale back: once per epoch
+        std::printf("  amp fp16: loss scale %g, %ld optimizer steps skipped so far\n",
+                    scaler.get_scale(), long(scaler.skipped_steps()));
       std::fflush(stdout);
     }
     tb_write([&](SummaryWriter& w) {  // tb exists on rank 0 only
@@ -479,6 +496,10 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       w.add_scalar("test/accuracy", test_acc, step);
       w.add_scalar("train/epoch_loss", progress.mean_loss(), step);
       w.add_scalar("train/lr", opt->lr(), step);
+      if (scaler.is_enabled()) {
+        w.add_scalar("train/loss_scale", scaler.get_scale(), step);
+        w.add_scalar("train/skipped_steps", double(scaler.skipped_steps()), step);
+      }
       w.add_scalar("train/samples_per_second", samples_per_second, step);
       w.flush();
     });

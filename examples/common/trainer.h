@@ -2,7 +2,7 @@
 // evaluation, progress, TensorBoard logs, checkpoints and exact resume. Each example defines its
 // model and flags and calls train_classifier().
 // Under loomrun (WORLD_SIZE > 1) it trains data-parallel, one process per GPU or CPU process.
-// Leaves out: mixed precision (its own issue).
+// Leaves out: evaluation under autocast (the test set is evaluated in float32).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -37,6 +37,7 @@ struct TrainConfig {
       false;  // keep going when the loss is nan/inf (default: stop with an error)
   int64_t checkpoint_every = 0;  // also save every N steps, mid-epoch (0 = per epoch only)
   bool profile = false;          // print this process's step-time breakdown at the end
+  std::string amp = "off";       // off, bf16 (autocast), fp16 (autocast + GradScaler)
 };
 
 // Adds the common flags (--device, --epochs, ...) to a CLI11 app, each checked with a readable

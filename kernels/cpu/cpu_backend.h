@@ -2,7 +2,7 @@
 // elementwise math, plain loops elsewhere, all parallel over one OpenMP pool.
 // Its methods are defined in one file per family: cpu_elementwise.cpp, cpu_reduce.cpp,
 // cpu_linalg.cpp, cpu_softmax_loss.cpp, cpu_conv.cpp, cpu_pool.cpp, cpu_norm.cpp, cpu_index.cpp,
-// cpu_optim.cpp.
+// cpu_optim.cpp, cpu_amp.cpp.
 // Leaves out: BLAS libraries (Eigen's GEMM is the CPU reference and fast enough to match them).
 #pragma once
 

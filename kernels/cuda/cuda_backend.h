@@ -10,6 +10,7 @@
 //   cuda_linalg.cpp     mm, bmm (cuBLASLt)
 //   cuda_conv.cpp       conv2d and its two backwards (cuDNN)
 //   cuda_pool.cu        max_pool2d, avg_pool2d and backwards
+//   cuda_amp.cu         amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
 //   cuda_norm.cu        batch_norm, batch_norm_backward
 //   cuda_optim.cu       adam_step, sgd_step (one multi-tensor launch)
 // Leaves out: multi-GPU communication (distributed/).

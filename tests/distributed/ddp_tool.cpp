@@ -5,16 +5,20 @@
 //   mismatch                   rank 1 builds a different model
 //   consistency                rank 1 changes a weight behind DDP's back
 //   join <out_dir>             rank r has 3 + 2r steps, inside DistributedDataParallel::join
+//   scaler <out_dir>           fp16 autocast + GradScaler; rank 1's input holds an inf at step 2
 // Writes <out_dir>/<what>_rank<r>.safetensors; exit 0 = ran, 3 = the expected error was thrown
 // (its message on stderr), anything else = failure.
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <string>
 
+#include "autograd/amp/autocast.h"
 #include "ddp_case.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/serialize.h"
 
 using namespace loom;
@@ -186,6 +190,35 @@ int join(char** argv) {
   std::cout << "rank " << g_rank << " ran " << steps << " steps and joined\n";
   return 0;
 }
+// Prints "decisions <1 stepped / 0 skipped per step> scale <final scale>": every rank must print
+// the same line, because the scaler unscales the already all-reduced gradients.
+int scaler(char** argv) {
+  std::string dir = argv[2];
+  auto model = test::ddp_case_model(kF32, 11);
+  model->to(g_device);
+  DistributedDataParallel ddp(model);
+  auto sgd = test::ddp_case_optimizer(ddp);
+  amp::GradScaler gs({.init_scale = 1024.0, .growth_interval = 1000});
+  std::string decisions;
+  for (int s = 0; s < 5; ++s) {
+    auto [x, y] = test::ddp_case_batch(s, 8, kF32);
+    Tensor xr = x.slice(0, g_rank * 4, g_rank * 4 + 4).contiguous();
+    if (s == 2 && g_rank == 1) xr.data<float>()[0] = std::numeric_limits<float>::infinity();
+    sgd->zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast autocast(kF16);
+      loss =
+          cross_entropy(ddp(xr.to(g_device)), y.slice(0, g_rank * 4, g_rank * 4 + 4).to(g_device));
+    }
+    gs.scale(loss).backward();
+    decisions += gs.step(*sgd) ? "1" : "0";
+    gs.update();
+  }
+  save(dir, "scaler", ddp);
+  std::cout << "decisions " << decisions << " scale " << gs.get_scale() << "\n";
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,6 +249,8 @@ int main(int argc, char** argv) {
       rc = consistency();
     else if (mode == "join")
       rc = join(argv);
+    else if (mode == "scaler")
+      rc = scaler(argv);
     else
       std::cerr << "ddp_tool: unknown mode " << mode << "\n";
     destroy_process_group();

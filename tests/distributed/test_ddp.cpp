@@ -215,6 +215,20 @@ TEST(DDPGlooErrors, TheConsistencyCheckNamesTheDivergedParameterAndRank) {
                          {"step 2:", "parameter '2.bias' differs between rank 0 and rank(s) 1"});
 }
 
+TEST(DDPGlooGradScaler, AnInfOnOneRankSkipsTheStepOnEveryRank) {
+  std::string dir = temp_dir();
+  auto run = test::run_workers(LOOM_DDP_TOOL, {"scaler", dir}, 2, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
+  expect_all_ok(run);
+  // Rank 1 alone saw the inf (step 2); after the all-reduce both ranks skip that step alone and
+  // halve the scale once.
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(run.output[size_t(r)].find("decisions 11011 scale 512"), std::string::npos)
+        << "rank " << r << ": " << run.summary();
+  expect_bitwise_equal(load(dir, "scaler", 0), load(dir, "scaler", 1), "scaler");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DDPGlooJoin, UnevenInputsFinishAndAgree) {
   std::string dir = temp_dir();
   auto run = test::run_workers(LOOM_DDP_TOOL, {"join", dir}, 3, test::free_port(),

@@ -41,18 +41,22 @@ fs::path temp_dir(const std::string& name) {
   return p;
 }
 
-}  // namespace
-
-TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
-  LOOM_FASHION_MNIST_OR_SKIP(data);
-  fs::path a = temp_dir("straight"), b = temp_dir("resumed");
-  auto straight = examples::train_classifier(fresh_model(7), small_run(a, data));
+// Two epochs straight against one epoch, a crash 5 steps into epoch 2, and a resume; `amp` is
+// the --amp mode (fp16 also saves and restores the GradScaler's state).
+void check_resume(const std::string& data, const std::string& amp) {
+  fs::path a = temp_dir("straight" + amp), b = temp_dir("resumed" + amp);
+  auto cfg = [&](const fs::path& dir) {
+    auto c = small_run(dir, data);
+    c.amp = amp;
+    return c;
+  };
+  auto straight = examples::train_classifier(fresh_model(7), cfg(a));
   EXPECT_EQ(straight.steps, 32);
 
-  auto crashed_cfg = small_run(b, data);
+  auto crashed_cfg = cfg(b);
   crashed_cfg.max_steps = 21;  // dies 5 steps into epoch 2, after the epoch-1 checkpoint
   examples::train_classifier(fresh_model(7), crashed_cfg);
-  auto resumed_cfg = small_run(b, data);
+  auto resumed_cfg = cfg(b);
   resumed_cfg.resume = true;
   auto resumed =
       examples::train_classifier(fresh_model(99), resumed_cfg);  // other init: must be overwritten
@@ -71,8 +75,25 @@ TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
     EXPECT_EQ(sa.optimizer[i].second.to_vector<double>(),
               sb.optimizer[i].second.to_vector<double>())
         << sa.optimizer[i].first;
+  EXPECT_EQ(sa.scaler.empty(), amp != "fp16") << "the scaler's state is saved with fp16 only";
+  ASSERT_EQ(sa.scaler.size(), sb.scaler.size());
+  for (size_t i = 0; i < sa.scaler.size(); ++i)
+    EXPECT_EQ(sa.scaler[i].second.to_vector<double>(), sb.scaler[i].second.to_vector<double>())
+        << sa.scaler[i].first;
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+}  // namespace
+
+TEST(Resume, KilledAndResumedRunEqualsStraightRunBitForBit) {
+  LOOM_FASHION_MNIST_OR_SKIP(data);
+  check_resume(data, "off");
+}
+
+TEST(Resume, Fp16KilledAndResumedRunEqualsStraightRunBitForBit) {
+  LOOM_FASHION_MNIST_OR_SKIP(data);
+  check_resume(data, "fp16");
 }
 
 TEST(Resume, ShortCpuRunLearns) {

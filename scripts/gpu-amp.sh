@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# gpu-amp.sh: the mixed-precision checks on the GPU machine. Builds loom (sm_90), runs the amp
+# tests (autocast, GradScaler, the CUDA kernels against the CPU ones, eager vs graph decisions),
+# trains train_cnn for the same epochs in fp32, --amp bf16 and --amp fp16 (and fp16 with
+# --cuda-graph) and prints the test accuracies, then the benchmark's bf16 rows next to libtorch's
+# with autocast (scripts/bench-compare.sh). Prints a summary last; logs go to $OUT.
+#   DATA=/path/to/fashion-mnist scripts/gpu-amp.sh     # the idx .gz files (default .data/fashion-mnist)
+#   EPOCHS=10 SKIP_BENCH=1 scripts/gpu-amp.sh
+set -u -o pipefail
+export NCCL_NVLS_ENABLE=0
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+LOG=${OUT:-$BUILD/logs}
+DATA=${DATA:-.data/fashion-mnist}
+EPOCHS=${EPOCHS:-10}
+mkdir -p "$LOG"
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+t0=$(date +%s)
+summary=()
+row() { summary+=("$(printf '%-36s %s' "$1" "$2")"); printf '%-36s %s\n' "$1" "$2" >> "$LOG/amp_summary.txt"; }
+: > "$LOG/amp_summary.txt"
+
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  > "$LOG/amp_build.log" 2>&1 &&
+  cmake --build "$BUILD" -j "${JOBS:-16}" --target train_cnn bench_train test_autograd test_nn test_train test_cuda \
+  >> "$LOG/amp_build.log" 2>&1 || { grep -E "error" "$LOG/amp_build.log" | head -20; echo "build FAILED"; exit 1; }
+row build "ok ($(( $(date +%s) - t0 ))s)"
+
+passed() { grep -E '\[  (PASSED|FAILED) ' "$1" | tr '\n' ' '; }
+(cd "$BUILD" && ./tests/test_cuda --gtest_filter='CudaAmp*') > "$LOG/amp_test_cuda.log" 2>&1
+row "test_cuda CudaAmp*" "$(passed "$LOG/amp_test_cuda.log")"
+(cd "$BUILD" && ./tests/test_train --gtest_filter='CudaAmpGraph*:AmpStep*') > "$LOG/amp_test_train.log" 2>&1
+row "test_train CudaAmpGraph*, AmpStep*" "$(passed "$LOG/amp_test_train.log")"
+(cd "$BUILD" && ./tests/test_autograd --gtest_filter='Autocast*' && ./tests/test_nn --gtest_filter='*GradScaler*:Amp*') > "$LOG/amp_test_cpu.log" 2>&1
+row "Autocast*, GradScaler* (CPU)" "$(passed "$LOG/amp_test_cpu.log")"
+
+acc() { grep -oE 'final test accuracy [0-9.]+%' "$1" | grep -oE '[0-9.]+'; }
+for mode in off bf16 fp16 fp16-graph; do
+  args=(--amp "${mode%-graph}")
+  [ "$mode" = fp16-graph ] && args+=(--cuda-graph)
+  s=$(date +%s)
+  "$BUILD/examples/train_cnn" --epochs "$EPOCHS" --data-dir "$DATA" --workers 4 "${args[@]}" \
+    > "$LOG/amp_train_cnn_$mode.log" 2>&1
+  tail -n 4 "$LOG/amp_train_cnn_$mode.log"
+  row "train_cnn --amp $mode ($EPOCHS ep)" "$(acc "$LOG/amp_train_cnn_$mode.log")% test accuracy, $(grep -E 'ms/step' "$LOG/amp_train_cnn_$mode.log" | tail -1 | grep -oE '[0-9.]+ ms/step'), $(( $(date +%s) - s ))s wall"
+done
+ref=$(acc "$LOG/amp_train_cnn_off.log")
+for mode in bf16 fp16 fp16-graph; do
+  a=$(acc "$LOG/amp_train_cnn_$mode.log")
+  [ -n "$ref" ] && [ -n "$a" ] && row "  $mode - fp32 (points)" "$(awk -v a="$a" -v r="$ref" 'BEGIN { d = a - r; printf "%+.2f %s", d, (d >= -0.5 ? "ok (within 0.5)" : "BELOW fp32 by more than 0.5") }')"
+done
+grep -h "amp fp16:" "$LOG/amp_train_cnn_fp16.log" | tail -1
+
+if [ -z "${SKIP_BENCH:-}" ]; then
+  for w in mlp cnn wide; do
+    "$BUILD/benchmarks/bench_train" --workload "$w" --amp fp16 | tail -1
+    "$BUILD/benchmarks/bench_train" --workload "$w" --amp bf16 --cuda-graph | tail -1
+  done > "$LOG/amp_bench_extra.log" 2>&1
+  cat "$LOG/amp_bench_extra.log"
+  OUT=$LOG scripts/bench-compare.sh
+  grep -E '^(mlp|cnn|wide) +bf16' "$LOG/bench-compare.txt" | while read -r line; do row "bench bf16" "$line"; done
+fi
+
+printf '\n== summary (%ss)\n' "$(( $(date +%s) - t0 ))"
+printf '%s\n' "${summary[@]}"
