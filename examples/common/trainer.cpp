@@ -404,20 +404,17 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     pg->all_reduce(f, dist::ReduceOp::Max)->wait();
     return int(f.to(kCPU).item());
   };
-  auto stop_now = [&](int sig, int64_t epoch, int64_t global_position) {
+  auto report_stop = [&](int sig, const std::string& when, std::string checkpoint) {
     rep.stop_signal = sig;
-    rep.stop_checkpoint = save(epoch, global_position);
-    if (main) {
-      if (rep.stop_checkpoint.empty())
-        std::printf("got %s: stopped after step %ld; nothing saved (no --checkpoint-dir)\n",
-                    stop_signal_name(sig), long(step));
-      else
-        std::printf(
-            "got %s: stopped after step %ld and saved %s; run again with --resume to "
-            "continue\n",
-            stop_signal_name(sig), long(step), rep.stop_checkpoint.c_str());
-      std::fflush(stdout);
-    }
+    rep.stop_checkpoint = std::move(checkpoint);
+    if (!main) return;
+    if (rep.stop_checkpoint.empty())
+      std::printf("got %s: stopped after %s; nothing saved (no --checkpoint-dir)\n",
+                  stop_signal_name(sig), when.c_str());
+    else
+      std::printf("got %s: stopped after %s and saved %s; run again with --resume to continue\n",
+                  stop_signal_name(sig), when.c_str(), rep.stop_checkpoint.c_str());
+    std::fflush(stdout);
   };
 
   StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
@@ -510,7 +507,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     }
     progress.finish();
     if (stop_sig) {  // the sampler position may be the epoch's end: resuming evaluates, then saves
-      stop_now(stop_sig, epoch, train_loader.state().position * world);
+      report_stop(stop_sig, str("step ", step), save(epoch, train_loader.state().position * world));
       break;
     }
     // Training throughput of this epoch, measured before the evaluation starts.
@@ -546,13 +543,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     rep.evaluated = true;
     if (epoch + 1 < cfg.epochs) {  // a signal during the evaluation: that checkpoint is the last
       if (int sig = stop_everywhere(stop_signal.requested())) {
-        rep.stop_signal = sig;
-        rep.stop_checkpoint = epoch_checkpoint;
-        if (main)
-          std::printf("got %s: stopped after epoch %ld (step %ld)%s\n", stop_signal_name(sig),
-                      long(epoch + 1), long(step),
-                      cfg.checkpoint_dir.empty() ? "; nothing saved (no --checkpoint-dir)"
-                                                 : "; run again with --resume to continue");
+        report_stop(sig, str("epoch ", epoch + 1, " (step ", step, ")"), epoch_checkpoint);
         break;
       }
     }

@@ -11,7 +11,7 @@ kills_wanted=${2:-3}
 source "$(dirname "$0")/lib.sh"
 need "$mlp" "$loomrun" "$data/train-images-idx3-ubyte.gz"
 small_data "$tmp/data" 1024 1000
-read -r -a args <<<"$(mlp_args)"
+read -r -a args <<<"$(mlp_args 3)"  # 96 steps
 args+=(--checkpoint-every 1 --resume)
 lr=("$loomrun" --standalone --nproc_per_node 2 --grace 5)
 
@@ -21,6 +21,7 @@ t0=$(now_ms)
   { bad "the uninterrupted run failed: $(tail -n 5 "$tmp/straight.out")"; finish; }
 straight_ms=$(($(now_ms) - t0))
 final=$(newest "$tmp/straight")
+last_step=$((10#$(basename "$final" .safetensors | sed "s/ckpt-//")))
 
 ck=$tmp/elastic
 t0=$(now_ms)
@@ -31,8 +32,11 @@ kills=0 killed_desc=""
 while [ $kills -lt "$kills_wanted" ]; do
   before=$(newest "$ck")
   wait_for_newer "$ck" "$before" $job 120 || break
-  rand_sleep 250
-  [ "$(basename "$(newest "$ck")")" = "$(basename "$final")" ] && break  # complete: too late
+  rand_sleep 150
+  # Not near the end: a rank killed after the final checkpoint would be restarted into a run that
+  # is complete, which --resume refuses ("nothing to train").
+  n=$(basename "$(newest "$ck")" .safetensors)
+  [ $((10#${n#ckpt-})) -le $((last_step - 24)) ] || break
   mapfile -t workers < <(pgrep -P $job)
   [ ${#workers[@]} -eq 2 ] || continue  # between attempts
   victim=$((RANDOM % 2))

@@ -8,7 +8,7 @@ loomrun=$build/distributed/launcher/loomrun
 data=${LOOM_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 fails=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom-reliability.XXXXXX")
-trap 'for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+trap 'for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done; [ -n "${LOOM_KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 
 need() {  # need <file>...: exit 77 (skipped) when a program is not built or the data is missing

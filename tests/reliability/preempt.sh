@@ -9,7 +9,7 @@ rounds=${2:-3}
 source "$(dirname "$0")/lib.sh"
 need "$mlp" "$loomrun" "$data/train-images-idx3-ubyte.gz"
 small_data "$tmp/data" 1024 1000
-read -r -a args <<<"$(mlp_args)"
+read -r -a args <<<"$(mlp_args 6)"  # 192 steps: time for a signal mid-run
 args+=(--checkpoint-every 8)  # to see that training runs; the weights do not depend on it
 bound_ms=5000
 
@@ -28,24 +28,20 @@ stop_and_resume() {
   kill -"$sig" $pid
   wait $pid
   local rc=$? ms=$(($(now_ms) - t))
-  local line
-  line=$(grep -E "got SIG(TERM|INT): stopped after step [0-9]+" "$tmp/$label.out" | head -n 1)
-  local step
-  step=$(sed -E 's/.*stopped after (step|epoch [0-9]+ \(step) ([0-9]+).*/\2/' <<<"$line")
+  local line saved
+  line=$(grep -E "got SIG(TERM|INT): stopped after .* and saved " "$tmp/$label.out" | head -n 1)
+  saved=$(sed -E 's/.* and saved ([^;]*);.*/\1/' <<<"$line")
   if [ "$rc" -eq "$want" ] && [ -n "$line" ] && [ "$ms" -lt $bound_ms ]; then
     ok "$label: SIG$sig -> exit $rc in ${ms} ms: ${line#*] }"
   else
     bad "$label: SIG$sig -> exit $rc (want $want) in ${ms} ms; output: $(tail -n 4 "$tmp/$label.out")"
     return
   fi
-  local saved
-  saved=$(newest "$dir")
-  [ "$saved" = "$(printf '%s/ckpt-%08d.safetensors' "$dir" "$step")" ] ||
-    bad "$label: the newest checkpoint is $saved, not the one of step $step"
+  [ "$saved" = "$(newest "$dir")" ] || bad "$label: the newest checkpoint is $(newest "$dir"), not $saved"
   "${launcher[@]}" "$mlp" "${args[@]}" --checkpoint-dir "$dir" --resume >"$tmp/$label.resume" 2>&1 ||
     { bad "$label: the resumed run failed: $(tail -n 3 "$tmp/$label.resume")"; return; }
   grep -qF "resumed from $saved " "$tmp/$label.resume" || bad "$label: did not resume from $saved"
-  same_file "$dir/$(basename "$final")" "$final" "$label: stopped at step $step, resumed"
+  same_file "$dir/$(basename "$final")" "$final" "$label: stopped at $(basename "$saved"), resumed"
 }
 
 # One process.
