@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Long-run soak: train_cnn (the classifier with BatchNorm, dropout and --augment, so every RNG
-# stream matters) on the CPU for EPOCHS epochs of a small subset, with a checkpoint every 5 steps,
-# while this script SIGKILLs it at random moments (0.3 to 4 s after each start, so some kills land
-# while it loads data, some in training, some in evaluation or a save) and starts it again with
-# --resume, until it completes. Then it compares with an uninterrupted run: the final accuracy and
-# the final checkpoint, byte for byte. Not part of ctest (minutes); docs/reliability.md has figures.
+# stream matters) on the CPU for EPOCHS epochs of the first TRAIN_LIMIT images (tested on 2000),
+# with a checkpoint every 2 steps, while this script SIGKILLs it at random moments (0.5 to 8.5 s
+# after each start, so kills land while it loads data, in a step, in the evaluation or in a save)
+# and starts it again with --resume, until it completes. Then it compares with an uninterrupted
+# run: the final accuracy and the final checkpoint, byte for byte. Not part of ctest (minutes);
+# docs/reliability.md has figures.
 #   tests/reliability/cnn_soak.sh <build folder> [EPOCHS] [TRAIN_LIMIT]
 build=$1
-epochs=${2:-8}
-limit=${3:-512}
+epochs=${2:-6}
+limit=${3:-256}
 source "$(dirname "$0")/lib.sh"
 need "$cnn" "$data/train-images-idx3-ubyte.gz"
-args=(--device cpu --epochs "$epochs" --train-limit "$limit" --batch-size 32 --seed 3
-  --augment true --workers 1 --log-every 4 --checkpoint-every 5 --data-dir "$data")
+small_data "$tmp/data" "$limit" 2000  # the first LIMIT training and 2000 test images
+args=(--device cpu --epochs "$epochs" --batch-size 32 --seed 3 --augment true --workers 1
+  --log-every 4 --checkpoint-every 2 --data-dir "$tmp/data")
 
 t0=$(now_ms)
 "$cnn" "${args[@]}" --checkpoint-dir "$tmp/straight" >"$tmp/straight.out" 2>&1 ||
@@ -28,8 +30,8 @@ while :; do
   "$cnn" "${args[@]}" --checkpoint-dir "$ck" --resume >>"$tmp/soak.out" 2>>"$tmp/soak.err" &
   pid=$!
   starts=$((starts + 1))
-  sleep "$((RANDOM % 4)).$(printf '%03d' $((RANDOM % 1000)))"
-  sleep 0.3
+  sleep "$((RANDOM % 8)).$(printf '%03d' $((RANDOM % 1000)))"
+  sleep 0.5
   kill -9 $pid 2>/dev/null
   wait $pid 2>/dev/null
   rc=$?

@@ -36,7 +36,7 @@ small_data() {
 }
 
 # The tiny run: a 784-32-32-10 MLP, 1024 training images, batch 32 (32 steps per epoch), 2 epochs,
-# evaluated on 1000 test images (crash_checkpoints.sh: 6 epochs). Call small_data "$tmp/data" 1024 1000 first.
+# evaluated on 1000 test images (crash_checkpoints.sh: 10 epochs). Call small_data "$tmp/data" 1024 1000 first.
 mlp_args() {  # [epochs]
   echo --device cpu --hidden 32 --batch-size 32 --epochs "${1:-2}" --seed 7 \
     --workers 0 --log-every 4 --data-dir "$tmp/data"
