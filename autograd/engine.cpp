@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "autograd/amp/autocast.h"
+#include "autograd/anomaly.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -34,6 +35,19 @@ void accumulate(const Node& acc, Tensor g) {
     m.grad.add_(g);
   }
   for (const Hook& h : m.post_accumulate_hooks) h(leaf);
+}
+
+// Anomaly mode: the first gradient with a NaN or an Inf names the node's op and where its forward
+// was recorded (Note [Anomaly checks] in autograd/function.cpp).
+void check_backward_grads(const Node& n, const Grads& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    NonFiniteCount c = count_nonfinite(grads[i]);
+    LOOM_CHECK(!c.any(), "detect_anomaly: the backward of ",
+               n.forward_context.empty() ? str("'", n.name, "'") : n.forward_context, " returned ",
+               c.nan, " NaN and ", c.inf, " Inf in the gradient for its input ", i, " (",
+               describe(grads[i]), ")",
+               n.forward_context.empty() ? " (its forward ran before anomaly mode was on)" : "");
+  }
 }
 
 }  // namespace
@@ -118,6 +132,7 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
       LOOM_CHECK(grads.size() == n->next.size(), n->name, ": backward returned ", grads.size(),
                  " gradients for ", n->next.size(), " inputs");
       if (!retain_graph) n->backward = nullptr;  // frees the saved tensors
+      if (is_anomaly_enabled()) check_backward_grads(*n, grads);
       for (size_t i = 0; i < grads.size(); ++i) {
         Node* next = n->next[i].node.get();
         if (!next) continue;

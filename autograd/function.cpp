@@ -3,6 +3,8 @@
 
 #include <atomic>
 
+#include "autograd/anomaly.h"
+
 namespace loom::autograd {
 
 uint64_t next_sequence_nr() {
@@ -39,6 +41,35 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+namespace {
+
+std::string count_text(const NonFiniteCount& c, const Tensor& t) {
+  return str(c.nan, " NaN and ", c.inf, " Inf among its ", t.numel(), " values (", describe(t),
+             ")");
+}
+
+// Note [Anomaly checks]
+// In anomaly mode record() checks each recorded op's output; the engine checks each gradient a
+// backward function returns. Both read the values back (a device sync per op), which is why the
+// mode is off by default. The forward check blames the op only when all its inputs were finite;
+// otherwise the NaN came from outside the graph (a leaf, an input, an op run without grad) and the
+// error says which input. The node keeps its forward context so that a backward error can name
+// where the forward was recorded.
+void check_forward_output(const Node& node, const Tensor& out, const std::vector<Tensor>& inputs) {
+  NonFiniteCount c = count_nonfinite(out);
+  if (!c.any()) return;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    NonFiniteCount ci = count_nonfinite(inputs[i]);
+    LOOM_CHECK(!ci.any(), "detect_anomaly: input ", i, " of the forward of ", node.forward_context,
+               " already held ", count_text(ci, inputs[i]),
+               " (made outside the autograd graph: a leaf, the data, or an op run without grad)");
+  }
+  LOOM_FAIL("detect_anomaly: the forward of ", node.forward_context, " produced ",
+            count_text(c, out), " from finite inputs");
+}
+
+}  // namespace
+
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   AutogradMeta& m = leaf.ensure_autograd_meta();
   if (auto existing = m.grad_accumulator.lock()) return existing;
@@ -68,6 +99,12 @@ Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, Bac
   }
   AutogradMeta& m = out.ensure_autograd_meta();
   m.requires_grad = true;
+  if (is_anomaly_enabled()) {  // Note [Anomaly checks]
+    std::string where = anomaly_scope_path();
+    node->forward_context = str("'", op, "' (op #", node->sequence_nr, ", recorded in ",
+                                where.empty() ? std::string("no module or scope") : where, ")");
+    check_forward_output(*node, out, inputs);
+  }
   m.grad_fn = std::move(node);
   return out;
 }

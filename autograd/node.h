@@ -35,6 +35,8 @@ struct Node {
   // Set only on AccumulateGrad nodes: the leaf whose .grad they update. (The leaf holds its
   // accumulator weakly, so this strong reference makes no cycle.)
   Tensor leaf;
+  // Anomaly mode only (autograd/anomaly.h): where the forward recorded this node, for errors.
+  std::string forward_context;
   bool is_accumulate_grad() const { return leaf.defined(); }
 
   Node(const char* n, uint64_t seq) : name(n), sequence_nr(seq) {}

@@ -33,6 +33,6 @@ int main(int argc, char** argv) {
     auto model = nn::make_mlp(hidden);
     auto report = examples::train_classifier(model, cfg);
     examples::print_final(report);
-    return 0;
+    return examples::exit_status(report);  // 0, or 143/130 after a SIGTERM/SIGINT stop
   });
 }

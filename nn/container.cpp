@@ -30,7 +30,7 @@ const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& [name, m] : named_children()) h = m->forward(h);
+  for (const auto& [name, m] : named_children()) h = (*m)(h);
   return h;
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/shape.h"
 
@@ -13,6 +14,27 @@ namespace loom::nn {
 
 Tensor Module::forward(const Tensor&) {
   LOOM_FAIL(type_name_, ": forward(x) with one input is not defined for this module");
+}
+
+namespace {
+thread_local const Module* t_calling = nullptr;  // the module whose operator() runs (anomaly mode)
+}  // namespace
+
+Tensor Module::operator()(const Tensor& x) {
+  if (!autograd::is_anomaly_enabled()) return forward(x);
+  // Anomaly mode: name this call "<name in the calling module> (<type>)" in the scope path.
+  std::string label = type_name_;
+  if (t_calling)
+    for (const auto& [name, child] : t_calling->named_children())
+      if (child.get() == this) label = name + " (" + type_name_ + ")";
+  autograd::AnomalyScope scope(label);
+  const Module* outer = t_calling;
+  t_calling = this;
+  struct Restore {
+    const Module* m;
+    ~Restore() { t_calling = m; }
+  } restore{outer};
+  return forward(x);
 }
 
 // ---------------------------------------------------------------- registration

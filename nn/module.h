@@ -41,7 +41,9 @@ class Module {
 
   // One input, one output. Modules with other signatures (losses) add their own forward.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Calls forward(); in anomaly mode (autograd/anomaly.h) it also names this call in the scope
+  // path: "<name in parent> (<type>)".
+  Tensor operator()(const Tensor& x);
 
   const std::string& type_name() const { return type_name_; }
 

@@ -162,8 +162,13 @@ int run(const LaunchOptions& o) {
         break;
       }
       case Outcome::kSignalled:
+        // A trainer stops at a step boundary and saves first (docs/reliability.md, Preemption):
+        // say whether every worker got there within --grace.
         say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
-            seconds(r.stop_seconds));
+            seconds(r.stop_seconds) +
+            (r.killed_after_grace == 0 ? std::string(" (each exited on its own)")
+                                       : " (" + std::to_string(r.killed_after_grace) +
+                                             " still running after --grace, killed with SIGKILL)"));
         if (nodes)
           nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + "'s loomrun got " +
                                              signal_name(r.signal));
@@ -183,6 +188,11 @@ int run(const LaunchOptions& o) {
         break;
     }
     if (nodes) nodes->stopped(attempt, last, o.grace_seconds);
+    if (last && r.outcome == Outcome::kSignalled) {
+      say("job stopped by " + signal_name(r.signal) + " after " + std::to_string(attempt + 1) +
+          " attempt(s); exit code " + std::to_string(code));
+      return code;
+    }
     if (last) {
       say("job failed after " + std::to_string(attempt + 1) + " attempt(s) (--max_restarts " +
           std::to_string(o.max_restarts) + ")");

@@ -217,6 +217,8 @@ class Supervisor {
       reap();
       check_remote();
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
+        result_.killed_after_grace = int(std::count_if(workers_.begin(), workers_.end(),
+                                                       [](const Worker& w) { return w.running; }));
         signal_all(SIGKILL);
         killed_ = true;
       }

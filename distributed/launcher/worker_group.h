@@ -54,6 +54,7 @@ struct GroupResult {
   std::string remote_reason;         // kRemoteFailed
   std::string spawn_error;           // kSpawnFailed
   double stop_seconds = 0;           // from the stop decision until the last worker was gone
+  int killed_after_grace = 0;        // workers still running when the grace period ran out
 };
 
 // Runs the workers of one attempt (identity.restart_count) to the end. Needs

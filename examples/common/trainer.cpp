@@ -1,6 +1,7 @@
 // The shared training loop of the example programs. See trainer.h.
 #include "examples/common/trainer.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <limits>
 #include <map>
 
+#include "autograd/anomaly.h"
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "data/dataloader.h"
@@ -26,6 +28,7 @@
 #include "train/progress.h"
 #include "train/step_profile.h"
 #include "train/step_runner.h"
+#include "train/stop_signal.h"
 #include "train/tensorboard.h"
 
 namespace loom::examples {
@@ -70,6 +73,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--checkpoint-every", c.checkpoint_every,
                  "also save a checkpoint every N steps (0: per epoch only)")
       ->check(int_range(0, int64_t(1) << 50));
+  app.add_flag("--detect-anomaly", c.detect_anomaly,
+               "stop at the first NaN or Inf made in forward or backward, naming the op and the "
+               "module whose forward made it (slow: reads every op's output back)");
   app.add_flag("--profile", c.profile,
                "print each process's step-time breakdown (data, forward, backward, exposed "
                "all-reduce, optimizer)");
@@ -366,9 +372,16 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
                 long(train_data->size()), long(cfg.batch_size),
                 world > 1 ? (" (" + std::to_string(local_batch) + " per process)").c_str() : "",
                 cfg.optimizer.c_str(), cfg.lr, amp_dtype ? (", amp " + cfg.amp).c_str() : "");
+  if (main) std::fflush(stdout);  // these lines survive a kill (the output may be a file)
 
-  auto save = [&](int64_t epoch, int64_t global_position) {
-    if (cfg.checkpoint_dir.empty()) return;
+  TrainReport rep;
+  rep.rank = rank;
+  rep.world_size = world;
+  std::optional<autograd::DetectAnomalyGuard> anomaly;
+  if (cfg.detect_anomaly) anomaly.emplace(true);
+  auto save = [&](int64_t epoch, int64_t global_position) -> std::string {
+    if (cfg.checkpoint_dir.empty()) return "";
+    std::string path;
     if (main) {
       TrainingState st;
       st.model = model->state_dict();
@@ -380,9 +393,41 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       st.set_extra("world_size", world);
       st.set_extra("global_batch", cfg.batch_size);
       st.rng["default"] = default_generator().state();
-      save_checkpoint(cfg.checkpoint_dir, step, st, cfg.keep_last);
+      path = save_checkpoint(cfg.checkpoint_dir, step, st, cfg.keep_last);
     }
     if (world > 1) pg->barrier()->wait();  // nobody reads or overwrites it before it is complete
+    return path;
+  };
+
+  // Note [Preemption]
+  // A SIGTERM or SIGINT (a preemption notice, Ctrl-C, or loomrun forwarding either) only sets a
+  // flag (train/stop_signal.h); the step in flight finishes, a checkpoint of exactly that step is
+  // written (the same state a --checkpoint-every save holds: model, optimizer, RNG, sampler
+  // position), and train_classifier returns with stop_signal set; the program exits 128 + signal.
+  // One process stops after the current step. N processes must stop after the same step (or the
+  // ranks would block in different collectives), so the flag rides in the loss read-back's
+  // all-reduce (Note [Loss read-back]): every rank reads back at the same steps, sums the flags
+  // and stops when any rank got a signal. That costs no extra collective, and bounds the delay by
+  // --log-every steps (a signal during evaluation stops the run at the end of the epoch, after one
+  // all-reduce of the flag). loomrun's --grace must cover that many steps and a checkpoint save.
+  StopSignal stop_signal;
+  auto stop_everywhere = [&](int local) -> int {  // the same answer on every rank
+    if (world == 1) return local;
+    Tensor f = full({1}, double(local), {.dtype = kF64, .device = dev});
+    pg->all_reduce(f, dist::ReduceOp::Max)->wait();
+    return int(f.to(kCPU).item());
+  };
+  auto report_stop = [&](int sig, const std::string& when, std::string checkpoint) {
+    rep.stop_signal = sig;
+    rep.stop_checkpoint = std::move(checkpoint);
+    if (!main) return;
+    if (rep.stop_checkpoint.empty())
+      std::printf("got %s: stopped after %s; nothing saved (no --checkpoint-dir)\n",
+                  stop_signal_name(sig), when.c_str());
+    else
+      std::printf("got %s: stopped after %s and saved %s; run again with --resume to continue\n",
+                  stop_signal_name(sig), when.c_str(), rep.stop_checkpoint.c_str());
+    std::fflush(stdout);
   };
 
   StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
@@ -398,9 +443,6 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   ProgressOptions popt;
   if (!main) popt.out = &null_stream();
   if (world > 1) popt.style = ProgressStyle::Lines;  // the same read-back steps on every rank
-  TrainReport rep;
-  rep.rank = rank;
-  rep.world_size = world;
   double last_finite_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t last_finite_step = 0;
   for (int64_t epoch = train_loader.epoch(); epoch < cfg.epochs; ++epoch) {
@@ -415,6 +457,7 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
     // non-finite loss on any rank stops every rank at the same step.
     std::vector<Tensor> window;
     bool stopped = false;
+    int stop_sig = 0;  // agreed by every rank (Note [Preemption])
     while (true) {
       if (prof) prof->mark(StepProfiler::StepBegin);
       std::optional<data::Batch> batch = train_loader.next();
@@ -432,10 +475,18 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
         {
           NoGradGuard g;
           Tensor w = stack(window).to(kF64);
-          if (world > 1) pg->all_reduce(w, dist::ReduceOp::Sum)->wait();  // the sum over all ranks
+          if (world > 1) {  // the sum over all ranks, and the stop flags (Note [Preemption])
+            w = cat({w, full({1}, double(stop_signal.requested()), {.dtype = kF64, .device = dev})},
+                    0);
+            pg->all_reduce(w, dist::ReduceOp::Sum)->wait();
+          }
           host = w.to(kCPU);  // one device sync per window
         }
         std::vector<double> v = host.to_vector<double>();
+        if (world > 1) {
+          if (v.back() > 0) stop_sig = stop_signal.requested() ? stop_signal.requested() : SIGTERM;
+          v.pop_back();
+        }
         for (double& x : v) x /= double(world);  // the mean over ranks
         int64_t first = step - int64_t(window.size()) + 1;
         double sum = 0;
@@ -458,6 +509,8 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
         tb_write([&](SummaryWriter& w) { w.add_scalar("train/loss", mean, step); });
         window.clear();
       }
+      if (world == 1) stop_sig = stop_signal.requested();
+      if (stop_sig) break;
       if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 &&
           train_loader.batches_left() > 0)
         save(epoch, train_loader.state().position * world);
@@ -467,6 +520,10 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       }
     }
     progress.finish();
+    if (stop_sig) {  // the sampler position may be the epoch's end: resuming evaluates, then saves
+      report_stop(stop_sig, str("step ", step), save(epoch, train_loader.state().position * world));
+      break;
+    }
     // Training throughput of this epoch, measured before the evaluation starts.
     const double train_seconds = progress.seconds(),
                  samples_per_second = progress.samples_per_second(),
@@ -503,11 +560,17 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
       w.add_scalar("train/samples_per_second", samples_per_second, step);
       w.flush();
     });
-    save(epoch + 1, 0);
+    std::string epoch_checkpoint = save(epoch + 1, 0);
     rep.train_loss = progress.mean_loss();
     rep.test_loss = test_loss;
     rep.test_accuracy = test_acc;
     rep.evaluated = true;
+    if (epoch + 1 < cfg.epochs) {  // a signal during the evaluation: that checkpoint is the last
+      if (int sig = stop_everywhere(stop_signal.requested())) {
+        report_stop(sig, str("epoch ", epoch + 1, " (step ", step, ")"), epoch_checkpoint);
+        break;
+      }
+    }
   }
   if (prof) std::printf("profile %s\n", prof->summary(rank).c_str());
   rep.seconds = steady_seconds() - t_start;
@@ -515,8 +578,10 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
   return rep;
 }
 
+int exit_status(const TrainReport& r) { return r.stop_signal ? 128 + r.stop_signal : 0; }
+
 void print_final(const TrainReport& r) {
-  if (r.rank != 0) return;  // one line per job, from rank 0
+  if (r.rank != 0 || r.stop_signal) return;  // one line per job, from rank 0; stop_now printed
   if (r.evaluated)
     std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * r.test_accuracy,
                 long(r.steps), r.seconds);

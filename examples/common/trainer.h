@@ -38,6 +38,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // also save every N steps, mid-epoch (0 = per epoch only)
   bool profile = false;          // print this process's step-time breakdown at the end
   std::string amp = "off";       // off, bf16 (autocast), fp16 (autocast + GradScaler)
+  bool detect_anomaly = false;   // the first NaN/Inf in forward or backward is an error
 };
 
 // Adds the common flags (--device, --epochs, ...) to a CLI11 app, each checked with a readable
@@ -53,6 +54,9 @@ struct TrainReport {
   int64_t steps = 0;
   bool evaluated = false;        // an epoch ended and the test set was evaluated (test_* are set)
   int rank = 0, world_size = 1;  // this process's place in the job (print only on rank 0)
+  // SIGTERM or SIGINT that stopped the run early (Note [Preemption] in trainer.cpp); 0 when none.
+  int stop_signal = 0;
+  std::string stop_checkpoint;  // the checkpoint written when it stopped ("" without one)
 };
 
 // Trains `model` on Fashion-MNIST as configured, prints progress and a summary per epoch (rank 0);
@@ -65,6 +69,11 @@ TrainReport train_classifier(const std::shared_ptr<nn::Module>& model, const Tra
 
 // "final test accuracy ..." when an evaluation ran, else a line saying none did.
 void print_final(const TrainReport& r);  // prints on rank 0 only
+
+// The program's exit status for a finished run: 0, or 128 + the signal when a SIGTERM or SIGINT
+// stopped it early after saving (143 or 130, what a shell reports for a process the signal
+// killed, so that a job script sees the run is not complete; the checkpoint is there to resume).
+int exit_status(const TrainReport& r);
 
 // Runs main_body, turning loom::Error and any std::exception into one line on stderr
 // ("<program>: error: ...") and exit code 1.
