@@ -98,7 +98,7 @@ TEST(Loss, ModulesAreConstCallable) {
 }
 
 TEST(ModuleTo, OptimizerBuiltBeforeToUpdatesTheMovedParameters) {
-  auto fc = make<Linear>(2, 1);
+  auto fc = make<Linear>(2, 2);
   optim::SGD opt(fc->parameters(), {.lr = 0.5});
   fc->to(kF64);
   ASSERT_EQ(fc->weight.dtype(), kF64);
@@ -106,15 +106,17 @@ TEST(ModuleTo, OptimizerBuiltBeforeToUpdatesTheMovedParameters) {
   EXPECT_TRUE(opt.params(0)[0].is_same(fc->weight));
   EXPECT_TRUE(opt.params(0)[1].is_same(fc->bias));
   std::vector<double> w0 = fc->weight.to_vector<double>(), b0 = fc->bias.to_vector<double>();
-  // loss = sum(w x + b) over two rows: dL/dw = x0 + x1 = (4, 6), dL/db = 2.
+  // loss = sum(x W^T + b) over two rows: each row of dL/dW is x0 + x1 = (4, 6), dL/db = (2, 2).
   Tensor x = from_vector<double>({1, 2, 3, 4}, {2, 2});
   opt.zero_grad();
   fc(x).sum().backward();
   opt.step();
   std::vector<double> w1 = fc->weight.to_vector<double>(), b1 = fc->bias.to_vector<double>();
-  EXPECT_DOUBLE_EQ(w1[0], w0[0] - 0.5 * 4.0);
-  EXPECT_DOUBLE_EQ(w1[1], w0[1] - 0.5 * 6.0);
-  EXPECT_DOUBLE_EQ(b1[0], b0[0] - 0.5 * 2.0);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_DOUBLE_EQ(w1[2 * r], w0[2 * r] - 0.5 * 4.0) << r;
+    EXPECT_DOUBLE_EQ(w1[2 * r + 1], w0[2 * r + 1] - 0.5 * 6.0) << r;
+    EXPECT_DOUBLE_EQ(b1[r], b0[r] - 0.5 * 2.0) << r;
+  }
 }
 
 TEST(ModuleTo, KeepsGradientsAndTiesInPlace) {
