@@ -9,8 +9,16 @@ else()
   set(_loom_cuda_default OFF)
 endif()
 option(LOOM_CUDA "Build the CUDA backend" ${_loom_cuda_default})
-option(LOOM_BUILD_TESTS "Build the tests" ON)
-option(LOOM_BUILD_BENCHMARKS "Build the benchmarks (needs Google Benchmark)" ON)
+# The programs around the library. On when loom is the top-level project, off when another
+# project pulls it in with add_subdirectory (docs/using-loom.md); with all four off the build
+# needs only the library's own dependencies (no CLI11, GoogleTest or Google Benchmark).
+option(LOOM_BUILD_EXAMPLES "Build the example programs (needs CLI11)" ${PROJECT_IS_TOP_LEVEL})
+option(LOOM_BUILD_LAUNCHER "Build loomrun, the launcher (needs CLI11)" ${PROJECT_IS_TOP_LEVEL})
+option(LOOM_BUILD_TESTS "Build the tests (needs GoogleTest, the examples and loomrun)"
+       ${PROJECT_IS_TOP_LEVEL})
+option(LOOM_BUILD_BENCHMARKS "Build the benchmarks (needs Google Benchmark and the examples)"
+       ${PROJECT_IS_TOP_LEVEL})
+option(LOOM_INSTALL "Install rules for the library, headers and CMake package" ${PROJECT_IS_TOP_LEVEL})
 option(LOOM_LIBTORCH "Build benchmarks/libtorch, the libtorch twin of bench_train (needs Torch)" OFF)
 option(LOOM_NATIVE "Compile the CPU code for this machine's instruction set (-march=native)" ON)
 option(LOOM_WERROR "Treat warnings as errors" OFF)
@@ -39,6 +47,14 @@ if(LOOM_FUZZ)
   endif()
   # Coverage instrumentation for everything; only the harnesses link libFuzzer's main().
   add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+if(LOOM_BUILD_TESTS AND NOT (LOOM_BUILD_EXAMPLES AND LOOM_BUILD_LAUNCHER))
+  message(FATAL_ERROR "LOOM_BUILD_TESTS=ON needs LOOM_BUILD_EXAMPLES=ON and LOOM_BUILD_LAUNCHER=ON "
+                      "(the tests run the example programs under loomrun)")
+endif()
+if(LOOM_BUILD_BENCHMARKS AND NOT LOOM_BUILD_EXAMPLES)
+  message(FATAL_ERROR "LOOM_BUILD_BENCHMARKS=ON needs LOOM_BUILD_EXAMPLES=ON (bench_train trains "
+                      "the examples' models)")
 endif()
 
 if(LOOM_CUDA)

@@ -79,6 +79,23 @@ void Tensor::bump_version() const { ++storage()->version; }
 
 Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
 
+void Tensor::set_data(const Tensor& src) const {
+  LOOM_CHECK(defined() && src.defined(), "set_data: undefined tensor (this ",
+             defined() ? describe(*this) : std::string("undefined"), ", src ",
+             src.defined() ? describe(src) : std::string("undefined"), ")");
+  LOOM_CHECK(src.is_leaf(), "set_data: src ", describe(src),
+             " was made by an op; pass src.detach()");
+  LOOM_CHECK(!requires_grad() || src.is_floating_point(), "set_data: ", name(),
+             " requires grad and cannot hold ", describe(src));
+  if (src.impl() == impl()) return;
+  impl_->set_data_from(*src.impl());
+  if (AutogradMeta* m = autograd_meta()) {
+    if (m->grad.defined() &&
+        (m->grad.shape() != shape() || m->grad.dtype() != dtype() || m->grad.device() != device()))
+      m->grad = Tensor();
+  }
+}
+
 void Tensor::set_name(const std::string& n) const { ensure_autograd_meta().name = n; }
 std::string Tensor::name() const {
   auto* m = autograd_meta();

@@ -82,6 +82,11 @@ class Tensor {
   uint64_t version() const;
   void bump_version() const;
   Tensor detach() const;  // shares storage, no autograd history
+  // Points this tensor at src's data (storage, shape, strides, dtype, device) and keeps its
+  // identity and autograd metadata (requires_grad, name, hooks): every handle to it, such as an
+  // optimizer's, sees the new data. PyTorch's `p.data = src`; Module::to moves parameters so.
+  // src must be a leaf; a gradient that no longer matches the data is dropped.
+  void set_data(const Tensor& src) const;
   // A name for error messages (nn::Module sets it to the parameter's dotted name).
   void set_name(const std::string& n) const;
   std::string name() const;
@@ -175,6 +180,15 @@ class TensorImpl {
   bool is_contiguous() const;
 
   std::unique_ptr<AutogradMeta> autograd;  // null until needed
+
+  // Takes o's data and layout (Tensor::set_data); the autograd metadata stays.
+  void set_data_from(const TensorImpl& o) {
+    storage_ = o.storage_;
+    sizes_ = o.sizes_;
+    strides_ = o.strides_;
+    offset_ = o.offset_;
+    dtype_ = o.dtype_;
+  }
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -19,27 +19,26 @@ namespace {
 
 // [Conv2d(in, out, 3, padding 1), BatchNorm2d, ReLU]; shapes keep H and W.
 void conv_bn_relu(nn::Sequential& s, int64_t in, int64_t out) {
-  s.push_back(
-      std::make_shared<nn::Conv2d>(in, out, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
-  s.push_back(std::make_shared<nn::BatchNorm2d>(out));
-  s.push_back(std::make_shared<nn::ReLU>());
+  s.push_back(nn::make<nn::Conv2d>(in, out, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  s.push_back(nn::make<nn::BatchNorm2d>(out));
+  s.push_back(nn::make<nn::ReLU>());
 }
 
 // (N, 1, 28, 28) -> (N, 32, 14, 14) -> (N, 64, 7, 7) -> 3136 features -> 256 -> 10 classes.
 std::shared_ptr<nn::Sequential> make_classifier() {
-  auto s = std::make_shared<nn::Sequential>();
+  auto s = nn::make<nn::Sequential>();
   conv_bn_relu(*s, 1, 32);
   conv_bn_relu(*s, 32, 32);
-  s->push_back(std::make_shared<nn::MaxPool2d>(2));
+  s->push_back(nn::make<nn::MaxPool2d>(2));
   conv_bn_relu(*s, 32, 64);
   conv_bn_relu(*s, 64, 64);
-  s->push_back(std::make_shared<nn::MaxPool2d>(2));
-  s->push_back(std::make_shared<nn::Flatten>());
-  s->push_back(std::make_shared<nn::Dropout>(0.25));
-  s->push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 256));
-  s->push_back(std::make_shared<nn::ReLU>());
-  s->push_back(std::make_shared<nn::Dropout>(0.25));
-  s->push_back(std::make_shared<nn::Linear>(256, 10));
+  s->push_back(nn::make<nn::MaxPool2d>(2));
+  s->push_back(nn::make<nn::Flatten>());
+  s->push_back(nn::make<nn::Dropout>(0.25));
+  s->push_back(nn::make<nn::Linear>(64 * 7 * 7, 256));
+  s->push_back(nn::make<nn::ReLU>());
+  s->push_back(nn::make<nn::Dropout>(0.25));
+  s->push_back(nn::make<nn::Linear>(256, 10));
   return s;
 }
 

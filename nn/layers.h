@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/shape.h"
+#include "nn/holder.h"
 #include "nn/module.h"
 
 namespace loom::nn {
@@ -95,10 +96,13 @@ struct LayerNormOptions {
   bool bias = true;
 };
 
-// Normalises over the trailing dims given by normalized_shape.
+// Normalises over the trailing dims given by normalized_shape: LayerNorm(512) over the last dim
+// of size 512, LayerNorm({16, 32}) over the last two.
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, LayerNormOptions options = {});
+  explicit LayerNorm(int64_t normalized_size, LayerNormOptions options = {})
+      : LayerNorm(Shape{normalized_size}, options) {}
   Tensor forward(const Tensor& x) override;
   void reset_parameters();
   std::string extra_repr() const override;
@@ -198,7 +202,8 @@ class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
-  // std::make_shared<Sequential>(std::make_shared<Linear>(8, 16), std::make_shared<ReLU>())
+  // nn::make<Sequential>(nn::make<Linear>(8, 16), nn::make<ReLU>()) (nn/holder.h), or the same
+  // with std::make_shared
   template <typename M0, typename... Ms>
   explicit Sequential(std::shared_ptr<M0> first, std::shared_ptr<Ms>... rest)
       : Module("Sequential") {

@@ -24,7 +24,7 @@ CrossEntropyLoss::CrossEntropyLoss(CrossEntropyLossOptions opt)
              "CrossEntropyLoss: label_smoothing ", opt.label_smoothing, " is not in [0, 1)");
 }
 
-Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) const {
   return cross_entropy(input, target, options.reduction, options.label_smoothing,
                        options.ignore_index);
 }
@@ -34,11 +34,11 @@ std::string CrossEntropyLoss::extra_repr() const {
              ", label_smoothing=", options.label_smoothing);
 }
 
-Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) const {
   return nll_loss(input, target, options.reduction, options.ignore_index);
 }
 
-Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) const {
   LOOM_CHECK(input.defined() && target.defined() && input.shape() == target.shape(),
              "MSELoss: input ", input.defined() ? describe(input) : "undefined", " and target ",
              target.defined() ? describe(target) : "undefined", " must have one shape");

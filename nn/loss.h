@@ -1,5 +1,6 @@
 // Loss modules (CrossEntropyLoss, NLLLoss, MSELoss) around loom::cross_entropy, nll_loss and
-// mse_loss, and the functional names in loom::nn::functional, as in torch.nn.
+// mse_loss, and the functional names in loom::nn::functional, as in torch.nn. A loss holds only
+// its options: calling it is const (a const loss, or one shared by threads, can be called).
 // Leaves out: class weights, BCE/Huber losses.
 #pragma once
 
@@ -21,8 +22,10 @@ struct CrossEntropyLossOptions {
 class CrossEntropyLoss : public Module {
  public:
   explicit CrossEntropyLoss(CrossEntropyLossOptions options = {});
-  Tensor forward(const Tensor& input, const Tensor& target);
-  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  Tensor forward(const Tensor& input, const Tensor& target) const;
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return forward(input, target);
+  }
   std::string extra_repr() const override;
 
   CrossEntropyLossOptions options;
@@ -37,8 +40,10 @@ struct NLLLossOptions {
 class NLLLoss : public Module {
  public:
   explicit NLLLoss(NLLLossOptions options = {}) : Module("NLLLoss"), options(options) {}
-  Tensor forward(const Tensor& input, const Tensor& target);
-  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  Tensor forward(const Tensor& input, const Tensor& target) const;
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return forward(input, target);
+  }
 
   NLLLossOptions options;
 };
@@ -48,8 +53,10 @@ class MSELoss : public Module {
  public:
   explicit MSELoss(Reduction reduction = Reduction::Mean)
       : Module("MSELoss"), reduction(reduction) {}
-  Tensor forward(const Tensor& input, const Tensor& target);
-  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  Tensor forward(const Tensor& input, const Tensor& target) const;
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return forward(input, target);
+  }
 
   Reduction reduction;
 };

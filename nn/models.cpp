@@ -4,10 +4,9 @@
 namespace loom::nn {
 
 std::shared_ptr<Sequential> make_mlp(int64_t hidden, int64_t classes) {
-  return std::make_shared<Sequential>(std::initializer_list<std::shared_ptr<Module>>{
-      std::make_shared<Flatten>(), std::make_shared<Linear>(784, hidden), std::make_shared<ReLU>(),
-      std::make_shared<Linear>(hidden, hidden), std::make_shared<ReLU>(),
-      std::make_shared<Linear>(hidden, classes)});
+  return make<Sequential>(make<Flatten>(), make<Linear>(784, hidden), make<ReLU>(),
+                          make<Linear>(hidden, hidden), make<ReLU>(),
+                          make<Linear>(hidden, classes));
 }
 
 namespace {
@@ -16,35 +15,35 @@ void conv_bn_relu(Sequential& s, int64_t in, int64_t out) {
   Conv2dOptions o;
   o.padding = 1;
   o.bias = false;
-  s.push_back(std::make_shared<Conv2d>(in, out, 3, o));
-  s.push_back(std::make_shared<BatchNorm2d>(out));
-  s.push_back(std::make_shared<ReLU>());
+  s.push_back(make<Conv2d>(in, out, 3, o));
+  s.push_back(make<BatchNorm2d>(out));
+  s.push_back(make<ReLU>());
 }
 }  // namespace
 
 std::shared_ptr<Sequential> make_cnn(int64_t classes) {
-  auto s = std::make_shared<Sequential>();
+  auto s = make<Sequential>();
   conv_bn_relu(*s, 1, 32);
   conv_bn_relu(*s, 32, 64);
-  s->push_back(std::make_shared<MaxPool2d>(2));
+  s->push_back(make<MaxPool2d>(2));
   conv_bn_relu(*s, 64, 128);
-  s->push_back(std::make_shared<MaxPool2d>(2));
-  s->push_back(std::make_shared<AdaptiveAvgPool2d>(1));
-  s->push_back(std::make_shared<Flatten>());
-  s->push_back(std::make_shared<Linear>(128, classes));
+  s->push_back(make<MaxPool2d>(2));
+  s->push_back(make<AdaptiveAvgPool2d>(1));
+  s->push_back(make<Flatten>());
+  s->push_back(make<Linear>(128, classes));
   return s;
 }
 
 std::shared_ptr<Sequential> make_wide(int64_t classes) {
-  auto s = std::make_shared<Sequential>();
-  s->push_back(std::make_shared<Flatten>());
-  s->push_back(std::make_shared<Linear>(784, 4096));
-  s->push_back(std::make_shared<ReLU>());
+  auto s = make<Sequential>();
+  s->push_back(make<Flatten>());
+  s->push_back(make<Linear>(784, 4096));
+  s->push_back(make<ReLU>());
   for (int i = 0; i < 7; ++i) {
-    s->push_back(std::make_shared<Linear>(4096, 4096));
-    s->push_back(std::make_shared<ReLU>());
+    s->push_back(make<Linear>(4096, 4096));
+    s->push_back(make<ReLU>());
   }
-  s->push_back(std::make_shared<Linear>(4096, classes));
+  s->push_back(make<Linear>(4096, classes));
   return s;
 }
 

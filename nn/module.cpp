@@ -228,36 +228,24 @@ void Module::zero_grad() {
     if (p.grad().defined()) p.set_grad(Tensor());
 }
 
-// Replaces every parameter and buffer member by f(old) (when f returns a new tensor). A tensor
-// registered in several places (tied weights) is converted once and stays shared.
+// Converts every parameter and buffer in place: each keeps its TensorImpl and takes f(old)'s data
+// (Tensor::set_data), so an optimizer, a hook or any other handle made before to() follows the
+// move (Note [Modules hold their tensors by pointer]). A tensor registered in several places
+// (tied weights) is converted once.
 void Module::convert(const std::function<Tensor(const Tensor&)>& f) {
   NoGradGuard g;
-  std::unordered_map<const TensorImpl*, Tensor> done;
+  std::unordered_set<const TensorImpl*> done;
   std::function<void(Module&)> walk = [&](Module& m) {
-    for (auto& e : m.params_) {
-      Tensor old = *e.t;
-      if (auto it = done.find(old.impl()); it != done.end()) {
-        *e.t = it->second;
-        continue;
+    for (auto* list : {&m.params_, &m.buffers_}) {
+      for (auto& e : *list) {
+        Tensor t = *e.t;
+        if (!t.defined() || !done.insert(t.impl()).second) continue;
+        Tensor moved = f(t);
+        if (moved.is_same(t)) continue;
+        Tensor grad = t.grad().defined() ? f(t.grad()).detach() : Tensor();
+        t.set_data(moved.detach());
+        if (grad.defined()) t.set_grad(grad);
       }
-      Tensor moved = f(old);
-      if (!moved.is_same(old)) {
-        Tensor fresh = moved.detach();  // a new leaf
-        fresh.requires_grad_(old.requires_grad());
-        fresh.set_name(old.name());
-        if (old.grad().defined()) fresh.set_grad(f(old.grad()).detach());
-        *e.t = fresh;
-      }
-      done.emplace(old.impl(), *e.t);
-    }
-    for (auto& e : m.buffers_) {
-      Tensor old = *e.t;
-      if (auto it = done.find(old.impl()); it != done.end()) {
-        *e.t = it->second;
-        continue;
-      }
-      *e.t = f(old).detach();
-      done.emplace(old.impl(), *e.t);
     }
     for (auto& [n, c] : m.children_) walk(*c);
   };

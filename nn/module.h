@@ -27,11 +27,13 @@ struct LoadResult {
 
 // Note [Modules hold their tensors by pointer]
 // A layer keeps its parameters as plain members (`Tensor weight;`) and registers them with
-// register_parameter("weight", weight), which stores a pointer to the member. That lets to()
-// replace the member with a converted tensor (Tensors are handles: a dtype or device change makes
-// a new TensorImpl) while forward() keeps reading `weight`. Hence modules are neither copied nor
-// moved (the pointers would dangle): create them with std::make_shared. Anything that kept an
-// old handle, such as an optimizer or a gradient hook (DDP), must be set up after to().
+// register_parameter("weight", weight), which stores a pointer to the member. Hence modules are
+// neither copied nor moved (the pointers would dangle): create them with nn::make<M>(...)
+// (nn/holder.h) or std::make_shared. to() converts each registered tensor in place
+// (Tensor::set_data): the member keeps its TensorImpl and takes the converted data, so every
+// handle made before to() (an optimizer's, state_dict() entries aside) sees the moved
+// parameters. An optimizer that already stepped keeps its state where it was; its next step is
+// an error naming the parameter (nn/optim/optimizer.cpp), never a silent mix.
 class Module {
  public:
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
@@ -71,7 +73,8 @@ class Module {
   virtual void train(bool on = true);  // overrides must call Module::train
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Moves parameters, their gradients and buffers; requires_grad and names are kept.
+  // Moves parameters, their gradients and buffers in place (each keeps its identity: handles
+  // held elsewhere follow); requires_grad and names are kept.
   void to(Device d);
   // Converts floating parameters, gradients and buffers (integer buffers keep their dtype).
   void to(DType t);

@@ -71,6 +71,14 @@ std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(
     LOOM_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype() && g.device() == p.device(), name_,
                ".step: the gradient of \"", p.name(), "\" is ", describe(g),
                " but the parameter is ", describe(p));
+    // A model moved (Module::to) after this optimizer's first update: the parameters followed,
+    // their state did not.
+    for (const Tensor& buf : state_[first + k].buffers)
+      LOOM_CHECK(!buf.defined() || (buf.device() == p.device() && buf.dtype() == p.dtype()), name_,
+                 ".step: the state of \"", p.name(), "\" is ", describe(buf),
+                 " but the parameter is now ", describe(p),
+                 " (the model was moved with to() after the optimizer's first step: move it "
+                 "before, or save the optimizer's state_dict and load it into a new optimizer)");
     auto kk = std::make_tuple(p.device(), p.dtype(), key(first + k));
     size_t b = 0;
     while (b < keys.size() &&

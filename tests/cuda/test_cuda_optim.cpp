@@ -206,4 +206,32 @@ TEST(CudaOptim, DISABLED_TimeAdamStep) {
   }
 }
 
+// Module::to(cuda) moves parameters in place: an optimizer built on the CPU parameters updates the
+// moved ones on the GPU, by exactly the CPU model's update.
+TEST(CudaOptim, OptimizerBuiltBeforeToFollowsTheModelToTheGpu) {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(3);
+  auto gpu = nn::make<nn::Linear>(4, 2);
+  auto cpu = nn::make<nn::Linear>(4, 2);
+  cpu->load_state_dict(gpu->state_dict());
+  std::vector<float> w0 = cpu->weight.to_vector<float>();
+  optim::SGD gpu_opt(gpu->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD cpu_opt(cpu->parameters(), {.lr = 0.1, .momentum = 0.9});
+  gpu->to(cuda_device(0));
+  ASSERT_TRUE(gpu_opt.params(0)[0].is_same(gpu->weight));
+  ASSERT_EQ(gpu->weight.device(), cuda_device(0));
+  Tensor x = randn({8, 4});
+  for (int step = 0; step < 2; ++step) {
+    gpu_opt.zero_grad();
+    cpu_opt.zero_grad();
+    gpu(x.to(cuda_device(0))).pow(2.0).sum().backward();
+    cpu(x).pow(2.0).sum().backward();
+    gpu_opt.step();
+    cpu_opt.step();
+  }
+  std::vector<float> g = gpu->weight.to_vector<float>(), c = cpu->weight.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], c[i], 1e-5) << i;
+  EXPECT_NE(c, w0);  // the steps did change the weights
+}
+
 #endif  // LOOM_WITH_CUDA

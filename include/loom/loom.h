@@ -1,0 +1,45 @@
+// loom in one header, for programs: tensors and their ops (with autograd), nn modules, losses,
+// init, optimizers and schedulers, data loading, safetensors files and checkpoints, and the
+// process groups and DistributedDataParallel of many-process training.
+//
+//   #include <loom/loom.h>
+//   using namespace loom;
+//   auto model = nn::Sequential(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 1));
+//   optim::Adam opt(model->parameters(), {.lr = 1e-2});
+//
+// The finer headers stay available (<loom/nn/layers.h>, <loom/data/dataloader.h>, ...) for
+// programs that want less. Leaves out: loom's internals (kernels/, the CUDA runtime's own
+// headers, which need the CUDA toolkit's) and the training-loop helpers of train/.
+#pragma once
+
+// Tensors, ops, autograd.
+#include "autograd/ops/ops.h"
+#include "core/cuda/available.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+// Modules, losses, initialisation, clipping, the reference models.
+#include "nn/clip.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+#include "nn/models.h"
+#include "nn/module.h"
+// Optimizers and learning-rate schedules.
+#include "nn/optim/adam.h"
+#include "nn/optim/lr_scheduler.h"
+#include "nn/optim/sgd.h"
+// Serialization: safetensors files of named tensors, state dicts, checkpoints.
+#include "core/safetensors.h"
+#include "nn/checkpoint.h"
+#include "nn/serialize.h"
+#include "nn/state_dict.h"
+// Data: datasets, samplers, transforms, the loader, (Fashion-)MNIST.
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "data/mnist.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+// Many processes: the job's environment, process groups, DistributedDataParallel.
+#include "distributed/ddp.h"
+#include "distributed/env.h"
+#include "distributed/process_group.h"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# loom as a package, from a user's side: builds and runs tests/package/consumer (a program that
+# sees loom only through find_package/add_subdirectory, loom::loom and <loom/loom.h>).
+#
+#   test_package.sh install BUILD WORK   cmake --install BUILD into WORK/prefix, then the consumer
+#                                        with find_package(loom 0.2) (ctest runs this one)
+#   test_package.sh subdirectory WORK    the consumer with loom's sources added by add_subdirectory:
+#                                        a library-only, CPU-only loom build (CI runs this one)
+#   test_package.sh deb BUILD WORK       cpack's .deb of BUILD, installed with dpkg -i (root), the
+#                                        consumer built against /usr, then the package removed (CI)
+# Leaves out: the .tar.gz (the same files as the install prefix) and running on a GPU.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+mode=${1:?usage: test_package.sh install|subdirectory|deb ...}
+shift
+
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Without nvcc on PATH, CMake's FindCUDAToolkit still looks in /usr/local/cuda.
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=$PATH:/usr/local/cuda/bin
+
+# build_consumer WORK [cmake args...]: configure, build and run the consumer in WORK/consumer.
+build_consumer() {
+  local work=$1; shift
+  rm -rf "$work/consumer"
+  cmake -S "$here/consumer" -B "$work/consumer" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+        "${launcher[@]}" "$@" >"$work/consumer-configure.log" 2>&1 \
+    || { cat "$work/consumer-configure.log"; echo "test_package: configuring the consumer failed"; return 1; }
+  cmake --build "$work/consumer" -j"$(nproc)" >"$work/consumer-build.log" 2>&1 \
+    || { tail -50 "$work/consumer-build.log"; echo "test_package: building the consumer failed"; return 1; }
+  "$work/consumer/consumer" "$work"
+}
+
+case "$mode" in
+  install)
+    build=$(cd "${1:?install: the loom build folder}" && pwd); work=${2:?install: a work folder}
+    rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
+    cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+    # Nothing of the source or build tree may leak into the package.
+    if grep -rlE "$repo|$build" "$work/prefix/lib/cmake/loom" "$work/prefix/include"; then
+      echo "test_package: the installed package names the source or build folder (above)"; exit 1
+    fi
+    [ -f "$work/prefix/include/loom/loom.h" ] || { echo "test_package: no include/loom/loom.h"; exit 1; }
+    build_consumer "$work" -DCMAKE_PREFIX_PATH="$work/prefix"
+    ;;
+  subdirectory)
+    work=${1:?subdirectory: a work folder}
+    rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
+    # The library alone must configure without the programs' dependencies.
+    build_consumer "$work" -DLOOM_SOURCE_DIR="$repo" -DLOOM_CUDA=OFF -DLOOM_NATIVE=OFF \
+      -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON \
+      -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON
+    ;;
+  deb)
+    build=$(cd "${1:?deb: the loom build folder}" && pwd); work=${2:?deb: a work folder}
+    rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
+    [ "$(id -u)" -eq 0 ] || { echo "test_package: deb needs root (dpkg -i)"; exit 1; }
+    (cd "$build" && cpack -G DEB -B "$work/cpack") >"$work/cpack.log" 2>&1 \
+      || { cat "$work/cpack.log"; exit 1; }
+    deb=$(ls "$work"/cpack/*.deb)
+    dpkg-deb --info "$deb" | sed -n '/Package:/,/Description:/p'
+    dpkg -i "$deb"
+    trap 'dpkg -r libloom-dev >/dev/null' EXIT
+    [ -f /usr/lib/cmake/loom/loomConfig.cmake ] || { echo "test_package: the .deb has no /usr/lib/cmake/loom"; exit 1; }
+    build_consumer "$work"
+    ;;
+  *) echo "test_package: unknown mode $mode (install, subdirectory, deb)"; exit 2 ;;
+esac
