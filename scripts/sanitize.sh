@@ -5,6 +5,9 @@
 #   scripts/sanitize.sh tsan   # ThreadSanitizer (build-tsan/): the multi-threaded parts (data
 #                              # loader, TCP store, Gloo process groups, DDP, loomrun)
 #   scripts/sanitize.sh        # both
+#   scripts/sanitize.sh ci     # what CI runs (.ci/run): ASan+UBSan over test_core and test_data
+#                              # (the readers, the data loader's threads) and the fuzz harnesses'
+#                              # short runs and replays; docs/reliability.md says why not more yet
 # Knobs: JOBS (build and ctest parallelism, default nproc), ASAN_TARGETS / TSAN_TARGETS (what to
 # build), ASAN_TESTS / TSAN_TESTS (ctest -R regular expressions). Any sanitizer report fails the
 # test it happens in (halt_on_error / -fno-sanitize-recover). Timings: docs/reliability.md.
@@ -45,6 +48,16 @@ run_ctest() {  # build folder, include regex, exclude regex
   (cd "$1" && ctest --output-on-failure -j"$jobs" --timeout 900 -R "$2" ${3:+-E "$3"})
 }
 
+if [ "$what" = ci ]; then
+  ASAN_TARGETS="test_core test_data safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz
+    flags_fuzz safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay
+    store_protocol_fuzz_replay flags_fuzz_replay"
+  ASAN_TESTS="^fuzz_"     # the fuzz short runs and replays through ctest,
+  ASAN_BINARIES="test_core test_data"  # and these two test binaries whole
+  what=asan
+fi
+case $what in asan | tsan | all) ;; *) echo "sanitize.sh: unknown mode '$what' (asan, tsan, all, ci)" >&2; exit 2 ;; esac
+
 rc=0
 if [ "$what" = asan ] || [ "$what" = all ]; then
   t0=$(date +%s)
@@ -57,6 +70,10 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$root/scripts/sanitizers/ubsan.supp
   run_ctest build-asan "$ASAN_TESTS" "$ASAN_EXCLUDE" || rc=1
+  for b in ${ASAN_BINARIES:-}; do
+    echo "== ASan+UBSan: $b"
+    (cd build-asan && "./tests/$b") || rc=1
+  done
   echo "== ASan+UBSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
 fi
 if [ "$what" = tsan ] || [ "$what" = all ]; then
