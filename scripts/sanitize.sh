@@ -5,9 +5,10 @@
 #   scripts/sanitize.sh tsan   # ThreadSanitizer (build-tsan/): the multi-threaded parts (data
 #                              # loader, TCP store, Gloo process groups, DDP, loomrun)
 #   scripts/sanitize.sh        # both
-#   scripts/sanitize.sh ci     # what CI runs (.ci/run): ASan+UBSan over test_core and test_data
-#                              # (the readers, the data loader's threads) and the fuzz harnesses'
-#                              # short runs and replays; docs/reliability.md says why not more yet
+#   scripts/sanitize.sh ci     # what CI runs (.ci/run): ASan+UBSan over the single-process test
+#                              # binaries (core, kernels, autograd, nn, data, train) and the fuzz
+#                              # harnesses' short runs and replays; docs/reliability.md says why
+#                              # not more yet
 # Knobs: JOBS (build and ctest parallelism, default nproc), ASAN_TARGETS / TSAN_TARGETS (what to
 # build), ASAN_TESTS / TSAN_TESTS (ctest -R regular expressions). Any sanitizer report fails the
 # test it happens in (halt_on_error / -fno-sanitize-recover). Timings: docs/reliability.md.
@@ -49,11 +50,11 @@ run_ctest() {  # build folder, include regex, exclude regex
 }
 
 if [ "$what" = ci ]; then
-  ASAN_TARGETS="test_core test_data safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz
+  ASAN_TARGETS="test_core test_kernels test_autograd test_nn test_data test_train safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz
     flags_fuzz safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay
     store_protocol_fuzz_replay flags_fuzz_replay"
   ASAN_TESTS="^fuzz_"     # the fuzz short runs and replays through ctest,
-  ASAN_BINARIES="test_core test_data"  # and these two test binaries whole
+  ASAN_BINARIES="test_core test_kernels test_autograd test_nn test_data test_train"  # and these whole
   what=asan
 fi
 case $what in asan | tsan | all) ;; *) echo "sanitize.sh: unknown mode '$what' (asan, tsan, all, ci)" >&2; exit 2 ;; esac
