@@ -4,7 +4,6 @@
 // (autograd/ops/softmax_loss.cpp composes it from log_softmax and nll_loss).
 #include <cmath>
 #include <limits>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -95,15 +94,18 @@ void softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t
 inline int64_t read_i64(const Tensor& t, int64_t i) { return t.data<int64_t>()[i * t.stride(0)]; }
 
 // Checks every target is a class in [0, C) or ignore_index.
-void check_targets(const char* op, const Tensor& logp, const Tensor& target, int64_t ignore_index) {
-  LOOM_CHECK(target.dtype() == DType::I64 && target.dim() == 1, op,
+// `op` + `suffix` name the op in the messages ("nll_loss" + "_backward"); they are joined only
+// when a check fails, so the common path allocates nothing.
+void check_targets(const char* op, const char* suffix, const Tensor& logp, const Tensor& target,
+                   int64_t ignore_index) {
+  LOOM_CHECK(target.dtype() == DType::I64 && target.dim() == 1, op, suffix,
              ": target must be a 1-d int64 tensor, got ", describe(target));
-  LOOM_CHECK(logp.dim() == 2 && logp.size(0) == target.size(0), op, ": logp ", describe(logp),
-             " must be (N, C) with N = ", target.size(0), " rows to match target");
+  LOOM_CHECK(logp.dim() == 2 && logp.size(0) == target.size(0), op, suffix, ": logp ",
+             describe(logp), " must be (N, C) with N = ", target.size(0), " rows to match target");
   int64_t N = logp.size(0), C = logp.size(1);
   for (int64_t i = 0; i < N; ++i) {
     int64_t t = read_i64(target, i);
-    LOOM_CHECK(t == ignore_index || (t >= 0 && t < C), op, ": target ", t, " (row ", i,
+    LOOM_CHECK(t == ignore_index || (t >= 0 && t < C), op, suffix, ": target ", t, " (row ", i,
                ") is out of range [0, ", C, ") for logp ", describe(logp), " (ignore_index is ",
                ignore_index, ")");
   }
@@ -147,7 +149,7 @@ Tensor CpuBackend::softmax_backward(const Tensor& grad_y, const Tensor& y, int64
 // logp: (N, C), target: (N) int64 -> 0-d (Mean, Sum) or (N) (None; 0 at ignored rows)
 Tensor CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction r,
                             int64_t ignore_index, const char* op) {
-  check_targets(op, logp, target, ignore_index);
+  check_targets(op, "", logp, target, ignore_index);
   int64_t N = logp.size(0);
   int64_t s0 = logp.stride(0), s1 = logp.stride(1);
   Tensor out = empty(r == Reduction::None ? Shape{N} : Shape{}, {.dtype = logp.dtype()});
@@ -173,11 +175,10 @@ Tensor CpuBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction 
 // grad: 0-d (Mean, Sum) or (N) (None), logp: (N, C), target: (N) -> dL/dlogp: (N, C)
 Tensor CpuBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, const Tensor& target,
                                      Reduction r, int64_t ignore_index, const char* op) {
-  const std::string name = std::string(op) + "_backward";
-  check_targets(name.c_str(), logp, target, ignore_index);
+  check_targets(op, "_backward", logp, target, ignore_index);
   int64_t N = logp.size(0), C = logp.size(1);
-  LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
-             name, ": grad ", describe(grad), " does not fit the reduction of ", N, " rows");
+  LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1, op,
+             "_backward: grad ", describe(grad), " does not fit the reduction of ", N, " rows");
   Tensor out = empty({N, C}, {.dtype = logp.dtype()});
   fill_(out, 0.0);
   Tensor g = raw::cast(grad, logp.dtype());

@@ -292,12 +292,13 @@ DeviceOp loss_device_op(const char* op, bool backward) {
   return ce ? DeviceOp::CrossEntropy : DeviceOp::NllLoss;
 }
 
-void check_target(const char* op, const Tensor& logp, const Tensor& target) {
-  LOOM_CHECK(target.dtype() == DType::I64 && target.dim() == 1, op,
+// `op` + `suffix` name the op ("nll_loss" + "_backward"), joined only when a check fails.
+void check_target(const char* op, const char* suffix, const Tensor& logp, const Tensor& target) {
+  LOOM_CHECK(target.dtype() == DType::I64 && target.dim() == 1, op, suffix,
              ": target must be a 1-d int64 tensor, got ", describe(target));
-  LOOM_CHECK(logp.dim() == 2 && logp.size(0) == target.size(0), op, ": logp ", describe(logp),
-             " must be (N, C) with N = ", target.size(0), " rows to match target");
-  LOOM_CHECK(target.device() == logp.device(), op, ": target ", describe(target),
+  LOOM_CHECK(logp.dim() == 2 && logp.size(0) == target.size(0), op, suffix, ": logp ",
+             describe(logp), " must be (N, C) with N = ", target.size(0), " rows to match target");
+  LOOM_CHECK(target.device() == logp.device(), op, suffix, ": target ", describe(target),
              " is not on the device of logp ", describe(logp));
 }
 
@@ -306,7 +307,7 @@ void check_target(const char* op, const Tensor& logp, const Tensor& target) {
 // logp: (N, C), target: (N) int64 -> 0-d (Mean, Sum) or (N) (None; 0 at ignored rows)
 Tensor CudaBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction r,
                              int64_t ignore_index, const char* op) {
-  check_target(op, logp, target);
+  check_target(op, "", logp, target);
   const int64_t N = logp.size(0), C = logp.size(1);
   Tensor out = empty(r == Reduction::None ? Shape{N} : Shape{},
                      {.dtype = logp.dtype(), .device = logp.device()});
@@ -332,11 +333,10 @@ Tensor CudaBackend::nll_loss(const Tensor& logp, const Tensor& target, Reduction
 // grad: 0-d (Mean, Sum) or (N) (None), logp: (N, C), target: (N) -> dL/dlogp: (N, C)
 Tensor CudaBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, const Tensor& target,
                                       Reduction r, int64_t ignore_index, const char* op) {
-  const std::string name = std::string(op) + "_backward";
-  check_target(name.c_str(), logp, target);
+  check_target(op, "_backward", logp, target);
   const int64_t N = logp.size(0), C = logp.size(1);
-  LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
-             name, ": grad ", describe(grad), " does not fit the reduction of ", N, " rows");
+  LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1, op,
+             "_backward: grad ", describe(grad), " does not fit the reduction of ", N, " rows");
   Tensor out = empty({N, C}, {.dtype = logp.dtype(), .device = logp.device()});
   if (N * C == 0) return out;
   const int dev = logp.device().index;
