@@ -4,7 +4,8 @@
 // report the median, min and max ms/step, the peak device memory and the time from process start
 // to the end of the first step. Strict fp32 (TF32 off), or --amp bf16 (autocast, float32 master
 // weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
-// replays zero-grad + forward + backward as one graph (see train/step_runner.h).
+// replays the whole step (zero-grad, forward, backward, optimizer) as one graph (see
+// train/step_runner.h).
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
 // scripts/bench-compare.sh runs both side by side.
 //
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "repeats (the median is reported)")
       ->check(train::int_range(1, 10000));
   app.add_flag("--cuda-graph", graph,
-               "replay the step as a CUDA graph (zero-grad, forward, backward)");
+               "replay the whole step as one CUDA graph (zero-grad, forward, backward, optimizer)");
   app.add_option("--amp", amp_mode, "mixed precision: off (strict fp32), bf16 or fp16 (autocast)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;

@@ -1,7 +1,8 @@
-// Finding the backend of a device, and the names of the elementwise ops.
+// Finding the backend of a device, and the composite linear layer both backends can fall back on.
 #include "kernels/backend.h"
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/raw_ops.h"
 #ifdef LOOM_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -16,6 +17,14 @@ Backend& backend_for(Device d) {
   LOOM_FAIL("backend_for(", d,
             "): this build of loom has no CUDA support (configure with -DLOOM_CUDA=ON)");
 #endif
+}
+
+Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        LinearActivation act) {
+  Tensor y = be.mm(x, raw::transpose(w, 0, 1));  // (M, K) @ (K, N), w^T as a view
+  if (bias.defined()) be.binary_(BinaryOp::Add, y, bias);
+  if (act == LinearActivation::Relu) y = be.unary(UnaryOp::Relu, y);
+  return y;
 }
 
 bool has_backend(DeviceType t) {

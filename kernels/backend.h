@@ -42,6 +42,11 @@ class Backend {
 #undef LOOM_BACKEND_METHOD
 };
 
+// Backend::linear as three of the backend's own calls (mm, the bias added in place, relu): the
+// CPU's implementation, and CUDA's for float64 (cuBLASLt's epilogues are not used there).
+Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
+                        LinearActivation act);
+
 // The backend of a device: the CPU backend, or the CUDA backend when loom is built with CUDA.
 Backend& backend_for(Device d);
 bool has_backend(DeviceType t);  // compiled in (a CUDA build may still find no GPU at run time)

@@ -22,25 +22,41 @@ namespace loom {
 //   v = beta2 * v + (1 - beta2) * g * g
 //   v_max = max(v_max, v)                  (amsgrad; v_max replaces v below)
 //   p = p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc_k = 1 - beta_k^step
-// The scalars are computed once on the host in double and passed in the element type.
+// The scalars are computed once per launch in double and passed in the element type: on the host
+// from AdamStepParams, or, for steps whose lr and step live on the device (Note [Step scalars on
+// the device] in kernels/params.h), by at() at the start of the kernel.
 template <typename T>
 struct AdamMath {
   T one_minus_beta1, beta2, one_minus_beta2, weight_decay, decay_keep, step_size, bc2_sqrt, eps;
   bool decoupled, amsgrad;
+  double beta1_d, beta2_d, weight_decay_d;  // what at() needs
 
   static AdamMath make(const AdamStepParams& p) {
-    double bc1 = 1.0 - std::pow(p.beta1, double(p.step));
-    double bc2 = 1.0 - std::pow(p.beta2, double(p.step));
-    return AdamMath{T(1.0 - p.beta1),
-                    T(p.beta2),
-                    T(1.0 - p.beta2),
-                    T(p.weight_decay),
-                    T(1.0 - p.lr * p.weight_decay),
-                    T(p.lr / bc1),
-                    T(std::sqrt(bc2)),
-                    T(p.eps),
-                    p.decoupled_weight_decay,
-                    p.amsgrad};
+    AdamMath m{T(1.0 - p.beta1),
+               T(p.beta2),
+               T(1.0 - p.beta2),
+               T(p.weight_decay),
+               T(1),
+               T(1),
+               T(1),
+               T(p.eps),
+               p.decoupled_weight_decay,
+               p.amsgrad,
+               p.beta1,
+               p.beta2,
+               p.weight_decay};
+    return m.at(p.lr, double(p.step));
+  }
+
+  // The same math with learning rate lr for update number `step` (1 for the first).
+  LOOM_HOST_DEVICE AdamMath at(double lr, double step) const {
+    AdamMath m = *this;
+    double bc1 = 1.0 - ::pow(beta1_d, step);
+    double bc2 = 1.0 - ::pow(beta2_d, step);
+    m.decay_keep = T(1.0 - lr * weight_decay_d);
+    m.step_size = T(lr / bc1);
+    m.bc2_sqrt = T(::sqrt(bc2));
+    return m;
   }
 
   // One element: p, m, v (and v_max when amsgrad) are updated in place.
@@ -74,6 +90,14 @@ struct SgdMath {
   static SgdMath make(const SgdStepParams& p) {
     return SgdMath{T(p.lr),           T(p.momentum), T(1.0 - p.dampening),
                    T(p.weight_decay), p.nesterov,    p.first_step};
+  }
+
+  // The same math with learning rate lr after `step` earlier updates (device-side scalars).
+  LOOM_HOST_DEVICE SgdMath at(double lr, double step) const {
+    SgdMath m = *this;
+    m.lr = T(lr);
+    m.first_step = step == 0.0;
+    return m;
   }
 
   // buf is null when momentum == 0.
@@ -119,6 +143,20 @@ inline void check_fused_step_args(const char* op, const std::vector<Tensor>& par
   }
 }
 
+// Checks the device-side scalars (Note [Step scalars on the device]) against the parameters.
+inline void check_step_scalars(const char* op, const DeviceStepScalars& d, const Tensor& param) {
+  if (!d.defined()) return;
+  auto check = [&](const Tensor& t, DType dt, const char* what) {
+    LOOM_CHECK(t.defined() && t.dtype() == dt && t.numel() == 1 && t.is_contiguous() &&
+                   t.device() == param.device(),
+               op, ": the device-side ", what, " must be one ", dtype_name(dt), " value on ",
+               param.device(), ", got ", t.defined() ? describe(t) : std::string("undefined"));
+  };
+  check(d.lr, DType::F64, "learning rate");
+  check(d.step, DType::F64, "step count");
+  if (d.skip_if.defined()) check(d.skip_if, DType::F32, "skip flag");
+}
+
 // The host side of Backend::adam_step and sgd_step, written once: the checks, then the backend's
 // loop for the parameters' dtype. Impl provides
 //   template <typename T> static void adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
@@ -132,6 +170,7 @@ void fused_adam_step(const std::vector<Tensor>& params, const std::vector<Tensor
   if (hp.amsgrad) states.push_back(&max_exp_avg_sqs);
   check_fused_step_args("adam_step", params, grads, states);
   if (params.empty()) return;
+  check_step_scalars("adam_step", hp.on_device, params[0]);
   LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
     if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>)
       Impl::template adam<scalar_t>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
@@ -145,6 +184,7 @@ void fused_sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>
   if (hp.momentum != 0.0) states.push_back(&momentum_bufs);
   check_fused_step_args("sgd_step", params, grads, states);
   if (params.empty()) return;
+  check_step_scalars("sgd_step", hp.on_device, params[0]);
   LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
     if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>)
       Impl::template sgd<scalar_t>(params, grads, momentum_bufs, hp);

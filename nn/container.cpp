@@ -1,6 +1,7 @@
 // Sequential (children run in order, named "0", "1", ...) and Flatten, the glue between a CNN's
 // feature extractor and its classifier.
 // Leaves out: ModuleList/ModuleDict (a Sequential or named members cover loom's models).
+#include "autograd/anomaly.h"
 #include "autograd/ops/shape.h"
 #include "nn/layers.h"
 
@@ -28,9 +29,27 @@ const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
   return named_children()[i].second;
 }
 
+// Note [Linear + ReLU in Sequential]
+// A Linear child followed by a ReLU child runs as Linear::forward(h, Relu): one fused op (on CUDA
+// one cuBLASLt GEMM with bias and ReLU in its epilogue) instead of two, with the same result and
+// gradients. Anomaly mode keeps them apart, so a NaN is still reported against the module that
+// made it.
 Tensor Sequential::forward(const Tensor& x) {
+  const auto& children = named_children();
+  const bool fuse = !autograd::is_anomaly_enabled();
   Tensor h = x;
-  for (const auto& [name, m] : named_children()) h = (*m)(h);
+  for (size_t i = 0; i < children.size(); ++i) {
+    Module& m = *children[i].second;
+    if (fuse && i + 1 < children.size()) {
+      auto* lin = dynamic_cast<Linear*>(&m);
+      if (lin && dynamic_cast<ReLU*>(children[i + 1].second.get())) {
+        h = lin->forward(h, LinearActivation::Relu);
+        ++i;
+        continue;
+      }
+    }
+    h = m(h);
+  }
   return h;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/shape.h"
+#include "kernels/params.h"
 #include "nn/holder.h"
 #include "nn/module.h"
 
@@ -33,6 +34,9 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) override;
+  // act(forward(x)) as one fused op (Note [Fused linear] in autograd/ops/linalg.cpp); what
+  // Sequential runs for a Linear followed by a ReLU.
+  Tensor forward(const Tensor& x, LinearActivation act);
   // weight ~ kaiming_uniform_(a = sqrt(5)), bias ~ U(-1/sqrt(in), 1/sqrt(in)), as PyTorch.
   void reset_parameters();
   std::string extra_repr() const override;
@@ -197,7 +201,8 @@ class Flatten : public Module {
 };
 
 // Runs its children in order; they are named "0", "1", ... (so state_dict names match PyTorch's
-// nn.Sequential).
+// nn.Sequential). A Linear followed by a ReLU runs as one fused op (Note [Linear + ReLU in
+// Sequential] in nn/container.cpp).
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}

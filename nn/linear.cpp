@@ -32,12 +32,14 @@ void Linear::reset_parameters() {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x) { return forward(x, LinearActivation::None); }
+
+Tensor Linear::forward(const Tensor& x, LinearActivation act) {
   LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features,
              "Linear(in_features=", in_features, "): input ",
              x.defined() ? describe(x) : std::string("undefined"), " should end in ", in_features,
              " features");
-  return linear(x, weight, bias);
+  return linear(x, weight, bias, act);
 }
 
 std::string Linear::extra_repr() const {

@@ -86,8 +86,7 @@ Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
     graph_->static_x.copy_(x);
     graph_->static_y.copy_(y);
   }
-  graph_->graph.replay();
-  optimizer_step();
+  graph_->graph.replay();  // the whole step, optimizer included (Note in step_runner.h)
   return graph_->static_loss;
 #else
   LOOM_FAIL("--cuda-graph: this build of loom has no CUDA support");
@@ -114,9 +113,11 @@ void StepRunner::capture(const Tensor& x, const Tensor& y) {
     NoGradGuard ng;
     for (auto& [b, copy] : saved) b.copy_(copy);
   }
-  opt_.zero_grad();  // the captured backward assigns fresh gradients
+  opt_.make_capturable();  // creates the optimizer's state outside the graph
+  opt_.zero_grad();        // the captured backward assigns fresh gradients
   g.graph.capture_begin();
   g.static_loss = forward_backward(g.static_x, g.static_y);
+  optimizer_step();
   g.graph.capture_end();
 #else
   (void)x;

@@ -15,22 +15,24 @@
 namespace loom::train {
 
 // Note [The training step as a CUDA graph]
-// With --cuda-graph, zero-grad + forward + loss + backward are captured once into a CUDA graph on
-// static input buffers and replayed for every batch (one launch instead of hundreds). The
-// optimizer's fused update (one launch) runs after each replay, outside the graph, because its
-// step count and learning rate change every step. Before capturing, one forward and backward run
-// eagerly so that cuBLASLt plans, cuDNN algorithms and workspaces exist (capture cannot create
-// them); the BatchNorm running statistics it touched are restored, so the run computes exactly
-// what the eager run does. Gradients live in the graph's memory pool and are rewritten by each
-// replay, so zero_grad is part of the captured step, not called between replays.
-// With mixed precision (set_amp) the captured forward runs under autocast and the backward
-// starts from the scaled loss (its scale is read from the scaler's device tensor, so a replay
-// uses the current scale); GradScaler::step (the fused unscale, one 4-byte read of the inf flag,
-// the optimizer) and update run after the replay, outside the graph, like the optimizer.
+// With --cuda-graph the whole step (zero-grad, forward, loss, backward and the optimizer update,
+// with a GradScaler also unscale, the inf check and the scale schedule) is captured once into a
+// CUDA graph on static input buffers and replayed for every batch: one launch instead of
+// hundreds, and no host synchronisation. Before capturing, one forward and backward run eagerly
+// so that cuBLASLt plans, cuDNN algorithms and workspaces exist (capture cannot create them);
+// the BatchNorm running statistics it touched are restored, so the run computes exactly what the
+// eager run does. Then the optimizer is made capturable (Note [Capturable optimizer] in
+// nn/optim/optimizer.h): its learning rate and step count move to the device, where the fused
+// kernels read and count them, and its state is created, so a replay updates correctly at every
+// step and a learning-rate schedule still applies. Gradients live in the graph's memory pool and
+// are rewritten by each replay, so zero_grad is part of the captured step, not called between
+// replays. With mixed precision (set_amp) the captured forward runs under autocast and the
+// backward starts from the scaled loss (its scale is read from the scaler's device tensor); the
+// scaler's skip decision stays on the device (Note [GradScaler]).
 class StepRunner {
  public:
-  // graph = true replays a CUDA graph (an error at the first step in a build without CUDA, or
-  // when the inputs are not on a CUDA device).
+  // graph = true replays a CUDA graph (an error at the first step in a build without CUDA, when
+  // the inputs are not on a CUDA device, or when the optimizer cannot be made capturable).
   StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph);
   ~StepRunner();
   StepRunner(const StepRunner&) = delete;

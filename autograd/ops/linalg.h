@@ -4,13 +4,16 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/params.h"
 
 namespace loom {
 
 Tensor mm(const Tensor& a, const Tensor& b);   // (M, K) @ (K, N) -> (M, N)
 Tensor bmm(const Tensor& a, const Tensor& b);  // (B, M, K) @ (B, K, N) -> (B, M, N)
 Tensor matmul(const Tensor& a, const Tensor& b);
-// x: (..., in), weight: (out, in), bias: (out) or undefined -> (..., out)
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// act(x W^T + b). x: (..., in), weight: (out, in), bias: (out) or undefined -> (..., out).
+// One fused kernel on CUDA (Note [Fused linear] in linalg.cpp); act = Relu is relu(linear(...)).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              LinearActivation act = LinearActivation::None);
 
 }  // namespace loom

@@ -84,6 +84,11 @@ Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
+Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                          LinearActivation act) {
+  return linear_composite(*this, x, w, bias, act);
+}
+
 Tensor CpuBackend::bmm(const Tensor& a, const Tensor& b) {
   int64_t B = a.size(0);
   Tensor out = empty({B, a.size(1), b.size(2)}, {.dtype = a.dtype()});

@@ -10,11 +10,31 @@ namespace loom::cpu {
 
 namespace {
 
+// Note [Step scalars on the device] (kernels/params.h), read from CPU memory: whether this update
+// runs, and the learning rate and step count it uses. advance() counts the update afterwards.
+struct HostView {
+  const double* lr = nullptr;
+  double* step = nullptr;
+  bool skip = false;
+  explicit HostView(const DeviceStepScalars& d) {
+    if (!d.defined()) return;
+    lr = d.lr.data<double>();
+    step = d.step.data<double>();
+    skip = d.skip_if.defined() && *d.skip_if.data<float>() != 0.0f;
+  }
+  void advance() const {
+    if (step && !skip) *step += 1.0;
+  }
+};
+
 template <typename T>
 void adam_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
-  const auto math = AdamMath<T>::make(hp);
+  const HostView dev(hp.on_device);
+  if (dev.skip) return;
+  auto math = AdamMath<T>::make(hp);
+  if (dev.lr) math = math.at(*dev.lr, *dev.step + 1.0);
   for (size_t t = 0; t < params.size(); ++t) {
     T* p = params[t].data<T>();
     const T* g = grads[t].data<T>();
@@ -25,12 +45,16 @@ void adam_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
       for (int64_t i = b; i < e; ++i) math(p[i], g[i], m[i], v[i], vmax ? vmax + i : nullptr);
     });
   }
+  dev.advance();
 }
 
 template <typename T>
 void sgd_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
-  const auto math = SgdMath<T>::make(hp);
+  const HostView dev(hp.on_device);
+  if (dev.skip) return;
+  auto math = SgdMath<T>::make(hp);
+  if (dev.lr) math = math.at(*dev.lr, *dev.step);
   for (size_t t = 0; t < params.size(); ++t) {
     T* p = params[t].data<T>();
     const T* g = grads[t].data<T>();
@@ -39,6 +63,7 @@ void sgd_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
       for (int64_t i = b; i < e; ++i) math(p[i], g[i], buf ? buf + i : nullptr);
     });
   }
+  dev.advance();
 }
 
 }  // namespace

@@ -107,6 +107,16 @@ Tensor CudaBackend::bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// x: (M, K), w: (N, K), bias: (N) or undefined -> (M, N)
+Tensor CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                           LinearActivation act) {
+  check_cuda_floating("linear", x);
+  if (x.dtype() == DType::F64 || x.size(1) == 0 || x.size(0) == 0 || w.size(0) == 0)
+    return linear_composite(*this, x, w, bias, act);
+  return linear_fused(x, w, bias,
+                      act == LinearActivation::Relu ? Activation::Relu : Activation::None);
+}
+
 // x: (..., K), w: (N, K), bias: (N) or undefined -> (..., N)
 Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act) {
   LOOM_CHECK(x.defined() && w.defined(), "linear_fused: input and weight must be defined");

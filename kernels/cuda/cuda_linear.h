@@ -1,8 +1,8 @@
 // A fused linear layer for the CUDA backend: y = act(x @ w^T + bias) in one cuBLASLt call, with
-// the bias add and the activation done in the product's epilogue. Not a Backend method and no
-// autograd: nothing in the library calls it yet (nn::Linear uses loom::linear); it is kept, with
-// its test (tests/cuda/test_cuda_linalg.cpp), for a fused linear op once a measurement asks for
-// one. Leaves out: the backward pass (dx = dy w, dw = dy^T x are two plain mm calls) and f64.
+// the bias add and the activation done in the product's epilogue. CudaBackend::linear (what the
+// loom::linear op and so nn::Linear call) runs it for float32/float16/bfloat16; tested in
+// tests/cuda/test_cuda_linalg.cpp. Leaves out: the backward pass (autograd/ops/linalg.cpp) and
+// f64.
 #pragma once
 
 #include "core/tensor.h"

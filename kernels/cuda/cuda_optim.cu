@@ -1,8 +1,10 @@
 // Fused optimizer steps on CUDA: one kernel launch updates every parameter of the call (for up
 // to kMaxTensors tensors; more are done in batches of that many). The per-element math is
 // kernels/optim_math.h, shared with the CPU loop that tests this kernel.
-// Leaves out: f16/bf16 parameters (loom keeps float32 master weights), device-side step counts
-// and learning rates (what CUDA-graph replays of changing schedules would need).
+// With device-side step scalars (Note [Step scalars on the device] in kernels/params.h) each
+// kernel reads the learning rate, step count and skip flag itself, and a one-thread kernel after
+// it counts the update, so a captured CUDA graph replays a correct step every time.
+// Leaves out: f16/bf16 parameters (loom keeps float32 master weights).
 #include <algorithm>
 #include <cstdint>
 
@@ -65,9 +67,34 @@ __device__ inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+// The device-side scalars as raw pointers (all null for a step with host scalars).
+struct DeviceScalars {
+  const double* lr = nullptr;
+  double* step = nullptr;
+  const float* skip_if = nullptr;
+};
+
+DeviceScalars device_scalars(const DeviceStepScalars& d) {
+  if (!d.defined()) return {};
+  return {static_cast<const double*>(d.lr.data_ptr()), static_cast<double*>(d.step.data_ptr()),
+          d.skip_if.defined() ? static_cast<const float*>(d.skip_if.data_ptr()) : nullptr};
+}
+
+__device__ inline bool skipped(const DeviceScalars& d) { return d.skip_if && *d.skip_if != 0.0f; }
+
+// After every table of a step: count the update unless it was skipped.
+__global__ void advance_step_kernel(const DeviceScalars d) {
+  if (!skipped(d)) *d.step += 1.0;
+}
+
 // Lists: 0 params, 1 grads, 2 exp_avgs, 3 exp_avg_sqs, 4 max_exp_avg_sqs (amsgrad only).
 template <typename T>
-__global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, const AdamMath<T> math) {
+__global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, AdamMath<T> math,
+                            const DeviceScalars dev) {
+  if (dev.lr) {
+    if (skipped(dev)) return;
+    math = math.at(*dev.lr, *dev.step + 1.0);
+  }
   constexpr int W = Pack<T>::W;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
@@ -106,7 +133,12 @@ __global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, const
 
 // Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum).
 template <typename T>
-__global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, const SgdMath<T> math) {
+__global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, SgdMath<T> math,
+                           const DeviceScalars dev) {
+  if (dev.lr) {
+    if (skipped(dev)) return;
+    math = math.at(*dev.lr, *dev.step);
+  }
   constexpr int W = Pack<T>::W;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
@@ -175,13 +207,18 @@ void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   DeviceGuard guard(dev);
   cudaStream_t s = current_stream(dev);
   const auto math = AdamMath<T>::make(hp);
+  const DeviceScalars ds = device_scalars(hp.on_device);
   static const std::vector<Tensor> none;
   for_each_table<T, 5>(
       {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
       [&](const TensorTable<T, 5>& tab, int64_t chunks) {
-        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
+        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
         LOOM_CUDA_CHECK_LAUNCH("adam_step");
       });
+  if (ds.step) {
+    advance_step_kernel<<<1, 1, 0, s>>>(ds);
+    LOOM_CUDA_CHECK_LAUNCH("adam_step");
+  }
 }
 
 template <typename T>
@@ -191,13 +228,18 @@ void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   DeviceGuard guard(dev);
   cudaStream_t s = current_stream(dev);
   const auto math = SgdMath<T>::make(hp);
+  const DeviceScalars ds = device_scalars(hp.on_device);
   static const std::vector<Tensor> none;
   for_each_table<T, 3>(
       {&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
       [&](const TensorTable<T, 3>& tab, int64_t chunks) {
-        sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math);
+        sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
         LOOM_CUDA_CHECK_LAUNCH("sgd_step");
       });
+  if (ds.step) {
+    advance_step_kernel<<<1, 1, 0, s>>>(ds);
+    LOOM_CUDA_CHECK_LAUNCH("sgd_step");
+  }
 }
 
 }  // namespace

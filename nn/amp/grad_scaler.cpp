@@ -32,6 +32,7 @@ void GradScaler::ensure_state(const Device& device) {
   scale_ = full({1}, pending_scale_, {.dtype = DType::F32, .device = device});
   growth_tracker_ = full({1}, double(pending_tracker_), {.dtype = DType::I32, .device = device});
   found_inf_ = zeros({1}, {.dtype = DType::F32, .device = device});
+  skipped_on_device_ = zeros({1}, {.dtype = DType::F32, .device = device});
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -69,6 +70,12 @@ bool GradScaler::step(optim::Optimizer& opt) {
     return true;
   }
   if (!unscaled_) unscale_(opt);
+  if (opt.capturable()) {  // decided on the device: no host read (Note [GradScaler])
+    opt.step_unless(found_inf_);
+    NoGradGuard no_grad;
+    skipped_on_device_.add_(found_inf_);
+    return true;
+  }
   if (found_inf_.item() != 0.0) {
     ++skipped_;
     return false;
@@ -88,6 +95,10 @@ void GradScaler::update() {
 
 double GradScaler::get_scale() const { return scale_.defined() ? scale_.item() : pending_scale_; }
 
+int64_t GradScaler::skipped_steps() const {
+  return skipped_ + (skipped_on_device_.defined() ? int64_t(skipped_on_device_.item()) : 0);
+}
+
 int64_t GradScaler::growth_tracker() const {
   return growth_tracker_.defined() ? int64_t(growth_tracker_.item()) : pending_tracker_;
 }
@@ -98,7 +109,7 @@ nn::StateDict GradScaler::state_dict() const {
           {"growth_factor", nn::scalar_entry(options_.growth_factor)},
           {"backoff_factor", nn::scalar_entry(options_.backoff_factor)},
           {"growth_interval", nn::scalar_entry(double(options_.growth_interval))},
-          {"skipped_steps", nn::scalar_entry(double(skipped_))}};
+          {"skipped_steps", nn::scalar_entry(double(skipped_steps()))}};
 }
 
 void GradScaler::load_state_dict(const nn::StateDict& sd) {
@@ -120,6 +131,7 @@ void GradScaler::load_state_dict(const nn::StateDict& sd) {
     scale_.fill_(pending_scale_);
     growth_tracker_.fill_(double(pending_tracker_));
     found_inf_.fill_(0.0);
+    skipped_on_device_.fill_(0.0);
   }
   unscaled_ = false;
 }

@@ -22,6 +22,10 @@ namespace loom::amp {
 // 1 / scale and sets found_inf; update is a one-thread kernel (loom::amp_update_scale_). Neither
 // reads anything back to the host. step() reads the flag (4 bytes, one sync) to decide whether to
 // call opt.step(): a skipped step leaves parameters, optimizer state and step counts unchanged.
+// With a capturable optimizer (Note [Capturable optimizer] in nn/optim/optimizer.h) step() reads
+// nothing: the optimizer's kernels skip themselves where found_inf is set, and the skipped steps
+// are counted on the device too, so forward, backward, unscale, step and update can be captured
+// and replayed as one CUDA graph (train/step_runner.cpp, --cuda-graph).
 // Under DDP the gradients are already all-reduced when backward returns, so every rank sees
 // the same gradients, the same flag and makes the same decision.
 // bfloat16 has float32's range and needs no scaler.
@@ -42,7 +46,8 @@ class GradScaler {
   // Divides every gradient of opt's parameters by the scale (one kernel) and records inf/NaN.
   // At most once per step (an error otherwise); step() calls it when the program did not.
   void unscale_(optim::Optimizer& opt);
-  // opt.step() unless this step's gradients held an inf or NaN; returns whether it stepped.
+  // opt.step() unless this step's gradients held an inf or NaN; returns whether it stepped. With
+  // a capturable optimizer the decision stays on the device and step() returns true.
   bool step(optim::Optimizer& opt);
   // Moves the scale by the schedule and resets the step's flag. Call once per step, after step().
   void update();
@@ -54,7 +59,7 @@ class GradScaler {
   // The good steps since the last growth or backoff (a sync).
   int64_t growth_tracker() const;
   // The number of optimizer steps skipped since construction (or as restored from a checkpoint).
-  int64_t skipped_steps() const { return skipped_; }
+  int64_t skipped_steps() const;  // a sync when the optimizer is capturable
   // This step's inf/NaN flag: float32 (1) on the scaler's device, undefined before scale().
   const Tensor& found_inf() const { return found_inf_; }
 
@@ -74,7 +79,8 @@ class GradScaler {
   double pending_scale_;   // the scale (and tracker) before the state has a device
   int64_t pending_tracker_ = 0;
   int64_t skipped_ = 0;
-  bool unscaled_ = false;  // unscale_ ran this step
+  Tensor skipped_on_device_;  // float32 (1): the steps skipped by a capturable optimizer
+  bool unscaled_ = false;     // unscale_ ran this step
 };
 
 }  // namespace loom::amp

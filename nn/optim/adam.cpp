@@ -113,9 +113,16 @@ void Adam::step() {
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamOptions& o = options_[g];
     size_t nbuf = buffer_names(g).size();
-    // Count this step first, so parameters bucket by the step number their update uses.
-    auto buckets = buckets_with_grad(g, [&](size_t i) {
+    // Count this step first, so parameters bucket by the step number their update uses. A
+    // capturable optimizer counts on the device (Note [Capturable optimizer]): one bucket.
+    const DeviceStepScalars on_device = device_scalars(g);
+    auto buckets = buckets_with_grad(g, [&](size_t i) -> int64_t {
       ParamState& st = state_of(i);
+      if (on_device.defined()) {
+        LOOM_CHECK(st.buffers.size() == nbuf, name(), ".step: parameter \"", param(i).name(),
+                   "\" has no state; a capturable optimizer creates it in make_capturable()");
+        return 0;
+      }
       if (st.buffers.empty())
         for (size_t b = 0; b < nbuf; ++b) st.buffers.push_back(zeros_like(param(i)));
       return ++st.step;
@@ -143,6 +150,7 @@ void Adam::step() {
       hp.decoupled_weight_decay = decoupled_;
       hp.amsgrad = o.amsgrad;
       hp.step = state_of(bucket.index[0]).step;
+      hp.on_device = on_device;
       adam_step_(ps, gs, ms, vs, vmaxs, hp);
     }
   }

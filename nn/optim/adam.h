@@ -45,6 +45,7 @@ class Adam : public Optimizer {
   void set_hyper_parameter(size_t group, const std::string& name, double value) override;
   std::vector<std::string> buffer_names(size_t group) const override;
   bool counts_steps() const override { return true; }
+  bool fused(size_t group) const override { return options_[group].fused; }
 
  private:
   void step_composite(size_t index, const AdamOptions& o);

@@ -98,6 +98,7 @@ std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(
 const ParamState& Optimizer::state(size_t param_index) const {
   LOOM_CHECK(param_index < state_.size(), name_, ": no parameter number ", param_index,
              " (there are ", state_.size(), ")");
+  pull_device_steps();
   return state_[param_index];
 }
 
@@ -118,6 +119,90 @@ void Optimizer::set_lr(size_t group, double lr) {
   params(group);
   LOOM_CHECK(lr >= 0.0, name_, ": learning rate ", lr, " is negative");
   set_hyper_parameter(group, "lr", lr);
+  if (capturable()) {
+    NoGradGuard guard;
+    device_lr_[group].fill_(lr);
+  }
+}
+
+// ---------------------------------------------------------------- capturable steps
+
+void Optimizer::make_capturable() {
+  if (capturable()) return;
+  NoGradGuard guard;
+  std::vector<Tensor> lrs, steps;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    LOOM_CHECK(fused(g), name_, ".make_capturable: group ", g,
+               " uses the composite update (fused = false); a captured step needs the fused one");
+    LOOM_CHECK(!groups_[g].empty(), name_, ".make_capturable: group ", g, " has no parameters");
+    const size_t first = first_index(g);
+    const Tensor& p0 = groups_[g][0];
+    const size_t nbuf = buffer_names(g).size();
+    int64_t step = -1;
+    bool any_new = false, any_old = false;
+    for (size_t k = 0; k < groups_[g].size(); ++k) {
+      const Tensor& p = groups_[g][k];
+      LOOM_CHECK((p.dtype() == kF32 || p.dtype() == kF64) && p.is_contiguous(), name_,
+                 ".make_capturable: parameter \"", p.name(), "\" is ", describe(p),
+                 "; the fused update needs contiguous float32 or float64 parameters");
+      LOOM_CHECK(p.device() == p0.device(), name_, ".make_capturable: group ", g,
+                 " has parameters on ", p0.device(), " and on ", p.device(), " (\"", p.name(),
+                 "\")");
+      ParamState& st = state_[first + k];
+      LOOM_CHECK(step < 0 || st.step == step, name_, ".make_capturable: the parameters of group ",
+                 g, " are at different step counts (", step, " and ", st.step, " for \"", p.name(),
+                 "\"); a captured step counts once per group");
+      step = st.step;
+      if (st.buffers.empty() && nbuf > 0) {
+        any_new = true;
+        for (size_t b = 0; b < nbuf; ++b) st.buffers.push_back(zeros_like(p));
+      } else {
+        any_old = true;
+      }
+    }
+    // An optimizer that does not count steps (SGD) starts its device count at 0 for new state
+    // (the first-step rule) and 1 for state it already had.
+    if (!counts_steps()) {
+      LOOM_CHECK(!(any_new && any_old), name_, ".make_capturable: group ", g,
+                 " has parameters with and without momentum buffers; step once more eagerly "
+                 "(or load a full state_dict) first");
+      step = any_new || nbuf == 0 ? 0 : 1;
+    }
+    lrs.push_back(full({1}, lr(g), {.dtype = kF64, .device = p0.device()}));
+    steps.push_back(full({1}, double(step), {.dtype = kF64, .device = p0.device()}));
+  }
+  device_lr_ = std::move(lrs);
+  device_step_ = std::move(steps);
+}
+
+void Optimizer::step_unless(const Tensor& flag) {
+  LOOM_CHECK(capturable(), name_, ".step_unless: call make_capturable() first");
+  LOOM_CHECK(flag.defined() && flag.dtype() == kF32 && flag.numel() == 1, name_,
+             ".step_unless: the flag must be one float32 value, got ",
+             flag.defined() ? describe(flag) : std::string("undefined"));
+  skip_if_ = flag;
+  try {
+    step();
+  } catch (...) {
+    skip_if_ = Tensor();
+    throw;
+  }
+  skip_if_ = Tensor();
+}
+
+DeviceStepScalars Optimizer::device_scalars(size_t group) const {
+  if (!capturable()) return {};
+  return {device_lr_[group], device_step_[group], skip_if_};
+}
+
+void Optimizer::pull_device_steps() const {
+  if (!capturable()) return;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const int64_t step = int64_t(device_step_[g].item());
+    const size_t first = first_index(g);
+    for (size_t k = 0; k < groups_[g].size(); ++k)
+      if (counts_steps()) state_[first + k].step = step;
+  }
 }
 
 void Optimizer::set_lr(double lr) {
@@ -127,6 +212,7 @@ void Optimizer::set_lr(double lr) {
 // ---------------------------------------------------------------- state_dict
 
 StateDict Optimizer::state_dict() const {
+  pull_device_steps();
   StateDict sd;
   size_t i = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -271,6 +357,24 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       }
     }
     state_[i] = std::move(st);
+  }
+  // A capturable optimizer keeps its state complete (Note [Capturable optimizer]); its scalars
+  // follow the loaded values.
+  if (capturable()) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const size_t first = first_index(g);
+      const bool had_state = !state_[first].buffers.empty();
+      for (size_t k = 0; k < groups_[g].size(); ++k) {
+        ParamState& st = state_[first + k];
+        if (st.buffers.empty())
+          for (size_t b = 0; b < buffer_names(g).size(); ++b)
+            st.buffers.push_back(zeros_like(groups_[g][k]));
+      }
+      // As in make_capturable: SGD counts 0 for new momentum buffers, 1 for loaded ones.
+      const double step = counts_steps() ? double(state_[first].step) : (had_state ? 1.0 : 0.0);
+      device_lr_[g].fill_(lr(g));
+      device_step_[g].fill_(step);
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/params.h"
 #include "nn/state_dict.h"
 
 namespace loom::optim {
@@ -27,6 +28,23 @@ using nn::StateDict;
 //   param_groups.<g>.params   1-d int64, the numbers of its parameters
 //   param_groups.<g>.<name>   0-d float64, each hyper-parameter (lr, momentum, amsgrad as 0/1...)
 // load_state_dict checks every name and shape and reports all problems in one error.
+
+// Note [Capturable optimizer]
+// A CUDA graph replays its kernels with the arguments they had at capture, so a captured step()
+// cannot carry a learning rate or a step count that changes. make_capturable() prepares an
+// optimizer whose step() can be captured (train/step_runner.cpp does, for --cuda-graph):
+//  - each group's learning rate and step count move into float64 (1) tensors on its parameters'
+//    device, which the fused kernels read and count (Note [Step scalars on the device] in
+//    kernels/params.h); set_lr writes the device value (a tiny copy on the current stream, so it
+//    lands before the next replay), state(i) and state_dict() read it back (a sync), and
+//    load_state_dict writes it;
+//  - every parameter's state is created now (zeros), because creating it inside the captured
+//    step would replay the zero fill at every step.
+// It requires fused updates, contiguous float32/float64 parameters on one device per group, and
+// one step count per group; afterwards a group counts one step per step() and every parameter of
+// the group must have a gradient at each step() (a fixed step replayed from a graph does).
+// step_unless(flag) skips the update on the device, which is how GradScaler keeps the whole fp16
+// step (unscale, inf check, update, scale schedule) free of host reads.
 
 // Per-parameter state. Buffers are created at the parameter's first update.
 struct ParamState {
@@ -63,6 +81,14 @@ class Optimizer {
   // the same shapes (copied onto each parameter's device and dtype).
   void load_state_dict(const StateDict& sd);
 
+  // ---- a step that a CUDA graph can capture (Note [Capturable optimizer]) ----
+  // Moves learning rates and step counts to the parameters' device and creates all state now.
+  void make_capturable();
+  bool capturable() const { return !device_lr_.empty(); }
+  // step(), with the whole update skipped on the device where flag (float32 (1), e.g. the
+  // GradScaler's found_inf) is nonzero. Only for a capturable optimizer.
+  void step_unless(const Tensor& flag);
+
  protected:
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
   // Checks and appends a group (leaf floating tensors, none already in another group).
@@ -76,6 +102,12 @@ class Optimizer {
   virtual std::vector<std::string> buffer_names(size_t group) const = 0;
   // Whether state.<i>.step is kept (Adam counts steps; SGD does not).
   virtual bool counts_steps() const = 0;
+  // Whether the group's updates use the fused kernels (a capturable optimizer needs them).
+  virtual bool fused(size_t group) const = 0;
+
+  // For the subclasses' step(): the group's device-side scalars, with the skip flag of the
+  // current step_unless; undefined unless capturable.
+  DeviceStepScalars device_scalars(size_t group) const;
 
   // The global number of group g's first parameter.
   size_t first_index(size_t group) const;
@@ -93,9 +125,16 @@ class Optimizer {
   ParamState& state_of(size_t param_index) { return state_[param_index]; }
 
  private:
+  // Capturable: copies the device step counts into state_ (a sync).
+  void pull_device_steps() const;
+
   std::string name_;
   std::vector<std::vector<Tensor>> groups_;
-  std::vector<ParamState> state_;  // by global parameter number
+  // By global parameter number. Mutable: a capturable optimizer's step counts are refreshed from
+  // the device when read.
+  mutable std::vector<ParamState> state_;
+  std::vector<Tensor> device_lr_, device_step_;  // per group, when capturable
+  Tensor skip_if_;                               // during step_unless
 };
 
 }  // namespace loom::optim

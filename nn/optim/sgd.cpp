@@ -89,7 +89,15 @@ void SGD::step() {
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const SGDOptions& o = options_[g];
     // With momentum, parameters whose buffer is new take the first-step rule: bucket them apart.
-    auto is_new = [&](size_t i) {
+    // A capturable optimizer decides that on the device (Note [Capturable optimizer]).
+    const DeviceStepScalars on_device = device_scalars(g);
+    auto is_new = [&](size_t i) -> int64_t {
+      if (on_device.defined()) {
+        LOOM_CHECK(o.momentum == 0.0 || !state_of(i).buffers.empty(), name(), ".step: parameter \"",
+                   param(i).name(),
+                   "\" has no state; a capturable optimizer creates it in make_capturable()");
+        return 0;
+      }
       return int64_t(o.momentum != 0.0 && state_of(i).buffers.empty());
     };
     for (const auto& bucket : buckets_with_grad(g, is_new)) {
@@ -115,6 +123,7 @@ void SGD::step() {
       hp.weight_decay = o.weight_decay;
       hp.nesterov = o.nesterov;
       hp.first_step = first;
+      hp.on_device = on_device;
       sgd_step_(ps, gs, bufs, hp);
     }
   }

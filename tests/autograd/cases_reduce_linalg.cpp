@@ -170,6 +170,47 @@ std::vector<OpCase> linalg_cases() {
                     }
                   return o;
                 }});
+  // The fused forms (Note [Fused linear]): the ReLU epilogue, no bias, a 3-d input folded into
+  // rows, and a transposed (non-contiguous) input.
+  cs.push_back({"linear_relu",
+                {{{6, 4}}, {{3, 4}}, {{3}}},
+                [](auto& x) { return linear(x[0], x[1], x[2], LinearActivation::Relu); },
+                [](auto& r) {
+                  A o = ref::zeros({6, 3});
+                  for (int i = 0; i < 6; ++i)
+                    for (int j = 0; j < 3; ++j) {
+                      double s = r[2].v[j];
+                      for (int k = 0; k < 4; ++k) s += r[0].v[i * 4 + k] * r[1].v[j * 4 + k];
+                      o.v[i * 3 + j] = s > 0 ? s : 0.0;
+                    }
+                  return o;
+                }});
+  cs.push_back({"linear_relu_3d_no_bias",
+                {{{2, 5, 4}}, {{3, 4}}},
+                [](auto& x) { return linear(x[0], x[1], Tensor(), LinearActivation::Relu); },
+                [](auto& r) {
+                  A o = ref::zeros({2, 5, 3});
+                  for (int i = 0; i < 10; ++i)
+                    for (int j = 0; j < 3; ++j) {
+                      double s = 0;
+                      for (int k = 0; k < 4; ++k) s += r[0].v[i * 4 + k] * r[1].v[j * 4 + k];
+                      o.v[i * 3 + j] = s > 0 ? s : 0.0;
+                    }
+                  return o;
+                }});
+  cs.push_back({"linear_transposed_input",
+                {{{4, 6}}, {{3, 4}}, {{3}}},
+                [](auto& x) { return linear(x[0].t(), x[1], x[2]); },
+                [](auto& r) {
+                  A o = ref::zeros({6, 3});
+                  for (int i = 0; i < 6; ++i)
+                    for (int j = 0; j < 3; ++j) {
+                      double s = r[2].v[j];
+                      for (int k = 0; k < 4; ++k) s += r[0].v[k * 6 + i] * r[1].v[j * 4 + k];
+                      o.v[i * 3 + j] = s;
+                    }
+                  return o;
+                }});
   return cs;
 }
 

@@ -123,6 +123,64 @@ TEST_P(CudaOptim, SgdStepMatchesCpu) {
   }
 }
 
+// Note [Step scalars on the device]: the kernels read lr and step from device memory, count the
+// update after every table (300 tensors: two tables, one count), and skip on the flag; the CPU
+// loop does the same with host memory. Both against the host-scalar CPU step.
+TEST_P(CudaOptim, DeviceStepScalarsMatchHostScalarsAndSkipOnTheFlag) {
+  SKIP_WITHOUT_CUDA();
+  DType dt = GetParam();
+  double tol = dt == kF64 ? 1e-13 : 2e-6;
+  const Device gpu = cuda_device(0);
+  auto n = sizes(300);
+  auto p = random_list(n, dt, 11), g = random_list(n, dt, 12), m = random_list(n, dt, 13, 0.1),
+       v = random_list(n, dt, 14, 0.1, true);
+  auto P = to_gpu(p), G = to_gpu(g), M = to_gpu(m), V = to_gpu(v);
+  auto p2 = random_list(n, dt, 11), m2 = random_list(n, dt, 13, 0.1),
+       v2 = random_list(n, dt, 14, 0.1, true);  // the CPU device-scalar run
+  DeviceStepScalars on_gpu{full({1}, 0.02, {.dtype = kF64, .device = gpu}),
+                           full({1}, 4.0, {.dtype = kF64, .device = gpu}),
+                           zeros({1}, {.device = gpu})};
+  DeviceStepScalars on_cpu{full({1}, 0.02, {.dtype = kF64}), full({1}, 4.0, {.dtype = kF64}),
+                           zeros({1})};
+  int64_t host_step = 4;
+  for (int call = 0; call < 4; ++call) {
+    const bool skip = call == 1;  // a skipped update: nothing changes, the count stays
+    if (!skip) ++host_step;
+    AdamStepParams hp;
+    hp.lr = 0.02, hp.weight_decay = 0.05, hp.decoupled_weight_decay = true, hp.step = host_step;
+    if (!skip) backend_for(kCPU).adam_step(p, g, m, v, {}, hp);
+    on_gpu.skip_if.fill_(skip ? 1.0 : 0.0);
+    on_cpu.skip_if.fill_(skip ? 1.0 : 0.0);
+    AdamStepParams dev = hp;
+    dev.lr = 99.0, dev.step = 99;  // ignored with device scalars
+    dev.on_device = on_gpu;
+    backend_for(gpu).adam_step(P, G, M, V, {}, dev);
+    dev.on_device = on_cpu;
+    backend_for(kCPU).adam_step(p2, g, m2, v2, {}, dev);
+  }
+  EXPECT_EQ(on_gpu.step.item(), 7.0);  // 4 + three updates, one skipped
+  EXPECT_EQ(on_cpu.step.item(), 7.0);
+  expect_lists_close(P, p, tol, "param (CUDA, device scalars)");
+  expect_lists_close(M, m, tol, "exp_avg (CUDA, device scalars)");
+  expect_lists_close(V, v, tol, "exp_avg_sq (CUDA, device scalars)");
+  expect_lists_close(p2, p, 0.0, "param (CPU, device scalars)");
+  // SGD: step 0 on the device takes the first-step rule (buf = d_p), then the usual one.
+  auto sp = random_list(n, dt, 15), sg = random_list(n, dt, 16), sb = random_list(n, dt, 17);
+  auto SP = to_gpu(sp), SG = to_gpu(sg), SB = to_gpu(sb);
+  DeviceStepScalars sgd_gpu{full({1}, 0.1, {.dtype = kF64, .device = gpu}),
+                            zeros({1}, {.dtype = kF64, .device = gpu}), Tensor()};
+  for (int step = 0; step < 3; ++step) {
+    SgdStepParams hp;
+    hp.lr = 0.1, hp.momentum = 0.9, hp.dampening = 0.3, hp.first_step = step == 0;
+    backend_for(kCPU).sgd_step(sp, sg, sb, hp);
+    hp.first_step = false, hp.lr = 7.0, hp.on_device = sgd_gpu;
+    backend_for(gpu).sgd_step(SP, SG, SB, hp);
+  }
+  EXPECT_EQ(sgd_gpu.step.item(), 3.0);
+  expect_lists_close(SP, sp, tol, "sgd param (CUDA, device scalars)");
+  expect_lists_close(SB, sb, tol, "sgd momentum_buffer (CUDA, device scalars)");
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOptim, ::testing::Values(kF32, kF64),
                          [](const auto& info) { return info.param == kF32 ? "f32" : "f64"; });
 

@@ -1,5 +1,6 @@
-// --cuda-graph: a training step replayed as a CUDA graph computes what the eager step computes
-// (same losses, same weights after several steps), for the MLP and for the CNN with BatchNorm.
+// --cuda-graph: a training step replayed as a CUDA graph (the optimizer update included, with a
+// learning rate that changes every step) computes what the eager step computes (same losses, same
+// weights after several steps), for the MLP and for the CNN with BatchNorm.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,8 +39,11 @@ Run run(bool cnn, bool graph) {
   for (int i = 0; i < steps; ++i) {
     Tensor x = randn({32, 1, 28, 28}, {.device = dev}, &gen);
     Tensor y = randint(0, 10, {32}, {.dtype = kI64, .device = dev}, &gen);
+    // A schedule: the replayed optimizer must read each step's learning rate from the device.
+    opt.set_lr(1e-3 * (1 + i % 3));
     losses.push_back(runner.step(x, y).item());
   }
+  EXPECT_EQ(opt.state(0).step, steps) << "the replayed step counts every update";
   std::vector<std::vector<float>> params;
   for (auto& p : model->parameters()) params.push_back(p.to_vector<float>());
   return {losses, params};
