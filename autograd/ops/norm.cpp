@@ -50,9 +50,15 @@ std::vector<int64_t> non_channel_dims(const Tensor& x) {
 Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
-  // Statistics in float32 under autocast (Note [Autocast policy]).
-  const Tensor x = amp::cast_fp32(x_in), weight = amp::cast_fp32(weight_in),
-               bias = amp::cast_fp32(bias_in);
+  // Under autocast (Note [Autocast policy]) a float16/bfloat16 input stays in its dtype, with
+  // weight and bias cast to it: the kernels accumulate the statistics and compute in float32 and
+  // only read and write the low-precision values (half the bytes of a float32 round trip, and no
+  // casts around the layer). The running statistics stay float32. A float32 input stays float32.
+  const std::optional<DType> low = amp::autocast_dtype();
+  const bool keep_low = low && x_in.dtype() == *low;
+  const Tensor x = keep_low ? x_in : amp::cast_fp32(x_in);
+  const Tensor weight = keep_low ? amp::cast_lower(weight_in) : amp::cast_fp32(weight_in);
+  const Tensor bias = keep_low ? amp::cast_lower(bias_in) : amp::cast_fp32(bias_in);
   detail::check_defined("batch_norm", x);
   detail::check_floating("batch_norm", x);
   LOOM_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dims (N, C, ...), got ",
