@@ -32,8 +32,10 @@ const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
 // Note [Linear + ReLU in Sequential]
 // A Linear child followed by a ReLU child runs as Linear::forward(h, Relu): one fused op (on CUDA
 // one cuBLASLt GEMM with bias and ReLU in its epilogue) instead of two, with the same result and
-// gradients. Anomaly mode keeps them apart, so a NaN is still reported against the module that
-// made it.
+// gradients. Likewise BatchNorm2d followed by ReLU runs as BatchNorm2d::forward(h, true): the
+// ReLU in batch norm's normalising pass and its mask in the backward kernels' reads (two
+// passes over the activation fewer each way). Anomaly mode keeps them apart, so a NaN is still
+// reported against the module that made it.
 Tensor Sequential::forward(const Tensor& x) {
   const auto& children = named_children();
   const bool fuse = !autograd::is_anomaly_enabled();
@@ -41,9 +43,14 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < children.size(); ++i) {
     Module& m = *children[i].second;
     if (fuse && i + 1 < children.size()) {
-      auto* lin = dynamic_cast<Linear*>(&m);
-      if (lin && dynamic_cast<ReLU*>(children[i + 1].second.get())) {
+      const bool relu_next = dynamic_cast<ReLU*>(children[i + 1].second.get()) != nullptr;
+      if (auto* lin = dynamic_cast<Linear*>(&m); lin && relu_next) {
         h = lin->forward(h, LinearActivation::Relu);
+        ++i;
+        continue;
+      }
+      if (auto* bn = dynamic_cast<BatchNorm2d*>(&m); bn && relu_next) {
+        h = bn->forward(h, true);
         ++i;
         continue;
       }

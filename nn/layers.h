@@ -84,6 +84,9 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one op (loom::batch_norm with relu); what Sequential runs for a
+  // BatchNorm2d followed by a ReLU.
+  Tensor forward(const Tensor& x, bool relu);
   void reset_running_stats();
   void reset_parameters();
   std::string extra_repr() const override;

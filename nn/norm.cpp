@@ -48,7 +48,9 @@ void BatchNorm2d::reset_parameters() {
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, false); }
+
+Tensor BatchNorm2d::forward(const Tensor& x, bool relu) {
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features,
              "): expected input (N, ", num_features, ", H, W), got ",
              x.defined() ? describe(x) : std::string("an undefined tensor"));
@@ -64,7 +66,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   bool use_batch_stats = is_training() || !options.track_running_stats;
   bool pass_running = !is_training() || options.track_running_stats;
   return batch_norm(x, weight, bias, pass_running ? running_mean : Tensor(),
-                    pass_running ? running_var : Tensor(), use_batch_stats, factor, options.eps);
+                    pass_running ? running_var : Tensor(), use_batch_stats, factor, options.eps,
+                    relu);
 }
 
 std::string BatchNorm2d::extra_repr() const {

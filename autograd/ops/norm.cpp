@@ -49,7 +49,7 @@ std::vector<int64_t> non_channel_dims(const Tensor& x) {
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
-                  double momentum, double eps) {
+                  double momentum, double eps, bool relu) {
   // Under autocast (Note [Autocast policy]) a float16/bfloat16 input stays in its dtype, with
   // weight and bias cast to it: the kernels accumulate the statistics and compute in float32 and
   // only read and write the low-precision values (half the bytes of a float32 round trip, and no
@@ -79,16 +79,18 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
                x.shape());
 
   BatchNormOut o =
-      be.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+      be.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, relu);
+  // With the fused ReLU the output is saved too: the backward masks the gradient by y > 0.
+  autograd::Saved sy = relu ? save(o.y, "batch_norm") : autograd::Saved();
   if (batch_stats) {
-    return record(
-        "batch_norm", o.y, {x, weight, bias},
-        [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), mean = o.save_mean,
-         invstd = o.save_invstd](const Tensor& g) {
-          BatchNormGrads r =
-              backend_for(g.device()).batch_norm_backward(g, sx.get(), sw.get(), mean, invstd);
-          return Grads{r.grad_input, r.grad_weight, r.grad_bias};
-        });
+    return record("batch_norm", o.y, {x, weight, bias},
+                  [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), sy,
+                   mean = o.save_mean, invstd = o.save_invstd](const Tensor& g) {
+                    BatchNormGrads r = backend_for(g.device())
+                                           .batch_norm_backward(g, sx.get(), sw.get(), mean, invstd,
+                                                                sy.defined() ? sy.get() : Tensor());
+                    return Grads{r.grad_input, r.grad_weight, r.grad_bias};
+                  });
   }
   // Eval: y = (x - mean) * invstd * w + b with constant statistics, so the backward is
   // elementwise. The statistics are copied now: later training steps update them in place.
@@ -97,19 +99,23 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   be.copy_(rmean, running_mean);
   be.copy_(var, running_var);
   Tensor invstd = be.unary(UnaryOp::Rsqrt, be.binary_scalar(BinaryOp::Add, var, eps, false));
-  return record("batch_norm", o.y, {x, weight, bias},
-                [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), rmean,
-                 invstd](const Tensor& g) {
-                  const Tensor &x = sx.get(), &w = sw.get();
-                  Shape cs = channel_shape(x);
-                  Tensor is = invstd.view(cs);
-                  Grads grads(3);
-                  if (needs_input_grad(0)) grads[0] = w.defined() ? g * (is * w.view(cs)) : g * is;
-                  if (needs_input_grad(1))
-                    grads[1] = sum(g * ((x - rmean.view(cs)) * is), non_channel_dims(x));
-                  if (needs_input_grad(2)) grads[2] = sum(g, non_channel_dims(x));
-                  return grads;
-                });
+  return record(
+      "batch_norm", o.y, {x, weight, bias},
+      [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), sy, rmean,
+       invstd](const Tensor& g_in) {
+        const Tensor &x = sx.get(), &w = sw.get();
+        const Tensor g =
+            sy.defined() ? backend_for(g_in.device()).binary(BinaryOp::ReluBackward, g_in, sy.get())
+                         : g_in;
+        Shape cs = channel_shape(x);
+        Tensor is = invstd.view(cs);
+        Grads grads(3);
+        if (needs_input_grad(0)) grads[0] = w.defined() ? g * (is * w.view(cs)) : g * is;
+        if (needs_input_grad(1))
+          grads[1] = sum(g * ((x - rmean.view(cs)) * is), non_channel_dims(x));
+        if (needs_input_grad(2)) grads[2] = sum(g, non_channel_dims(x));
+        return grads;
+      });
 }
 
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,

@@ -141,7 +141,7 @@ DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
 BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, const Tensor& bias,
                                     const Tensor& running_mean, const Tensor& running_var,
-                                    bool training, double momentum, double eps) {
+                                    bool training, double momentum, double eps, bool relu) {
   Tensor x = raw::contiguous(x0);
   NormGeom g = norm_geom(x);
   const bool batch_stats = training || !running_mean.defined();
@@ -164,6 +164,7 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     affine_per_channel(x.data<scalar_t>(), out.y.data<scalar_t>(), g, mean, scale, b);
   });
+  if (relu) out.y = unary(UnaryOp::Relu, out.y);
   if (!batch_stats) return out;
 
   out.save_mean = raw::cast(from_vector(mean, {g.C}), stats_dtype(x.dtype()));
@@ -184,8 +185,9 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
 
 BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0,
                                                const Tensor& weight, const Tensor& save_mean,
-                                               const Tensor& save_invstd) {
+                                               const Tensor& save_invstd, const Tensor& relu_out) {
   Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
+  if (relu_out.defined()) gy = binary(BinaryOp::ReluBackward, gy, relu_out);
   NormGeom g = norm_geom(x);
   std::vector<double> w = channel_values(weight, g.C, 1.0);
   std::vector<double> mean = channel_values(save_mean, g.C, 0.0);

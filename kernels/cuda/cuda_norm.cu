@@ -206,10 +206,12 @@ __global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, con
   }
 }
 
-// y = (x - mean[c]) * scale[c] + shift[c]. Grid: (chunks of L, planes N * C).
+// y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu. Grid: (chunks of L, planes
+// N * C).
 template <typename T>
 __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* mean,
-                                const acc_t<T>* scale, const acc_t<T>* shift, NormGeom g) {
+                                const acc_t<T>* scale, const acc_t<T>* shift, NormGeom g,
+                                bool relu) {
   using A = acc_t<T>;
   for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
     int64_t c = plane % g.C;
@@ -217,25 +219,35 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, cons
     const T* xp = x + plane * g.L;
     T* yp = y + plane * g.L;
     for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L;
-         l += int64_t(gridDim.x) * blockDim.x)
-      yp[l] = T((A(xp[l]) - m) * a + b);
+         l += int64_t(gridDim.x) * blockDim.x) {
+      A v = (A(xp[l]) - m) * a + b;
+      yp[l] = T(relu && !(v > A(0)) ? A(0) : v);
+    }
   }
+}
+
+// The incoming gradient at one element, masked by the fused ReLU's output (relu_y null: none).
+template <typename T>
+__device__ inline acc_t<T> masked_grad(const T* gy, const T* relu_y, int64_t i) {
+  using A = acc_t<T>;
+  return relu_y && !(A(relu_y[i]) > A(0)) ? A(0) : A(gy[i]);
 }
 
 // gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean).
 template <typename T>
 __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __restrict__ x,
-                                           NormGeom g, const acc_t<T>* mean, acc_t<T>* psdy,
-                                           acc_t<T>* psdyx) {
+                                           const T* __restrict__ relu_y, NormGeom g,
+                                           const acc_t<T>* mean, acc_t<T>* psdy, acc_t<T>* psdyx) {
   using A = acc_t<T>;
   int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
   int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
   const T* xc = x + c * g.L;
   const T* gc = gy + c * g.L;
+  const T* yc = relu_y ? relu_y + c * g.L : nullptr;
   A m = mean[c], sdy = 0, sdyx = 0;
   for (ChannelWalk it(j0, g.L); it.j < j1; it.next(g.L)) {
     int64_t off = it.n * g.C * g.L + it.l;
-    A d = A(gc[off]);
+    A d = masked_grad(gc, yc, off);
     sdy += d;
     sdyx += d * (A(xc[off]) - m);
   }
@@ -268,19 +280,20 @@ __global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>
 // dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]). Grid as bn_apply_kernel.
 template <typename T>
 __global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __restrict__ x,
-                                         T* __restrict__ gx, const acc_t<T>* mean,
-                                         const acc_t<T>* k, const acc_t<T>* off,
-                                         const acc_t<T>* slope, NormGeom g) {
+                                         const T* __restrict__ relu_y, T* __restrict__ gx,
+                                         const acc_t<T>* mean, const acc_t<T>* k,
+                                         const acc_t<T>* off, const acc_t<T>* slope, NormGeom g) {
   using A = acc_t<T>;
   for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
     int64_t c = plane % g.C;
     A m = mean[c], kc = k[c], oc = off[c], sc = slope[c];
     const T* xp = x + plane * g.L;
     const T* gp = gy + plane * g.L;
+    const T* yp = relu_y ? relu_y + plane * g.L : nullptr;
     T* op = gx + plane * g.L;
     for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L;
          l += int64_t(gridDim.x) * blockDim.x)
-      op[l] = T(kc * (A(gp[l]) - oc - (A(xp[l]) - m) * sc));
+      op[l] = T(kc * (masked_grad(gp, yp, l) - oc - (A(xp[l]) - m) * sc));
   }
 }
 
@@ -364,7 +377,7 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
 
 BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
                                      const Tensor& running_mean, const Tensor& running_var,
-                                     bool training, double momentum, double eps) {
+                                     bool training, double momentum, double eps, bool relu) {
   Tensor x = raw::contiguous(x0);
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm", x, g);
@@ -418,7 +431,7 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
         plane_launch(g, grid, block);
         bn_apply_kernel<T><<<grid, block, 0, stream>>>(
             x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
-            static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), g);
+            static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), g, relu);
         LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
       }
     });
@@ -432,8 +445,10 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
 
 BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0,
                                                 const Tensor& weight, const Tensor& save_mean0,
-                                                const Tensor& save_invstd0) {
+                                                const Tensor& save_invstd0,
+                                                const Tensor& relu_out) {
   Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
+  Tensor ry = relu_out.defined() ? raw::contiguous(raw::cast(relu_out, x0.dtype())) : Tensor();
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm_backward", x, g);
   int dev = x.device().index;
@@ -463,8 +478,8 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       using A = acc_t<T>;
       const A* mp = static_cast<const A*>(mean.data_ptr());
       bn_backward_partial_kernel<T><<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
-          gy.data<T>(), x.data<T>(), g, mp, static_cast<A*>(psdy.data_ptr()),
-          static_cast<A*>(psdyx.data_ptr()));
+          gy.data<T>(), x.data<T>(), ry.defined() ? ry.data<T>() : nullptr, g, mp,
+          static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()));
       LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
       bn_backward_finalize_kernel<T><<<channel_blocks(g.C), kThreads, 0, stream>>>(
           static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()), S, g.C, g.M,
@@ -476,7 +491,8 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       dim3 grid, block;
       plane_launch(g, grid, block);
       bn_backward_apply_kernel<T><<<grid, block, 0, stream>>>(
-          gy.data<T>(), x.data<T>(), out.grad_input.data<T>(), mp, static_cast<A*>(k.data_ptr()),
+          gy.data<T>(), x.data<T>(), ry.defined() ? ry.data<T>() : nullptr,
+          out.grad_input.data<T>(), mp, static_cast<A*>(k.data_ptr()),
           static_cast<A*>(off.data_ptr()), static_cast<A*>(slope.data_ptr()), g);
       LOOM_CUDA_CHECK_LAUNCH("bn_backward_apply_kernel");
     });

@@ -257,6 +257,26 @@ std::vector<OpCase> conv_pool_norm_cases() {
        {{{3, 3, 2, 2}}, {{3}}, {{3}}, {{3}, Init::Normal, false}, {{3}, Init::Positive, false}},
        [](auto& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5); },
        [](auto& r) { return batch_norm_ref(r[0], &r[1], &r[2], &r[3], &r[4], 1e-5); }});
+  // The fused ReLU (batch_norm(..., relu = true)), in training and in eval.
+  auto relu_of = [](A y) {
+    for (double& v : y.v) v = v > 0 ? v : 0.0;
+    return y;
+  };
+  cs.push_back({"batch_norm_train_relu",
+                {{{4, 3, 2, 2}}, {{3}}, {{3}}},
+                [](auto& x) {
+                  return batch_norm(x[0], x[1], x[2], Tensor(), Tensor(), true, 0.1, 1e-5, true);
+                },
+                [relu_of](auto& r) {
+                  return relu_of(batch_norm_ref(r[0], &r[1], &r[2], nullptr, nullptr, 1e-5));
+                }});
+  cs.push_back(
+      {"batch_norm_eval_relu",
+       {{{3, 3, 2, 2}}, {{3}}, {{3}}, {{3}, Init::Normal, false}, {{3}, Init::Positive, false}},
+       [](auto& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5, true); },
+       [relu_of](auto& r) {
+         return relu_of(batch_norm_ref(r[0], &r[1], &r[2], &r[3], &r[4], 1e-5));
+       }});
   // ---- layer_norm
   cs.push_back({"layer_norm_affine",
                 {{{3, 4, 5}}, {{5}}, {{5}}},

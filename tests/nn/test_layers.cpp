@@ -91,6 +91,51 @@ TEST(Linear, SequentialFusesLinearReluWithTheCompositesValuesAndGradients) {
   EXPECT_GT(std::count_if(v.begin(), v.end(), [](double a) { return a < 0; }), 0);
 }
 
+// The same for BatchNorm2d followed by ReLU in a Sequential (training mode, batch statistics):
+// output, parameter gradients, input gradient and running statistics as relu(bn(x)) computes them.
+TEST(BatchNorm2d, SequentialFusesBatchNormReluWithTheCompositesValuesAndGradients) {
+  manual_seed(6);
+  auto run = [](bool fused) {
+    auto seq = nn::make<nn::Sequential>(nn::make<nn::BatchNorm2d>(3), nn::make<nn::ReLU>());
+    seq->to(kF64);
+    {
+      NoGradGuard g;
+      auto bn = seq->at<nn::BatchNorm2d>(0);
+      bn->weight.copy_(from_vector<double>({1.5, -0.5, 0.8}, {3}));
+      bn->bias.copy_(from_vector<double>({0.1, 0.2, -0.3}, {3}));
+    }
+    Generator gen(9);
+    Tensor x = randn({4, 3, 3, 2}, {.dtype = kF64}, &gen).requires_grad_();
+    Tensor y;
+    if (fused) {
+      y = (*seq)(x);
+    } else {
+      auto bn = seq->at<nn::BatchNorm2d>(0);
+      y = relu(bn->forward(x));
+    }
+    Generator gg(10);
+    sum(y * randn(y.shape(), {.dtype = kF64}, &gg)).backward();
+    auto bn = seq->at<nn::BatchNorm2d>(0);
+    return std::vector<Tensor>{y.detach(),
+                               x.grad(),
+                               bn->weight.grad(),
+                               bn->bias.grad(),
+                               bn->running_mean.clone(),
+                               bn->running_var.clone()};
+  };
+  auto fused = run(true), composite = run(false);
+  const char* what[] = {"output",    "input grad",   "weight grad",
+                        "bias grad", "running_mean", "running_var"};
+  for (size_t i = 0; i < fused.size(); ++i) {
+    auto a = fused[i].to_vector<double>(), b = composite[i].to_vector<double>();
+    ASSERT_EQ(a.size(), b.size()) << what[i];
+    for (size_t j = 0; j < a.size(); ++j)
+      EXPECT_NEAR(a[j], b[j], 1e-12 * (1 + std::fabs(b[j]))) << what[i] << " " << j;
+  }
+  auto y = fused[0].to_vector<double>();
+  EXPECT_GT(std::count(y.begin(), y.end(), 0.0), 0) << "some outputs are clamped";
+}
+
 TEST(Conv2d, ForwardMatchesLoop) {
   manual_seed(4);
   const int N = 2, C = 4, H = 7, W = 6, K = 6, R = 3, S = 2, G = 2, sh = 2, sw = 1, ph = 1, pw = 2,
