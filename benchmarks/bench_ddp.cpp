@@ -1,5 +1,6 @@
 // bench_ddp: the DDP workloads of docs/workloads.md: each process trains mlp, cnn or wide on its
-// own GPU (same per-GPU batch as bench_train; Adam lr 1e-3, strict fp32), wrapped in
+// own GPU (same per-GPU batch as bench_train; Adam lr 1e-3, strict fp32, or with --amp bf16
+// autocast to bfloat16 with float32 master weights; those rows are named mlp_bf16, ...), wrapped in
 // DistributedDataParallel when there is more than one process. Prints, per workload, the median
 // ms/step (rank 0, 5 x 50 steps after 10 warm-up), the per-rank step breakdown from CUDA events
 // (train/step_profile.h), the all-reduce of all buckets timed alone, and one RESULT line for
@@ -54,7 +55,8 @@ double max_over_ranks(dist::ProcessGroup& pg, double v, Device dev) {
 }
 
 void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int steps, int repeats,
-         const std::string& comm) {
+         const std::string& comm, bool bf16) {
+  const std::string name = bf16 ? w.name + "_bf16" : w.name;
   manual_seed(0);
   auto model = w.make();
   model->to(dev);
@@ -68,6 +70,7 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
   train::StepRunner runner(net, opt, 0.0, false);
+  if (bf16) runner.set_amp(kBF16, nullptr);
   for (int i = 0; i < warmup; ++i) runner.step(x, y);
   std::vector<double> ms;
   for (int r = 0; r < repeats; ++r) {
@@ -92,7 +95,7 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   }
   runner.set_profiler(nullptr);
   if (ddp) ddp->reducer().set_backward_computed_hook(nullptr);
-  std::printf("profile %s %s\n", w.name.c_str(), prof.summary(pg.rank()).c_str());
+  std::printf("profile %s %s\n", name.c_str(), prof.summary(pg.rank()).c_str());
   double exposed = max_over_ranks(pg, prof.totals().allreduce_exposed / double(steps), dev);
 
   // The buckets' all-reduces alone, back to back as DDP launches them: the communication that
@@ -116,8 +119,8 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
     std::printf(
         "%-6s gpus %d  %9.3f ms/step  all-reduce alone %8.3f ms  exposed %8.3f ms  hidden "
         "%5.1f%%\n",
-        w.name.c_str(), pg.size(), step_ms, comm_ms, exposed, 100 * hidden);
-    std::printf("RESULT loom %s %d %.4f %.4f %.4f\n", w.name.c_str(), pg.size(), step_ms, comm_ms,
+        name.c_str(), pg.size(), step_ms, comm_ms, exposed, 100 * hidden);
+    std::printf("RESULT loom %s %d %.4f %.4f %.4f\n", name.c_str(), pg.size(), step_ms, comm_ms,
                 exposed);
     std::fflush(stdout);
   }
@@ -127,7 +130,7 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
 
 int main(int argc, char** argv) {
   CLI::App app{"loom DDP training-step benchmark (docs/workloads.md), one process per GPU"};
-  std::string workload = "all", device, comm = "fp32";
+  std::string workload = "all", device, comm = "fp32", amp = "off";
   int warmup = 10, steps = 50, repeats = 5;
   app.add_option("--workload", workload, "mlp, cnn, wide or all")
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
@@ -138,6 +141,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--comm", comm, "gradient communication dtype: fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--amp", amp, "off, or bf16: autocast to bfloat16 (float32 master weights)")
+      ->check(CLI::IsMember({"off", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   try {
     dist::JobEnv env = dist::job_env();
@@ -155,7 +160,8 @@ int main(int argc, char** argv) {
                   comm.c_str());
     std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
     for (const Workload& w : all)
-      if (workload == "all" || workload == w.name) run(w, *pg, dev, warmup, steps, repeats, comm);
+      if (workload == "all" || workload == w.name)
+        run(w, *pg, dev, warmup, steps, repeats, comm, amp == "bf16");
     dist::destroy_process_group();
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_ddp: %s\n", e.what());

@@ -55,12 +55,24 @@ timeout 150 "$BUILD/benchmarks/bench_ddp" 2>&1 | tee -a "$LOG/bench.log"
 row "bench_ddp 1 GPU" "exit ${PIPESTATUS[0]}"
 timeout 180 "$LOOMRUN" --nproc_per_node="$NGPU" "$BUILD/benchmarks/bench_ddp" 2>&1 | tee -a "$LOG/bench.log"
 row "bench_ddp $NGPU GPUs (loomrun)" "exit ${PIPESTATUS[0]}"
+if [ -z "${SKIP_BF16:-}" ]; then
+  timeout 150 "$BUILD/benchmarks/bench_ddp" --amp bf16 2>&1 | tee -a "$LOG/bench.log"
+  row "bench_ddp --amp bf16 1 GPU" "exit ${PIPESTATUS[0]}"
+  timeout 180 "$LOOMRUN" --nproc_per_node="$NGPU" "$BUILD/benchmarks/bench_ddp" --amp bf16 2>&1 | tee -a "$LOG/bench.log"
+  row "bench_ddp --amp bf16 $NGPU GPUs" "exit ${PIPESTATUS[0]}"
+fi
 if [ -z "${SKIP_TORCH:-}" ]; then
   echo "== ddp_bench.py (PyTorch) on 1 and $NGPU GPUs"
   timeout 150 python3 benchmarks/pytorch/ddp_bench.py 2>&1 | tee -a "$LOG/bench.log"
   row "ddp_bench.py 1 GPU" "exit ${PIPESTATUS[0]}"
   timeout 180 python3 -m torch.distributed.run --nproc_per_node="$NGPU" benchmarks/pytorch/ddp_bench.py 2>&1 | tee -a "$LOG/bench.log"
   row "ddp_bench.py $NGPU GPUs (torchrun)" "exit ${PIPESTATUS[0]}"
+  if [ -z "${SKIP_BF16:-}" ]; then
+    timeout 150 python3 benchmarks/pytorch/ddp_bench.py --amp bf16 2>&1 | tee -a "$LOG/bench.log"
+    row "ddp_bench.py --amp bf16 1 GPU" "exit ${PIPESTATUS[0]}"
+    timeout 180 python3 -m torch.distributed.run --nproc_per_node="$NGPU" benchmarks/pytorch/ddp_bench.py --amp bf16 2>&1 | tee -a "$LOG/bench.log"
+    row "ddp_bench.py --amp bf16 $NGPU GPUs" "exit ${PIPESTATUS[0]}"
+  fi
 fi
 
 if [ -z "${SKIP_TRAIN:-}" ]; then
@@ -88,11 +100,12 @@ for line in open(sys.argv[1]):
         if len(p) < 7: continue
         res[(p[1], p[2], int(p[3]))] = (float(p[4]), float(p[5]), float(p[6]))
 print(f"{'workload':9s} {'fw':6s} {'1 GPU ms':>9s} {f'{k} GPU ms':>9s} {'efficiency':>10s} {'AR alone ms':>11s} {'hidden (events)':>15s} {'hidden (t2-t1)':>14s}")
-for w in ("mlp", "cnn", "wide"):
+for w in ("mlp", "cnn", "wide", "mlp_bf16", "cnn_bf16", "wide_bf16"):
     for fw in ("loom", "torch"):
         a, b = res.get((fw, w, 1)), res.get((fw, w, k))
-        if not a or not b: 
-            print(f"{w:9s} {fw:6s} missing"); continue
+        if not a or not b:
+            if not w.endswith("_bf16"): print(f"{w:9s} {fw:6s} missing")
+            continue
         t1, t2, alone, exposed = a[0], b[0], b[1], b[2]
         eff = t1 / t2
         ev = f"{100*max(0.0, 1-exposed/alone):.0f}%" if exposed >= 0 and alone > 0 else "-"

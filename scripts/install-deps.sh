@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs what loom needs on Debian 12 / Ubuntu (apt-get) and the Python packages its interop
 # tests read files with (pip). Only missing packages are installed; run as root or with sudo.
+#   scripts/install-deps.sh                  # what the build, the tests and the examples need
+#   scripts/install-deps.sh --with-libtorch  # also Debian's libtorch (CPU) and OpenBLAS, for the
+#                                            # libtorch twin of the benchmark (scripts/bench-compare.sh)
 set -euo pipefail
 
 debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
       libgloo-dev python3 python3-pip clang-format
       clang libomp-dev llvm)  # the sanitizer and fuzz builds (scripts/sanitize.sh)
+# OpenBLAS: without it Debian's libtorch falls back to the reference BLAS, about 7 times slower.
+[ "${1:-}" = --with-libtorch ] && debs+=(libtorch-dev libopenblas0-pthread)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

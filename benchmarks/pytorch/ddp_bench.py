@@ -7,6 +7,9 @@ alone (25 MiB buckets, 1 MiB first, as DDP builds them). One process per GPU:
     python3 -m torch.distributed.run --nproc_per_node=2 benchmarks/pytorch/ddp_bench.py
     python3 benchmarks/pytorch/ddp_bench.py            # one GPU, no DDP
 
+With --amp bf16 the forward and loss run under torch.autocast(bfloat16) (float32 master weights)
+and the rows are named mlp_bf16, cnn_bf16, wide_bf16, as bench_ddp --amp bf16 names them.
+
 Prints "RESULT torch <workload> <gpus> <ms/step> <all-reduce alone ms> -1" lines for
 scripts/gpu-ddp.sh (PyTorch has no per-step exposure measurement; the script derives it).
 """
@@ -84,9 +87,13 @@ def run(name, dev, world, rank, args):
     y = torch.randint(0, 10, (batch,), device=dev)
     loss_fn = nn.CrossEntropyLoss()
 
+    bf16 = args.amp == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(net(x), y).backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(net(x), y)
+        loss.backward()
         opt.step()
 
     for _ in range(args.warmup):
@@ -107,6 +114,8 @@ def run(name, dev, world, rank, args):
         t = torch.tensor([comm], device=dev, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         comm = t.item()
+    if bf16:
+        name += "_bf16"
     if rank == 0:
         print(f"{name:6s} gpus {world}  {step_ms:9.3f} ms/step  all-reduce alone {comm:8.3f} ms", flush=True)
         print(f"RESULT torch {name} {world} {step_ms:.4f} {comm:.4f} -1", flush=True)
@@ -118,6 +127,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--amp", default="off", choices=["off", "bf16"])
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
