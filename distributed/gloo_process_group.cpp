@@ -196,14 +196,13 @@ void GlooProcessGroup::run_job(Job& job) {
     broken = broken_;
   }
   if (!broken.empty()) {
-    job.work->mark_done(std::make_exception_ptr(
-        Error(str(job.rec.describe(), ": the group failed earlier: ", broken))));
+    job.work->mark_failed(str(job.rec.describe(), ": the group failed earlier: ", broken));
     return;
   }
   auto start = Clock::now();
   try {
     job.run();
-    job.work->mark_done(nullptr);
+    job.work->mark_done();
   } catch (const std::exception& e) {
     auto waited = std::chrono::duration_cast<Millis>(Clock::now() - start);
     std::string msg;
@@ -213,12 +212,14 @@ void GlooProcessGroup::run_job(Job& job) {
       msg = str(job.rec.describe(), " failed on rank ", rank(), " after ",
                 double(waited.count()) / 1000.0, " s (did a peer exit?)");
     }
+    // Gloo's exception may be shared with its other threads (one object rethrown wherever the
+    // failure is seen): only its message leaves this handler (Note [Errors across threads]).
     msg += str(" [gloo: ", e.what(), "]");
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.empty()) broken_ = msg;
     }
-    job.work->mark_done(std::make_exception_ptr(Error(msg)));
+    job.work->mark_failed(std::move(msg));
   }
 }
 

@@ -127,7 +127,7 @@ std::shared_ptr<Work> ProcessGroup::recv(Tensor& t, int src, int tag) {
 namespace {
 std::shared_ptr<Work> done_work() {
   auto w = std::make_shared<CompletionWork>();
-  w->mark_done(nullptr);
+  w->mark_done();
   return w;
 }
 

@@ -1,6 +1,8 @@
 // CompletionWork: a Work finished by the thread that runs the op.
 #include "distributed/work.h"
 
+#include "core/error.h"
+
 namespace loom::distributed {
 
 bool CompletionWork::wait(Millis timeout) {
@@ -10,7 +12,7 @@ bool CompletionWork::wait(Millis timeout) {
   } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
     return false;
   }
-  if (err_) std::rethrow_exception(err_);
+  if (failed_) throw Error(message_);  // Note [Errors across threads]
   return true;
 }
 
@@ -21,14 +23,23 @@ bool CompletionWork::is_completed() {
 
 std::exception_ptr CompletionWork::error() {
   std::lock_guard<std::mutex> lock(mu_);
-  return err_;
+  return failed_ ? std::make_exception_ptr(Error(message_)) : nullptr;
 }
 
-void CompletionWork::mark_done(std::exception_ptr err) {
+void CompletionWork::mark_done() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
-    err_ = std::move(err);
+  }
+  cv_.notify_all();
+}
+
+void CompletionWork::mark_failed(std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    failed_ = true;
+    message_ = std::move(message);
   }
   cv_.notify_all();
 }

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <string>
 
 namespace loom::distributed {
 
@@ -28,20 +29,32 @@ class Work {
   virtual std::exception_ptr error() = 0;
 };
 
-// Completed by whoever runs the op (a worker thread): mark_done(nullptr) or mark_done(error).
+// Completed by whoever runs the op (a worker thread): mark_done() or mark_failed(message). A
+// failure reaches the waiter as a loom::Error of its own (Note [Errors across threads]).
 class CompletionWork : public Work {
  public:
-  bool wait(Millis timeout = kNoTimeout) override;
+  bool wait(Millis timeout = kNoTimeout) override;  // throws loom::Error(message) if it failed
   void synchronize() override { wait(); }
   bool is_completed() override;
-  std::exception_ptr error() override;
-  void mark_done(std::exception_ptr err);
+  std::exception_ptr error() override;  // a new loom::Error(message) each call, or null
+  void mark_done();
+  void mark_failed(std::string message);
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
-  std::exception_ptr err_;
+  bool failed_ = false;
+  std::string message_;
 };
+
+// Note [Errors across threads]
+// The worker thread that runs an op keeps only the message of its failure, and every wait() or
+// error() makes a new loom::Error from it on the calling thread: no exception object is shared
+// between threads. Sharing one through std::exception_ptr is correct (libstdc++ counts its
+// references atomically), but that count lives in libstdc++, which is not built with
+// ThreadSanitizer: when the worker dropped the last reference after the waiter had read what(),
+// TSan saw a free racing with the read and reported it (docs/reliability.md). The message crosses
+// under mu_, which TSan sees.
 
 }  // namespace loom::distributed

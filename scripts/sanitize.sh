@@ -5,13 +5,15 @@
 #   scripts/sanitize.sh tsan   # ThreadSanitizer (build-tsan/): the multi-threaded parts (data
 #                              # loader, TCP store, Gloo process groups, DDP, loomrun)
 #   scripts/sanitize.sh        # both
-#   scripts/sanitize.sh ci     # what CI runs (.ci/run): ASan+UBSan over the single-process test
-#                              # binaries (core, kernels, autograd, nn, data, train) and the fuzz
-#                              # harnesses' short runs and replays; docs/reliability.md says why
-#                              # not more yet
+#   scripts/sanitize.sh ci     # what CI runs (.ci/run): ASan+UBSan over every CPU test binary
+#                              # but test_cuda (the multi-process ones with their real worker
+#                              # processes) and the fuzz harnesses' short runs and replays, then
+#                              # the whole TSan half
 # Knobs: JOBS (build and ctest parallelism, default nproc), ASAN_TARGETS / TSAN_TARGETS (what to
 # build), ASAN_TESTS / TSAN_TESTS (ctest -R regular expressions). Any sanitizer report fails the
-# test it happens in (halt_on_error / -fno-sanitize-recover). Timings: docs/reliability.md.
+# test it happens in (halt_on_error / -fno-sanitize-recover), and the run: every process writes
+# its reports to <build>/sanitizer-logs/ too (log_path), so a report in a worker process whose
+# exit code a test expected to be non-zero is not lost. Timings: docs/reliability.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -32,7 +34,7 @@ ASAN_EXCLUDE=${ASAN_EXCLUDE:-"python_interop|python_read|lint_self_test|example_
 # TSan: the binaries with threads of their own or many processes talking.
 TSAN_TARGETS=${TSAN_TARGETS:-"test_data test_distributed dist_tool ddp_tool test_launcher
   launch_worker_tool loomrun"}
-TSAN_TESTS=${TSAN_TESTS:-"(DataLoader\.|TCPStore\.|StoreToken\.|StoreBind\.|Gloo|DDP|ProcessGroup\.|Loomrun|WorkerProcess\.)"}
+TSAN_TESTS=${TSAN_TESTS:-"(DataLoader\.|TCPStore\.|StoreToken\.|StoreBind\.|Gloo|DDP|ProcessGroup\.|CompletionWork\.|Loomrun|WorkerProcess\.)"}
 
 configure() {  # build folder, sanitizer list, extra cmake args...
   local dir=$1 san=$2
@@ -49,13 +51,31 @@ run_ctest() {  # build folder, include regex, exclude regex
   (cd "$1" && ctest --output-on-failure -j"$jobs" --timeout 900 -R "$2" ${3:+-E "$3"})
 }
 
+# A fresh <build>/sanitizer-logs/ for the reports of every process of the run (log_path=).
+fresh_logs() {
+  rm -rf "$root/$1/sanitizer-logs"
+  mkdir -p "$root/$1/sanitizer-logs"
+}
+
+# Fails (returns 1) if any process of the run wrote a report, printing them.
+check_logs() {  # build folder
+  local logs=("$root/$1/sanitizer-logs"/*)
+  [ -e "${logs[0]}" ] || return 0
+  echo "== $1: sanitizer reports of $((${#logs[@]})) process(es):"
+  cat "${logs[@]}"
+  return 1
+}
+
 if [ "$what" = ci ]; then
-  ASAN_TARGETS="test_core test_kernels test_autograd test_nn test_data test_train safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz
-    flags_fuzz safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay
-    store_protocol_fuzz_replay flags_fuzz_replay"
-  ASAN_TESTS="^fuzz_"     # the fuzz short runs and replays through ctest,
-  ASAN_BINARIES="test_core test_kernels test_autograd test_nn test_data test_train"  # and these whole
-  what=asan
+  ASAN_TARGETS="test_core test_kernels test_autograd test_nn test_data test_train test_distributed
+    test_examples test_launcher dist_tool ddp_tool launch_worker_tool loomrun train_mlp train_cnn
+    safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz
+    safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay store_protocol_fuzz_replay
+    flags_fuzz_replay"
+  ASAN_TESTS="^fuzz_"     # the fuzz short runs and replays through ctest, and these binaries whole
+  ASAN_BINARIES="test_core test_kernels test_autograd test_nn test_data test_train test_distributed
+    test_launcher test_examples"
+  what=all
 fi
 case $what in asan | tsan | all) ;; *) echo "sanitize.sh: unknown mode '$what' (asan, tsan, all, ci)" >&2; exit 2 ;; esac
 
@@ -68,13 +88,17 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
   cmake --build build-asan -j"$jobs" --target $ASAN_TARGETS
   t1=$(date +%s)
   echo "== ASan+UBSan: tests"
-  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1
-  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$root/scripts/sanitizers/ubsan.supp
+  fresh_logs build-asan
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:log_path=$root/build-asan/sanitizer-logs/asan
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$root/scripts/sanitizers/ubsan.supp:log_path=$root/build-asan/sanitizer-logs/ubsan
   run_ctest build-asan "$ASAN_TESTS" "$ASAN_EXCLUDE" || rc=1
   for b in ${ASAN_BINARIES:-}; do
     echo "== ASan+UBSan: $b"
+    t2=$(date +%s)
     (cd build-asan && "./tests/$b") || rc=1
+    echo "== ASan+UBSan: $b $(( $(date +%s) - t2 )) s"
   done
+  check_logs build-asan || rc=1
   echo "== ASan+UBSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
 fi
 if [ "$what" = tsan ] || [ "$what" = all ]; then
@@ -88,8 +112,10 @@ if [ "$what" = tsan ] || [ "$what" = all ]; then
   # OpenMP: clang's libomp with its TSan tool (libarcher) so that TSan sees OpenMP's barriers.
   archer=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -1 || true)
   [ -n "$archer" ] && export OMP_TOOL_LIBRARIES=$archer
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/sanitizers/tsan.supp"
+  fresh_logs build-tsan
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/sanitizers/tsan.supp:log_path=$root/build-tsan/sanitizer-logs/tsan"
   run_ctest build-tsan "$TSAN_TESTS" "" || rc=1
+  check_logs build-tsan || rc=1
   echo "== TSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
 fi
 exit $rc

@@ -29,10 +29,14 @@ static void touch(const std::string& path, const std::string& text = "") {
   std::ofstream(path) << text;
 }
 
-// Writes "<dir>/got_<SIG>_<rank>" and exits 128+sig: proves the worker saw the signal.
+// The files on_signal writes, "<dir>/got_<SIG>_<rank>", named before the handler is installed.
+static std::string g_got_term, g_got_int;
+
+// Writes g_got_<sig> and exits 128+sig: proves the worker saw the signal. Only async-signal-safe
+// calls here (open, close, _exit): no allocation, no getenv (ThreadSanitizer checks this).
 static void on_signal(int sig) {
-  std::string path = g_dir + "/got_" + sigabbrev_np(sig) + "_" + std::to_string(rank());
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  const char* path = sig == SIGTERM ? g_got_term.c_str() : g_got_int.c_str();
+  int fd = ::open(path, O_WRONLY | O_CREAT, 0644);
   if (fd >= 0) ::close(fd);
   ::_exit(128 + sig);
 }
@@ -42,6 +46,8 @@ static void on_signal(int sig) {
   if (ignore_term) {
     ::signal(SIGTERM, SIG_IGN);
   } else {
+    g_got_term = g_dir + "/got_TERM_" + std::to_string(rank());
+    g_got_int = g_dir + "/got_INT_" + std::to_string(rank());
     ::signal(SIGTERM, on_signal);
     ::signal(SIGINT, on_signal);
   }

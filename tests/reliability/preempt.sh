@@ -9,7 +9,9 @@ rounds=${2:-3}
 source "$(dirname "$0")/lib.sh"
 need "$mlp" "$loomrun" "$data/train-images-idx3-ubyte.gz"
 small_data "$tmp/data" 1024 1000
-read -r -a args <<<"$(mlp_args 6)"  # 192 steps: time for a signal mid-run
+# 1280 steps: a run must outlast its first checkpoint plus the random delay (at most 200 ms) on
+# a fast machine too (the CPU step of this small MLP takes 0.3-0.5 ms: 6 epochs were too short).
+read -r -a args <<<"$(mlp_args 40)"
 args+=(--checkpoint-every 8)  # to see that training runs; the weights do not depend on it
 bound_ms=5000
 
@@ -23,7 +25,7 @@ stop_and_resume() {
   "${launcher[@]}" "$mlp" "${args[@]}" --checkpoint-dir "$dir" >"$tmp/$label.out" 2>&1 &
   local pid=$!
   wait_for_newer "$dir" "" $pid 120 || { bad "$label: no checkpoint appeared"; return; }
-  rand_sleep 300
+  rand_sleep 200
   local t=$(now_ms)
   kill -"$sig" $pid
   wait $pid
