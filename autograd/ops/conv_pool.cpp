@@ -112,9 +112,10 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   return with_batch("max_pool2d", x_in, [&](const Tensor& x) {
     check_pool_args("max_pool2d", x, p);
     auto [out, indices] = backend_for(x.device()).max_pool2d(x, p);
-    return record("max_pool2d", out, {x}, [indices = indices, shape = x.shape()](const Tensor& g) {
-      return Grads{backend_for(g.device()).max_pool2d_backward(g, indices, shape)};
-    });
+    return record("max_pool2d", out, {x},
+                  [indices = indices, shape = x.shape(), p](const Tensor& g) {
+                    return Grads{backend_for(g.device()).max_pool2d_backward(g, indices, shape, p)};
+                  });
   });
 }
 

@@ -16,7 +16,8 @@ namespace loom {
 
 namespace {
 
-// weight, bias, running stats: undefined, or one value per channel on x's device.
+// weight, bias, running stats: undefined, or one value per channel on x's device. same_dtype:
+// x's dtype, or float32 for a float16/bfloat16 x (the parameters under autocast).
 void check_channel_vector(const Tensor& x, const Tensor& t, const char* what, bool same_dtype) {
   if (!t.defined()) return;
   LOOM_CHECK(t.device() == x.device(), "batch_norm: ", what, " ", describe(t),
@@ -24,9 +25,11 @@ void check_channel_vector(const Tensor& x, const Tensor& t, const char* what, bo
   LOOM_CHECK(t.dim() == 1 && t.size(0) == x.size(1), "batch_norm: ", what, " ", t.shape(),
              " does not match the ", x.size(1), " channels of input ", x.shape(), " (expected [",
              x.size(1), "])");
+  const bool half = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
   if (same_dtype)
-    LOOM_CHECK(t.dtype() == x.dtype(), "batch_norm: ", what, " ", describe(t), " and input ",
-               describe(x), " have different dtypes");
+    LOOM_CHECK(t.dtype() == x.dtype() || (half && t.dtype() == DType::F32), "batch_norm: ", what,
+               " ", describe(t), " and input ", describe(x),
+               " have different dtypes (a float16/bfloat16 input also takes float32)");
   else
     detail::check_floating("batch_norm", t);
 }
@@ -50,15 +53,20 @@ std::vector<int64_t> non_channel_dims(const Tensor& x) {
 Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps, bool relu) {
-  // Under autocast (Note [Autocast policy]) a float16/bfloat16 input stays in its dtype, with
-  // weight and bias cast to it: the kernels accumulate the statistics and compute in float32 and
-  // only read and write the low-precision values (half the bytes of a float32 round trip, and no
-  // casts around the layer). The running statistics stay float32. A float32 input stays float32.
+  // Under autocast (Note [Autocast policy]) a float16/bfloat16 input stays in its dtype and the
+  // float32 weight and bias stay float32: the kernels accumulate the statistics and compute in
+  // float32, read the parameters as they are and read and write only the low-precision
+  // activations (half the bytes of a float32 round trip, and no cast kernels around the layer:
+  // the parameter gradients come back float32 directly). The running statistics stay float32.
+  // A float32 input stays float32.
   const std::optional<DType> low = amp::autocast_dtype();
   const bool keep_low = low && x_in.dtype() == *low;
+  auto param = [&](const Tensor& t) {
+    if (!keep_low) return amp::cast_fp32(t);
+    return t.defined() && t.dtype() != DType::F32 ? amp::cast_lower(t) : t;
+  };
   const Tensor x = keep_low ? x_in : amp::cast_fp32(x_in);
-  const Tensor weight = keep_low ? amp::cast_lower(weight_in) : amp::cast_fp32(weight_in);
-  const Tensor bias = keep_low ? amp::cast_lower(bias_in) : amp::cast_fp32(bias_in);
+  const Tensor weight = param(weight_in), bias = param(bias_in);
   detail::check_defined("batch_norm", x);
   detail::check_floating("batch_norm", x);
   LOOM_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dims (N, C, ...), got ",

@@ -4,6 +4,7 @@
 // x is read as (N, C, L), L the product of the trailing dims. f16/bf16 accumulate in float32,
 // f64 in float64; save_mean/save_invstd are float32 (float64 for f64 inputs).
 // Leaves out: the eval backward (elementwise, in the op layer), cuDNN's batch norm, NHWC.
+// The naive reference beside the fast statistics pass: bn_stats_naive_kernel (two passes).
 #include <algorithm>
 #include <cmath>
 
@@ -12,6 +13,9 @@
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/vector_walk.cuh"
 #include "kernels/functors.h"
 #include "kernels/raw_ops.h"
 
@@ -22,11 +26,11 @@ namespace {
 // Note [Split Welford]
 // One block per channel leaves most of an H200 idle when C is 32..128 (the cnn workload) and
 // each channel holds 200k values. So channel c is split over S blocks (grid (S, C)); each thread
-// runs Welford's update over its strided share, the block merges the threads' (count, mean, M2)
-// with Chan et al.'s pairwise formula through warp shuffles, and a per-channel finalize kernel
-// merges the S block partials in float64. Welford (rather than sum and sum of squares) keeps the
-// variance accurate when |mean| >> std. Threads walk the channel's flat index j = n * L + l
-// without a division per element: (n, l) advance by (blockDim / L, blockDim % L) with a carry.
+// sums its strided share (Note [Shifted sums]) into a Welford state (count, mean, M2), the block
+// merges the threads' states with Chan et al.'s pairwise formula through warp shuffles, and a
+// per-channel finalize kernel merges the S block partials in float64. Merging (count, mean, M2)
+// rather than adding sums and sums of squares keeps the variance accurate when |mean| >> std.
+// Threads read vectors and find them without a division per load (Note [Vector walks]).
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -43,9 +47,7 @@ NormGeom norm_geom(const Tensor& x) {
 
 // Splits per channel: enough blocks for about 4 per multiprocessor, each block >= 2048 values.
 int64_t splits_for(const NormGeom& g, int device) {
-  int sms = 0;
-  LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int64_t want = (4 * int64_t(sms) + g.C - 1) / std::max<int64_t>(g.C, 1);
+  int64_t want = (4 * int64_t(multiprocessor_count(device)) + g.C - 1) / std::max<int64_t>(g.C, 1);
   int64_t most = std::max<int64_t>(1, g.M / 2048);
   return std::clamp<int64_t>(std::min(want, most), 1, 1024);
 }
@@ -54,12 +56,6 @@ template <typename A>
 struct Welford {
   int64_t n = 0;
   A mean = 0, m2 = 0;
-  __device__ void add(A v) {
-    ++n;
-    A d = v - mean;
-    mean += d / A(n);
-    m2 += d * (v - mean);
-  }
   __device__ void merge(int64_t nb, A mb, A m2b) {
     if (nb == 0) return;
     int64_t nt = n + nb;
@@ -101,32 +97,55 @@ __device__ A block_sum(A v) {
   return v;
 }
 
-// The walk of one block over its share [j0, j1) of channel c's M values.
-struct ChannelWalk {
-  int64_t j, n, l, step_n, step_l;
-  __device__ ChannelWalk(int64_t j0, int64_t L) {
-    j = j0 + threadIdx.x;
-    n = j / L, l = j - n * L;
-    step_n = blockDim.x / L, step_l = blockDim.x % L;
-  }
-  __device__ void next(int64_t L) {
-    j += blockDim.x;
-    n += step_n, l += step_l;
-    if (l >= L) l -= L, ++n;
-  }
-};
+// Loads in flight per thread in the channel reductions.
+constexpr int kUnroll = 4;
 
-// x: (N, C, L) -> Welford partials (C, S): count, mean, M2 of each block's share.
-template <typename T>
+// Note [Shifted sums]
+// Each thread sums d = x - K and d^2 over its share, K = channel c's first value, and turns them
+// into its Welford state (n, mean, M2) = (n, K + s1/n, s2 - s1^2/n) once at the end; the block
+// then merges the threads' states (Chan et al.) as before. Two FMAs per value instead of a
+// division per value (Welford's update). K is one of the channel's own values, so d is of the
+// size of the spread rather than of the mean, and s2 - s1^2/n loses only a factor
+// (1 + (mean - K)^2 / var) of float32's precision: nothing when |mean| >> std, where the plain sum
+// of squares would lose every digit.
+//
+// x: (N, C, L) -> Welford partials (C, S): count, mean, M2 of each block's share, read as vectors
+// of V (Note [Vector walks]).
+template <typename T, int V>
 __global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g,
                                         int64_t* __restrict__ pn, acc_t<T>* __restrict__ pmean,
                                         acc_t<T>* __restrict__ pm2) {
   using A = acc_t<T>;
-  int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
-  int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
-  const T* xc = x + c * g.L;
+  using VT = Vec<T, V>;
+  const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x, Lv = g.L / V, Mv = g.N * Lv;
+  const int64_t chunk = (Mv + S - 1) / S, t0 = s * chunk, t1 = min(Mv, t0 + chunk);
+  const VT* xv = reinterpret_cast<const VT*>(x);
+  const A K = A(x[c * g.L]);
+  A s1 = 0, s2 = 0;
+  int64_t count = 0;
+  for (Walk w(t0 + threadIdx.x, blockDim.x, Lv); w.t < t1;) {
+    VT v[kUnroll];
+    int got = 0;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u, w.next(blockDim.x, Lv))
+      if (w.t < t1) v[u] = xv[(w.a * g.C + c) * Lv + w.l], got = u + 1;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < got)
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          A d = A(v[u].v[j]) - K;
+          s1 += d;
+          s2 += d * d;
+        }
+    count += int64_t(got) * V;
+  }
   Welford<A> w;
-  for (ChannelWalk it(j0, g.L); it.j < j1; it.next(g.L)) w.add(A(xc[it.n * g.C * g.L + it.l]));
+  if (count > 0) {
+    w.n = count;
+    w.mean = K + s1 / A(count);
+    w.m2 = max(A(0), s2 - s1 * s1 / A(count));
+  }
   block_merge(w);
   if (threadIdx.x == 0) pn[c * S + s] = w.n, pmean[c * S + s] = w.mean, pm2[c * S + s] = w.m2;
 }
@@ -170,16 +189,35 @@ __device__ void merge_partials(const int64_t* pn, const A* pmean, const A* pm2, 
   var = n > 0 ? m2 / n : 0.0;
 }
 
+// A per-channel vector (weight, bias, or their gradients): x's dtype T, or float32 when x is
+// float16/bfloat16 (autocast keeps the float32 parameters and the kernels read them directly, with
+// no cast kernels around the layer), or absent (null).
+template <typename T>
+struct ChannelVec {
+  void* p = nullptr;
+  bool f32 = false;
+  __device__ double get(int64_t c, double absent) const {
+    if (!p) return absent;
+    return f32 ? double(static_cast<const float*>(p)[c]) : double(acc_t<T>(static_cast<T*>(p)[c]));
+  }
+  __device__ void set(int64_t c, acc_t<T> v) const {
+    if (f32)
+      static_cast<float*>(p)[c] = float(v);
+    else
+      static_cast<T*>(p)[c] = T(v);
+  }
+};
+
 // Per channel: statistics -> save_mean/save_invstd, the affine coefficients, and (optionally)
 // the running-stat update. In eval (pn == nullptr) the running stats are the statistics.
 // var_out (optional) receives the biased variance (for batch_norm_stats).
-// w, b: x's dtype T or null; running: R or null.
+// running: R or null.
 template <typename T, typename R>
 __global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, const acc_t<T>* pm2,
-                                   int64_t S, int64_t C, int64_t M, const T* w, const T* b,
-                                   R* run_mean, R* run_var, double momentum, double eps,
-                                   acc_t<T>* save_mean, acc_t<T>* save_invstd, acc_t<T>* scale,
-                                   acc_t<T>* shift, acc_t<T>* var_out) {
+                                   int64_t S, int64_t C, int64_t M, ChannelVec<T> w,
+                                   ChannelVec<T> b, R* run_mean, R* run_var, double momentum,
+                                   double eps, acc_t<T>* save_mean, acc_t<T>* save_invstd,
+                                   acc_t<T>* scale, acc_t<T>* shift, acc_t<T>* var_out) {
   using A = acc_t<T>;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
        c += int64_t(gridDim.x) * blockDim.x) {
@@ -191,7 +229,7 @@ __global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, con
       var = run_var ? double(acc_t<R>(run_var[c])) : 1.0;
     }
     double invstd = 1.0 / sqrt(var + eps);
-    double wc = w ? double(acc_t<T>(w[c])) : 1.0, bc = b ? double(acc_t<T>(b[c])) : 0.0;
+    double wc = w.get(c, 1.0), bc = b.get(c, 0.0);
     save_mean[c] = A(mean);
     save_invstd[c] = A(invstd);
     if (var_out) var_out[c] = A(var);
@@ -206,50 +244,67 @@ __global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, con
   }
 }
 
-// y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu. Grid: (chunks of L, planes
-// N * C).
-template <typename T>
+// y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu; V elements per thread per
+// step over the whole tensor (Note [Vector walks]).
+template <typename T, int V>
 __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* mean,
                                 const acc_t<T>* scale, const acc_t<T>* shift, NormGeom g,
                                 bool relu) {
   using A = acc_t<T>;
-  for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
-    int64_t c = plane % g.C;
-    A m = mean[c], a = scale[c], b = shift[c];
-    const T* xp = x + plane * g.L;
-    T* yp = y + plane * g.L;
-    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L;
-         l += int64_t(gridDim.x) * blockDim.x) {
-      A v = (A(xp[l]) - m) * a + b;
-      yp[l] = T(relu && !(v > A(0)) ? A(0) : v);
+  using VT = Vec<T, V>;
+  const int64_t Lv = g.L / V, total = g.N * g.C * Lv, step = int64_t(gridDim.x) * blockDim.x;
+  const VT* xv = reinterpret_cast<const VT*>(x);
+  VT* yv = reinterpret_cast<VT*>(y);
+  Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
+  int64_t c = w.a % g.C, dc = w.da % g.C;
+  while (w.t < total) {
+    const A m = mean[c], a = scale[c], b = shift[c];
+    VT in = xv[w.t], out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      A v = (A(in.v[j]) - m) * a + b;
+      out.v[j] = T(relu && !(v > A(0)) ? A(0) : v);
     }
+    yv[w.t] = out;
+    c += dc + (w.next(step, Lv) ? 1 : 0);
+    if (c >= g.C) c -= g.C;
   }
 }
 
-// The incoming gradient at one element, masked by the fused ReLU's output (relu_y null: none).
-template <typename T>
-__device__ inline acc_t<T> masked_grad(const T* gy, const T* relu_y, int64_t i) {
-  using A = acc_t<T>;
-  return relu_y && !(A(relu_y[i]) > A(0)) ? A(0) : A(gy[i]);
-}
-
-// gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean).
-template <typename T>
+// gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean), dy masked by the fused ReLU's
+// output (relu_y null: none); read as vectors of V.
+template <typename T, int V>
 __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __restrict__ x,
                                            const T* __restrict__ relu_y, NormGeom g,
                                            const acc_t<T>* mean, acc_t<T>* psdy, acc_t<T>* psdyx) {
   using A = acc_t<T>;
-  int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
-  int64_t chunk = (g.M + S - 1) / S, j0 = s * chunk, j1 = min(g.M, j0 + chunk);
-  const T* xc = x + c * g.L;
-  const T* gc = gy + c * g.L;
-  const T* yc = relu_y ? relu_y + c * g.L : nullptr;
-  A m = mean[c], sdy = 0, sdyx = 0;
-  for (ChannelWalk it(j0, g.L); it.j < j1; it.next(g.L)) {
-    int64_t off = it.n * g.C * g.L + it.l;
-    A d = masked_grad(gc, yc, off);
-    sdy += d;
-    sdyx += d * (A(xc[off]) - m);
+  using VT = Vec<T, V>;
+  const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x, Lv = g.L / V, Mv = g.N * Lv;
+  const int64_t chunk = (Mv + S - 1) / S, t0 = s * chunk, t1 = min(Mv, t0 + chunk);
+  const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy),
+           *yv = reinterpret_cast<const VT*>(relu_y);
+  const A m = mean[c];
+  A sdy = 0, sdyx = 0;
+  for (Walk w(t0 + threadIdx.x, blockDim.x, Lv); w.t < t1;) {
+    VT xs[kUnroll], gs[kUnroll], ys[kUnroll];
+    int got = 0;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u, w.next(blockDim.x, Lv))
+      if (w.t < t1) {  // the valid loads are a prefix: got counts them
+        int64_t i = (w.a * g.C + c) * Lv + w.l;
+        xs[u] = xv[i], gs[u] = gv[i];
+        if (relu_y) ys[u] = yv[i];
+        got = u + 1;
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < got)
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          A d = relu_y && !(A(ys[u].v[j]) > A(0)) ? A(0) : A(gs[u].v[j]);
+          sdy += d;
+          sdyx += d * (A(xs[u].v[j]) - m);
+        }
   }
   sdy = block_sum(sdy);
   sdyx = block_sum(sdyx);
@@ -260,51 +315,76 @@ __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __
 // k = w invstd, off = db / M, slope = invstd^2 sum(dy (x - mean)) / M.
 template <typename T>
 __global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>* psdyx, int64_t S,
-                                            int64_t C, int64_t M, const T* w,
-                                            const acc_t<T>* invstd, T* grad_w, T* grad_b,
-                                            acc_t<T>* k, acc_t<T>* off, acc_t<T>* slope) {
+                                            int64_t C, int64_t M, ChannelVec<T> w,
+                                            const acc_t<T>* invstd, ChannelVec<T> grad_w,
+                                            ChannelVec<T> grad_b, acc_t<T>* k, acc_t<T>* off,
+                                            acc_t<T>* slope) {
   using A = acc_t<T>;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
        c += int64_t(gridDim.x) * blockDim.x) {
     double sdy = 0, sdyx = 0;
     for (int64_t s = 0; s < S; ++s)
       sdy += double(psdy[c * S + s]), sdyx += double(psdyx[c * S + s]);
-    double is = double(invstd[c]), wc = w ? double(acc_t<T>(w[c])) : 1.0;
-    if (grad_w) grad_w[c] = T(A(sdyx * is)), grad_b[c] = T(A(sdy));
+    double is = double(invstd[c]), wc = w.get(c, 1.0);
+    if (grad_w.p) grad_w.set(c, A(sdyx * is)), grad_b.set(c, A(sdy));
     k[c] = A(wc * is);
     off[c] = A(sdy / double(M));
     slope[c] = A(is * is * sdyx / double(M));
   }
 }
 
-// dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]). Grid as bn_apply_kernel.
-template <typename T>
+// dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]), dy masked by the fused ReLU's output; walks
+// the tensor as bn_apply_kernel does.
+template <typename T, int V>
 __global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __restrict__ x,
                                          const T* __restrict__ relu_y, T* __restrict__ gx,
                                          const acc_t<T>* mean, const acc_t<T>* k,
                                          const acc_t<T>* off, const acc_t<T>* slope, NormGeom g) {
   using A = acc_t<T>;
-  for (int64_t plane = blockIdx.y; plane < g.N * g.C; plane += gridDim.y) {
-    int64_t c = plane % g.C;
-    A m = mean[c], kc = k[c], oc = off[c], sc = slope[c];
-    const T* xp = x + plane * g.L;
-    const T* gp = gy + plane * g.L;
-    const T* yp = relu_y ? relu_y + plane * g.L : nullptr;
-    T* op = gx + plane * g.L;
-    for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < g.L;
-         l += int64_t(gridDim.x) * blockDim.x)
-      op[l] = T(kc * (masked_grad(gp, yp, l) - oc - (A(xp[l]) - m) * sc));
+  using VT = Vec<T, V>;
+  const int64_t Lv = g.L / V, total = g.N * g.C * Lv, step = int64_t(gridDim.x) * blockDim.x;
+  const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy),
+           *yv = reinterpret_cast<const VT*>(relu_y);
+  VT* ov = reinterpret_cast<VT*>(gx);
+  Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
+  int64_t c = w.a % g.C, dc = w.da % g.C;
+  while (w.t < total) {
+    const A m = mean[c], kc = k[c], oc = off[c], sc = slope[c];
+    VT xs = xv[w.t], gs = gv[w.t], ys{}, out;
+    if (relu_y) ys = yv[w.t];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      A d = relu_y && !(A(ys.v[j]) > A(0)) ? A(0) : A(gs.v[j]);
+      out.v[j] = T(kc * (d - oc - (A(xs.v[j]) - m) * sc));
+    }
+    ov[w.t] = out;
+    c += dc + (w.next(step, Lv) ? 1 : 0);
+    if (c >= g.C) c -= g.C;
   }
 }
 
 DType acc_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-// Launch shape of the per-plane kernels: threads over L, blocks over (L chunks, planes).
-void plane_launch(const NormGeom& g, dim3& grid, dim3& block) {
-  int threads = g.L >= 128 ? 128 : int((g.L + 31) / 32 * 32);
-  block = dim3(unsigned(std::max(threads, 32)));
-  grid = dim3(unsigned(std::min<int64_t>((g.L + block.x - 1) / block.x, 1024)),
-              unsigned(std::min<int64_t>(g.N * g.C, 65535)));
+// The kernels' view of a weight, bias or gradient vector (undefined: absent).
+template <typename T>
+ChannelVec<T> channel_vec(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {t.data_ptr(), t.dtype() == DType::F32 && sizeof(T) == 2};
+}
+
+// weight and bias: x's dtype, or float32 for a float16/bfloat16 x.
+void check_channel_dtype(const char* op, const Tensor& x, const Tensor& t, const char* what) {
+  if (!t.defined()) return;
+  bool half = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
+  LOOM_CHECK(t.dtype() == x.dtype() || (half && t.dtype() == DType::F32), op, ": ", what, " ",
+             describe(t), " must have the dtype of input ", describe(x),
+             " (or float32 for a float16/bfloat16 input)");
+}
+
+// Blocks for a grid-stride pass over n vectors: enough to fill the device, at most 16 per SM.
+unsigned walk_blocks(int64_t n, int device) {
+  static_assert(kThreads == kBlockSize, "grid_for sizes blocks of kBlockSize threads");
+  return unsigned(grid_for(n, device, 16));
 }
 
 unsigned channel_blocks(int64_t C) {
@@ -325,10 +405,12 @@ Partials stats_partials(const Tensor& x, const NormGeom& g, cudaStream_t stream)
   p.n = empty({g.C, p.S}, {.dtype = DType::I64, .device = x.device()});
   p.mean = empty({g.C, p.S}, {.dtype = ad, .device = x.device()});
   p.m2 = empty({g.C, p.S}, {.dtype = ad, .device = x.device()});
-  bn_stats_partial_kernel<T><<<dim3(unsigned(p.S), unsigned(g.C)), kThreads, 0, stream>>>(
-      x.data<T>(), g, p.n.data<int64_t>(), static_cast<acc_t<T>*>(p.mean.data_ptr()),
-      static_cast<acc_t<T>*>(p.m2.data_ptr()));
-  LOOM_CUDA_CHECK_LAUNCH("bn_stats_partial_kernel");
+  with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr()}), [&](auto V) {
+    bn_stats_partial_kernel<T, V><<<dim3(unsigned(p.S), unsigned(g.C)), kThreads, 0, stream>>>(
+        x.data<T>(), g, p.n.data<int64_t>(), static_cast<acc_t<T>*>(p.mean.data_ptr()),
+        static_cast<acc_t<T>*>(p.m2.data_ptr()));
+    LOOM_CUDA_CHECK_LAUNCH("bn_stats_partial_kernel");
+  });
   return p;
 }
 
@@ -366,10 +448,9 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
     Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
     bn_finalize_kernel<scalar_t, float><<<channel_blocks(g.C), kThreads, 0, stream>>>(
         p.n.data<int64_t>(), static_cast<A*>(p.mean.data_ptr()), static_cast<A*>(p.m2.data_ptr()),
-        p.S, g.C, g.M, nullptr, nullptr, nullptr, nullptr, 0.0, 1.0,
-        static_cast<A*>(mean.data_ptr()), static_cast<A*>(invstd.data_ptr()),
-        static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()),
-        static_cast<A*>(var.data_ptr()));
+        p.S, g.C, g.M, {}, {}, nullptr, nullptr, 0.0, 1.0, static_cast<A*>(mean.data_ptr()),
+        static_cast<A*>(invstd.data_ptr()), static_cast<A*>(scale.data_ptr()),
+        static_cast<A*>(shift.data_ptr()), static_cast<A*>(var.data_ptr()));
     LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
   });
   return {mean, var};
@@ -388,6 +469,8 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
   DType ad = acc_dtype(x.dtype());
   Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
   Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
+  check_channel_dtype("batch_norm", x, w, "weight");
+  check_channel_dtype("batch_norm", x, b, "bias");
   // Running stats are updated in place, so they must be written where they live.
   LOOM_CHECK(!running_mean.defined() || running_mean.is_contiguous(), "batch_norm: running_mean ",
              describe(running_mean), " must be contiguous on CUDA");
@@ -406,8 +489,7 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
       using A = acc_t<T>;
       Partials p{};
       if (batch_stats) p = stats_partials<T>(x, g, stream);
-      const T* wp = w.defined() ? w.data<T>() : nullptr;
-      const T* bp = b.defined() ? b.data<T>() : nullptr;
+      const ChannelVec<T> wp = channel_vec<T>(w), bp = channel_vec<T>(b);
       DType rdt = running_mean.defined() ? running_mean.dtype() : DType::F32;
       LOOM_CHECK(!running_var.defined() || running_var.dtype() == rdt, "batch_norm: running_mean ",
                  describe(running_mean), " and running_var ", describe(running_var),
@@ -427,12 +509,12 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
         LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
       });
       if (x.numel() > 0) {
-        dim3 grid, block;
-        plane_launch(g, grid, block);
-        bn_apply_kernel<T><<<grid, block, 0, stream>>>(
-            x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
-            static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), g, relu);
-        LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
+        with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), out.y.data_ptr()}), [&](auto V) {
+          bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
+              x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
+              static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), g, relu);
+          LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
+        });
       }
     });
   }
@@ -458,13 +540,14 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
   Tensor mean = raw::contiguous(raw::cast(save_mean0, ad)),
          invstd = raw::contiguous(raw::cast(save_invstd0, ad));
   Tensor w = weight.defined() ? raw::contiguous(weight) : Tensor();
+  check_channel_dtype("batch_norm_backward", x, w, "weight");
 
   BatchNormGrads out;
   out.grad_input = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  Tensor gw, gb;  // in x's dtype (== weight's), converted to weight's dtype at the end
+  Tensor gw, gb;  // in weight's dtype
   if (w.defined()) {
-    gw = empty({g.C}, {.dtype = x.dtype(), .device = x.device()});
-    gb = empty({g.C}, {.dtype = x.dtype(), .device = x.device()});
+    gw = empty({g.C}, {.dtype = w.dtype(), .device = x.device()});
+    gb = empty({g.C}, {.dtype = w.dtype(), .device = x.device()});
   }
   if (g.C > 0 && g.M > 0) {
     int64_t S = splits_for(g, dev);
@@ -477,33 +560,34 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       using T = scalar_t;
       using A = acc_t<T>;
       const A* mp = static_cast<const A*>(mean.data_ptr());
-      bn_backward_partial_kernel<T><<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
-          gy.data<T>(), x.data<T>(), ry.defined() ? ry.data<T>() : nullptr, g, mp,
-          static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()));
-      LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
+      const T* ryp = ry.defined() ? ry.data<T>() : nullptr;
+      const int width =
+          vec_width_for<T>(g.L, {gy.data_ptr(), x.data_ptr(), ryp, out.grad_input.data_ptr()});
+      with_vec_width<T>(width, [&](auto V) {
+        bn_backward_partial_kernel<T, V><<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
+            gy.data<T>(), x.data<T>(), ryp, g, mp, static_cast<A*>(psdy.data_ptr()),
+            static_cast<A*>(psdyx.data_ptr()));
+        LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
+      });
       bn_backward_finalize_kernel<T><<<channel_blocks(g.C), kThreads, 0, stream>>>(
           static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()), S, g.C, g.M,
-          w.defined() ? w.data<T>() : nullptr, static_cast<const A*>(invstd.data_ptr()),
-          gw.defined() ? gw.data<T>() : nullptr, gb.defined() ? gb.data<T>() : nullptr,
-          static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
+          channel_vec<T>(w), static_cast<const A*>(invstd.data_ptr()), channel_vec<T>(gw),
+          channel_vec<T>(gb), static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
           static_cast<A*>(slope.data_ptr()));
       LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
-      dim3 grid, block;
-      plane_launch(g, grid, block);
-      bn_backward_apply_kernel<T><<<grid, block, 0, stream>>>(
-          gy.data<T>(), x.data<T>(), ry.defined() ? ry.data<T>() : nullptr,
-          out.grad_input.data<T>(), mp, static_cast<A*>(k.data_ptr()),
-          static_cast<A*>(off.data_ptr()), static_cast<A*>(slope.data_ptr()), g);
-      LOOM_CUDA_CHECK_LAUNCH("bn_backward_apply_kernel");
+      with_vec_width<T>(width, [&](auto V) {
+        bn_backward_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
+            gy.data<T>(), x.data<T>(), ryp, out.grad_input.data<T>(), mp,
+            static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
+            static_cast<A*>(slope.data_ptr()), g);
+        LOOM_CUDA_CHECK_LAUNCH("bn_backward_apply_kernel");
+      });
     });
   } else if (w.defined() && g.C > 0) {
     fill_(gw, 0.0);
     fill_(gb, 0.0);
   }
-  if (w.defined()) {
-    out.grad_weight = raw::cast(gw, weight.dtype());
-    out.grad_bias = raw::cast(gb, weight.dtype());
-  }
+  if (w.defined()) out.grad_weight = gw, out.grad_bias = gb;
   return out;
 }
 

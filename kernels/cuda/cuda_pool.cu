@@ -2,8 +2,9 @@
 // the CPU backend's semantics (kernels/cpu/cpu_pool.cpp): max pooling pads with -inf, returns the
 // argmax as an index into each H*W plane (first maximum wins, a NaN wins at once); average
 // pooling divides by the window clipped to the padded input (count_include_pad) or the real one.
-// One thread per output element forward. Backward: average pooling gathers per input element
-// (Note [Pool gather]); max pooling scatters by the saved indices (Note [Max pool scatter]).
+// One thread per output element forward. Backward: both gather per input element (Note [Pool
+// gather], Note [Max pool gather]); max pooling's scatter by the saved indices is kept as its naive
+// version (Note [Max pool scatter]). Index arithmetic is 32-bit when the tensors allow it.
 // Leaves out: ceil_mode, dilation, NHWC layouts, cuDNN's pooling.
 #include <algorithm>
 
@@ -11,6 +12,7 @@
 #include "core/cuda/stream.h"
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/functors.h"
 #include "kernels/layout.h"
 #include "kernels/raw_ops.h"
@@ -20,11 +22,17 @@ namespace loom::cuda {
 namespace {
 
 // Note [Max pool scatter]
-// max_pool2d_backward gets the indices but not the window geometry, so it scatters: one thread per
-// output adds its gradient at its argmax with an atomic add. When windows do not overlap
-// (stride >= kernel, the usual 2x2/2) each input receives at most one add and the result is
-// exact and deterministic; with overlapping windows the few adds into one element may come in
-// any order (float rounding may then differ between runs in the last bit).
+// The naive backward scatters: one thread per output adds its gradient at its argmax with an
+// atomic add, into a zero-filled float32 (double for f64) buffer that is then cast to the
+// gradient's dtype. With overlapping windows the few adds into one element may come in any order
+// (float rounding may then differ between runs in the last bit). It costs a zero-fill pass, the
+// atomics and, for the half types, a buffer twice the size plus a cast pass.
+//
+// Note [Max pool gather]
+// The fast backward gathers instead: each thread owns one input element (h, w) and sums the
+// gradients of the outputs whose window covers it (the bounds of Note [Pool gather]) and whose
+// saved argmax is (h, w). Every input element is written exactly once, in its own dtype: no
+// zero-fill, no atomics, no cast pass, and the same sum order on every run.
 //
 // Note [Pool gather]
 // A backward pass that scatters (each output adds into its window) needs atomics where windows
@@ -43,22 +51,56 @@ unsigned blocks_for(int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
+// PoolGeom in the index type I (int32_t when every index fits, else int64_t).
+template <typename I>
+struct Geom {
+  I planes, H, W, P, Q, kh, kw, sh, sw, ph, pw;
+  explicit Geom(const PoolGeom& g)
+      : planes(I(g.planes)),
+        H(I(g.H)),
+        W(I(g.W)),
+        P(I(g.P)),
+        Q(I(g.Q)),
+        kh(I(g.kh)),
+        kw(I(g.kw)),
+        sh(I(g.sh)),
+        sw(I(g.sw)),
+        ph(I(g.ph)),
+        pw(I(g.pw)) {}
+};
+
+bool fits_int32(const PoolGeom& g) {
+  constexpr int64_t kMax = int64_t(1) << 30;  // headroom for the grid-stride step
+  return g.planes * g.H * g.W < kMax && g.planes * g.P * g.Q < kMax;
+}
+
+// Calls f(I{}) with I = int32_t when the geometry's indices fit, else int64_t.
+template <typename F>
+void with_index_type(const PoolGeom& g, const F& f) {
+  if (fits_int32(g))
+    f(int32_t{});
+  else
+    f(int64_t{});
+}
+
 // x: (planes, H, W) -> y, idx: (planes, P, Q)
-template <typename T>
+template <typename T, typename I>
 __global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                  int64_t* __restrict__ idx, PoolGeom g) {
+                                  int64_t* __restrict__ idx, Geom<I> g) {
   using A = acc_t<T>;
-  LOOM_GRID_STRIDE(o, g.planes * g.P * g.Q) {
-    int64_t q = o % g.Q, t = o / g.Q, p = t % g.P, plane = t / g.P;
-    const T* xp = x + plane * g.H * g.W;
-    int64_t h0 = p * g.sh - g.ph, w0 = q * g.sw - g.pw;
-    int64_t h1 = min(h0 + g.kh, g.H), w1 = min(w0 + g.kw, g.W);
-    h0 = max(h0, int64_t(0)), w0 = max(w0, int64_t(0));
+  const I n = g.planes * g.P * g.Q;
+  for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < n;
+       o += I(gridDim.x * blockDim.x)) {
+    I q = o % g.Q, t = o / g.Q, p = t % g.P, plane = t / g.P;
+    const T* xp = x + int64_t(plane) * g.H * g.W;
+    I h0 = p * g.sh - g.ph, w0 = q * g.sw - g.pw;
+    I h1 = min(I(h0 + g.kh), g.H), w1 = min(I(w0 + g.kw), g.W);
+    h0 = max(h0, I(0)), w0 = max(w0, I(0));
     A best = -INFINITY;
-    int64_t arg = h0 * g.W + w0;  // the first real element, if all are -inf
+    I arg = h0 * g.W + w0;  // the first real element, if all are -inf
     bool nan = false;
-    for (int64_t h = h0; h < h1 && !nan; ++h)
-      for (int64_t w = w0; w < w1 && !nan; ++w) {
+    for (I h = h0; h < h1 && !nan; ++h)
+      for (I w = w0; w < w1 && !nan; ++w) {
         A v = A(xp[h * g.W + w]);
         nan = v != v;
         if (v > best || nan) {
@@ -67,7 +109,31 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y,
         }
       }
     y[o] = T(best);
-    idx[o] = arg;
+    idx[o] = int64_t(arg);
+  }
+}
+
+// gy, idx: (planes, P, Q) -> gx: (planes, H, W) (Note [Max pool gather]).
+template <typename T, typename I>
+__global__ void max_pool2d_backward_gather_kernel(const T* __restrict__ gy,
+                                                  const int64_t* __restrict__ idx,
+                                                  T* __restrict__ gx, Geom<I> g) {
+  using A = acc_t<T>;
+  const I HW = g.H * g.W, n = g.planes * HW;
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n;
+       i += I(gridDim.x * blockDim.x)) {
+    I plane = i / HW, hw = i - plane * HW, h = hw / g.W, w = hw - h * g.W;
+    I p0 = h + g.ph < g.kh ? 0 : (h + g.ph - g.kh) / g.sh + 1;
+    I p1 = min(I((h + g.ph) / g.sh + 1), g.P);
+    I q0 = w + g.pw < g.kw ? 0 : (w + g.pw - g.kw) / g.sw + 1;
+    I q1 = min(I((w + g.pw) / g.sw + 1), g.Q);
+    const int64_t* ip = idx + int64_t(plane) * g.P * g.Q;
+    const T* gp = gy + int64_t(plane) * g.P * g.Q;
+    A s = 0;
+    for (I p = p0; p < p1; ++p)
+      for (I q = q0; q < q1; ++q)
+        if (ip[p * g.Q + q] == int64_t(hw)) s += A(gp[p * g.Q + q]);
+    gx[i] = T(s);
   }
 }
 
@@ -151,22 +217,43 @@ std::pair<Tensor, Tensor> CudaBackend::max_pool2d(const Tensor& x0, const Pool2d
   int dev = x.device().index;
   DeviceGuard guard(dev);
   LOOM_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
-    max_pool2d_kernel<scalar_t><<<blocks_for(y.numel()), kThreads, 0, current_stream(dev)>>>(
-        x.data<scalar_t>(), y.data<scalar_t>(), idx.data<int64_t>(), g);
-    LOOM_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
+    with_index_type(g, [&](auto index) {
+      using I = decltype(index);
+      max_pool2d_kernel<scalar_t, I><<<blocks_for(y.numel()), kThreads, 0, current_stream(dev)>>>(
+          x.data<scalar_t>(), y.data<scalar_t>(), idx.data<int64_t>(), Geom<I>(g));
+      LOOM_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
+    });
   });
   return {y, idx};
 }
 
 // grad_y, indices: (N, C, P, Q) -> (N, C, H, W) = x_shape
 Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& indices0,
-                                        const Shape& x_shape) {
+                                        const Shape& x_shape, const Pool2dParams& params) {
   Tensor gy = raw::contiguous(grad_y0), idx = raw::contiguous(indices0);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype(), .device = gy.device()});
   if (gx.numel() == 0) return gx;
+  PoolGeom geom = pool_geom(x_shape, params);
+  LOOM_CHECK(gy.dim() == 4 && gy.size(2) == geom.P && gy.size(3) == geom.Q,
+             "max_pool2d_backward: grad_y ", gy.shape(), " does not match the output of input ",
+             x_shape, " with kernel [", params.kernel[0], ", ", params.kernel[1], "], stride [",
+             params.stride[0], ", ", params.stride[1], "] (expected [", x_shape[0], ", ",
+             x_shape[1], ", ", geom.P, ", ", geom.Q, "])");
   int dev = gy.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
+  if (!use_naive_kernels()) {
+    LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
+      with_index_type(geom, [&](auto index) {
+        using I = decltype(index);
+        max_pool2d_backward_gather_kernel<scalar_t, I>
+            <<<blocks_for(gx.numel()), kThreads, 0, stream>>>(
+                gy.data<scalar_t>(), idx.data<int64_t>(), gx.data<scalar_t>(), Geom<I>(geom));
+        LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_gather_kernel");
+      });
+    });
+    return gx;
+  }
   int64_t planes = x_shape[0] * x_shape[1], HW = x_shape[2] * x_shape[3];
   int64_t PQ = gy.dim() == 4 ? gy.size(2) * gy.size(3) : 0;
   bool half = gy.dtype() == DType::F16 || gy.dtype() == DType::BF16;

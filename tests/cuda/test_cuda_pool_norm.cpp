@@ -14,6 +14,7 @@
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
+#include "kernels/cuda/launch.h"
 
 using namespace loom;
 using namespace loom::testing;
@@ -72,8 +73,12 @@ TEST(CudaPool, MaxPoolForwardAndBackward) {
         int64_t plane = int64_t(o) / (g.P() * g.Q());
         gx_ref[size_t(plane * g.H * g.W + idx_ref[o])] += gyv[o];
       }
-      Tensor gx = be().max_pool2d_backward(gy, idx, x.shape());
-      EXPECT_LT(rel_err(gx, gx_ref), tol_of(dt)) << dtype_name(dt) << " backward";
+      Tensor gx = be().max_pool2d_backward(gy, idx, x.shape(), g.p);
+      EXPECT_LT(rel_err(gx, gx_ref), tol_of(dt)) << dtype_name(dt) << " backward (gather)";
+      cuda::set_use_naive_kernels(true);  // the scatter kept beside the gather
+      Tensor gx_naive = be().max_pool2d_backward(gy, idx, x.shape(), g.p);
+      cuda::set_use_naive_kernels(false);
+      EXPECT_LT(rel_err(gx_naive, gx_ref), tol_of(dt)) << dtype_name(dt) << " backward (scatter)";
     }
 }
 
@@ -228,6 +233,50 @@ TEST(CudaBatchNorm, TrainingEvalAndBackward) {
     BatchNormGrads gr_noaffine =
         be().batch_norm_backward(gy, x, Tensor(), out.save_mean, out.save_invstd);
     EXPECT_FALSE(gr_noaffine.grad_weight.defined());
+  }
+}
+
+// Under autocast the float32 weight and bias go to the kernels with a bfloat16/float16 input
+// (no casts around the layer); the result and the float32 parameter gradients match the CPU
+// backend given the same mixed dtypes, with the fused ReLU on.
+TEST(CudaBatchNorm, HalfInputWithFloat32WeightsMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dt : {kBF16, kF16}) {
+    const std::string what = dtype_name(dt);
+    Tensor x = random_tensor({8, 6, 5, 4}, dt, 21, gpu(), 2.0, 0.5);
+    Tensor w = random_tensor({6}, kF32, 22, gpu(), 0.5, 1.0),
+           b = random_tensor({6}, kF32, 23, gpu());
+    Tensor rm = zeros({6}, {.dtype = kF32, .device = gpu()}),
+           rv = ones({6}, {.dtype = kF32, .device = gpu()});
+    Tensor rm_cpu = rm.to(kCPU), rv_cpu = rv.to(kCPU);
+    BatchNormOut out = be().batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5, /*relu=*/true);
+    Backend& cpu = backend_for(kCPU);
+    BatchNormOut ref = cpu.batch_norm(x.to(kCPU), w.to(kCPU), b.to(kCPU), rm_cpu, rv_cpu, true, 0.1,
+                                      1e-5, /*relu=*/true);
+    ASSERT_EQ(out.y.dtype(), dt) << what;
+    const double tol = dt == kF16 ? 2e-3 : 1e-2;
+    EXPECT_LT(rel_err(out.y, host(ref.y)), tol) << what << " y";
+    EXPECT_LT(rel_err(rm, host(rm_cpu)), 1e-5) << what << " running_mean";
+    EXPECT_LT(rel_err(rv, host(rv_cpu)), 1e-5) << what << " running_var";
+
+    Tensor gy = random_tensor(x.shape(), dt, 24, gpu());
+    BatchNormGrads gr = be().batch_norm_backward(gy, x, w, out.save_mean, out.save_invstd, out.y);
+    BatchNormGrads gr_ref = cpu.batch_norm_backward(gy.to(kCPU), x.to(kCPU), w.to(kCPU),
+                                                    ref.save_mean, ref.save_invstd, ref.y);
+    ASSERT_EQ(gr.grad_weight.dtype(), kF32) << what;
+    ASSERT_EQ(gr.grad_bias.dtype(), kF32) << what;
+    EXPECT_LT(rel_err(gr.grad_input, host(gr_ref.grad_input)), 2 * tol) << what << " grad_input";
+    EXPECT_LT(rel_err(gr.grad_weight, host(gr_ref.grad_weight)), tol) << what << " grad_weight";
+    EXPECT_LT(rel_err(gr.grad_bias, host(gr_ref.grad_bias)), tol) << what << " grad_bias";
+  }
+  // Any other mix is refused by name.
+  Tensor x = random_tensor({4, 3, 2, 2}, kF32, 25, gpu());
+  Tensor w64 = random_tensor({3}, kF64, 26, gpu());
+  try {
+    be().batch_norm(x, w64, Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+    ADD_FAILURE() << "a float64 weight with a float32 input was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_norm: weight"), std::string::npos) << e.what();
   }
 }
 

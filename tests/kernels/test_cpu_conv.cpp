@@ -172,7 +172,7 @@ TEST(PoolCpu, MaxPoolIndicesPointIntoEachPlane) {
   EXPECT_EQ(values(y), (std::vector<double>{5, 7, 13, 15, 15, 13, 7, 5}));
   EXPECT_EQ(values(idx), (std::vector<double>{5, 7, 13, 15, 0, 2, 8, 10}));
   Tensor gy = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, {1, 2, 2, 2});
-  auto gx = values(be().max_pool2d_backward(gy, idx, x.shape()));
+  auto gx = values(be().max_pool2d_backward(gy, idx, x.shape(), p));
   std::vector<double> want(32, 0.0);
   want[5] = 1, want[7] = 2, want[13] = 3, want[15] = 4;
   want[16 + 0] = 5, want[16 + 2] = 6, want[16 + 8] = 7, want[16 + 10] = 8;
