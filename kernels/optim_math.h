@@ -61,21 +61,36 @@ struct AdamMath {
 
   // One element: p, m, v (and v_max when amsgrad) are updated in place.
   LOOM_HOST_DEVICE void operator()(T& p, T g, T& m, T& v, T* vmax) const {
+    if (amsgrad)
+      update<true>(p, g, m, v, vmax);
+    else
+      update<false>(p, g, m, v, vmax);
+  }
+
+  // The same with amsgrad known at compile time: a loop over update<false> has no store through
+  // vmax, so the CPU compiler can vectorize it (kernels/cpu/cpu_optim.cpp).
+  template <bool kAmsgrad>
+  LOOM_HOST_DEVICE void update(T& p, T g, T& m, T& v, T* vmax) const {
+    // Branches touch locals only (each of p, m, v is stored once, unconditionally), so a CPU
+    // compiler can turn them into selects and vectorize the loop.
+    T pv = p;
     if (weight_decay != T(0)) {
       if (decoupled)
-        p = p * decay_keep;
+        pv = pv * decay_keep;
       else
-        g = g + weight_decay * p;
+        g = g + weight_decay * pv;
     }
-    m = m + one_minus_beta1 * (g - m);
-    v = beta2 * v + one_minus_beta2 * g * g;
-    T vhat = v;
-    if (amsgrad) {
-      *vmax = *vmax > v ? *vmax : v;
+    const T mv = m + one_minus_beta1 * (g - m);
+    const T vv = beta2 * v + one_minus_beta2 * g * g;
+    m = mv;
+    v = vv;
+    T vhat = vv;
+    if constexpr (kAmsgrad) {
+      *vmax = *vmax > vv ? *vmax : vv;
       vhat = *vmax;
     }
     T denom = math::sqrt(vhat) / bc2_sqrt + eps;
-    p = p - step_size * (m / denom);
+    p = pv - step_size * (mv / denom);
   }
 };
 

@@ -42,7 +42,21 @@ void adam_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
     T* v = exp_avg_sqs[t].data<T>();
     T* vmax = hp.amsgrad ? max_exp_avg_sqs[t].data<T>() : nullptr;
     parallel_for(0, params[t].numel(), kGrainSize / 8, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) math(p[i], g[i], m[i], v[i], vmax ? vmax + i : nullptr);
+      if (vmax) {
+        for (int64_t i = b; i < e; ++i)
+          math.template update<true>(p[i], g[i], m[i], v[i], vmax + i);
+        return;
+      }
+      // Without amsgrad the loop vectorizes: the four tensors are distinct (restrict), and the
+      // per-element math has no store but to them.
+      T* __restrict pb = p + b;
+      const T* __restrict gb = g + b;
+      T* __restrict mb = m + b;
+      T* __restrict vb = v + b;
+      const AdamMath<T> mt = math;
+#pragma omp simd
+      for (int64_t i = 0; i < e - b; ++i)
+        mt.template update<false>(pb[i], gb[i], mb[i], vb[i], nullptr);
     });
   }
   dev.advance();
