@@ -86,24 +86,33 @@ void channel_stats(const T* x, const NormGeom& g, std::vector<double>& mean,
   });
 }
 
-// y = (x - mean[c]) * scale[c] + shift[c]
+// y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu (a NaN becomes 0, as ReluOp)
 template <typename T>
 void affine_per_channel(const T* x, T* y, const NormGeom& g, const std::vector<double>& mean,
-                        const std::vector<double>& scale, const std::vector<double>& shift) {
+                        const std::vector<double>& scale, const std::vector<double>& shift,
+                        bool relu) {
   using A = acc_t<T>;
   for_each_channel(g.C, g.N * g.L, [&](int64_t c) {
     A m = A(mean[c]), a = A(scale[c]), b = A(shift[c]);
     for (int64_t n = 0; n < g.N; ++n) {
       const T* xp = x + (n * g.C + c) * g.L;
       T* yp = y + (n * g.C + c) * g.L;
-      for (int64_t l = 0; l < g.L; ++l) yp[l] = T((A(xp[l]) - m) * a + b);
+      if (relu) {
+        for (int64_t l = 0; l < g.L; ++l) {
+          A v = (A(xp[l]) - m) * a + b;
+          yp[l] = T(v > A(0) ? v : A(0));
+        }
+      } else {
+        for (int64_t l = 0; l < g.L; ++l) yp[l] = T((A(xp[l]) - m) * a + b);
+      }
     }
   });
 }
 
 // gy, x: (N, C, L) contiguous -> gx, and the per-channel sums db, dw (Note [Batch norm formulas]).
+// relu_y (null: none): the forward's output with the fused ReLU; dy counts only where it is > 0.
 template <typename T>
-void batch_norm_backward_kernel(const T* gy, const T* x, T* gx, const NormGeom& g,
+void batch_norm_backward_kernel(const T* gy, const T* x, const T* relu_y, T* gx, const NormGeom& g,
                                 const std::vector<double>& w, const std::vector<double>& mean,
                                 const std::vector<double>& invstd, std::vector<double>& db,
                                 std::vector<double>& dw) {
@@ -115,11 +124,21 @@ void batch_norm_backward_kernel(const T* gy, const T* x, T* gx, const NormGeom& 
     for (int64_t n = 0; n < g.N; ++n) {
       const T* yp = gy + (n * g.C + c) * g.L;
       const T* xp = x + (n * g.C + c) * g.L;
+      const T* rp = relu_y ? relu_y + (n * g.C + c) * g.L : nullptr;
+      if (rp) {
 #pragma omp simd reduction(+ : sdy, sdyx)
-      for (int64_t l = 0; l < g.L; ++l) {
-        double d = double(A(yp[l]));
-        sdy += d;
-        sdyx += d * (double(A(xp[l])) - m);
+        for (int64_t l = 0; l < g.L; ++l) {
+          double d = A(rp[l]) > A(0) ? double(A(yp[l])) : 0.0;
+          sdy += d;
+          sdyx += d * (double(A(xp[l])) - m);
+        }
+      } else {
+#pragma omp simd reduction(+ : sdy, sdyx)
+        for (int64_t l = 0; l < g.L; ++l) {
+          double d = double(A(yp[l]));
+          sdy += d;
+          sdyx += d * (double(A(xp[l])) - m);
+        }
       }
     }
     db[c] = sdy;
@@ -129,8 +148,16 @@ void batch_norm_backward_kernel(const T* gy, const T* x, T* gx, const NormGeom& 
     for (int64_t n = 0; n < g.N; ++n) {
       const T* yp = gy + (n * g.C + c) * g.L;
       const T* xp = x + (n * g.C + c) * g.L;
+      const T* rp = relu_y ? relu_y + (n * g.C + c) * g.L : nullptr;
       T* op = gx + (n * g.C + c) * g.L;
-      for (int64_t l = 0; l < g.L; ++l) op[l] = T(k * (A(yp[l]) - off - (A(xp[l]) - mc) * slope));
+      if (rp) {
+        for (int64_t l = 0; l < g.L; ++l) {
+          A d = A(rp[l]) > A(0) ? A(yp[l]) : A(0);
+          op[l] = T(k * (d - off - (A(xp[l]) - mc) * slope));
+        }
+      } else {
+        for (int64_t l = 0; l < g.L; ++l) op[l] = T(k * (A(yp[l]) - off - (A(xp[l]) - mc) * slope));
+      }
     }
   });
 }
@@ -162,9 +189,8 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
   BatchNormOut out;
   out.y = empty(x.shape(), {.dtype = x.dtype()});
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-    affine_per_channel(x.data<scalar_t>(), out.y.data<scalar_t>(), g, mean, scale, b);
+    affine_per_channel(x.data<scalar_t>(), out.y.data<scalar_t>(), g, mean, scale, b, relu);
   });
-  if (relu) out.y = unary(UnaryOp::Relu, out.y);
   if (!batch_stats) return out;
 
   out.save_mean = raw::cast(from_vector(mean, {g.C}), stats_dtype(x.dtype()));
@@ -187,7 +213,7 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tenso
                                                const Tensor& weight, const Tensor& save_mean,
                                                const Tensor& save_invstd, const Tensor& relu_out) {
   Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
-  if (relu_out.defined()) gy = binary(BinaryOp::ReluBackward, gy, relu_out);
+  Tensor ry = relu_out.defined() ? raw::contiguous(raw::cast(relu_out, x0.dtype())) : Tensor();
   NormGeom g = norm_geom(x);
   std::vector<double> w = channel_values(weight, g.C, 1.0);
   std::vector<double> mean = channel_values(save_mean, g.C, 0.0);
@@ -197,6 +223,7 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tenso
   out.grad_input = empty(x.shape(), {.dtype = x.dtype()});
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
     batch_norm_backward_kernel(gy.data<scalar_t>(), x.data<scalar_t>(),
+                               ry.defined() ? ry.data<scalar_t>() : nullptr,
                                out.grad_input.data<scalar_t>(), g, w, mean, invstd, db, dw);
   });
   if (weight.defined()) {
