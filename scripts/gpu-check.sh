@@ -101,8 +101,10 @@ else
   (cd "$BUILD" && timeout "${CTEST_TIMEOUT:-1200}" ctest -j "${CTEST_JOBS:-8}" --timeout 300 --output-on-failure \
     --output-junit "$LOG/ctest-junit.xml" ${CTEST_ARGS:-}) > "$LOG/ctest.log" 2>&1
   tail -n 25 "$LOG/ctest.log"
-  total=$(grep -oE 'tests failed out of [0-9]+' "$LOG/ctest.log" | grep -oE '[0-9]+$' || echo "?")
-  failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' || echo "?")
+  # "N% tests passed, K tests failed out of T", or (CMake 4) "100% tests passed out of T"
+  total=$(grep -oE 'tests (passed|failed) out of [0-9]+' "$LOG/ctest.log" | tail -n 1 | grep -oE '[0-9]+$' || echo "?")
+  failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG/ctest.log" | grep -oE '^[0-9]+' ||
+    { grep -q '100% tests passed' "$LOG/ctest.log" && echo 0; } || echo "?")
   cuda_lines=$(grep -E 'Test +#[0-9]+: [A-Za-z/]*Cuda' "$LOG/ctest.log")
   cuda_tests=$(grep -c . <<< "$cuda_lines" || true)
   cuda_failed=$(grep -cE '\*\*\*(Failed|Timeout|Exception)' <<< "$cuda_lines" || true)
