@@ -179,6 +179,21 @@ TEST(PoolCpu, MaxPoolIndicesPointIntoEachPlane) {
   EXPECT_EQ(gx, want);
 }
 
+TEST(PoolCpu, MaxPoolBackwardRefusesAGradientOfTheWrongShape) {
+  Tensor x = from_vector(std::vector<double>(32, 1.0), {1, 2, 4, 4});
+  Pool2dParams p;  // 2x2, stride 2: the output is (1, 2, 2, 2)
+  auto [y, idx] = be().max_pool2d(x, p);
+  Tensor gy = from_vector(std::vector<double>(18, 1.0), {1, 2, 3, 3});
+  std::string msg;
+  try {
+    be().max_pool2d_backward(gy, idx, x.shape(), p);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("max_pool2d_backward: grad_y [1, 2, 3, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected [1, 2, 2, 2]"), std::string::npos) << msg;
+}
+
 TEST(PoolCpu, MaxPoolPaddingIsMinusInfinityAndNanWins) {
   // All-negative input with padding: the padded cells never win.
   Tensor x = from_vector(std::vector<double>{-5, -4, -3, -2}, {1, 1, 2, 2});
