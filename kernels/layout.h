@@ -83,4 +83,16 @@ inline PoolGeom pool_geom(const Shape& x, const Pool2dParams& p) {
   return g;
 }
 
+// The pooling geometry of input x under p, for a backward pass: grad_y must have the output's
+// shape (N, C, P, Q), else the error names both shapes and the window.
+inline PoolGeom pool_backward_geom(const char* op, const Shape& grad_y, const Shape& x,
+                                   const Pool2dParams& p) {
+  PoolGeom g = pool_geom(x, p);
+  LOOM_CHECK(grad_y.size() == 4 && grad_y[2] == g.P && grad_y[3] == g.Q, op, ": grad_y ", grad_y,
+             " does not match the output of input ", x, " with kernel [", p.kernel[0], ", ",
+             p.kernel[1], "], stride [", p.stride[0], ", ", p.stride[1], "] (expected [", x[0],
+             ", ", x[1], ", ", g.P, ", ", g.Q, "])");
+  return g;
+}
+
 }  // namespace loom

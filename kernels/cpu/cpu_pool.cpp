@@ -173,10 +173,7 @@ std::pair<Tensor, Tensor> CpuBackend::max_pool2d(const Tensor& x0, const Pool2dP
 Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indices,
                                        const Shape& x_shape, const Pool2dParams& p) {
   Tensor gy = raw::contiguous(grad_y), idx = raw::contiguous(indices);
-  PoolGeom g = pool_geom(x_shape, p);
-  LOOM_CHECK(gy.dim() == 4 && gy.size(2) == g.P && gy.size(3) == g.Q,
-             "max_pool2d_backward: grad_y ", gy.shape(), " does not match the output of input ",
-             x_shape, " (expected [", x_shape[0], ", ", x_shape[1], ", ", g.P, ", ", g.Q, "])");
+  PoolGeom g = pool_backward_geom("max_pool2d_backward", gy.shape(), x_shape, p);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype()});
   if (gx.numel() == 0) return gx;
   LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {

@@ -233,12 +233,7 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& ind
   Tensor gy = raw::contiguous(grad_y0), idx = raw::contiguous(indices0);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype(), .device = gy.device()});
   if (gx.numel() == 0) return gx;
-  PoolGeom geom = pool_geom(x_shape, params);
-  LOOM_CHECK(gy.dim() == 4 && gy.size(2) == geom.P && gy.size(3) == geom.Q,
-             "max_pool2d_backward: grad_y ", gy.shape(), " does not match the output of input ",
-             x_shape, " with kernel [", params.kernel[0], ", ", params.kernel[1], "], stride [",
-             params.stride[0], ", ", params.stride[1], "] (expected [", x_shape[0], ", ",
-             x_shape[1], ", ", geom.P, ", ", geom.Q, "])");
+  PoolGeom geom = pool_backward_geom("max_pool2d_backward", gy.shape(), x_shape, params);
   int dev = gy.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);

@@ -16,6 +16,22 @@ double vvar(const std::vector<double>& g) {
   for (double x : g) s += (x - m) * (x - m);
   return s / double(g.size() - 1);
 }
+
+// The float64 reference of linear: out (shape, rows x out_f) = x w^T + b, then max(., 0) with
+// relu. x holds rows x in_f values (or in_f x rows when x_transposed), w out_f x in_f; b: out_f
+// values or null.
+A linear_ref(const A& x, const A& w, const A* b, Shape shape, int64_t rows, int64_t in_f,
+             int64_t out_f, bool relu, bool x_transposed = false) {
+  A o = ref::zeros(shape);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < out_f; ++j) {
+      double s = b ? b->v[j] : 0.0;
+      for (int64_t k = 0; k < in_f; ++k)
+        s += x.v[x_transposed ? k * rows + i : i * in_f + k] * w.v[j * in_f + k];
+      o.v[i * out_f + j] = relu && !(s > 0) ? 0.0 : s;
+    }
+  return o;
+}
 }  // namespace
 
 std::vector<OpCase> reduce_cases() {
@@ -161,14 +177,7 @@ std::vector<OpCase> linalg_cases() {
                 {{{6, 4}}, {{3, 4}}, {{3}}},
                 [](auto& x) { return linear(x[0], x[1], x[2]); },
                 [](auto& r) {
-                  A o = ref::zeros({6, 3});
-                  for (int i = 0; i < 6; ++i)
-                    for (int j = 0; j < 3; ++j) {
-                      double s = r[2].v[j];
-                      for (int k = 0; k < 4; ++k) s += r[0].v[i * 4 + k] * r[1].v[j * 4 + k];
-                      o.v[i * 3 + j] = s;
-                    }
-                  return o;
+                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, false);
                 }});
   // The fused forms (Note [Fused linear]): the ReLU epilogue, no bias, a 3-d input folded into
   // rows, and a transposed (non-contiguous) input.
@@ -176,41 +185,21 @@ std::vector<OpCase> linalg_cases() {
                 {{{6, 4}}, {{3, 4}}, {{3}}},
                 [](auto& x) { return linear(x[0], x[1], x[2], LinearActivation::Relu); },
                 [](auto& r) {
-                  A o = ref::zeros({6, 3});
-                  for (int i = 0; i < 6; ++i)
-                    for (int j = 0; j < 3; ++j) {
-                      double s = r[2].v[j];
-                      for (int k = 0; k < 4; ++k) s += r[0].v[i * 4 + k] * r[1].v[j * 4 + k];
-                      o.v[i * 3 + j] = s > 0 ? s : 0.0;
-                    }
-                  return o;
+                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, true);
                 }});
   cs.push_back({"linear_relu_3d_no_bias",
                 {{{2, 5, 4}}, {{3, 4}}},
                 [](auto& x) { return linear(x[0], x[1], Tensor(), LinearActivation::Relu); },
                 [](auto& r) {
-                  A o = ref::zeros({2, 5, 3});
-                  for (int i = 0; i < 10; ++i)
-                    for (int j = 0; j < 3; ++j) {
-                      double s = 0;
-                      for (int k = 0; k < 4; ++k) s += r[0].v[i * 4 + k] * r[1].v[j * 4 + k];
-                      o.v[i * 3 + j] = s > 0 ? s : 0.0;
-                    }
-                  return o;
+                  return linear_ref(r[0], r[1], nullptr, {2, 5, 3}, 10, 4, 3, true);
                 }});
-  cs.push_back({"linear_transposed_input",
-                {{{4, 6}}, {{3, 4}}, {{3}}},
-                [](auto& x) { return linear(x[0].t(), x[1], x[2]); },
-                [](auto& r) {
-                  A o = ref::zeros({6, 3});
-                  for (int i = 0; i < 6; ++i)
-                    for (int j = 0; j < 3; ++j) {
-                      double s = r[2].v[j];
-                      for (int k = 0; k < 4; ++k) s += r[0].v[k * 6 + i] * r[1].v[j * 4 + k];
-                      o.v[i * 3 + j] = s;
-                    }
-                  return o;
-                }});
+  cs.push_back(
+      {"linear_transposed_input",
+       {{{4, 6}}, {{3, 4}}, {{3}}},
+       [](auto& x) { return linear(x[0].t(), x[1], x[2]); },
+       [](auto& r) {
+         return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, false, /*x_transposed=*/true);
+       }});
   return cs;
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "autograd/ops/ops.h"
 #include "nn/amp/grad_scaler.h"
@@ -86,13 +87,20 @@ const MakeOpt kSgdDampened = [](std::vector<Tensor> p) {
       std::move(p), optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3});
 };
 
-// Capturable from the start (state created before the first step) against the usual step.
-void expect_bitwise_equal(const MakeOpt& make, DType dtype) {
+// Two identical nets, the second made capturable before its first step (state created up
+// front), both trained for `steps` steps.
+std::pair<Net, Net> usual_and_capturable(const MakeOpt& make, DType dtype, int steps) {
   Net usual = make_net(dtype, make), cap = make_net(dtype, make);
   cap.opt->make_capturable();
   EXPECT_TRUE(cap.opt->capturable());
-  train(usual, dtype, 7);
-  train(cap, dtype, 7);
+  train(usual, dtype, steps);
+  train(cap, dtype, steps);
+  return {std::move(usual), std::move(cap)};
+}
+
+// Capturable from the start against the usual step.
+void expect_bitwise_equal(const MakeOpt& make, DType dtype) {
+  auto [usual, cap] = usual_and_capturable(make, dtype, 7);
   expect_same_state(usual, cap);
 }
 
@@ -124,10 +132,7 @@ TEST(CapturableOptimizer, MadeCapturableMidwayContinuesTheSameRun) {
 }
 
 TEST(CapturableOptimizer, StepUnlessSkipsEverythingOnTheFlag) {
-  Net usual = make_net(kF32, kAdamW), cap = make_net(kF32, kAdamW);
-  cap.opt->make_capturable();
-  train(usual, kF32, 2);
-  train(cap, kF32, 2);
+  auto [usual, cap] = usual_and_capturable(kAdamW, kF32, 2);
   // A step with the flag set changes nothing (parameters, state, step count)...
   Tensor w0 = cap.model->parameters()[0].clone();
   Tensor flag = ones({1});
@@ -153,10 +158,7 @@ TEST(CapturableOptimizer, StepUnlessSkipsEverythingOnTheFlag) {
 }
 
 TEST(CapturableOptimizer, StateDictRoundTripKeepsTheDeviceScalars) {
-  Net usual = make_net(kF32, kAdamW), saved = make_net(kF32, kAdamW);
-  saved.opt->make_capturable();
-  train(usual, kF32, 3);
-  train(saved, kF32, 3);
+  auto [usual, saved] = usual_and_capturable(kAdamW, kF32, 3);
   Net loaded = make_net(kF32, kAdamW);
   for (size_t i = 0; i < loaded.model->parameters().size(); ++i) {
     NoGradGuard g;
