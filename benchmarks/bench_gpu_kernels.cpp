@@ -1,7 +1,8 @@
 // GPU microbenchmarks, each a ratio against the ceiling or library called directly in the same
 // run: contiguous f32 add against a device-to-device cudaMemcpy (bandwidth), 4096^3 matmul (f32
 // strict and bf16) against cuBLASLt and cuBLAS called directly, the cnn workload's convolutions
-// (batch 256, all three directions) against cuDNN's fastest algorithm called directly, and the
+// (batch 256, all three directions) against cuDNN's fastest algorithm called directly (and, in
+// bf16, loom's channels-last convolutions against its NCHW ones), and the
 // caching allocator's alloc/free pairs. Times are medians of repeats measured with CUDA events
 // after warm-up, on random (never zero) inputs.   ./build/benchmarks/bench_gpu_kernels [--quick]
 #include <algorithm>
@@ -291,6 +292,24 @@ void bench_conv() {
             it);
         double ours = time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, it);
         add_time_row(std::string(L.name) + " bwd-filter " + dn, ours, ref, "");
+      }
+      // bf16 channels-last (NHWC data, KRSC filter) against loom's own NCHW on the same values:
+      // whether carrying that layout through the network would pay (Note [Convolution layouts]).
+      if (dt == DType::BF16) {
+        auto cl = [](const Tensor& t) {
+          return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+        };
+        Tensor xc = cl(x), wc = cl(w), gyc = cl(gy);
+        std::string n = std::string(L.name) + " bf16 NHWC/NCHW ";
+        const std::string note = " loom NCHW";
+        add_time_row(n + "fwd", time_ms([&] { be.conv2d(xc, wc, p); }, it),
+                     time_ms([&] { be.conv2d(x, w, p); }, it), note);
+        add_time_row(n + "bwd-data",
+                     time_ms([&] { be.conv2d_backward_input(gyc, wc, x.shape(), p); }, it),
+                     time_ms([&] { be.conv2d_backward_input(gy, w, x.shape(), p); }, it), note);
+        add_time_row(n + "bwd-filter",
+                     time_ms([&] { be.conv2d_backward_weight(gyc, xc, w.shape(), p); }, it),
+                     time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, it), note);
       }
     }
   }

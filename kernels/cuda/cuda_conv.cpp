@@ -1,83 +1,23 @@
-// CUDA 2-d convolutions through cuDNN's convolution API: forward, backward data (grad of the
-// input) and backward filter (grad of the weight), NCHW, with stride, padding, dilation and
-// groups. The algorithm is chosen once per (shape, dtype, direction, math mode) and cached.
-// Leaves out: NHWC layouts, fused bias/activation (the bias is a separate add in the op layer),
-// and tensors of 2^31 or more elements (cuDNN's legacy API indexes with int).
-#include <array>
-#include <limits>
-#include <memory>
-#include <mutex>
-#include <unordered_map>
+// The CUDA backend's 2-d convolutions: forward, backward data (grad of the input) and backward
+// filter (grad of the weight), with stride, padding, dilation and groups, through cuDNN. This file
+// holds the entry points, the layouts they accept (Note [Convolution layouts]) and the choice of
+// path (kernels/cuda/cudnn_conv.h describes both).
+// Leaves out: fused bias/activation (the bias is a separate add in the op layer), and choosing
+// channels-last on its own: a tensor is channels-last only when its producer made it so.
+#include <atomic>
 
-#include "core/allocator.h"
 #include "core/cuda/check.h"
-#include "core/cuda/stream.h"
-#include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/library_check.h"
-#include "kernels/cuda/math_mode.h"
+#include "kernels/cuda/cudnn_conv.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {
 
-namespace {
-
-// Note [cuDNN algorithm choice]
-// The first call for a key (device, dtype, math mode, direction, every size and parameter) runs
-// cudnnFind*AlgorithmEx: cuDNN times each algorithm on the real buffers with a workspace as large
-// as the hungriest algorithm wants (capped by free memory and kMaxFindWorkspace), and we keep the
-// fastest that succeeded. Later calls reuse the cached descriptors, algorithm and workspace size.
-// Find synchronises and cannot run inside a CUDA graph capture; a key first met while capturing
-// takes cudnnGet*_v7's heuristic choice instead (and caches it). Math type: float32 uses
-// CUDNN_FMA_MATH unless TF32 is allowed (Note [Strict fp32]); f16/bf16 ask for tensor-op math and
-// keep the math type cuDNN reports for the chosen algorithm.
-
-enum class Dir : int { Forward, BackwardData, BackwardFilter };
-const char* dir_name(Dir d) {
-  return d == Dir::Forward        ? "conv2d"
-         : d == Dir::BackwardData ? "conv2d_backward_input"
-                                  : "conv2d_backward_weight";
-}
-
-constexpr size_t kMaxFindWorkspace = size_t(1) << 30;
-
-using ConvKey = std::array<int64_t, 24>;
-struct ConvKeyHash {
-  size_t operator()(const ConvKey& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t v : k) {
-      h ^= uint64_t(v);
-      h *= 1099511628211ull;
-    }
-    return size_t(h);
-  }
-};
-
-struct ConvPlan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  int algo = 0;
-  size_t workspace = 0;
-
-  ConvPlan() = default;
-  ConvPlan(const ConvPlan&) = delete;
-  ConvPlan& operator=(const ConvPlan&) = delete;
-  ~ConvPlan() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
-  }
-};
-
-struct ConvCache {
-  std::mutex mu;
-  std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, ConvKeyHash> plans;
-};
-ConvCache& conv_cache() {
-  static ConvCache* cache = new ConvCache();  // never destroyed (used until exit)
-  return *cache;
+const char* conv_dir_name(ConvDir d) {
+  return d == ConvDir::Forward        ? "conv2d"
+         : d == ConvDir::BackwardData ? "conv2d_backward_input"
+                                      : "conv2d_backward_weight";
 }
 
 cudnnDataType_t dnn_dtype(DType t) {
@@ -96,237 +36,57 @@ cudnnDataType_t dnn_dtype(DType t) {
   }
 }
 
-int as_int(const char* op, int64_t v) {
-  LOOM_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), op, ": size ", v,
-             " is too large for cuDNN's convolution API");
-  return int(v);
+const Tensor& conv_output(const ConvArgs& a) {
+  return a.dir == ConvDir::Forward ? a.y : a.dir == ConvDir::BackwardData ? a.x : a.w;
 }
 
-// The three tensors of one convolution, whichever of them is the output.
-struct ConvArgs {
-  Dir dir;
-  Tensor x, w, y;  // x: (N, C, H, W), w: (K, C/groups, R, S), y: (N, K, P, Q); all contiguous
-  Conv2dParams p;
-};
+namespace {
+std::atomic<int> g_conv_path{int(ConvPath::Fastest)};
+}  // namespace
 
-// The pointers cuDNN reads and writes for each direction, and the one it writes.
-void* out_ptr(const ConvArgs& a) {
-  return a.dir == Dir::Forward        ? a.y.data_ptr()
-         : a.dir == Dir::BackwardData ? a.x.data_ptr()
-                                      : a.w.data_ptr();
+void set_conv_path(ConvPath p) { g_conv_path.store(int(p)); }
+ConvPath conv_path() { return ConvPath(g_conv_path.load(std::memory_order_relaxed)); }
+
+namespace {
+
+// Note [Convolution layouts]
+// cuDNN reads two layouts of a 4-d tensor as they are: contiguous NCHW, and channels-last, the
+// strides of an (N, H, W, C) tensor behind the (N, C, H, W) shape (for a filter: KRSC). The entry
+// points keep either, copy anything else to NCHW, and write the forward's output and the input
+// gradient in the layout of the tensor they come from (x, grad_y); weight gradients are always
+// contiguous like the parameters. Only the graph API takes channels-last; the classic API gets
+// NCHW copies and its output is copied back into the layout asked for.
+
+bool channels_last(const Tensor& t) {
+  if (t.dim() != 4 || t.is_contiguous()) return false;
+  int64_t C = t.size(1), H = t.size(2), W = t.size(3);
+  return t.stride(1) == 1 && t.stride(3) == C && t.stride(2) == W * C && t.stride(0) == H * W * C;
 }
 
-std::unique_ptr<ConvPlan> make_descriptors(const ConvArgs& a, bool tf32) {
-  const char* op = dir_name(a.dir);
-  auto plan = std::make_unique<ConvPlan>();
-  cudnnDataType_t dt = dnn_dtype(a.x.dtype());
-  LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
-  LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
-  LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
-  LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
-  for (const Tensor* t : {&a.x, &a.y, &a.w})
-    LOOM_CHECK(t->numel() <= std::numeric_limits<int>::max(), op, ": tensor ", t->shape(),
-               " has 2^31 or more elements, beyond cuDNN's convolution API");
-  LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt,
-                                              as_int(op, a.x.size(0)), as_int(op, a.x.size(1)),
-                                              as_int(op, a.x.size(2)), as_int(op, a.x.size(3))));
-  LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt,
-                                              as_int(op, a.y.size(0)), as_int(op, a.y.size(1)),
-                                              as_int(op, a.y.size(2)), as_int(op, a.y.size(3))));
-  LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW,
-                                              as_int(op, a.w.size(0)), as_int(op, a.w.size(1)),
-                                              as_int(op, a.w.size(2)), as_int(op, a.w.size(3))));
-  cudnnDataType_t compute = a.x.dtype() == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-      plan->conv, as_int(op, a.p.padding[0]), as_int(op, a.p.padding[1]), as_int(op, a.p.stride[0]),
-      as_int(op, a.p.stride[1]), as_int(op, a.p.dilation[0]), as_int(op, a.p.dilation[1]),
-      CUDNN_CROSS_CORRELATION, compute));
-  LOOM_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, as_int(op, a.p.groups)));
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  if (a.x.dtype() == DType::F32) math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-  if (a.x.dtype() == DType::F16 || a.x.dtype() == DType::BF16) math = CUDNN_TENSOR_OP_MATH;
-  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, math));
-  return plan;
+Tensor dnn_layout(const Tensor& t) { return channels_last(t) ? t : raw::contiguous(t); }
+
+// An uninitialised (N, C, H, W) tensor in t's layout (channels-last or contiguous).
+Tensor empty_like_layout(const Shape& s, const Tensor& t) {
+  Options o{.dtype = t.dtype(), .device = t.device()};
+  if (!channels_last(t)) return empty(s, o);
+  return empty({s[0], s[2], s[3], s[1]}, o).permute({0, 3, 1, 2});
 }
 
-// Workspace bytes algorithm `algo` needs, or nothing when it does not support this convolution.
-bool workspace_of(cudnnHandle_t h, const ConvPlan& pl, Dir dir, int algo, size_t* bytes) {
-  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-  switch (dir) {
-    case Dir::Forward:
-      st = cudnnGetConvolutionForwardWorkspaceSize(h, pl.x, pl.w, pl.conv, pl.y,
-                                                   cudnnConvolutionFwdAlgo_t(algo), bytes);
-      break;
-    case Dir::BackwardData:
-      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, pl.w, pl.y, pl.conv, pl.x,
-                                                        cudnnConvolutionBwdDataAlgo_t(algo), bytes);
-      break;
-    case Dir::BackwardFilter:
-      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          h, pl.x, pl.y, pl.conv, pl.w, cudnnConvolutionBwdFilterAlgo_t(algo), bytes);
-      break;
-  }
-  return st == CUDNN_STATUS_SUCCESS;
+// The classic API on NCHW copies of a's tensors, its output copied into a's.
+void run_classic(const ConvArgs& a) {
+  if (a.x.is_contiguous() && a.w.is_contiguous() && a.y.is_contiguous()) return run_conv_legacy(a);
+  const Tensor& out = conv_output(a);
+  Tensor out_nchw = empty(out.shape(), {.dtype = out.dtype(), .device = out.device()});
+  auto pick = [&](const Tensor& t) { return &t == &out ? out_nchw : raw::contiguous(t); };
+  run_conv_legacy({a.dir, pick(a.x), pick(a.w), pick(a.y), a.p});
+  cuda_backend().copy_(out, out_nchw);
 }
 
-int algo_count(Dir dir) {
-  switch (dir) {
-    case Dir::Forward:
-      return int(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-    case Dir::BackwardData:
-      return int(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    case Dir::BackwardFilter:
-      return int(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-  }
-  return 0;
-}
-
-// The first usable result (cuDNN sorts them fastest first). Strict float32 keeps FMA math.
-template <typename Perf>
-void pick(const ConvArgs& a, ConvPlan& pl, const Perf* perf, int n, size_t ws_limit,
-          bool strict_f32) {
-  for (int i = 0; i < n; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ws_limit) continue;
-    pl.algo = int(perf[i].algo);
-    pl.workspace = perf[i].memory;
-    if (!strict_f32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(pl.conv, perf[i].mathType));
-    return;
-  }
-  LOOM_FAIL(dir_name(a.dir), ": cuDNN found no algorithm for input ", a.x.shape(), ", weight ",
-            a.w.shape(), ", output ", a.y.shape(), " (", dtype_name(a.x.dtype()), ", stride [",
-            a.p.stride[0], ", ", a.p.stride[1], "], padding [", a.p.padding[0], ", ",
-            a.p.padding[1], "], dilation [", a.p.dilation[0], ", ", a.p.dilation[1], "], groups ",
-            a.p.groups, ")");
-}
-
-void choose_algorithm(const ConvArgs& a, ConvPlan& pl, cudnnHandle_t h, bool capturing,
-                      bool strict_f32) {
-  constexpr int kMaxAlgos = 16;
-  int n = 0;
-  if (capturing) {  // heuristics only: nothing may run or synchronise during a capture
-    size_t limit = kMaxFindWorkspace;
-    if (a.dir == Dir::Forward) {
-      cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-      LOOM_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl.x, pl.w, pl.conv, pl.y,
-                                                              kMaxAlgos, &n, perf));
-      pick(a, pl, perf, n, limit, strict_f32);
-    } else if (a.dir == Dir::BackwardData) {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl.w, pl.y, pl.conv, pl.x,
-                                                                   kMaxAlgos, &n, perf));
-      pick(a, pl, perf, n, limit, strict_f32);
-    } else {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-      LOOM_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pl.x, pl.y, pl.conv, pl.w,
-                                                                     kMaxAlgos, &n, perf));
-      pick(a, pl, perf, n, limit, strict_f32);
-    }
-    return;
-  }
-  // The workspace for Find: what the hungriest supported algorithm asks, within limits.
-  size_t want = 0;
-  for (int algo = 0; algo < algo_count(a.dir); ++algo) {
-    size_t bytes = 0;
-    if (workspace_of(h, pl, a.dir, algo, &bytes)) want = std::max(want, bytes);
-  }
-  size_t free_bytes = 0, total_bytes = 0;
-  LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  size_t limit = std::min({want, kMaxFindWorkspace, free_bytes / 2});
-  DataPtr ws;
-  if (limit > 0) ws = allocator_for(a.x.device()).allocate(limit);
-  void* out = out_ptr(a);
-  if (a.dir == Dir::Forward) {
-    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-    LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, pl.x, a.x.data_ptr(), pl.w,
-                                                            a.w.data_ptr(), pl.conv, pl.y, out,
-                                                            kMaxAlgos, &n, perf, ws.get(), limit));
-    pick(a, pl, perf, n, limit, strict_f32);
-  } else if (a.dir == Dir::BackwardData) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-    LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        h, pl.w, a.w.data_ptr(), pl.y, a.y.data_ptr(), pl.conv, pl.x, out, kMaxAlgos, &n, perf,
-        ws.get(), limit));
-    pick(a, pl, perf, n, limit, strict_f32);
-  } else {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-    LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, pl.x, a.x.data_ptr(), pl.y, a.y.data_ptr(), pl.conv, pl.w, out, kMaxAlgos, &n, perf,
-        ws.get(), limit));
-    pick(a, pl, perf, n, limit, strict_f32);
-  }
-}
-
-ConvPlan& plan_for(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream) {
-  DType dt = a.x.dtype();
-  bool tf32 = dt == DType::F32 && allow_tf32();
-  ConvKey key{a.x.device().index,
-              int64_t(dt),
-              tf32,
-              int64_t(a.dir),
-              a.x.size(0),
-              a.x.size(1),
-              a.x.size(2),
-              a.x.size(3),
-              a.w.size(0),
-              a.w.size(1),
-              a.w.size(2),
-              a.w.size(3),
-              a.y.size(2),
-              a.y.size(3),
-              a.p.stride[0],
-              a.p.stride[1],
-              a.p.padding[0],
-              a.p.padding[1],
-              a.p.dilation[0],
-              a.p.dilation[1],
-              a.p.groups,
-              0,
-              0,
-              0};
-  ConvCache& cache = conv_cache();
-  std::lock_guard<std::mutex> lock(cache.mu);  // held through Find: one search per key
-  auto it = cache.plans.find(key);
-  if (it != cache.plans.end()) return *it->second;
-  auto plan = make_descriptors(a, tf32);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  LOOM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  choose_algorithm(a, *plan, h, capture != cudaStreamCaptureStatusNone, dt == DType::F32 && !tf32);
-  return *cache.plans.emplace(key, std::move(plan)).first->second;
-}
-
-// Runs one convolution direction: writes y (Forward), x (BackwardData) or w (BackwardFilter).
+// Runs one direction on the path conv_path() and use_naive_kernels() choose (cudnn_conv.h).
 void run_conv(const ConvArgs& a) {
-  int dev = a.x.device().index;
-  DeviceGuard guard(dev);
-  cudaStream_t stream = current_stream(dev);
-  cudnnHandle_t h = dnn_handle(dev);
-  ConvPlan& pl = plan_for(a, h, stream);
-  DataPtr ws;
-  if (pl.workspace > 0) ws = allocator_for(a.x.device()).allocate(pl.workspace);
-  float one_f = 1.0f, zero_f = 0.0f;
-  double one_d = 1.0, zero_d = 0.0;
-  bool f64 = a.x.dtype() == DType::F64;
-  const void* one = f64 ? static_cast<const void*>(&one_d) : &one_f;
-  const void* zero = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
-  switch (a.dir) {
-    case Dir::Forward:
-      LOOM_CUDNN_CHECK(cudnnConvolutionForward(h, one, pl.x, a.x.data_ptr(), pl.w, a.w.data_ptr(),
-                                               pl.conv, cudnnConvolutionFwdAlgo_t(pl.algo),
-                                               ws.get(), pl.workspace, zero, pl.y, a.y.data_ptr()));
-      break;
-    case Dir::BackwardData:
-      LOOM_CUDNN_CHECK(
-          cudnnConvolutionBackwardData(h, one, pl.w, a.w.data_ptr(), pl.y, a.y.data_ptr(), pl.conv,
-                                       cudnnConvolutionBwdDataAlgo_t(pl.algo), ws.get(),
-                                       pl.workspace, zero, pl.x, a.x.data_ptr()));
-      break;
-    case Dir::BackwardFilter:
-      LOOM_CUDNN_CHECK(
-          cudnnConvolutionBackwardFilter(h, one, pl.x, a.x.data_ptr(), pl.y, a.y.data_ptr(),
-                                         pl.conv, cudnnConvolutionBwdFilterAlgo_t(pl.algo),
-                                         ws.get(), pl.workspace, zero, pl.w, a.w.data_ptr()));
-      break;
-  }
+  ConvPath path = use_naive_kernels() ? ConvPath::ClassicApi : conv_path();
+  if (path != ConvPath::ClassicApi && run_conv_graph(a, path == ConvPath::Fastest)) return;
+  run_classic(a);
 }
 
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
@@ -335,36 +95,38 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_
 
 }  // namespace
 
-// x: (N, C, H, W), w: (K, C/groups, R, S) -> (N, K, P, Q)
+// x: (N, C, H, W), w: (K, C/groups, R, S) -> (N, K, P, Q), in x's layout
 Tensor CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   int64_t P = conv_out_size(x.size(2), w.size(2), p.stride[0], p.padding[0], p.dilation[0]);
   int64_t Q = conv_out_size(x.size(3), w.size(3), p.stride[1], p.padding[1], p.dilation[1]);
   LOOM_CHECK(P > 0 && Q > 0, "conv2d: input ", x.shape(), " is smaller than the dilated kernel ",
              w.shape(), " with padding [", p.padding[0], ", ", p.padding[1], "]");
-  Tensor y = empty({x.size(0), w.size(0), P, Q}, {.dtype = x.dtype(), .device = x.device()});
+  Tensor xl = dnn_layout(x);
+  Tensor y = empty_like_layout({x.size(0), w.size(0), P, Q}, xl);
   if (y.numel() == 0) return y;
   if (x.size(1) == 0) {
     fill_(y, 0.0);
     return y;
   }
-  run_conv({Dir::Forward, raw::contiguous(x), raw::contiguous(w), y, p});
+  run_conv({ConvDir::Forward, xl, dnn_layout(w), y, p});
   return y;
 }
 
-// grad_y: (N, K, P, Q), w: (K, C/groups, R, S) -> (N, C, H, W) = x_shape
+// grad_y: (N, K, P, Q), w: (K, C/groups, R, S) -> (N, C, H, W) = x_shape, in grad_y's layout
 Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w,
                                           const Shape& x_shape, const Conv2dParams& p) {
-  Tensor dx = empty(x_shape, {.dtype = grad_y.dtype(), .device = grad_y.device()});
+  Tensor gy = dnn_layout(grad_y);
+  Tensor dx = empty_like_layout(x_shape, gy);
   if (dx.numel() == 0) return dx;
   if (grad_y.numel() == 0) {
     fill_(dx, 0.0);
     return dx;
   }
-  run_conv({Dir::BackwardData, dx, raw::contiguous(w), raw::contiguous(grad_y), p});
+  run_conv({ConvDir::BackwardData, dx, dnn_layout(w), gy, p});
   return dx;
 }
 
-// grad_y: (N, K, P, Q), x: (N, C, H, W) -> (K, C/groups, R, S) = w_shape
+// grad_y: (N, K, P, Q), x: (N, C, H, W) -> (K, C/groups, R, S) = w_shape, contiguous
 Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x,
                                            const Shape& w_shape, const Conv2dParams& p) {
   Tensor dw = empty(w_shape, {.dtype = grad_y.dtype(), .device = grad_y.device()});
@@ -373,7 +135,7 @@ Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x
     fill_(dw, 0.0);
     return dw;
   }
-  run_conv({Dir::BackwardFilter, raw::contiguous(x), dw, raw::contiguous(grad_y), p});
+  run_conv({ConvDir::BackwardFilter, dnn_layout(x), dw, dnn_layout(grad_y), p});
   return dw;
 }
 
