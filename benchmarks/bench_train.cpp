@@ -5,7 +5,8 @@
 // to the end of the first step. Strict fp32 (TF32 off), or --amp bf16 (autocast, float32 master
 // weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
 // replays the whole step (zero-grad, forward, backward, optimizer) as one graph (see
-// train/step_runner.h).
+// train/step_runner.h). Under autocast on CUDA the convolutions run channels-last (docs/amp.md);
+// --channels-last off keeps them NCHW, as the libtorch twin's are.
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
 // scripts/bench-compare.sh runs both side by side.
 //
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
@@ -108,7 +110,12 @@ int main(int argc, char** argv) {
                "replay the whole step as one CUDA graph (zero-grad, forward, backward, optimizer)");
   app.add_option("--amp", amp_mode, "mixed precision: off (strict fp32), bf16 or fp16 (autocast)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+  std::string channels_last = "on";
+  app.add_option("--channels-last", channels_last,
+                 "on (default) or off: autocast's channels-last convolutions on CUDA")
+      ->check(CLI::IsMember({"on", "off"}));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
+  amp::set_channels_last_convolutions(channels_last == "on");
 
   Device dev = kCPU;
   if (device.empty() && cuda::is_available()) dev = cuda_device(0);

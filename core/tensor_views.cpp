@@ -170,4 +170,15 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   return make_view(x, sizes, strides, x.offset());
 }
 
+bool is_channels_last(const Tensor& x) {
+  if (x.dim() != 4) return false;
+  const int64_t C = x.size(1), H = x.size(2), W = x.size(3);
+  return x.stride(1) == 1 && x.stride(3) == C && x.stride(2) == W * C && x.stride(0) == H * W * C;
+}
+
+Tensor empty_channels_last(const Shape& s, Options opt) {
+  LOOM_CHECK(s.size() == 4, "empty_channels_last: expected a shape (N, C, H, W), got ", s);
+  return permute(empty({s[0], s[2], s[3], s[1]}, opt), {0, 3, 1, 2});
+}
+
 }  // namespace loom::raw

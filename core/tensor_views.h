@@ -26,4 +26,16 @@ Tensor expand(const Tensor& x, const Shape& s);
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 
+// Note [Channels-last]
+// A 4-d tensor (N, C, H, W) is channels-last when its strides are those of an (N, H, W, C)
+// tensor: (H*W*C, 1, W*C, C), checked exactly, size-1 dims included. So a (N, 1, H, W) tensor
+// with the usual strides (H*W, H*W, W, 1) is not, although its memory is the same: channels-last
+// is a choice its producer made (loom::to_channels_last), never a guess. Filters (K, C, R, S)
+// use the same strides, KRSC. The CUDA convolution, batch norm and max pooling keep this layout
+// from input to output; everything else reads it through its strides.
+bool is_channels_last(const Tensor& x);
+
+// An uninitialised (N, C, H, W) tensor laid out channels-last.
+Tensor empty_channels_last(const Shape& s, Options opt = {});
+
 }  // namespace loom::raw

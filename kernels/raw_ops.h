@@ -16,6 +16,14 @@ inline Tensor contiguous(const Tensor& x) {
   return out;
 }
 
+// x itself when it is channels-last (Note [Channels-last]), else a channels-last copy.
+inline Tensor channels_last(const Tensor& x) {
+  if (is_channels_last(x)) return x;
+  Tensor out = empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  backend_for(x.device()).copy_(out, x);
+  return out;
+}
+
 // x itself when it already has dtype t, else a converted contiguous copy.
 inline Tensor cast(const Tensor& x, DType t) {
   if (x.dtype() == t) return x;

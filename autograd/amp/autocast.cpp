@@ -3,6 +3,7 @@
 // Leaves out: the choice of which op uses which helper (each op makes it, in autograd/ops).
 #include "autograd/amp/autocast.h"
 
+#include <atomic>
 #include <map>
 #include <tuple>
 
@@ -25,6 +26,8 @@ struct State {
   int64_t casts = 0;
   std::map<std::tuple<const void*, DType, bool>, CacheEntry> cache;
 };
+
+std::atomic<bool> g_channels_last{true};
 
 State& state() {
   thread_local State s;
@@ -95,6 +98,17 @@ void promote(Tensor& a, Tensor& b) {
   const DType wide = wa > wb ? a.dtype() : wb > wa ? b.dtype() : DType::F32;
   if (a.dtype() != wide) a = counted_cast(a, wide);
   if (b.dtype() != wide) b = counted_cast(b, wide);
+}
+
+void set_channels_last_convolutions(bool on) { g_channels_last.store(on); }
+bool channels_last_convolutions() { return g_channels_last.load(std::memory_order_relaxed); }
+
+Tensor conv_layout(const Tensor& t) {
+  const std::optional<DType>& low = state().dtype;
+  if (!low || !t.defined() || t.dim() != 4 || t.dtype() != *low || !t.device().is_cuda() ||
+      !channels_last_convolutions())
+    return t;
+  return to_channels_last(t);
 }
 
 }  // namespace loom::amp

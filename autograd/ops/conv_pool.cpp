@@ -57,7 +57,9 @@ void check_conv_args(const Tensor& x, const Tensor& w, const Tensor& b, const Co
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
               const Conv2dParams& p) {
-  const Tensor x = amp::cast_lower(x_in), weight = amp::cast_lower(weight_in),
+  // Under autocast on CUDA: low precision, channels-last (Note [Autocast channels-last]).
+  const Tensor x = amp::conv_layout(amp::cast_lower(x_in)),
+               weight = amp::conv_layout(amp::cast_lower(weight_in)),
                bias = amp::cast_lower(bias_in);
   detail::check_defined("conv2d", x);
   detail::check_defined("conv2d", weight, "weight");

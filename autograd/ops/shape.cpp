@@ -109,6 +109,18 @@ Tensor contiguous(const Tensor& x) {
   return clone(x);
 }
 
+Tensor to_channels_last(const Tensor& x) {
+  detail::check_defined("to_channels_last", x);
+  LOOM_CHECK(x.dim() == 4, "to_channels_last: expected a 4-d tensor (N, C, H, W), got ",
+             describe(x));
+  if (raw::is_channels_last(x)) return x;
+  if (x.size(1) == 1 && x.is_contiguous())
+    return permute(view(x, {x.size(0), x.size(2), x.size(3), 1}), {0, 3, 1, 2});
+  Tensor out = raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  backend_for(x.device()).copy_(out, x);
+  return record("to_channels_last", out, {x}, [](const Tensor& g) { return Grads{g}; });
+}
+
 Tensor clone(const Tensor& x) {
   detail::check_defined("clone", x);
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});

@@ -18,6 +18,10 @@ Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor contiguous(const Tensor& x);
+// x (N, C, H, W) laid out channels-last (Note [Channels-last] in core/tensor_views.h): x itself
+// when it already is, a view when C == 1 and x is contiguous (the memory is the same), else a
+// copy. The gradient comes back in whatever layout it has.
+Tensor to_channels_last(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor to(const Tensor& x, DType t);   // differentiable between floating dtypes
 Tensor to(const Tensor& x, Device d);  // differentiable; asynchronous where the backend can

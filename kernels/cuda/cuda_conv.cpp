@@ -50,26 +50,21 @@ ConvPath conv_path() { return ConvPath(g_conv_path.load(std::memory_order_relaxe
 namespace {
 
 // Note [Convolution layouts]
-// cuDNN reads two layouts of a 4-d tensor as they are: contiguous NCHW, and channels-last, the
-// strides of an (N, H, W, C) tensor behind the (N, C, H, W) shape (for a filter: KRSC). The entry
-// points keep either, copy anything else to NCHW, and write the forward's output and the input
-// gradient in the layout of the tensor they come from (x, grad_y); weight gradients are always
-// contiguous like the parameters. Only the graph API takes channels-last; the classic API gets
-// NCHW copies and its output is copied back into the layout asked for.
+// cuDNN reads two layouts of a 4-d tensor as they are: contiguous NCHW, and channels-last (Note
+// [Channels-last]: NHWC strides behind the (N, C, H, W) shape; KRSC for a filter). With a
+// channels-last input (x forward, grad_y for the input gradient, either for the weight gradient)
+// the whole call runs channels-last: the other tensors are copied into that layout if they are not
+// (the filter: a small copy) and the output is written in it, except the weight gradient, which is
+// computed KRSC and returned contiguous like the parameters. Anything else runs NCHW. Only the
+// graph API takes channels-last; the classic API gets NCHW copies and its output is copied back
+// into the layout asked for.
 
-bool channels_last(const Tensor& t) {
-  if (t.dim() != 4 || t.is_contiguous()) return false;
-  int64_t C = t.size(1), H = t.size(2), W = t.size(3);
-  return t.stride(1) == 1 && t.stride(3) == C && t.stride(2) == W * C && t.stride(0) == H * W * C;
-}
+Tensor dnn_layout(const Tensor& t) { return raw::is_channels_last(t) ? t : raw::contiguous(t); }
 
-Tensor dnn_layout(const Tensor& t) { return channels_last(t) ? t : raw::contiguous(t); }
-
-// An uninitialised (N, C, H, W) tensor in t's layout (channels-last or contiguous).
-Tensor empty_like_layout(const Shape& s, const Tensor& t) {
-  Options o{.dtype = t.dtype(), .device = t.device()};
-  if (!channels_last(t)) return empty(s, o);
-  return empty({s[0], s[2], s[3], s[1]}, o).permute({0, 3, 1, 2});
+// An uninitialised (N, C, H, W) tensor, channels-last or contiguous.
+Tensor empty_in_layout(const Shape& s, const Tensor& like, bool channels_last) {
+  Options o{.dtype = like.dtype(), .device = like.device()};
+  return channels_last ? raw::empty_channels_last(s, o) : empty(s, o);
 }
 
 // The classic API on NCHW copies of a's tensors, its output copied into a's.
@@ -101,42 +96,47 @@ Tensor CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams&
   int64_t Q = conv_out_size(x.size(3), w.size(3), p.stride[1], p.padding[1], p.dilation[1]);
   LOOM_CHECK(P > 0 && Q > 0, "conv2d: input ", x.shape(), " is smaller than the dilated kernel ",
              w.shape(), " with padding [", p.padding[0], ", ", p.padding[1], "]");
-  Tensor xl = dnn_layout(x);
-  Tensor y = empty_like_layout({x.size(0), w.size(0), P, Q}, xl);
+  const bool cl = raw::is_channels_last(x);
+  Tensor y = empty_in_layout({x.size(0), w.size(0), P, Q}, x, cl);
   if (y.numel() == 0) return y;
   if (x.size(1) == 0) {
     fill_(y, 0.0);
     return y;
   }
-  run_conv({ConvDir::Forward, xl, dnn_layout(w), y, p});
+  run_conv(
+      {ConvDir::Forward, dnn_layout(x), cl ? raw::channels_last(w) : raw::contiguous(w), y, p});
   return y;
 }
 
 // grad_y: (N, K, P, Q), w: (K, C/groups, R, S) -> (N, C, H, W) = x_shape, in grad_y's layout
 Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w,
                                           const Shape& x_shape, const Conv2dParams& p) {
-  Tensor gy = dnn_layout(grad_y);
-  Tensor dx = empty_like_layout(x_shape, gy);
+  const bool cl = raw::is_channels_last(grad_y);
+  Tensor dx = empty_in_layout(x_shape, grad_y, cl);
   if (dx.numel() == 0) return dx;
   if (grad_y.numel() == 0) {
     fill_(dx, 0.0);
     return dx;
   }
-  run_conv({ConvDir::BackwardData, dx, dnn_layout(w), gy, p});
+  run_conv({ConvDir::BackwardData, dx, cl ? raw::channels_last(w) : raw::contiguous(w),
+            dnn_layout(grad_y), p});
   return dx;
 }
 
-// grad_y: (N, K, P, Q), x: (N, C, H, W) -> (K, C/groups, R, S) = w_shape, contiguous
+// grad_y: (N, K, P, Q), x: (N, C, H, W) -> (K, C/groups, R, S) = w_shape, contiguous (computed
+// KRSC when x or grad_y is channels-last)
 Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x,
                                            const Shape& w_shape, const Conv2dParams& p) {
-  Tensor dw = empty(w_shape, {.dtype = grad_y.dtype(), .device = grad_y.device()});
+  const bool cl = raw::is_channels_last(x) || raw::is_channels_last(grad_y);
+  Tensor dw = empty_in_layout(w_shape, grad_y, cl);
   if (dw.numel() == 0) return dw;
   if (grad_y.numel() == 0) {
     fill_(dw, 0.0);
-    return dw;
+  } else {
+    auto layout = [cl](const Tensor& t) { return cl ? raw::channels_last(t) : raw::contiguous(t); };
+    run_conv({ConvDir::BackwardFilter, layout(x), dw, layout(grad_y), p});
   }
-  run_conv({ConvDir::BackwardFilter, dnn_layout(x), dw, dnn_layout(grad_y), p});
-  return dw;
+  return raw::contiguous(dw);
 }
 
 }  // namespace loom::cuda

@@ -3,7 +3,8 @@
 // (unbiased variance), eval forward with the running statistics, and the training backward.
 // x is read as (N, C, L), L the product of the trailing dims. f16/bf16 accumulate in float32,
 // f64 in float64; save_mean/save_invstd are float32 (float64 for f64 inputs).
-// Leaves out: the eval backward (elementwise, in the op layer), cuDNN's batch norm, NHWC.
+// Channels-last inputs keep their layout (their passes: cuda_norm_cl.cu; the finalize is shared).
+// Leaves out: the eval backward (elementwise, in the op layer), cuDNN's batch norm.
 // The naive reference beside the fast statistics pass: bn_stats_naive_kernel (two passes).
 #include <algorithm>
 #include <cmath>
@@ -13,9 +14,11 @@
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
+#include "kernels/cuda/cuda_norm_finalize.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/vector_walk.cuh"
+#include "kernels/cuda/welford.cuh"
 #include "kernels/functors.h"
 #include "kernels/raw_ops.h"
 
@@ -51,20 +54,6 @@ int64_t splits_for(const NormGeom& g, int device) {
   int64_t most = std::max<int64_t>(1, g.M / 2048);
   return std::clamp<int64_t>(std::min(want, most), 1, 1024);
 }
-
-template <typename A>
-struct Welford {
-  int64_t n = 0;
-  A mean = 0, m2 = 0;
-  __device__ void merge(int64_t nb, A mb, A m2b) {
-    if (nb == 0) return;
-    int64_t nt = n + nb;
-    A d = mb - mean, fb = A(nb) / A(nt);
-    mean += d * fb;
-    m2 += m2b + d * d * A(n) * fb;
-    n = nt;
-  }
-};
 
 // Merges the block's Welford states; thread 0 ends with the block's.
 template <typename A>
@@ -140,12 +129,7 @@ __global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g,
         }
     count += int64_t(got) * V;
   }
-  Welford<A> w;
-  if (count > 0) {
-    w.n = count;
-    w.mean = K + s1 / A(count);
-    w.m2 = max(A(0), s2 - s1 * s1 / A(count));
-  }
+  Welford<A> w = Welford<A>::from_shifted(count, K, s1, s2);
   block_merge(w);
   if (threadIdx.x == 0) pn[c * S + s] = w.n, pmean[c * S + s] = w.mean, pm2[c * S + s] = w.m2;
 }
@@ -170,78 +154,6 @@ __global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t
   }
   ss = block_sum(ss);
   if (threadIdx.x == 0) mean[c] = acc_t<T>(m), var[c] = acc_t<T>(ss / double(g.M));
-}
-
-// Merges channel c's S partials in float64 -> mean, biased var.
-template <typename A>
-__device__ void merge_partials(const int64_t* pn, const A* pmean, const A* pm2, int64_t c,
-                               int64_t S, double& mean, double& var) {
-  double n = 0, m = 0, m2 = 0;
-  for (int64_t s = 0; s < S; ++s) {
-    double nb = double(pn[c * S + s]);
-    if (nb == 0) continue;
-    double d = double(pmean[c * S + s]) - m, nt = n + nb;
-    m += d * nb / nt;
-    m2 += double(pm2[c * S + s]) + d * d * n * nb / nt;
-    n = nt;
-  }
-  mean = m;
-  var = n > 0 ? m2 / n : 0.0;
-}
-
-// A per-channel vector (weight, bias, or their gradients): x's dtype T, or float32 when x is
-// float16/bfloat16 (autocast keeps the float32 parameters and the kernels read them directly, with
-// no cast kernels around the layer), or absent (null).
-template <typename T>
-struct ChannelVec {
-  void* p = nullptr;
-  bool f32 = false;
-  __device__ double get(int64_t c, double absent) const {
-    if (!p) return absent;
-    return f32 ? double(static_cast<const float*>(p)[c]) : double(acc_t<T>(static_cast<T*>(p)[c]));
-  }
-  __device__ void set(int64_t c, acc_t<T> v) const {
-    if (f32)
-      static_cast<float*>(p)[c] = float(v);
-    else
-      static_cast<T*>(p)[c] = T(v);
-  }
-};
-
-// Per channel: statistics -> save_mean/save_invstd, the affine coefficients, and (optionally)
-// the running-stat update. In eval (pn == nullptr) the running stats are the statistics.
-// var_out (optional) receives the biased variance (for batch_norm_stats).
-// running: R or null.
-template <typename T, typename R>
-__global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, const acc_t<T>* pm2,
-                                   int64_t S, int64_t C, int64_t M, ChannelVec<T> w,
-                                   ChannelVec<T> b, R* run_mean, R* run_var, double momentum,
-                                   double eps, acc_t<T>* save_mean, acc_t<T>* save_invstd,
-                                   acc_t<T>* scale, acc_t<T>* shift, acc_t<T>* var_out) {
-  using A = acc_t<T>;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    double mean, var;
-    if (pn) {
-      merge_partials(pn, pmean, pm2, c, S, mean, var);
-    } else {
-      mean = run_mean ? double(acc_t<R>(run_mean[c])) : 0.0;
-      var = run_var ? double(acc_t<R>(run_var[c])) : 1.0;
-    }
-    double invstd = 1.0 / sqrt(var + eps);
-    double wc = w.get(c, 1.0), bc = b.get(c, 0.0);
-    save_mean[c] = A(mean);
-    save_invstd[c] = A(invstd);
-    if (var_out) var_out[c] = A(var);
-    scale[c] = A(wc * invstd);
-    shift[c] = A(bc);
-    if (pn && run_mean) {
-      run_mean[c] = R((1 - momentum) * double(acc_t<R>(run_mean[c])) + momentum * mean);
-      if (run_var)
-        run_var[c] = R((1 - momentum) * double(acc_t<R>(run_var[c])) +
-                       momentum * var * double(M) / double(M - 1));
-    }
-  }
 }
 
 // y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu; V elements per thread per
@@ -311,28 +223,6 @@ __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __
   if (threadIdx.x == 0) psdy[c * S + s] = sdy, psdyx[c * S + s] = sdyx;
 }
 
-// Per channel: db = sum dy, dw = sum dy xhat, and the dx coefficients
-// k = w invstd, off = db / M, slope = invstd^2 sum(dy (x - mean)) / M.
-template <typename T>
-__global__ void bn_backward_finalize_kernel(const acc_t<T>* psdy, const acc_t<T>* psdyx, int64_t S,
-                                            int64_t C, int64_t M, ChannelVec<T> w,
-                                            const acc_t<T>* invstd, ChannelVec<T> grad_w,
-                                            ChannelVec<T> grad_b, acc_t<T>* k, acc_t<T>* off,
-                                            acc_t<T>* slope) {
-  using A = acc_t<T>;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    double sdy = 0, sdyx = 0;
-    for (int64_t s = 0; s < S; ++s)
-      sdy += double(psdy[c * S + s]), sdyx += double(psdyx[c * S + s]);
-    double is = double(invstd[c]), wc = w.get(c, 1.0);
-    if (grad_w.p) grad_w.set(c, A(sdyx * is)), grad_b.set(c, A(sdy));
-    k[c] = A(wc * is);
-    off[c] = A(sdy / double(M));
-    slope[c] = A(is * is * sdyx / double(M));
-  }
-}
-
 // dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]), dy masked by the fused ReLU's output; walks
 // the tensor as bn_apply_kernel does.
 template <typename T, int V>
@@ -387,19 +277,15 @@ unsigned walk_blocks(int64_t n, int device) {
   return unsigned(grid_for(n, device, 16));
 }
 
+// Blocks for the finalize kernels: a warp per channel.
 unsigned channel_blocks(int64_t C) {
-  return unsigned(std::clamp<int64_t>((C + kThreads - 1) / kThreads, 1, 1024));
+  return unsigned(std::clamp<int64_t>((C + kWarps - 1) / kWarps, 1, 1024));
 }
 
 // The split statistics pass (Note [Split Welford]): Welford partials (C, S) of x.
-struct Partials {
-  Tensor n, mean, m2;
-  int64_t S;
-};
-
 template <typename T>
-Partials stats_partials(const Tensor& x, const NormGeom& g, cudaStream_t stream) {
-  Partials p;
+NormPartials stats_partials(const Tensor& x, const NormGeom& g, cudaStream_t stream) {
+  NormPartials p;
   p.S = splits_for(g, x.device().index);
   DType ad = acc_dtype(x.dtype());
   p.n = empty({g.C, p.S}, {.dtype = DType::I64, .device = x.device()});
@@ -442,7 +328,7 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
       LOOM_CUDA_CHECK_LAUNCH("bn_stats_naive_kernel");
       return;
     }
-    Partials p = stats_partials<scalar_t>(x, g, stream);
+    NormPartials p = stats_partials<scalar_t>(x, g, stream);
     Tensor invstd = empty({g.C}, {.dtype = ad, .device = x.device()});
     Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
     Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
@@ -459,7 +345,8 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
 BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
                                      const Tensor& running_mean, const Tensor& running_var,
                                      bool training, double momentum, double eps, bool relu) {
-  Tensor x = raw::contiguous(x0);
+  const bool cl = raw::is_channels_last(x0);  // kept (Note [Channels-last])
+  Tensor x = cl ? x0 : raw::contiguous(x0);
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm", x, g);
   const bool batch_stats = training || !running_mean.defined();
@@ -478,7 +365,8 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
              describe(running_var), " must be contiguous on CUDA");
 
   BatchNormOut out;
-  out.y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  out.y = cl ? raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()})
+             : empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   Tensor save_mean = empty({g.C}, {.dtype = ad, .device = x.device()});
   Tensor save_invstd = empty({g.C}, {.dtype = ad, .device = x.device()});
   Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
@@ -487,8 +375,8 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
     LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
       using T = scalar_t;
       using A = acc_t<T>;
-      Partials p{};
-      if (batch_stats) p = stats_partials<T>(x, g, stream);
+      NormPartials p;
+      if (batch_stats) p = cl ? bn_stats_partials_cl(x, stream) : stats_partials<T>(x, g, stream);
       const ChannelVec<T> wp = channel_vec<T>(w), bp = channel_vec<T>(b);
       DType rdt = running_mean.defined() ? running_mean.dtype() : DType::F32;
       LOOM_CHECK(!running_var.defined() || running_var.dtype() == rdt, "batch_norm: running_mean ",
@@ -508,7 +396,9 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
             static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), nullptr);
         LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
       });
-      if (x.numel() > 0) {
+      if (x.numel() > 0 && cl) {
+        bn_apply_cl(x, out.y, save_mean, scale, shift, relu, stream);
+      } else if (x.numel() > 0) {
         with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), out.y.data_ptr()}), [&](auto V) {
           bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
               x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
@@ -529,8 +419,10 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
                                                 const Tensor& weight, const Tensor& save_mean0,
                                                 const Tensor& save_invstd0,
                                                 const Tensor& relu_out) {
-  Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
-  Tensor ry = relu_out.defined() ? raw::contiguous(raw::cast(relu_out, x0.dtype())) : Tensor();
+  const bool cl = raw::is_channels_last(x0);  // kept (Note [Channels-last])
+  auto layout = [cl](const Tensor& t) { return cl ? raw::channels_last(t) : raw::contiguous(t); };
+  Tensor x = layout(x0), gy = layout(raw::cast(grad_y, x0.dtype()));
+  Tensor ry = relu_out.defined() ? layout(raw::cast(relu_out, x0.dtype())) : Tensor();
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm_backward", x, g);
   int dev = x.device().index;
@@ -543,16 +435,24 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
   check_channel_dtype("batch_norm_backward", x, w, "weight");
 
   BatchNormGrads out;
-  out.grad_input = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  out.grad_input =
+      cl ? raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()})
+         : empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   Tensor gw, gb;  // in weight's dtype
   if (w.defined()) {
     gw = empty({g.C}, {.dtype = w.dtype(), .device = x.device()});
     gb = empty({g.C}, {.dtype = w.dtype(), .device = x.device()});
   }
   if (g.C > 0 && g.M > 0) {
-    int64_t S = splits_for(g, dev);
-    Tensor psdy = empty({g.C, S}, {.dtype = ad, .device = x.device()});
-    Tensor psdyx = empty({g.C, S}, {.dtype = ad, .device = x.device()});
+    NormSums sums;
+    if (cl) {
+      sums = bn_backward_partials_cl(gy, x, ry, mean, stream);
+    } else {
+      sums.S = splits_for(g, dev);
+      sums.sdy = empty({g.C, sums.S}, {.dtype = ad, .device = x.device()});
+      sums.sdyx = empty({g.C, sums.S}, {.dtype = ad, .device = x.device()});
+    }
+    const int64_t S = sums.S;
     Tensor k = empty({g.C}, {.dtype = ad, .device = x.device()});
     Tensor off = empty({g.C}, {.dtype = ad, .device = x.device()});
     Tensor slope = empty({g.C}, {.dtype = ad, .device = x.device()});
@@ -563,18 +463,25 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       const T* ryp = ry.defined() ? ry.data<T>() : nullptr;
       const int width =
           vec_width_for<T>(g.L, {gy.data_ptr(), x.data_ptr(), ryp, out.grad_input.data_ptr()});
-      with_vec_width<T>(width, [&](auto V) {
-        bn_backward_partial_kernel<T, V><<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
-            gy.data<T>(), x.data<T>(), ryp, g, mp, static_cast<A*>(psdy.data_ptr()),
-            static_cast<A*>(psdyx.data_ptr()));
-        LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
-      });
+      if (!cl) {
+        with_vec_width<T>(width, [&](auto V) {
+          bn_backward_partial_kernel<T, V>
+              <<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
+                  gy.data<T>(), x.data<T>(), ryp, g, mp, static_cast<A*>(sums.sdy.data_ptr()),
+                  static_cast<A*>(sums.sdyx.data_ptr()));
+          LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
+        });
+      }
       bn_backward_finalize_kernel<T><<<channel_blocks(g.C), kThreads, 0, stream>>>(
-          static_cast<A*>(psdy.data_ptr()), static_cast<A*>(psdyx.data_ptr()), S, g.C, g.M,
+          static_cast<A*>(sums.sdy.data_ptr()), static_cast<A*>(sums.sdyx.data_ptr()), S, g.C, g.M,
           channel_vec<T>(w), static_cast<const A*>(invstd.data_ptr()), channel_vec<T>(gw),
           channel_vec<T>(gb), static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
           static_cast<A*>(slope.data_ptr()));
       LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
+      if (cl) {
+        bn_backward_apply_cl(gy, x, ry, out.grad_input, mean, k, off, slope, stream);
+        return;
+      }
       with_vec_width<T>(width, [&](auto V) {
         bn_backward_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
             gy.data<T>(), x.data<T>(), ryp, out.grad_input.data<T>(), mp,

@@ -1,8 +1,11 @@
-// The per-channel statistics pass of the CUDA batch norm, exposed so tests can compare the fast
-// split Welford reduction with the naive two-pass kernel kept beside it
-// (kernels/cuda/cuda_norm.cu). Leaves out: the normalisation itself (CudaBackend::batch_norm) and
-// the backward.
+// The CUDA batch norm's pieces shared between files: the per-channel statistics pass, exposed so
+// tests can compare the fast split Welford reduction with the naive two-pass kernel kept beside
+// it (kernels/cuda/cuda_norm.cu), and the channels-last passes (kernels/cuda/cuda_norm_cl.cu) that
+// CudaBackend::batch_norm and batch_norm_backward call for channels-last inputs.
+// Leaves out: the finalize kernels and the NCHW passes (private to cuda_norm.cu).
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <utility>
 
@@ -15,5 +18,29 @@ namespace loom::cuda {
 // otherwise each channel is split over several blocks that combine Welford partials (Note [Split
 // Welford] in cuda_norm.cu).
 std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x, bool naive = false);
+
+// Welford partials (C, S) of a per-channel reduction: count, mean and M2 of each of S shares.
+struct NormPartials {
+  Tensor n, mean, m2;
+  int64_t S = 0;
+};
+
+// Partial sums (C, S) of dy and dy (x - mean) for the backward.
+struct NormSums {
+  Tensor sdy, sdyx;
+  int64_t S = 0;
+};
+
+// The channels-last passes (Note [Channels-last reductions]); x, gy, relu_y (optional), y and gx
+// are channels-last (N, C, H, W) with M = N H W > 0; mean, scale, shift, k, off, slope are (C) in
+// the accumulate dtype (float32, float64 for f64).
+NormPartials bn_stats_partials_cl(const Tensor& x, cudaStream_t stream);
+void bn_apply_cl(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& scale,
+                 const Tensor& shift, bool relu, cudaStream_t stream);
+NormSums bn_backward_partials_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_y,
+                                 const Tensor& mean, cudaStream_t stream);
+void bn_backward_apply_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_y, const Tensor& gx,
+                          const Tensor& mean, const Tensor& k, const Tensor& off,
+                          const Tensor& slope, cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -5,7 +5,8 @@
 // One thread per output element forward. Backward: both gather per input element (Note [Pool
 // gather], Note [Max pool gather]); max pooling's scatter by the saved indices is kept as its naive
 // version (Note [Max pool scatter]). Index arithmetic is 32-bit when the tensors allow it.
-// Leaves out: ceil_mode, dilation, NHWC layouts, cuDNN's pooling.
+// Max pooling keeps a channels-last input's layout (Note [Channels-last pooling]); average pooling
+// reads any layout as a contiguous copy. Leaves out: ceil_mode, dilation, cuDNN's pooling.
 #include <algorithm>
 
 #include "core/cuda/check.h"
@@ -83,16 +84,32 @@ void with_index_type(const PoolGeom& g, const F& f) {
     f(int64_t{});
 }
 
-// x: (planes, H, W) -> y, idx: (planes, P, Q)
-template <typename T, typename I>
+// Note [Channels-last pooling]
+// With CL the tensors are channels-last (Note [Channels-last]): element (n, c, h, w) of x lies at
+// ((n H + h) W + w) C + c instead of ((n C + c) H + h) W + w. Each kernel walks its output in
+// memory order either way (so neighbouring threads write neighbouring elements), splits the index
+// into the element's coordinates, and reads the other tensor at base + (h W + w) step, where base
+// and step (1, or C) come from the layout. The saved argmax stays an index into the H*W plane.
+
+// x: (planes, H, W) -> y, idx: (planes, P, Q); C channels (used when CL).
+template <typename T, typename I, bool CL>
 __global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                  int64_t* __restrict__ idx, Geom<I> g) {
+                                  int64_t* __restrict__ idx, Geom<I> g, I C) {
   using A = acc_t<T>;
   const I n = g.planes * g.P * g.Q;
   for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < n;
        o += I(gridDim.x * blockDim.x)) {
-    I q = o % g.Q, t = o / g.Q, p = t % g.P, plane = t / g.P;
-    const T* xp = x + int64_t(plane) * g.H * g.W;
+    I p, q, t;
+    const T* xp;  // the element (h, w) of o's plane is xp[(h W + w) es]
+    I es;
+    if constexpr (CL) {
+      I c = o % C;
+      t = o / C, q = t % g.Q, t /= g.Q, p = t % g.P;
+      xp = x + int64_t(t / g.P) * g.H * g.W * C + c, es = C;
+    } else {
+      q = o % g.Q, t = o / g.Q, p = t % g.P;
+      xp = x + int64_t(t / g.P) * g.H * g.W, es = 1;
+    }
     I h0 = p * g.sh - g.ph, w0 = q * g.sw - g.pw;
     I h1 = min(I(h0 + g.kh), g.H), w1 = min(I(w0 + g.kw), g.W);
     h0 = max(h0, I(0)), w0 = max(w0, I(0));
@@ -101,7 +118,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y,
     bool nan = false;
     for (I h = h0; h < h1 && !nan; ++h)
       for (I w = w0; w < w1 && !nan; ++w) {
-        A v = A(xp[h * g.W + w]);
+        A v = A(xp[int64_t(h * g.W + w) * es]);
         nan = v != v;
         if (v > best || nan) {
           best = v;
@@ -113,40 +130,54 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, T* __restrict__ y,
   }
 }
 
-// gy, idx: (planes, P, Q) -> gx: (planes, H, W) (Note [Max pool gather]).
-template <typename T, typename I>
+// gy, idx: (planes, P, Q) -> gx: (planes, H, W) (Note [Max pool gather]); C channels (when CL).
+template <typename T, typename I, bool CL>
 __global__ void max_pool2d_backward_gather_kernel(const T* __restrict__ gy,
                                                   const int64_t* __restrict__ idx,
-                                                  T* __restrict__ gx, Geom<I> g) {
+                                                  T* __restrict__ gx, Geom<I> g, I C) {
   using A = acc_t<T>;
   const I HW = g.H * g.W, n = g.planes * HW;
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n;
        i += I(gridDim.x * blockDim.x)) {
-    I plane = i / HW, hw = i - plane * HW, h = hw / g.W, w = hw - h * g.W;
+    I hw;
+    int64_t base, es;  // output (p, q) of i's plane: base + (p Q + q) es
+    if constexpr (CL) {
+      I c = i % C, t = i / C;
+      hw = t % HW;
+      base = int64_t(t / HW) * g.P * g.Q * C + c, es = C;
+    } else {
+      I plane = i / HW;
+      hw = i - plane * HW;
+      base = int64_t(plane) * g.P * g.Q, es = 1;
+    }
+    I h = hw / g.W, w = hw - h * g.W;
     I p0 = h + g.ph < g.kh ? 0 : (h + g.ph - g.kh) / g.sh + 1;
     I p1 = min(I((h + g.ph) / g.sh + 1), g.P);
     I q0 = w + g.pw < g.kw ? 0 : (w + g.pw - g.kw) / g.sw + 1;
     I q1 = min(I((w + g.pw) / g.sw + 1), g.Q);
-    const int64_t* ip = idx + int64_t(plane) * g.P * g.Q;
-    const T* gp = gy + int64_t(plane) * g.P * g.Q;
     A s = 0;
     for (I p = p0; p < p1; ++p)
-      for (I q = q0; q < q1; ++q)
-        if (ip[p * g.Q + q] == int64_t(hw)) s += A(gp[p * g.Q + q]);
+      for (I q = q0; q < q1; ++q) {
+        int64_t o = base + int64_t(p * g.Q + q) * es;
+        if (idx[o] == int64_t(hw)) s += A(gy[o]);
+      }
     gx[i] = T(s);
   }
 }
 
 // gy, idx: (planes, P, Q) -> gx: (planes, H, W), zeroed first, in the accumulate type: float
 // atomics for f32/f16/bf16 (the half types are converted afterwards), double atomics for f64.
+// C = 0: NCHW; else channels-last with C channels.
 template <typename T>
 __global__ void max_pool2d_backward_kernel(const T* __restrict__ gy,
                                            const int64_t* __restrict__ idx,
                                            acc_t<T>* __restrict__ gx, int64_t planes, int64_t PQ,
-                                           int64_t HW) {
+                                           int64_t HW, int64_t C) {
   LOOM_GRID_STRIDE(o, planes * PQ) {
-    int64_t plane = o / PQ;
-    atomicAdd(gx + plane * HW + idx[o], acc_t<T>(gy[o]));
+    if (C == 0)
+      atomicAdd(gx + (o / PQ) * HW + idx[o], acc_t<T>(gy[o]));
+    else  // o = (n PQ + pq) C + c
+      atomicAdd(gx + ((o / C / PQ) * HW + idx[o]) * C + o % C, acc_t<T>(gy[o]));
   }
 }
 
@@ -206,32 +237,47 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ gy, T* __restri
 
 }  // namespace
 
-// x: (N, C, H, W) -> (values (N, C, P, Q), int64 indices into each H*W plane)
+// x: (N, C, H, W) -> (values (N, C, P, Q), int64 indices into each H*W plane), in x's layout
+// when it is channels-last (Note [Channels-last pooling]), else contiguous.
 std::pair<Tensor, Tensor> CudaBackend::max_pool2d(const Tensor& x0, const Pool2dParams& p) {
   PoolGeom g = pool_geom(x0.shape(), p);
-  Tensor x = raw::contiguous(x0);
+  const bool cl = raw::is_channels_last(x0);
+  Tensor x = cl ? x0 : raw::contiguous(x0);
   Shape os{x.size(0), x.size(1), g.P, g.Q};
-  Tensor y = empty(os, {.dtype = x.dtype(), .device = x.device()});
-  Tensor idx = empty(os, {.dtype = DType::I64, .device = x.device()});
+  auto make = [cl](const Shape& s, Options o) {
+    return cl ? raw::empty_channels_last(s, o) : empty(s, o);
+  };
+  Tensor y = make(os, {.dtype = x.dtype(), .device = x.device()});
+  Tensor idx = make(os, {.dtype = DType::I64, .device = x.device()});
   if (y.numel() == 0) return {y, idx};
   int dev = x.device().index;
   DeviceGuard guard(dev);
   LOOM_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
     with_index_type(g, [&](auto index) {
       using I = decltype(index);
-      max_pool2d_kernel<scalar_t, I><<<blocks_for(y.numel()), kThreads, 0, current_stream(dev)>>>(
-          x.data<scalar_t>(), y.data<scalar_t>(), idx.data<int64_t>(), Geom<I>(g));
-      LOOM_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks_for(y.numel()), kThreads, 0, current_stream(dev)>>>(
+            x.data<scalar_t>(), y.data<scalar_t>(), idx.data<int64_t>(), Geom<I>(g), I(x.size(1)));
+        LOOM_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
+      };
+      if (cl)
+        launch(max_pool2d_kernel<scalar_t, I, true>);
+      else
+        launch(max_pool2d_kernel<scalar_t, I, false>);
     });
   });
   return {y, idx};
 }
 
-// grad_y, indices: (N, C, P, Q) -> (N, C, H, W) = x_shape
+// grad_y, indices: (N, C, P, Q) -> (N, C, H, W) = x_shape, channels-last when the indices are
+// (the forward's input was), else contiguous.
 Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& indices0,
                                         const Shape& x_shape, const Pool2dParams& params) {
-  Tensor gy = raw::contiguous(grad_y0), idx = raw::contiguous(indices0);
-  Tensor gx = empty(x_shape, {.dtype = gy.dtype(), .device = gy.device()});
+  const bool cl = raw::is_channels_last(indices0);
+  auto layout = [cl](const Tensor& t) { return cl ? raw::channels_last(t) : raw::contiguous(t); };
+  Tensor gy = layout(grad_y0), idx = layout(indices0);
+  Options opt{.dtype = gy.dtype(), .device = gy.device()};
+  Tensor gx = cl ? raw::empty_channels_last(x_shape, opt) : empty(x_shape, opt);
   if (gx.numel() == 0) return gx;
   PoolGeom geom = pool_backward_geom("max_pool2d_backward", gy.shape(), x_shape, params);
   int dev = gy.device().index;
@@ -241,10 +287,16 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& ind
     LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
       with_index_type(geom, [&](auto index) {
         using I = decltype(index);
-        max_pool2d_backward_gather_kernel<scalar_t, I>
-            <<<blocks_for(gx.numel()), kThreads, 0, stream>>>(
-                gy.data<scalar_t>(), idx.data<int64_t>(), gx.data<scalar_t>(), Geom<I>(geom));
-        LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_gather_kernel");
+        auto launch = [&](auto kernel) {
+          kernel<<<blocks_for(gx.numel()), kThreads, 0, stream>>>(
+              gy.data<scalar_t>(), idx.data<int64_t>(), gx.data<scalar_t>(), Geom<I>(geom),
+              I(x_shape[1]));
+          LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_gather_kernel");
+        };
+        if (cl)
+          launch(max_pool2d_backward_gather_kernel<scalar_t, I, true>);
+        else
+          launch(max_pool2d_backward_gather_kernel<scalar_t, I, false>);
       });
     });
     return gx;
@@ -259,11 +311,11 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& ind
     LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
       max_pool2d_backward_kernel<scalar_t><<<blocks_for(gy.numel()), kThreads, 0, stream>>>(
           gy.data<scalar_t>(), idx.data<int64_t>(), static_cast<acc_t<scalar_t>*>(acc.data_ptr()),
-          planes, PQ, HW);
+          planes, PQ, HW, cl ? x_shape[1] : 0);
       LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_kernel");
     });
   }
-  if (half) {
+  if (half) {  // acc holds gx's elements in gx's memory order: an elementwise cast
     LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
       cast_from_float_kernel<scalar_t><<<blocks_for(gx.numel()), kThreads, 0, stream>>>(
           acc.data<float>(), gx.data<scalar_t>(), gx.numel());

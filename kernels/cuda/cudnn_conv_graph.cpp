@@ -38,13 +38,15 @@ namespace loom::cuda {
 // reduced-precision accumulation on any type, and engines that compile kernels at run time
 // (seconds on first use). Up to kMaxCandidates plans whose workspace fits are finalized, each is
 // timed on the real buffers and the fastest is kept: the graph-API counterpart of
-// cudnnFind*AlgorithmEx. Then the classic API's own Find runs too, and when its algorithm measured
-// faster the key is handed to it: on an H200 the engines left for strict float32 were slower
-// than the classic FMA algorithms (cnn fp32 step 1.84 against 1.69 ms), while in bf16 the graph
-// engines measured faster (with the plan cache, the cnn bf16 step went from 1.48 to 1.13 ms
-// eager and from 1.37 to 1.04 ms as one CUDA graph). Inside a CUDA graph capture nothing may run
-// or synchronise, so a key first met there keeps the first plan that finalizes. A key no engine
-// takes is remembered as such and goes to the classic API (cudnn_conv_legacy.cpp) too.
+// cudnnFind*AlgorithmEx. For NCHW tensors the classic API's own Find runs too, and when its
+// algorithm measured faster the key is handed to it. On an H200 the engines left for strict
+// float32 were slower than the classic FMA algorithms (cnn fp32 step 1.84 against 1.69 ms), so
+// strict float32 NCHW goes to the classic API without the graph search (which would only add to
+// the first step); in bf16 the graph engines measured faster (with the plan cache, the cnn bf16
+// step went from 1.48 to 1.13 ms eager and from 1.37 to 1.04 ms as one CUDA graph). Inside a CUDA
+// graph capture nothing may run or synchronise, so a key first met there keeps the first plan that
+// finalizes. A key no engine takes is remembered as such and goes to the classic API
+// (cudnn_conv_legacy.cpp) too.
 
 namespace {
 
@@ -305,6 +307,10 @@ float time_plan(cudnnHandle_t h, const Plan& p, const ConvArgs& a, void* ws, cud
 }
 
 Plan choose_plan(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream, bool tf32, bool fastest) {
+  // The classic API runs only NCHW tensors (channels-last would cost it two copies), and strict
+  // float32 NCHW goes to it without a graph search (Note [cuDNN plan cache]).
+  const bool nchw = a.x.is_contiguous() && a.w.is_contiguous() && a.y.is_contiguous();
+  if (fastest && nchw && a.x.dtype() == DType::F32 && !tf32) return {};
   Desc graph = op_graph(a, h);
   std::vector<Desc> cfgs = engine_configs(graph, CUDNN_HEUR_MODE_A);
   for (Desc& c : engine_configs(graph, CUDNN_HEUR_MODE_FALLBACK)) cfgs.push_back(std::move(c));
@@ -336,7 +342,7 @@ Plan choose_plan(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream, bool t
     if (ms < best_ms) best_ms = ms, best = i;
   }
   if (!(best_ms < std::numeric_limits<float>::infinity())) return {};
-  if (fastest) {
+  if (fastest && nchw) {
     float classic = classic_conv_ms(a);
     if (classic >= 0 && classic < best_ms) return {};
   }

@@ -41,6 +41,15 @@ std::vector<OpCase> shape_cases() {
                 [](auto& r) {
                   return permute_ref(r[0], {2, 0, 1});
                 }});
+  // Same values, NHWC strides: a copy, and a view for one channel; the gradient passes through.
+  cs.push_back({"to_channels_last",
+                {{{2, 3, 4, 5}}},
+                [](auto& x) { return to_channels_last(x[0]); },
+                [](auto& r) { return r[0]; }});
+  cs.push_back({"to_channels_last_one_channel",
+                {{{2, 1, 3, 4}}},
+                [](auto& x) { return to_channels_last(x[0]); },
+                [](auto& r) { return r[0]; }});
   cs.push_back({"slice_step",
                 {{{5, 6}}},
                 [](auto& x) { return x[0].slice(0, 1, 5, 2).slice(1, -4, 6); },

@@ -79,6 +79,25 @@ TEST(Views, ViewOfTransposedNeedsReshape) {
   EXPECT_EQ(y.view({12}).storage(), y.storage());
 }
 
+TEST(Views, ChannelsLastIsTheProducersChoice) {
+  // (N, 1, H, W) with the usual strides has channels-last memory but is not channels-last.
+  Tensor one = arange(0, 24).reshape({2, 1, 3, 4});
+  EXPECT_FALSE(raw::is_channels_last(one));
+  Tensor v = to_channels_last(one);  // a view: same storage, NHWC strides
+  EXPECT_TRUE(raw::is_channels_last(v));
+  EXPECT_EQ(v.data_ptr(), one.data_ptr());
+  EXPECT_EQ(v.strides(), (Strides{12, 1, 4, 1}));
+  // Several channels: a copy with the strides of (N, H, W, C), the same values.
+  Tensor x = arange(0, 120).reshape({2, 3, 4, 5});
+  Tensor c = to_channels_last(x);
+  EXPECT_TRUE(raw::is_channels_last(c));
+  EXPECT_EQ(c.strides(), (Strides{60, 1, 15, 3}));
+  EXPECT_EQ(c.to_vector<float>(), x.to_vector<float>());
+  EXPECT_EQ(to_channels_last(c).data_ptr(), c.data_ptr());  // already: itself
+  EXPECT_FALSE(raw::is_channels_last(x.permute({0, 1, 3, 2})));
+  EXPECT_THROW(to_channels_last(arange(0, 6).reshape({2, 3})), Error);
+}
+
 TEST(Philox, KnownAnswer) {
   // Random123's known-answer vector for philox4x32-10 with zero key and counter.
   Philox4 r = philox4x32(0, 0, 0);
