@@ -20,6 +20,7 @@
 #include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
+#include "kernels/cuda/plan_key.h"
 
 namespace loom::cuda {
 
@@ -352,17 +353,7 @@ Plan choose_plan(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream, bool t
 // Everything a plan depends on: device, dtype, math mode, direction, whether the classic API may
 // take it, sizes and strides of the three tensors, their pointers' alignment and the convolution's
 // parameters.
-using PlanKey = std::array<int64_t, 40>;
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t v : k) {
-      h ^= uint64_t(v);
-      h *= 1099511628211ull;
-    }
-    return size_t(h);
-  }
-};
+using PlanKey = PlanKeyOf<40>;
 
 PlanKey plan_key(const ConvArgs& a, bool tf32, bool fastest) {
   PlanKey k{};

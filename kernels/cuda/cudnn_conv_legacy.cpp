@@ -18,6 +18,7 @@
 #include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
+#include "kernels/cuda/plan_key.h"
 
 namespace loom::cuda {
 
@@ -35,17 +36,7 @@ namespace {
 
 constexpr size_t kMaxFindWorkspace = size_t(1) << 30;
 
-using ConvKey = std::array<int64_t, 24>;
-struct ConvKeyHash {
-  size_t operator()(const ConvKey& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t v : k) {
-      h ^= uint64_t(v);
-      h *= 1099511628211ull;
-    }
-    return size_t(h);
-  }
-};
+using ConvKey = PlanKeyOf<24>;
 
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -68,7 +59,7 @@ struct ConvPlan {
 
 struct ConvCache {
   std::mutex mu;
-  std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, ConvKeyHash> plans;
+  std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, PlanKeyHash> plans;
 };
 ConvCache& conv_cache() {
   static ConvCache* cache = new ConvCache();  // never destroyed (used until exit)

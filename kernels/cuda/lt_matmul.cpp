@@ -14,6 +14,7 @@
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/library_check.h"
 #include "kernels/cuda/math_mode.h"
+#include "kernels/cuda/plan_key.h"
 
 namespace loom::cuda {
 
@@ -29,18 +30,7 @@ namespace {
 // before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul only).
 
 constexpr int kKeyLen = 26;
-using PlanKey = std::array<int64_t, kKeyLen>;
-
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the 64-bit words
-    for (int64_t v : k) {
-      h ^= uint64_t(v);
-      h *= 1099511628211ull;
-    }
-    return size_t(h);
-  }
-};
+using PlanKey = PlanKeyOf<kKeyLen>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
