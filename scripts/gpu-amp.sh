@@ -3,7 +3,8 @@
 # tests (autocast, GradScaler, the CUDA kernels against the CPU ones, eager vs graph decisions),
 # trains train_cnn for the same epochs in fp32, --amp bf16 and --amp fp16 (and fp16 with
 # --cuda-graph) and prints the test accuracies, then the benchmark's bf16 rows next to libtorch's
-# with autocast (scripts/bench-compare.sh). Prints a summary last; logs go to $OUT.
+# with autocast (scripts/bench-compare.sh) and the cnn with channels-last convolutions on and off.
+# Prints a summary last; logs go to $OUT.
 #   DATA=/path/to/fashion-mnist scripts/gpu-amp.sh     # the idx .gz files (default .data/fashion-mnist)
 #   EPOCHS=10 SKIP_BENCH=1 scripts/gpu-amp.sh
 set -u -o pipefail
@@ -56,6 +57,12 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     "$BUILD/benchmarks/bench_train" --workload "$w" --amp fp16 | tail -1
     "$BUILD/benchmarks/bench_train" --workload "$w" --amp bf16 --cuda-graph | tail -1
   done > "$LOG/amp_bench_extra.log" 2>&1
+  # The cnn with autocast's channels-last convolutions on (the default) and off (docs/amp.md).
+  for cl in on off; do
+    for a in bf16 fp16; do
+      echo "channels-last $cl: $("$BUILD/benchmarks/bench_train" --workload cnn --amp "$a" --channels-last "$cl" | tail -1)"
+    done
+  done >> "$LOG/amp_bench_extra.log" 2>&1
   cat "$LOG/amp_bench_extra.log"
   OUT=$LOG scripts/bench-compare.sh
   grep -E '^(mlp|cnn|wide) +bf16' "$LOG/bench-compare.txt" | while read -r line; do row "bench bf16" "$line"; done
