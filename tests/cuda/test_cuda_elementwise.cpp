@@ -204,6 +204,53 @@ TEST(CudaCopy, EveryDtypePairConvertsLikeTheCpu) {
   }
 }
 
+// Note [Half conversions] in core/half.h: kernels convert with the GPU's cvt instructions, the host
+// with integer arithmetic. Every one of the 65536 half values must widen to the same float, and
+// floats at, between and around the half values (ties to even, the overflow edge at 65520,
+// subnormals) must round to the same half, bit for bit; NaNs only need to stay NaNs.
+TEST(CudaCopy, HalfConversionsMatchTheHostBitForBit) {
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor halves = empty({65536}, {.dtype = DType::F16});
+  for (uint32_t b = 0; b < 65536; ++b) halves.data<Half>()[b].bits = uint16_t(b);
+  Tensor want_f = halves.to(DType::F32), got_f = halves.to(kGpu).to(DType::F32).to(kCPU);
+  for (int64_t i = 0; i < 65536; ++i) {
+    float w = want_f.data<float>()[i], g = got_f.data<float>()[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << "half bits " << i;
+      continue;
+    }
+    uint32_t wb, gb;
+    std::memcpy(&wb, &w, 4);
+    std::memcpy(&gb, &g, 4);
+    ASSERT_EQ(wb, gb) << "half bits " << i << " widen to " << w << " on the host, " << g
+                      << " on the GPU";
+  }
+  // Floats to round: each finite half value, the midpoints to its neighbour (ties), a nudge either
+  // side of both, then values past the largest half and random floats over a wide range.
+  std::vector<float> v;
+  for (uint32_t b = 0; b < 0x7c00; ++b) {
+    float x = float(Half::from_bits(uint16_t(b))), next = float(Half::from_bits(uint16_t(b + 1)));
+    float mid = x + (next - x) / 2;
+    for (float f : {x, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f),
+                    std::nextafter(x, 1e30f)}) {
+      v.push_back(f);
+      v.push_back(-f);
+    }
+  }
+  for (float f : {65504.0f, 65519.0f, 65519.996f, 65520.0f, 65536.0f, 1e9f, 3e38f}) {
+    v.push_back(f);
+    v.push_back(-f);
+  }
+  Generator gen(7);
+  Tensor r = randn({20000}, {}, &gen) * 1000.0;
+  for (int64_t i = 0; i < r.numel(); ++i) v.push_back(r.data<float>()[i]);
+  Tensor floats = from_vector<float>(v, {int64_t(v.size())});
+  Tensor want_h = floats.to(DType::F16), got_h = floats.to(kGpu).to(DType::F16).to(kCPU);
+  for (int64_t i = 0; i < floats.numel(); ++i)
+    ASSERT_EQ(want_h.data<Half>()[i].bits, got_h.data<Half>()[i].bits)
+        << "float " << v[size_t(i)] << " rounds differently on the GPU";
+}
+
 TEST(CudaCopy, StridedBroadcastAndCrossDtypeDestinations) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   Tensor x = sample({64, 48}, DType::F32, 61);
