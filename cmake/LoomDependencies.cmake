@@ -1,6 +1,6 @@
 # Third-party libraries loom builds on (all from Debian packages on the development machines;
 # see the README's first command). The library needs Threads, OpenMP, Eigen, zlib and
-# nlohmann-json (Gloo, CUDA, cuDNN, NCCL when present); the programs and tests add CLI11,
+# nlohmann-json (OpenBLAS, Gloo, CUDA, cuDNN, NCCL when present); the programs and tests add CLI11,
 # GoogleTest and Google Benchmark, looked for only when they are built (LOOM_BUILD_*).
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
@@ -24,6 +24,15 @@ if(TARGET loom::gloo)
   message(STATUS "Gloo: ${GLOO_LIBRARY}")
 else()
   message(STATUS "Gloo not found: the CPU (gloo) process group is not built")
+endif()
+# OpenBLAS: the CPU GEMMs (Note [CPU GEMM]). Optional: without it Eigen's GEMM computes them.
+if(LOOM_OPENBLAS)
+  loom_find_openblas()
+endif()
+if(TARGET loom::openblas)
+  message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY} (CPU matrix products)")
+else()
+  message(STATUS "OpenBLAS not used: CPU matrix products run on Eigen's GEMM")
 endif()
 if(LOOM_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -1,10 +1,11 @@
 # The libraries without a CMake package of their own that loom links: Gloo (Debian's libgloo-dev),
-# cuDNN and NCCL (beside the CUDA toolkit). Each found one becomes an imported target carrying
+# OpenBLAS (Debian's libopenblas-openmp-dev), cuDNN and NCCL (beside the CUDA toolkit). Each found one becomes an imported target carrying
 # its header folder, its library and the LOOM_WITH_* define of the code that uses it. Included by
 # loom's own build (cmake/LoomDependencies.cmake) and by the installed loomConfig.cmake, so a
 # consumer of the package finds them the same way. Leaves out: the CUDA toolkit (CUDAToolkit).
 #
 #   loom_find_gloo()   -> loom::gloo  (when found)
+#   loom_find_openblas()   -> loom::openblas (when found)
 #   loom_find_cuda_libraries()   -> loom::cudnn (required), loom::nccl (when found); call after
 #                                   find_package(CUDAToolkit)
 
@@ -21,6 +22,29 @@ function(loom_find_gloo)
       INTERFACE_INCLUDE_DIRECTORIES "${GLOO_INCLUDE_DIR}"
       INTERFACE_LINK_LIBRARIES "${GLOO_LIBRARY};Threads::Threads"
       INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_GLOO=1)
+  endif()
+endfunction()
+
+# OpenBLAS computes the CPU backend's matrix products when found (kernels/cpu/cpu_gemm.cpp, Note
+# [CPU GEMM]). Debian installs each threading flavour in its own folder; the OpenMP one is looked
+# for first, since it shares loom's OpenMP runtime (loom runs OpenBLAS on one thread per call in
+# any case). cblas.h must come from OpenBLAS, not the reference BLAS: openblas_config.h sits
+# beside it.
+function(loom_find_openblas)
+  if(TARGET loom::openblas)
+    return()
+  endif()
+  set(_dirs /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
+  find_path(OPENBLAS_INCLUDE_DIR openblas_config.h
+            PATH_SUFFIXES openblas-openmp openblas
+            HINTS /usr/include/x86_64-linux-gnu /usr/include/aarch64-linux-gnu)
+  find_library(OPENBLAS_LIBRARY NAMES openblas HINTS ${_dirs})
+  if(OPENBLAS_INCLUDE_DIR AND OPENBLAS_LIBRARY AND EXISTS "${OPENBLAS_INCLUDE_DIR}/cblas.h")
+    add_library(loom::openblas INTERFACE IMPORTED GLOBAL)
+    set_target_properties(loom::openblas PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${OPENBLAS_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${OPENBLAS_LIBRARY}"
+      INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_OPENBLAS=1)
   endif()
 endfunction()
 

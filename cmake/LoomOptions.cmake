@@ -20,6 +20,7 @@ option(LOOM_BUILD_BENCHMARKS "Build the benchmarks (needs Google Benchmark and t
        ${PROJECT_IS_TOP_LEVEL})
 option(LOOM_INSTALL "Install rules for the library, headers and CMake package" ${PROJECT_IS_TOP_LEVEL})
 option(LOOM_LIBTORCH "Build benchmarks/libtorch, the libtorch twin of bench_train (needs Torch)" OFF)
+option(LOOM_OPENBLAS "Compute CPU matrix products with OpenBLAS when it is found (else Eigen)" ON)
 option(LOOM_NATIVE "Compile the CPU code for this machine's instruction set (-march=native)" ON)
 option(LOOM_WERROR "Treat warnings as errors" OFF)
 # LOOM_SANITIZE: build everything under sanitizers ("address,undefined" or "thread"; see

@@ -21,10 +21,13 @@ set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "libdevel")
 # What a user's build needs: the compiler's OpenMP and zlib's headers (loomConfig.cmake finds
-# them again), Gloo when this build used it, and cmake to read the package.
+# them again), Gloo and OpenBLAS when this build used them, and cmake to read the package.
 set(_loom_deb_depends "libgomp1, zlib1g-dev, cmake (>= 3.24)")
 if(TARGET loom::gloo)
   string(APPEND _loom_deb_depends ", libgloo-dev")
+endif()
+if(TARGET loom::openblas)
+  string(APPEND _loom_deb_depends ", libopenblas-openmp-dev")
 endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${_loom_deb_depends}")
 include(CPack)

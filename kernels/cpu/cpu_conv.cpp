@@ -1,17 +1,17 @@
-// CPU convolution as im2col + Eigen GEMM, in all three directions (forward, input gradient via
-// col2im, weight gradient). Images run in parallel on the one OpenMP pool, each thread with its
-// own reused column buffer. f16/bf16 compute in float32. The direct loops it is tested against
-// are in cpu_conv_naive.cpp.
-// Leaves out: Winograd/FFT algorithms, NHWC layouts, and the bias (the op layer adds it).
+// CPU convolution as im2col + GEMM (cpu::gemm: OpenBLAS or Eigen), in all three directions
+// (forward, input gradient via col2im, weight gradient). Images run in parallel on the one OpenMP
+// pool, each thread with its own reused column buffer. f16/bf16 compute in float32. The direct
+// loops it is tested against are in cpu_conv_naive.cpp. Leaves out: Winograd/FFT algorithms, NHWC
+// layouts, and the bias (the op layer adds it).
 #include "kernels/cpu/cpu_conv.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_gemm.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
@@ -24,20 +24,26 @@ namespace loom::cpu {
 //   input gradient   dcol  (Cg*R*S, P*Q) = w^T @ dy[n], scattered back into dx[n] by col2im
 //   weight gradient  dw    (Kg, Cg*R*S) += dy[n] @ col^T, summed over the images
 // A 1x1 convolution with stride 1 and no padding needs no col: x[n] already is (C, H*W).
-// Threads: with several images, each thread takes a contiguous run of them and calls Eigen's
-// GEMM single-threaded (Eigen sees it is inside a parallel region), so the col buffer and the
+// Threads: with several images, each thread takes a contiguous run of them and runs the GEMM
+// single-threaded (cpu::gemm sees it is inside a parallel region), so the col buffer and the
 // GEMM's working set stay in that core's cache. The weight gradient keeps one partial sum per
 // thread, added in thread order so the result does not depend on timing. With one image the
-// loop runs inline and Eigen's GEMM uses the threads itself.
+// loop runs inline and the GEMM uses the threads itself.
 
 namespace {
 
+// C (M, N) = op(A) op(B) on densely stored operands: A stored (M, K), or (K, M) when trans_a;
+// B stored (K, N), or (N, K) when trans_b.
 template <typename T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using Map = Eigen::Map<RowMat<T>>;
-template <typename T>
-using ConstMap = Eigen::Map<const RowMat<T>>;
+GemmArgs<T> plain(int64_t M, int64_t N, int64_t K, const T* A, bool trans_a, const T* B,
+                  bool trans_b, T* C) {
+  GemmArgs<T> a;
+  a.M = M, a.N = N, a.K = K;
+  a.A = A, a.trans_a = trans_a, a.lda = trans_a ? M : K;
+  a.B = B, a.trans_b = trans_b, a.ldb = trans_b ? K : N;
+  a.C = C, a.ldc = N;
+  return a;
+}
 
 // A thread's column buffer, kept between calls so a training loop allocates it once. Buffers
 // over kKeepBytes are freed after the call instead of being kept.
@@ -204,10 +210,9 @@ void conv_forward(const T* x, const T* w, T* y, const ConvGeom& g) {
     for (int64_t grp = 0; grp < g.G; ++grp) {
       const T* xg = x + (n * g.C + grp * g.Cg) * g.H * g.W;
       if (!direct) im2col(xg, g, col);
-      ConstMap<T> Wm(w + grp * g.Kg * CRS, g.Kg, CRS);
-      ConstMap<T> Col(direct ? xg : col, CRS, PQ);
-      Map<T> Y(y + (n * g.K + grp * g.Kg) * PQ, g.Kg, PQ);
-      Y.noalias() = Wm * Col;
+      // y[n] (Kg, PQ) = w (Kg, CRS) @ col (CRS, PQ)
+      gemm(plain(g.Kg, PQ, CRS, w + grp * g.Kg * CRS, false, direct ? xg : col, false,
+                 y + (n * g.K + grp * g.Kg) * PQ));
     }
   });
 }
@@ -219,13 +224,11 @@ void conv_backward_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
   const bool direct = is_pointwise(g);
   for_each_image<T>(g.N, direct ? 0 : CRS * PQ, [&](int64_t n, T* col) {
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      ConstMap<T> Wm(w + grp * g.Kg * CRS, g.Kg, CRS);
-      ConstMap<T> dY(gy + (n * g.K + grp * g.Kg) * PQ, g.Kg, PQ);
       T* gxg = gx + (n * g.C + grp * g.Cg) * HW;
-      if (direct) {
-        Map<T>(gxg, CRS, PQ).noalias() = Wm.transpose() * dY;
-      } else {
-        Map<T>(col, CRS, PQ).noalias() = Wm.transpose() * dY;
+      // dcol (CRS, PQ) = w^T (CRS, Kg) @ dy[n] (Kg, PQ), straight into dx[n] when pointwise
+      gemm(plain(CRS, PQ, g.Kg, w + grp * g.Kg * CRS, true, gy + (n * g.K + grp * g.Kg) * PQ, false,
+                 direct ? gxg : col));
+      if (!direct) {
         std::fill(gxg, gxg + g.Cg * HW, T(0));
         col2im(col, g, gxg);
       }
@@ -250,9 +253,11 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvGeom& g) {
         for (int64_t grp = 0; grp < g.G; ++grp) {
           const T* xg = x + (n * g.C + grp * g.Cg) * g.H * g.W;
           if (!direct) im2col(xg, g, col.data());
-          ConstMap<T> Col(direct ? xg : col.data(), CRS, PQ);
-          ConstMap<T> dY(gy + (n * g.K + grp * g.Kg) * PQ, g.Kg, PQ);
-          Map<T>(acc + grp * g.Kg * CRS, g.Kg, CRS).noalias() += dY * Col.transpose();
+          // dw (Kg, CRS) += dy[n] (Kg, PQ) @ col^T (PQ, CRS)
+          GemmArgs<T> a = plain(g.Kg, CRS, PQ, gy + (n * g.K + grp * g.Kg) * PQ, false,
+                                direct ? xg : col.data(), true, acc + grp * g.Kg * CRS);
+          a.accumulate = true;
+          gemm(a);
         }
     }
   });

@@ -1,25 +1,21 @@
-// CPU matrix products on Eigen's GEMM (multi-threaded through the OpenMP pool). Row-major and
-// transposed (column-major) views map without a copy; any other layout is made contiguous first.
-// f16/bf16 compute in float32.
-#include <Eigen/Core>
+// CPU matrix products on cpu::gemm (OpenBLAS or Eigen, multi-threaded through the OpenMP pool:
+// kernels/cpu/cpu_gemm.h). Row-major and transposed (column-major) views go in without a copy;
+// any other layout is made contiguous first. f16/bf16 compute in float32.
 #include <algorithm>
 
 #include "core/dispatch.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_gemm.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cpu {
 
 namespace {
 
-template <typename T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-
 // Note [GEMM operand layouts]
-// Eigen maps a 2-d operand without a copy when it is row-major (unit column stride, rows at least
-// a row apart) or column-major (the mirror image); a dimension of size 1 may have any stride.
+// A 2-d operand goes to the GEMM without a copy when it is row-major (unit column stride, rows
+// at least a row apart) or column-major (the mirror image); a dimension of size 1 may have any
+// stride.
 // Anything else is copied to contiguous first. "At least a row apart" matters: the gradient of a
 // sum arrives broadcast, e.g. (N, 1) with strides (0, 1), and mapping that as column-major with
 // leading dimension N would read N - 1 elements past its single stored value.
@@ -30,31 +26,34 @@ bool col_major(const Tensor& t) {
   return (t.size(0) == 1 || t.stride(0) == 1) && (t.size(1) == 1 || t.stride(1) >= t.size(0));
 }
 
-// A 2-d matrix as Eigen can map it (Note [GEMM operand layouts]).
+// A 2-d matrix as the GEMM can take it (Note [GEMM operand layouts]).
 Tensor gemm_ready(const Tensor& m) {
   if (row_major(m) || col_major(m)) return m;
   return raw::contiguous(m);
+}
+
+// The stride between the stored rows of a gemm_ready operand: a column-major (M, K) matrix is
+// the transpose of a row-major (K, M) one.
+int64_t leading_dim(const Tensor& t, bool transposed) {
+  const int d = transposed ? 1 : 0;  // the dimension that steps from one stored row to the next
+  return t.size(d) == 1 ? t.size(1 - d) : t.stride(d);
 }
 
 // out (M, N), row-major contiguous, = a (M, K) @ b (K, N), for float or double; a and b are
 // gemm_ready.
 template <typename T>
 void gemm(const Tensor& a, const Tensor& b, T* out) {
-  int64_t M = a.size(0), N = b.size(1);
-  Eigen::Map<RowMat<T>> C(out, M, N);
-  auto with_map = [](const Tensor& t, auto&& f) {
-    const T* p = static_cast<const T*>(t.data_ptr());
-    if (row_major(t)) {
-      const int64_t ld = t.size(0) == 1 ? t.size(1) : t.stride(0);
-      f(Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>(
-          p, t.size(0), t.size(1), Eigen::OuterStride<>(std::max<int64_t>(ld, 1))));
-    } else {
-      const int64_t ld = t.size(1) == 1 ? t.size(0) : t.stride(1);
-      f(Eigen::Map<const ColMat<T>, 0, Eigen::OuterStride<>>(
-          p, t.size(0), t.size(1), Eigen::OuterStride<>(std::max<int64_t>(ld, 1))));
-    }
-  };
-  with_map(a, [&](const auto& A) { with_map(b, [&](const auto& B) { C.noalias() = A * B; }); });
+  GemmArgs<T> g;
+  g.M = a.size(0), g.N = b.size(1), g.K = a.size(1);
+  g.A = static_cast<const T*>(a.data_ptr());
+  g.trans_a = !row_major(a);
+  g.lda = leading_dim(a, g.trans_a);
+  g.B = static_cast<const T*>(b.data_ptr());
+  g.trans_b = !row_major(b);
+  g.ldb = leading_dim(b, g.trans_b);
+  g.C = out;
+  g.ldc = g.N;
+  cpu::gemm(g);
 }
 
 }  // namespace
