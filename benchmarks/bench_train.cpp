@@ -6,7 +6,9 @@
 // weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
 // replays the whole step (zero-grad, forward, backward, optimizer) as one graph (see
 // train/step_runner.h). Under autocast on CUDA the convolutions run channels-last (docs/amp.md);
-// --channels-last off keeps them NCHW, as the libtorch twin's are.
+// --channels-last off keeps them NCHW, as the libtorch twin's are. --optimizer-in-backward updates
+// each parameter as soon as backward has its gradient and frees the gradient (mode column
+// "in-bwd"; nn/optim/in_backward.h): the same updates, a lower peak.
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
 // scripts/bench-compare.sh runs both side by side.
 //
@@ -58,7 +60,7 @@ struct Result {
 };
 
 Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph,
-           const std::string& amp_mode) {
+           const std::string& amp_mode, bool in_backward) {
   manual_seed(0);
   auto model = w.make();
   model->to(dev);
@@ -70,6 +72,7 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   if (amp_mode != "off")
     runner.set_amp(amp_mode == "bf16" ? DType::BF16 : DType::F16,
                    scaler.is_enabled() ? &scaler : nullptr);
+  runner.set_optimizer_in_backward(in_backward);
   auto step = [&] { runner.step(x, y); };
   step();
   now_synced(dev);
@@ -114,6 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--channels-last", channels_last,
                  "on (default) or off: autocast's channels-last convolutions on CUDA")
       ->check(CLI::IsMember({"on", "off"}));
+  bool in_backward = false;
+  app.add_flag("--optimizer-in-backward", in_backward,
+               "update each parameter inside backward and free its gradient (lower peak memory)");
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
   amp::set_channels_last_convolutions(channels_last == "on");
 
@@ -126,11 +132,13 @@ int main(int argc, char** argv) {
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
       if (workload != "all" && workload != w.name) continue;
-      Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode);
+      Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
                   dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
-                  graph ? "graph" : "eager", long(w.batch), r.median_ms, r.min_ms, r.max_ms,
-                  r.peak_mib, r.first_step_s);
+                  graph         ? "graph"
+                  : in_backward ? "in-bwd"
+                                : "eager",
+                  long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1

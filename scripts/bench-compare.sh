@@ -62,6 +62,7 @@ for w in $WORKLOADS; do
   "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
   if [ "$DEVICE" != cpu ]; then
     "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" --cuda-graph | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
+    "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" --optimizer-in-backward | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
     "$BUILD/benchmarks/bench_train" --workload "$w" --amp bf16 "${common[@]}" | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
     "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" --dtype bf16 "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
   fi
@@ -78,14 +79,17 @@ table=$(awk '
       "loom ms", "torch ms", "ratio", "loom min-max", "torch min-max", "loom MiB", "torch MiB", "ratio",
       "loom 1st", "torch 1st", "ratio"
     for (i = 1; i <= n; ++i) { k = keys[i]; split(k, p, " ")
+      # an in-bwd row (loom only) compares with the libtorch eager step
+      t = (p[3] == "in-bwd") ? p[1] " " p[2] " eager" : k
       lr = (("loom", k) in ms) ? sprintf("%s-%s", mn["loom", k], mx["loom", k]) : "-"
-      tr = (("torch", k) in ms) ? sprintf("%s-%s", mn["torch", k], mx["torch", k]) : "-"
+      tr = (("torch", t) in ms) ? sprintf("%s-%s", mn["torch", t], mx["torch", t]) : "-"
       printf "%-6s %-5s %-6s %10s %10s %6s %19s %19s %9s %9s %5s %8s %8s %5s\n", p[1], p[2], p[3],
-        v("loom", k, ms), v("torch", k, ms), ratio(v("loom", k, ms), v("torch", k, ms)), lr, tr,
-        v("loom", k, pk), v("torch", k, pk), ratio(v("loom", k, pk), v("torch", k, pk)),
-        v("loom", k, fs), v("torch", k, fs), ratio(v("loom", k, fs), v("torch", k, fs)) } }' "$rows")
+        v("loom", k, ms), v("torch", t, ms), ratio(v("loom", k, ms), v("torch", t, ms)), lr, tr,
+        v("loom", k, pk), v("torch", t, pk), ratio(v("loom", k, pk), v("torch", t, pk)),
+        v("loom", k, fs), v("torch", t, fs), ratio(v("loom", k, fs), v("torch", t, fs)) } }' "$rows")
 rm -f "$rows"
 log ""
 log "$table"
 log "(ratio = loom / libtorch: below 1 is loom faster or smaller; MiB = peak device memory, 0 on the CPU;"
-log " 1st = seconds from process start to the end of the first step; graph rows replay a CUDA graph (loom only))"
+log " 1st = seconds from process start to the end of the first step; graph rows replay a CUDA graph and"
+log " in-bwd rows run the optimizer inside backward (loom only; compared with libtorch's eager step))"

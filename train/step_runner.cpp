@@ -33,8 +33,25 @@ void StepRunner::set_amp(std::optional<DType> dtype, amp::GradScaler* scaler) {
   LOOM_CHECK(!graph_->static_loss.defined(),
              "StepRunner::set_amp: the CUDA graph is already captured; set mixed precision "
              "before the first step");
+  LOOM_CHECK(!(scaler && in_backward_),
+             "StepRunner::set_amp: a GradScaler needs every gradient before the first update "
+             "(its inf check), which the optimizer inside backward does not wait for");
   amp_dtype_ = dtype;
   scaler_ = scaler;
+}
+
+void StepRunner::set_optimizer_in_backward(bool on) {
+  if (!on) {
+    in_backward_.reset();
+    return;
+  }
+  LOOM_CHECK(!use_graph_,
+             "StepRunner: the optimizer inside backward updates one parameter at a "
+             "time, which a CUDA graph step (--cuda-graph) cannot capture; use one or the other");
+  LOOM_CHECK(!scaler_,
+             "StepRunner: a GradScaler (float16) needs every gradient before the first "
+             "update (its inf check), which the optimizer inside backward does not wait for");
+  if (!in_backward_) in_backward_ = std::make_unique<optim::OptimizerInBackward>(opt_);
 }
 
 Tensor StepRunner::forward_loss(const Tensor& x, const Tensor& y) {
@@ -50,6 +67,7 @@ void StepRunner::backward(const Tensor& loss) {
 }
 
 void StepRunner::optimizer_step() {
+  if (in_backward_) return;  // every parameter was updated as backward produced its gradient
   if (!scaler_) {
     opt_.step();
     return;

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/module.h"
+#include "nn/optim/in_backward.h"
 #include "nn/optim/optimizer.h"
 #include "train/step_profile.h"
 
@@ -48,6 +49,11 @@ class StepRunner {
   // the first step when the step is a CUDA graph.
   void set_amp(std::optional<DType> dtype, amp::GradScaler* scaler);
 
+  // Applies the optimizer inside backward, each parameter as soon as its gradient is complete,
+  // and frees that gradient (nn/optim/in_backward.h): lower peak memory, the same updates. Eager
+  // steps only, and not with a GradScaler (both are errors here or at the first step).
+  void set_optimizer_in_backward(bool on);
+
   // Eager steps mark ForwardEnd, BackwardComputed (unless DDP already did), BackwardEnd and
   // OptimizerEnd on `p` (Note [Step phases]); null turns it off. The graph step is one replay.
   void set_profiler(StepProfiler* p) { profiler_ = p; }
@@ -68,6 +74,7 @@ class StepRunner {
   StepProfiler* profiler_ = nullptr;
   std::optional<DType> amp_dtype_;
   amp::GradScaler* scaler_ = nullptr;
+  std::unique_ptr<optim::OptimizerInBackward> in_backward_;
 };
 
 }  // namespace loom::train

@@ -66,6 +66,7 @@ std::vector<Optimizer::StepBucket> Optimizer::buckets_with_grad(
   size_t first = first_index(group);
   for (size_t k = 0; k < groups_[group].size(); ++k) {
     const Tensor& p = groups_[group][k];
+    if (only_ && p.impl() != only_) continue;  // step_one: another parameter
     Tensor g = p.grad();
     if (!g.defined()) continue;
     LOOM_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype() && g.device() == p.device(), name_,
@@ -100,6 +101,26 @@ const ParamState& Optimizer::state(size_t param_index) const {
              " (there are ", state_.size(), ")");
   pull_device_steps();
   return state_[param_index];
+}
+
+void Optimizer::step_one(const Tensor& p) {
+  LOOM_CHECK(!capturable(), name_,
+             ".step_one: a capturable optimizer (CUDA graph step) counts one "
+             "step per group and step(); it cannot update one parameter at a time");
+  bool mine = false;
+  for (const auto& g : groups_)
+    for (const auto& q : g) mine = mine || q.is_same(p);
+  LOOM_CHECK(mine, name_, ".step_one: ", describe(p), " (\"", p.name(),
+             "\") is not one of its parameters");
+  LOOM_CHECK(p.grad().defined(), name_, ".step_one: parameter \"", p.name(), "\" has no gradient");
+  only_ = p.impl();
+  try {
+    step();
+  } catch (...) {
+    only_ = nullptr;
+    throw;
+  }
+  only_ = nullptr;
 }
 
 void Optimizer::zero_grad() {

@@ -62,6 +62,11 @@ class Optimizer {
 
   // One update of every parameter that has a gradient (parameters without one are skipped).
   virtual void step() = 0;
+  // What step() does for `p` alone, a parameter of this optimizer with a gradient; the others are
+  // left as they are even when they have one. OptimizerInBackward (nn/optim/in_backward.h) calls
+  // it from each parameter's post-accumulate hook. Not for a capturable optimizer (its step count
+  // is one per group and step()).
+  void step_one(const Tensor& p);
   // Clears every parameter's gradient (undefined, as set_to_none=True).
   void zero_grad();
 
@@ -135,6 +140,7 @@ class Optimizer {
   mutable std::vector<ParamState> state_;
   std::vector<Tensor> device_lr_, device_step_;  // per group, when capturable
   Tensor skip_if_;                               // during step_unless
+  const TensorImpl* only_ = nullptr;             // during step_one: the parameter updated
 };
 
 }  // namespace loom::optim

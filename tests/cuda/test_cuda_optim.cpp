@@ -9,12 +9,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/stream.h"
+#include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "nn/layers.h"
+#include "nn/models.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/in_backward.h"
 #include "nn/optim/sgd.h"
 
 using namespace loom;
@@ -290,6 +294,51 @@ TEST(CudaOptim, OptimizerBuiltBeforeToFollowsTheModelToTheGpu) {
   std::vector<float> g = gpu->weight.to_vector<float>(), c = cpu->weight.to_vector<float>();
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], c[i], 1e-5) << i;
   EXPECT_NE(c, w0);  // the steps did change the weights
+}
+
+// The optimizer inside backward (nn/optim/in_backward.h) on the GPU: the same parameters as the
+// usual step, bit for bit, and a peak during the step lower by at least half the gradients' size
+// (Note [Optimizer in backward]; the whole of it would be the ideal, less what the last layers'
+// backward needs at once).
+TEST(CudaOptim, OptimizerInBackwardSameUpdatesLowerPeak) {
+  SKIP_WITHOUT_CUDA();
+  const Device gpu = cuda_device(0);
+  Generator gen(21);
+  Tensor x = randn({256, 1, 28, 28}, {.device = gpu}, &gen);
+  Tensor y = randint(0, 10, {256}, {.dtype = kI64, .device = gpu}, &gen);
+  double peak_mib[2] = {0, 0}, grad_mib = 0;
+  std::vector<Tensor> final_params[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    manual_seed(8);
+    auto model = nn::make_mlp(2048, 10);
+    model->to(gpu);
+    optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    std::unique_ptr<optim::OptimizerInBackward> ib;
+    if (mode == 1) ib = std::make_unique<optim::OptimizerInBackward>(opt);
+    auto step = [&] {
+      opt.zero_grad();
+      cross_entropy((*model)(x), y).backward();
+      if (mode == 0) opt.step();
+    };
+    step();  // creates the Adam state
+    step();
+    cuda::synchronize(0);
+    cuda::reset_peak_memory_stats(0);
+    step();
+    cuda::synchronize(0);
+    peak_mib[mode] = double(cuda::memory_stats(0).peak_allocated) / (1 << 20);
+    grad_mib = 0;
+    for (const Tensor& p : model->parameters()) grad_mib += double(p.numel() * 4) / (1 << 20);
+    for (const Tensor& p : model->parameters()) final_params[mode].push_back(p.to(kCPU));
+  }
+  std::printf(
+      "[ peak during a step: %.1f MiB with step(), %.1f MiB inside backward; "
+      "gradients %.1f MiB ]\n",
+      peak_mib[0], peak_mib[1], grad_mib);
+  EXPECT_LT(peak_mib[1], peak_mib[0] - 0.5 * grad_mib);
+  for (size_t i = 0; i < final_params[0].size(); ++i)
+    EXPECT_TRUE(loom::testing::all_equal(final_params[0][i], final_params[1][i]))
+        << "parameter " << i;
 }
 
 #endif  // LOOM_WITH_CUDA
