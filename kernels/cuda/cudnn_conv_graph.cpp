@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <unordered_map>
@@ -233,6 +235,30 @@ std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode)
 }
 
 // Whether the engine behind `cfg` keeps loom's numerical promises (Note [cuDNN plan cache]).
+// LOOM_CONV_PLAN_LOG=1: choose_plan prints each new key's candidates, their times and the one it
+// keeps to stderr (how the plans in docs/perf.md were examined).
+bool plan_log() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_CONV_PLAN_LOG");
+    return v && *v && *v != '0';
+  }();
+  return on;
+}
+
+// cuDNN's global index of the engine behind a configuration (-1 when it does not say).
+int64_t engine_index(const Desc& cfg) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  int64_t n = 0, index = -1;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                               &raw) != CUDNN_STATUS_SUCCESS ||
+      cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                               &index) != CUDNN_STATUS_SUCCESS)
+    return -1;
+  return index;
+}
+
 bool acceptable(const Desc& cfg, DType dt, bool tf32) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
@@ -323,12 +349,29 @@ Plan choose_plan(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream, bool t
   if (!capturing) LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   size_t limit = capturing ? kMaxWorkspace : std::min(kMaxWorkspace, free_bytes / 2);
   std::vector<Plan> plans;
+  std::vector<int64_t> engines;  // for the log
+  int rejected = 0;
   for (const Desc& cfg : cfgs) {
     if (int(plans.size()) == (capturing ? 1 : kMaxCandidates)) break;
-    if (!acceptable(cfg, a.x.dtype(), tf32)) continue;
+    if (!acceptable(cfg, a.x.dtype(), tf32)) {
+      ++rejected;
+      continue;
+    }
     Plan p = finalize_plan(cfg, h);
-    if (p.plan && size_t(p.workspace) <= limit) plans.push_back(std::move(p));
+    if (p.plan && size_t(p.workspace) <= limit) {
+      plans.push_back(std::move(p));
+      if (plan_log()) engines.push_back(engine_index(cfg));
+    }
   }
+  if (plan_log())
+    std::fprintf(stderr,
+                 "conv plan: %s %s x %s w %s y %s: %zu configurations, %d rejected by notes, %zu "
+                 "finalized\n",
+                 a.dir == ConvDir::Forward        ? "fprop"
+                 : a.dir == ConvDir::BackwardData ? "dgrad"
+                                                  : "wgrad",
+                 dtype_name(a.x.dtype()), describe(a.x).c_str(), describe(a.w).c_str(),
+                 describe(a.y).c_str(), cfgs.size(), rejected, plans.size());
   if (plans.empty()) return {};
   if (capturing) return std::move(plans[0]);
 
@@ -340,11 +383,16 @@ Plan choose_plan(const ConvArgs& a, cudnnHandle_t h, cudaStream_t stream, bool t
   float best_ms = std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < plans.size(); ++i) {
     float ms = time_plan(h, plans[i], a, ws.get(), stream);
+    if (plan_log())
+      std::fprintf(stderr, "  engine %ld: %.4f ms, workspace %ld bytes\n", long(engines[i]), ms,
+                   long(plans[i].workspace));
     if (ms < best_ms) best_ms = ms, best = i;
   }
+  if (plan_log()) std::fprintf(stderr, "  kept engine %ld\n", long(engines[best]));
   if (!(best_ms < std::numeric_limits<float>::infinity())) return {};
   if (fastest && nchw) {
     float classic = classic_conv_ms(a);
+    if (plan_log()) std::fprintf(stderr, "  classic API: %.4f ms\n", classic);
     if (classic >= 0 && classic < best_ms) return {};
   }
   return std::move(plans[best]);
