@@ -25,6 +25,13 @@ struct BatchNormOut {
   Tensor save_invstd;  // (C)
 };
 
+// Fused cross-entropy (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp).
+struct CrossEntropyOut {
+  Tensor loss;   // 0-d (Mean, Sum) or (N) (None), the logits' dtype
+  Tensor lse;    // (N) log-sum-exp of each row, float32 (float64 for f64 logits); for backward
+  Tensor scale;  // 0-d float64: 1 / (rows counted) for Mean, 1 otherwise; for backward
+};
+
 struct BatchNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // weight/bias grads undefined when weight undefined
 };

@@ -1,8 +1,11 @@
 // Differentiable softmax, log_softmax and the losses: nll_loss, cross_entropy, mse_loss.
 // softmax/log_softmax/nll_loss have fused kernels (forward and backward side by side here);
-// cross_entropy and mse_loss are composites whose gradients come from their parts.
+// cross_entropy has its own (Note [Fused cross-entropy]) and keeps the composite of log_softmax
+// and nll_loss as its reference; mse_loss is a composite whose gradient comes from its parts.
 // Leaves out: class weights, soft (probability) targets, and K-dimensional (N, C, d1, ...) losses.
 #include "autograd/ops/softmax_loss.h"
+
+#include <atomic>
 
 #include "autograd/amp/autocast.h"
 #include "autograd/function.h"
@@ -77,17 +80,18 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction r, int64_
   return nll_loss_as("nll_loss", logp, target, r, ignore_index);
 }
 
+namespace {
+
 // Note [Label smoothing]
 // As in PyTorch, with label smoothing ls and C classes the per-row loss is
 //   (1 - ls) * nll_i + (ls / C) * sum_c (-logp_ic),
 // the smoothing term being 0 on ignored rows. Reduction::Mean divides both terms by the number
 // of non-ignored rows; that count stays a tensor so no value is read back to the host.
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction r,
-                     double label_smoothing, int64_t ignore_index) {
-  const Tensor logits = amp::cast_fp32(logits_in);
-  check_class_target("cross_entropy", "logits", logits, target);
-  LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
-             "cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
+
+// The composite: log_softmax, then nll_loss and the smoothing term (the reference of the fused
+// version, and what runs when that does not apply).
+Tensor cross_entropy_composite(const Tensor& logits, const Tensor& target, Reduction r,
+                               double label_smoothing, int64_t ignore_index) {
   Tensor logp = log_softmax(logits, 1);
   Tensor nll;
   try {
@@ -110,6 +114,50 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction r,
   if (r == Reduction::Mean) smooth = sum(smooth) / sum(keep);
   double C = double(logits.size(1));
   return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / C);
+}
+
+}  // namespace
+
+// Note [Fused cross-entropy]
+// Composed, cross_entropy is log_softmax then nll_loss (and the smoothing term): on CUDA two
+// forward kernels and three backward ones (softmax, nll; the Mean's row count, nll's gradient,
+// softmax's gradient) and two autograd nodes, the (N, C) log-probabilities kept for backward.
+// Fused (Backend::cross_entropy) it is one kernel each way and one node, and it keeps only each
+// row's log-sum-exp: backward recomputes softmax = exp(logit - lse) and writes
+//   dL/dlogit_ic = g_i * scale * (softmax_ic - (1 - ls) [c == t_i] - ls / C)
+// (0 on ignored rows; scale = 1 / rows counted for Mean). On the mlp workload's step (an H200)
+// that is three launches fewer. A Mean or Sum adds the rows' losses in one CUDA block, in a fixed
+// order (deterministic), so on CUDA a Mean/Sum over more than kFusedMaxElements logits runs
+// composed instead, where the work is spread over the whole GPU. set_fused_cross_entropy(false)
+// forces the composite (the reference the tests compare the fused kernels against).
+namespace {
+constexpr int64_t kFusedMaxElements = int64_t(1) << 20;
+std::atomic<bool> g_fused{true};
+}  // namespace
+
+void set_fused_cross_entropy(bool on) { g_fused.store(on); }
+bool fused_cross_entropy() { return g_fused.load(); }
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction r,
+                     double label_smoothing, int64_t ignore_index) {
+  const Tensor logits = amp::cast_fp32(logits_in);
+  check_class_target("cross_entropy", "logits", logits, target);
+  LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
+             "cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
+  const bool too_big_for_one_block =
+      logits.device().is_cuda() && r != Reduction::None && logits.numel() > kFusedMaxElements;
+  if (!fused_cross_entropy() || too_big_for_one_block)
+    return cross_entropy_composite(logits, target, r, label_smoothing, ignore_index);
+  CrossEntropyOut out =
+      backend_for(logits.device()).cross_entropy(logits, target, r, label_smoothing, ignore_index);
+  return record(
+      "cross_entropy", out.loss, {logits},
+      [sx = save(logits, "cross_entropy"), st = save(target, "cross_entropy"), lse = out.lse,
+       scale = out.scale, r, label_smoothing, ignore_index](const Tensor& g) {
+        return Grads{backend_for(g.device())
+                         .cross_entropy_backward(g, sx.get(), st.get(), lse, scale, r,
+                                                 label_smoothing, ignore_index)};
+      });
 }
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction r) {

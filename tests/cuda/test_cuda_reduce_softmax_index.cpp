@@ -194,6 +194,46 @@ TEST(CudaLoss, NllLossWithIgnoredRowsMatchesCpu) {
                         cross_entropy(logits.to(kGpu), target.to(kGpu)), 1e-5));
 }
 
+// The fused cross-entropy kernels (kernels/cuda/cuda_cross_entropy.cu) against the CPU ones and
+// the GPU composite: every reduction, label smoothing, ignored rows, strided and float64 logits,
+// more rows than a block has warps; a Mean over more logits than one block takes runs composed
+// and still agrees. (Targets out of range: CudaDeviceErrors in test_cuda_runtime.cpp.)
+TEST(CudaFusedCrossEntropy, MatchesCpuAndComposite) {
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(17);
+  const int64_t N = 300, C = 37;
+  for (DType d : {DType::F32, DType::F64}) {
+    Tensor logits = (randn({N, C}, {.dtype = DType::F64}, &gen) * 4.0).to(d);
+    Tensor target = randint(0, C, {N}, {.dtype = DType::I64}, &gen);
+    for (int64_t i = 0; i < N; i += 17) target.data<int64_t>()[i] = -100;
+    for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+      for (double ls : {0.0, 0.2})
+        for (bool strided : {false, true}) {
+          SCOPED_TRACE(
+              str(dtype_name(d), " reduction ", int(r), " ls ", ls, strided ? " strided" : ""));
+          auto run = [&](Device dev, bool fused) {
+            set_fused_cross_entropy(fused);
+            Tensor leaf = logits.to(dev).detach().requires_grad_(true);
+            Tensor x = strided ? leaf.t().contiguous().t() : leaf;
+            Tensor loss = cross_entropy(x, target.to(dev), r, ls);
+            loss.backward(r == Reduction::None ? ones_like(loss) * 0.5 : ones_like(loss) * 2.0);
+            set_fused_cross_entropy(true);
+            return std::make_pair(loss.detach().to(kCPU), leaf.grad().to(kCPU));
+          };
+          auto cpu = run(kCPU, true), gpu = run(kGpu, true), composite = run(kGpu, false);
+          const double tol = d == DType::F32 ? 1e-5 : 1e-12;
+          EXPECT_TRUE(all_close(cpu.first, gpu.first, tol));
+          EXPECT_TRUE(all_close(cpu.second, gpu.second, tol));
+          EXPECT_TRUE(all_close(composite.first, gpu.first, tol));
+          EXPECT_TRUE(all_close(composite.second, gpu.second, tol));
+        }
+  }
+  // Larger than one block's share: the op composes it, same value as the CPU's fused loss.
+  Tensor big = randn({4096, 300}, {}, &gen);
+  Tensor bt = randint(0, 300, {4096}, {.dtype = DType::I64}, &gen);
+  EXPECT_TRUE(all_close(cross_entropy(big, bt), cross_entropy(big.to(kGpu), bt.to(kGpu)), 1e-5));
+}
+
 TEST(CudaIndex, IndexSelectAndIndexAddMatchCpu) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   Tensor index = from_vector<int64_t>({4, 0, 4, 2, 1, 4}, {6});

