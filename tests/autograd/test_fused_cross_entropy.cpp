@@ -1,9 +1,9 @@
-// The fused cross_entropy (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp) against the
-// composite of log_softmax and nll_loss it replaced: losses and gradients for every reduction,
-// with and without label smoothing, ignored rows, strided logits, float32 and float64; one
-// autograd node; Mean over no counted row is NaN in both. The op table (cases_softmax_loss.cpp)
-// checks the op itself against float64 references and finite differences, and the CUDA op table
-// the GPU kernels against these CPU ones.
+// The fused cross_entropy kernels (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp, an
+// option) against the composite of log_softmax and nll_loss (the default): losses and gradients for
+// every reduction, with and without label smoothing, ignored rows, strided logits, float32 and
+// float64; one autograd node; Mean over no counted row is NaN in both. The op table
+// (cases_softmax_loss.cpp) checks the composite against float64 references and finite differences,
+// and CudaFusedCrossEntropy the GPU kernels against these CPU ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,10 +18,11 @@ using namespace loom;
 
 namespace {
 
-// Turns the fused path off for a scope.
-struct CompositeScope {
-  CompositeScope() { set_fused_cross_entropy(false); }
-  ~CompositeScope() { set_fused_cross_entropy(true); }
+// Sets the path for a scope and puts the previous one back.
+struct FusedScope {
+  explicit FusedScope(bool on) : saved(fused_cross_entropy()) { set_fused_cross_entropy(on); }
+  ~FusedScope() { set_fused_cross_entropy(saved); }
+  bool saved;
 };
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
@@ -47,7 +48,7 @@ Result run(const Tensor& logits0, const Tensor& target, Reduction r, double ls, 
 }  // namespace
 
 TEST(FusedCrossEntropy, MatchesTheComposite) {
-  ASSERT_TRUE(fused_cross_entropy()) << "fused is the default";
+  EXPECT_FALSE(fused_cross_entropy()) << "the composite is the default";
   Generator gen(3);
   for (DType dt : {kF32, kF64}) {
     const double tol = dt == kF32 ? 2e-6 : 1e-13;
@@ -64,10 +65,13 @@ TEST(FusedCrossEntropy, MatchesTheComposite) {
                                      " ignore=" + std::to_string(ignore) +
                                      (transposed ? " strided" : "");
             if (ignore == 7) target.data<int64_t>()[4] = 2;  // -100 is then out of range
-            Result fused = run(logits, target, r, ls, ignore, transposed);
-            Result comp;
+            Result fused, comp;
             {
-              CompositeScope c;
+              FusedScope f(true);
+              fused = run(logits, target, r, ls, ignore, transposed);
+            }
+            {
+              FusedScope c(false);
               comp = run(logits, target, r, ls, ignore, transposed);
             }
             if (ignore == 7) target.data<int64_t>()[4] = -100;
@@ -82,6 +86,7 @@ TEST(FusedCrossEntropy, MatchesTheComposite) {
 }
 
 TEST(FusedCrossEntropy, OneNodeAndNanWhenNoRowCounts) {
+  FusedScope f(true);
   Tensor logits = randn({4, 3}).requires_grad_(true);
   Tensor target = from_vector<int64_t>({1, 0, 2, 1}, {4});
   Tensor loss = cross_entropy(logits, target);

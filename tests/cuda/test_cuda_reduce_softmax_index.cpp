@@ -212,12 +212,13 @@ TEST(CudaFusedCrossEntropy, MatchesCpuAndComposite) {
           SCOPED_TRACE(
               str(dtype_name(d), " reduction ", int(r), " ls ", ls, strided ? " strided" : ""));
           auto run = [&](Device dev, bool fused) {
+            const bool saved = fused_cross_entropy();
             set_fused_cross_entropy(fused);
             Tensor leaf = logits.to(dev).detach().requires_grad_(true);
             Tensor x = strided ? leaf.t().contiguous().t() : leaf;
             Tensor loss = cross_entropy(x, target.to(dev), r, ls);
             loss.backward(r == Reduction::None ? ones_like(loss) * 0.5 : ones_like(loss) * 2.0);
-            set_fused_cross_entropy(true);
+            set_fused_cross_entropy(saved);
             return std::make_pair(loss.detach().to(kCPU), leaf.grad().to(kCPU));
           };
           auto cpu = run(kCPU, true), gpu = run(kGpu, true), composite = run(kGpu, false);
@@ -228,10 +229,13 @@ TEST(CudaFusedCrossEntropy, MatchesCpuAndComposite) {
           EXPECT_TRUE(all_close(composite.second, gpu.second, tol));
         }
   }
-  // Larger than one block's share: the op composes it, same value as the CPU's fused loss.
+  // Larger than one block's share: the op composes it even when fused is asked for.
+  const bool saved = fused_cross_entropy();
+  set_fused_cross_entropy(true);
   Tensor big = randn({4096, 300}, {}, &gen);
   Tensor bt = randint(0, 300, {4096}, {.dtype = DType::I64}, &gen);
   EXPECT_TRUE(all_close(cross_entropy(big, bt), cross_entropy(big.to(kGpu), bt.to(kGpu)), 1e-5));
+  set_fused_cross_entropy(saved);
 }
 
 TEST(CudaIndex, IndexSelectAndIndexAddMatchCpu) {
