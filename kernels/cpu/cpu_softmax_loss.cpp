@@ -1,7 +1,7 @@
-// CPU softmax / log-softmax (forward and backward along any dim) and the negative log-likelihood
-// loss (forward and backward). Rows are processed in parallel; sums accumulate in double.
-// Leaves out: class weights for nll_loss (not in the Backend contract) and fused cross-entropy
-// (autograd/ops/softmax_loss.cpp composes it from log_softmax and nll_loss).
+// CPU softmax / log-softmax (forward and backward along any dim), the negative log-likelihood
+// loss (forward and backward) and the fused cross-entropy (Note [Fused cross-entropy] in
+// autograd/ops/softmax_loss.cpp). Rows are processed in parallel; sums accumulate in double.
+// Leaves out: class weights (not in the Backend contract).
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -94,20 +94,21 @@ void softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t
 inline int64_t read_i64(const Tensor& t, int64_t i) { return t.data<int64_t>()[i * t.stride(0)]; }
 
 // Checks every target is a class in [0, C) or ignore_index.
-// `op` + `suffix` name the op in the messages ("nll_loss" + "_backward"); they are joined only
-// when a check fails, so the common path allocates nothing.
+// `op` + `suffix` name the op in the messages ("nll_loss" + "_backward"), `what` the scores
+// ("logp", or "logits" for the fused cross-entropy); they are joined only when a check fails, so
+// the common path allocates nothing.
 void check_targets(const char* op, const char* suffix, const Tensor& logp, const Tensor& target,
-                   int64_t ignore_index) {
+                   int64_t ignore_index, const char* what = "logp") {
   LOOM_CHECK(target.dtype() == DType::I64 && target.dim() == 1, op, suffix,
              ": target must be a 1-d int64 tensor, got ", describe(target));
-  LOOM_CHECK(logp.dim() == 2 && logp.size(0) == target.size(0), op, suffix, ": logp ",
+  LOOM_CHECK(logp.dim() == 2 && logp.size(0) == target.size(0), op, suffix, ": ", what, " ",
              describe(logp), " must be (N, C) with N = ", target.size(0), " rows to match target");
   int64_t N = logp.size(0), C = logp.size(1);
   for (int64_t i = 0; i < N; ++i) {
     int64_t t = read_i64(target, i);
     LOOM_CHECK(t == ignore_index || (t >= 0 && t < C), op, suffix, ": target ", t, " (row ", i,
-               ") is out of range [0, ", C, ") for logp ", describe(logp), " (ignore_index is ",
-               ignore_index, ")");
+               ") is out of range [0, ", C, ") for ", what, " ", describe(logp),
+               " (ignore_index is ", ignore_index, ")");
   }
 }
 
@@ -194,6 +195,105 @@ Tensor CpuBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, con
       int64_t t = read_i64(target, i);
       if (t != ignore_index) o[i * C + t] = scalar_t(A(-double(A(gp[i * gs])) * scale));
     }
+  });
+  return out;
+}
+
+// ---- fused cross-entropy: forward, one pass per row finds its log-sum-exp, its loss at the
+// target and, with label smoothing, the sum of its logits; backward, one pass writes
+// (softmax - (1 - ls) onehot - ls / C) times the row's gradient. The Mean/Sum total is added
+// serially in double, so it does not depend on the threads.
+
+// logits: (N, C), target: (N) int64 -> loss 0-d (Mean, Sum) or (N) (None; 0 at ignored rows),
+// lse (N), scale 0-d
+CrossEntropyOut CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, Reduction r,
+                                          double label_smoothing, int64_t ignore_index) {
+  check_targets("cross_entropy", "", logits, target, ignore_index, "logits");
+  const int64_t N = logits.size(0), C = logits.size(1), s0 = logits.stride(0),
+                s1 = logits.stride(1);
+  const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  CrossEntropyOut out{empty(r == Reduction::None ? Shape{N} : Shape{}, {.dtype = logits.dtype()}),
+                      empty({N}, {.dtype = acc}), empty({}, {.dtype = DType::F64})};
+  const double ls = label_smoothing;
+  std::vector<double> row_loss(size_t(N), 0.0);
+  LOOM_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
+    using A = acc_t<scalar_t>;
+    const scalar_t* x = logits.data<scalar_t>();
+    A* lse = out.lse.data<A>();
+    parallel_for(0, N, row_grain(C), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t t = read_i64(target, i);
+        if (t == ignore_index) {
+          lse[i] = A(0);
+          continue;
+        }
+        const scalar_t* row = x + i * s0;
+        double m = -INFINITY, sum_x = 0;
+        for (int64_t c = 0; c < C; ++c) m = std::max(m, double(A(row[c * s1])));
+        double s = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double v = double(A(row[c * s1]));
+          s += std::exp(v - m);
+          sum_x += v;
+        }
+        const double l = m + std::log(s);
+        double loss = l - double(A(row[t * s1]));  // -log softmax at the target
+        if (ls != 0.0) loss = (1.0 - ls) * loss + (ls / double(C)) * (double(C) * l - sum_x);
+        row_loss[size_t(i)] = loss;
+        lse[i] = A(l);
+      }
+    });
+    scalar_t* o = out.loss.data<scalar_t>();
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      total += row_loss[size_t(i)];
+      count += read_i64(target, i) != ignore_index;
+      if (r == Reduction::None) o[i] = scalar_t(A(row_loss[size_t(i)]));
+    }
+    if (r == Reduction::Sum) o[0] = scalar_t(A(total));
+    if (r == Reduction::Mean) o[0] = scalar_t(A(total / double(count)));  // NaN with no rows
+    out.scale.data<double>()[0] = r == Reduction::Mean ? 1.0 / double(count) : 1.0;
+  });
+  return out;
+}
+
+// grad: 0-d (Mean, Sum) or (N) (None) -> dL/dlogits: (N, C) contiguous
+Tensor CpuBackend::cross_entropy_backward(const Tensor& grad, const Tensor& logits,
+                                          const Tensor& target, const Tensor& lse,
+                                          const Tensor& scale, Reduction r, double label_smoothing,
+                                          int64_t ignore_index) {
+  check_targets("cross_entropy", "_backward", logits, target, ignore_index, "logits");
+  const int64_t N = logits.size(0), C = logits.size(1), s0 = logits.stride(0),
+                s1 = logits.stride(1);
+  LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
+             "cross_entropy_backward: grad ", describe(grad), " does not fit the reduction of ", N,
+             " rows");
+  Tensor out = empty({N, C}, {.dtype = logits.dtype()});
+  const Tensor g = raw::contiguous(raw::cast(grad, DType::F64));
+  const double* gp = g.data<double>();
+  const double sc = scale.data<double>()[0], ls = label_smoothing, off = ls / double(C);
+  LOOM_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", [&] {
+    using A = acc_t<scalar_t>;
+    const scalar_t* x = logits.data<scalar_t>();
+    const A* l = lse.data<A>();
+    scalar_t* o = out.data<scalar_t>();
+    parallel_for(0, N, row_grain(C), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t t = read_i64(target, i);
+        scalar_t* orow = o + i * C;
+        if (t == ignore_index) {
+          for (int64_t c = 0; c < C; ++c) orow[c] = scalar_t(A(0));
+          continue;
+        }
+        const double gi = gp[r == Reduction::None ? i : 0] * sc, li = double(l[i]);
+        for (int64_t c = 0; c < C; ++c) {
+          double d = std::exp(double(A(x[i * s0 + c * s1])) - li) - off;
+          if (c == t) d -= 1.0 - ls;
+          orow[c] = scalar_t(A(gi * d));
+        }
+      }
+    });
   });
   return out;
 }

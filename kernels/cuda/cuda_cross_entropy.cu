@@ -1,6 +1,6 @@
 // CUDA fused cross-entropy (Backend::cross_entropy and cross_entropy_backward; Note [Fused
 // cross-entropy] in autograd/ops/softmax_loss.cpp), with the contracts of
-// kernels/cpu/cpu_cross_entropy.cpp. Forward: a warp per row finds its max, then its sum of
+// kernels/cpu/cpu_softmax_loss.cpp. Forward: a warp per row finds its max, then its sum of
 // exponentials and of logits, and lane 0 forms the row's loss; Mean and Sum add the rows' losses
 // in one block of 1024 threads (double, fixed order: deterministic), so the op caps its size (the
 // op layer sends larger Mean/Sum losses to the composite). Backward: one grid-stride pass over (N,
