@@ -1,6 +1,7 @@
 // kernels/cpu: the im2col + GEMM convolution against the direct loops (all three directions, many
-// geometries including the CNN example's layers), max-pool indices, and batch_norm's statistics
-// and running-stat update checked against values worked out by hand.
+// geometries including the CNN example's layers), max pooling against its definition, and
+// batch_norm's statistics and running-stat update checked against values worked out by hand, its
+// float32 kernels (row sums in float) against the float64 ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -209,6 +210,61 @@ TEST(PoolCpu, MaxPoolPaddingIsMinusInfinityAndNanWins) {
   EXPECT_EQ(values(in)[0], 1);
 }
 
+// The window-by-window definition: cells in (r, s) order, padding -inf, a cell takes over when it
+// is larger than the best so far (the first maximum wins) or NaN. Returns values and indices.
+std::pair<std::vector<double>, std::vector<double>> max_pool_by_definition(
+    const std::vector<double>& x, int64_t planes, int64_t H, int64_t W, const Pool2dParams& p) {
+  const int64_t P = (H + 2 * p.padding[0] - p.kernel[0]) / p.stride[0] + 1;
+  const int64_t Q = (W + 2 * p.padding[1] - p.kernel[1]) / p.stride[1] + 1;
+  std::vector<double> y, idx;
+  for (int64_t c = 0; c < planes; ++c)
+    for (int64_t i = 0; i < P; ++i)
+      for (int64_t j = 0; j < Q; ++j) {
+        double best = -INFINITY;
+        int64_t arg = -1;
+        for (int64_t r = 0; r < p.kernel[0]; ++r)
+          for (int64_t s = 0; s < p.kernel[1]; ++s) {
+            int64_t h = i * p.stride[0] - p.padding[0] + r, w = j * p.stride[1] - p.padding[1] + s;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            double v = x[size_t((c * H + h) * W + w)];
+            if (arg < 0 || v > best || std::isnan(v)) best = v, arg = h * W + w;
+          }
+        y.push_back(best);
+        idx.push_back(double(arg));
+      }
+  return {y, idx};
+}
+
+// Note [Max pooling 2 x 2]: MaxPool2d(2) has its own kernel; it and the general one give the
+// definition's values and indices on odd and even planes full of ties, NaNs and -inf, in float32
+// and float64.
+TEST(PoolCpu, MaxPoolTwoByTwoAndGeneralKernelsMatchTheDefinition) {
+  const int64_t planes = 6;
+  for (auto [H, W] : {std::pair<int64_t, int64_t>{28, 28}, {7, 9}, {2, 2}, {5, 3}}) {
+    std::vector<double> xv(size_t(planes * H * W));
+    for (size_t i = 0; i < xv.size(); ++i) {
+      uint64_t r = (i * 2654435761u + 12345) % 1000;  // a fixed scramble: ties are common
+      xv[i] = r < 5 ? NAN : r < 30 ? -INFINITY : double(r % 4);
+    }
+    Pool2dParams two;  // 2 x 2, stride 2: the fast kernel
+    Pool2dParams general;
+    general.stride = {2, 1};
+    for (const Pool2dParams& p : {two, general})
+      for (DType dt : {kF32, kF64}) {
+        std::string what = std::to_string(H) + "x" + std::to_string(W) + " stride " +
+                           std::to_string(p.stride[1]) + " " + dtype_name(dt);
+        auto [y, idx] = be().max_pool2d(raw::cast(from_vector(xv, {2, 3, H, W}), dt), p);
+        auto [want_y, want_idx] = max_pool_by_definition(xv, planes, H, W, p);
+        auto got_y = values(y);
+        ASSERT_EQ(got_y.size(), want_y.size()) << what;
+        for (size_t i = 0; i < got_y.size(); ++i)
+          ASSERT_TRUE(got_y[i] == want_y[i] || (std::isnan(got_y[i]) && std::isnan(want_y[i])))
+              << what << ": output " << i << " is " << got_y[i] << ", want " << want_y[i];
+        EXPECT_EQ(values(idx), want_idx) << what;
+      }
+  }
+}
+
 // ------------------------------------------------------------------ batch norm
 
 TEST(BatchNormCpu, TrainingStatisticsAndRunningUpdateByHand) {
@@ -260,6 +316,45 @@ TEST(BatchNormCpu, WithoutRunningStatsOrAffine) {
   for (int i = 0; i < 4; ++i) {
     double xhi = (i + 1 - 2.5) * invstd;
     EXPECT_NEAR(gx[i], invstd * ((i == 0) - 0.25 - xhi * xh0 / 4), 1e-12) << i;
+  }
+}
+
+// Note [Batch norm sums]: float32 batch norm sums each row of L values in float. At the cnn's row
+// length (28 x 28), on data far from zero mean (where a careless sum loses digits), the float32
+// statistics, output and gradients stay within float32 rounding of the float64 kernels' on the
+// same values, with and without the fused ReLU and the affine weight.
+TEST(BatchNormCpu, Float32RowSumsMatchFloat64) {
+  const Shape shape{6, 3, 28, 28};
+  Tensor x32 = empty(shape, {.dtype = kF32});  // mean 3, standard deviation 0.25
+  be().random_(x32, RandomKind::Normal, 3.0, 0.25, 11, 0);
+  Tensor gy32 = randn_t(shape, kF32, 12);
+  Tensor w32 = from_vector(std::vector<float>{1.5f, -0.5f, 2.0f}, {3});
+  Tensor b32 = from_vector(std::vector<float>{0.1f, 0.2f, -0.3f}, {3});
+  Tensor x64 = raw::cast(x32, kF64), gy64 = raw::cast(gy32, kF64);
+  for (bool relu : {false, true}) {
+    for (bool affine : {true, false}) {
+      std::string what = std::string(relu ? "relu" : "no relu") + (affine ? ", affine" : "");
+      Tensor w = affine ? w32 : Tensor(), b = affine ? b32 : Tensor();
+      BatchNormOut f = be().batch_norm(x32, w, b, Tensor(), Tensor(), true, 0.1, 1e-5, relu);
+      BatchNormOut d = be().batch_norm(x64, affine ? raw::cast(w32, kF64) : Tensor(),
+                                       affine ? raw::cast(b32, kF64) : Tensor(), Tensor(),
+                                       Tensor(), true, 0.1, 1e-5, relu);
+      expect_close(raw::cast(f.save_mean, kF64), d.save_mean, 1e-6, what + ": mean");
+      expect_close(raw::cast(f.save_invstd, kF64), d.save_invstd, 1e-5, what + ": invstd");
+      expect_close(raw::cast(f.y, kF64), d.y, 2e-5, what + ": y");
+      BatchNormGrads gf = be().batch_norm_backward(gy32, x32, w, f.save_mean, f.save_invstd,
+                                                   relu ? f.y : Tensor());
+      BatchNormGrads gd =
+          be().batch_norm_backward(gy64, x64, affine ? raw::cast(w32, kF64) : Tensor(),
+                                   d.save_mean, d.save_invstd, relu ? d.y : Tensor());
+      expect_close(raw::cast(gf.grad_input, kF64), gd.grad_input, 2e-5, what + ": dx");
+      if (affine) {
+        expect_close(raw::cast(gf.grad_weight, kF64), raw::cast(gd.grad_weight, kF64), 2e-5,
+                     what + ": dw");
+        expect_close(raw::cast(gf.grad_bias, kF64), raw::cast(gd.grad_bias, kF64), 2e-5,
+                     what + ": db");
+      }
+    }
   }
 }
 

@@ -47,8 +47,11 @@ case "$mode" in
   subdirectory)
     work=${1:?subdirectory: a work folder}
     rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
-    # The library alone must configure without the programs' dependencies.
+    # The library alone must configure without the programs' dependencies. Built without
+    # optimisation: this checks that loom builds and links inside a user's tree, and -O0 took 136 s
+    # against 238 s for -O3 on a 2-core machine (the consumer's 200 small steps take a moment).
     build_consumer "$work" -DLOOM_SOURCE_DIR="$repo" -DLOOM_CUDA=OFF -DLOOM_NATIVE=OFF \
+      "-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG" \
       -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON \
       -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON
     ;;
