@@ -139,7 +139,8 @@ void batch_norm_backward_kernel(const T* gy, const T* x, const T* relu_y, T* gx,
   for_each_channel(g.C, 2 * g.N * g.L, [&](int64_t c) {
     const double m = mean[c], is = invstd[c];
     const A mc = A(m);
-    double sdy = 0, sdyx = 0;  // sum dy, sum dy (x - mean), rows summed in A (Note [Batch norm sums])
+    double sdy = 0,
+           sdyx = 0;  // sum dy, sum dy (x - mean), rows summed in A (Note [Batch norm sums])
     for (int64_t n = 0; n < g.N; ++n) {
       const T* yp = gy + (n * g.C + c) * g.L;
       const T* xp = x + (n * g.C + c) * g.L;

@@ -337,16 +337,16 @@ TEST(BatchNormCpu, Float32RowSumsMatchFloat64) {
       Tensor w = affine ? w32 : Tensor(), b = affine ? b32 : Tensor();
       BatchNormOut f = be().batch_norm(x32, w, b, Tensor(), Tensor(), true, 0.1, 1e-5, relu);
       BatchNormOut d = be().batch_norm(x64, affine ? raw::cast(w32, kF64) : Tensor(),
-                                       affine ? raw::cast(b32, kF64) : Tensor(), Tensor(),
-                                       Tensor(), true, 0.1, 1e-5, relu);
+                                       affine ? raw::cast(b32, kF64) : Tensor(), Tensor(), Tensor(),
+                                       true, 0.1, 1e-5, relu);
       expect_close(raw::cast(f.save_mean, kF64), d.save_mean, 1e-6, what + ": mean");
       expect_close(raw::cast(f.save_invstd, kF64), d.save_invstd, 1e-5, what + ": invstd");
       expect_close(raw::cast(f.y, kF64), d.y, 2e-5, what + ": y");
-      BatchNormGrads gf = be().batch_norm_backward(gy32, x32, w, f.save_mean, f.save_invstd,
-                                                   relu ? f.y : Tensor());
+      BatchNormGrads gf =
+          be().batch_norm_backward(gy32, x32, w, f.save_mean, f.save_invstd, relu ? f.y : Tensor());
       BatchNormGrads gd =
-          be().batch_norm_backward(gy64, x64, affine ? raw::cast(w32, kF64) : Tensor(),
-                                   d.save_mean, d.save_invstd, relu ? d.y : Tensor());
+          be().batch_norm_backward(gy64, x64, affine ? raw::cast(w32, kF64) : Tensor(), d.save_mean,
+                                   d.save_invstd, relu ? d.y : Tensor());
       expect_close(raw::cast(gf.grad_input, kF64), gd.grad_input, 2e-5, what + ": dx");
       if (affine) {
         expect_close(raw::cast(gf.grad_weight, kF64), raw::cast(gd.grad_weight, kF64), 2e-5,
