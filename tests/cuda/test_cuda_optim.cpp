@@ -333,17 +333,73 @@ TEST(CudaOptim, OptimizerInBackwardSameUpdatesLowerPeak) {
     step_mib[mode] = double(cuda::memory_stats(0).peak_allocated - base) / (1 << 20);
     grad_mib = 0;
     for (const Tensor& p : model->parameters()) grad_mib += double(p.numel() * 4) / (1 << 20);
-    for (const Tensor& p : model->parameters()) final_params[mode].push_back(p.to(kCPU));
+    // detach(): a copy made with autograd history would keep the parameter, and with it its
+    // gradient, alive through the copy's backward node (as in PyTorch), into the next mode.
+    for (const Tensor& p : model->parameters()) final_params[mode].push_back(p.detach().to(kCPU));
   }
   std::printf(
       "[ resident %.1f / %.1f MiB; a step adds %.1f MiB with step(), %.1f MiB inside "
       "backward; gradients %.1f MiB ]\n",
       base_mib[0], base_mib[1], step_mib[0], step_mib[1], grad_mib);
+  EXPECT_NEAR(base_mib[1], base_mib[0], 1.0) << "both hold the parameters and Adam's state";
   EXPECT_GT(step_mib[0], grad_mib) << "the usual step holds every gradient at once";
   EXPECT_LT(step_mib[1], step_mib[0] - 0.5 * grad_mib);
   for (size_t i = 0; i < final_params[0].size(); ++i)
     EXPECT_TRUE(loom::testing::all_equal(final_params[0][i], final_params[1][i]))
         << "parameter " << i;
+}
+
+// Every byte a model, its training steps and its optimizer take on the GPU comes back when they
+// are destroyed. For each workload and each way of stepping, one round first (it may create what
+// stays for the whole process: cuBLASLt's workspace, cuDNN's plans and their workspace), then a
+// second round, which must leave the allocator's `allocated` exactly where it found it.
+TEST(CudaOptim, DestroyedModelAndOptimizerReturnEveryByte) {
+  SKIP_WITHOUT_CUDA();
+  const Device gpu = cuda_device(0);
+  Generator gen(5);
+  Tensor x = randn({64, 1, 28, 28}, {.device = gpu}, &gen);
+  Tensor y = randint(0, 10, {64}, {.dtype = kI64, .device = gpu}, &gen);
+  const char* ways[] = {"model only", "forward and backward", "Adam step", "Adam in backward",
+                        "SGD with momentum"};
+  for (const char* workload : {"mlp", "cnn", "wide"}) {
+    for (int way = 0; way < 5; ++way) {
+      auto round = [&] {
+        manual_seed(3);
+        auto model = std::string(workload) == "cnn"    ? nn::make_cnn()
+                     : std::string(workload) == "wide" ? nn::make_wide()
+                                                       : nn::make_mlp();
+        model->to(gpu);
+        if (way == 0) return;
+        std::unique_ptr<optim::Optimizer> opt;
+        if (way == 4)
+          opt = std::make_unique<optim::SGD>(model->parameters(),
+                                             optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+        else
+          opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
+        std::unique_ptr<optim::OptimizerInBackward> ib;
+        if (way == 3) ib = std::make_unique<optim::OptimizerInBackward>(*opt);
+        for (int step = 0; step < 2; ++step) {
+          opt->zero_grad();
+          cross_entropy((*model)(x), y).backward();
+          if (way == 2 || way == 4) opt->step();
+        }
+      };
+      cuda::synchronize(0);
+      const size_t first = cuda::memory_stats(0).allocated;
+      round();
+      cuda::synchronize(0);
+      const size_t before = cuda::memory_stats(0).allocated;
+      if (before != first)  // what the first round left for the process (library workspaces)
+        std::printf("[ %s, %s: the first round left %.2f MiB ]\n", workload, ways[way],
+                    (double(before) - double(first)) / (1 << 20));
+      round();
+      cuda::synchronize(0);
+      const size_t after = cuda::memory_stats(0).allocated;
+      EXPECT_EQ(after, before) << workload << ", " << ways[way] << ": "
+                               << (double(after) - double(before)) / (1 << 20)
+                               << " MiB still allocated after the model and optimizer are gone";
+    }
+  }
 }
 
 #endif  // LOOM_WITH_CUDA
