@@ -235,9 +235,9 @@ std::pair<std::vector<double>, std::vector<double>> max_pool_by_definition(
   return {y, idx};
 }
 
-// Note [Max pooling 2 x 2]: MaxPool2d(2) has its own kernel; it and the general one give the
-// definition's values and indices on odd and even planes full of ties, NaNs and -inf, in float32
-// and float64.
+// Note [Max pooling 2 x 2]: MaxPool2d(2) has its own kernels; they and the general ones give the
+// definition's values, indices and gradients on odd and even planes full of ties, NaNs and -inf,
+// in float32 and float64.
 TEST(PoolCpu, MaxPoolTwoByTwoAndGeneralKernelsMatchTheDefinition) {
   const int64_t planes = 6;
   for (auto [H, W] : {std::pair<int64_t, int64_t>{28, 28}, {7, 9}, {2, 2}, {5, 3}}) {
@@ -261,6 +261,15 @@ TEST(PoolCpu, MaxPoolTwoByTwoAndGeneralKernelsMatchTheDefinition) {
           ASSERT_TRUE(got_y[i] == want_y[i] || (std::isnan(got_y[i]) && std::isnan(want_y[i])))
               << what << ": output " << i << " is " << got_y[i] << ", want " << want_y[i];
         EXPECT_EQ(values(idx), want_idx) << what;
+        // Backward: each output's gradient added to the cell its index names, 0 elsewhere.
+        std::vector<double> gyv(want_y.size()), want_gx(xv.size(), 0.0);
+        const int64_t per_plane = int64_t(want_y.size()) / planes;
+        for (size_t i = 0; i < gyv.size(); ++i) {
+          gyv[i] = double(int64_t(i % 13) - 6);
+          want_gx[size_t(int64_t(i) / per_plane * H * W + int64_t(want_idx[i]))] += gyv[i];
+        }
+        Tensor gy = raw::cast(from_vector(gyv, y.shape()), dt);
+        EXPECT_EQ(values(be().max_pool2d_backward(gy, idx, {2, 3, H, W}, p)), want_gx) << what;
       }
   }
 }
