@@ -48,6 +48,7 @@ Pool2dParams pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array
 
 std::vector<PoolShape> pool_shapes() {
   return {{2, 3, 8, 8, pool({2, 2}, {2, 2}, {0, 0})},  // the cnn workload's pooling
+          {2, 3, 9, 7, pool({2, 2}, {2, 2}, {0, 0})},  // the same, odd sizes: cells past windows
           {2, 3, 9, 7, pool({3, 3}, {2, 2}, {1, 1})},  // overlapping windows with padding
           {1, 2, 10, 11, pool({3, 2}, {1, 2}, {1, 0}, false)},
           {3, 2, 5, 6, pool({2, 3}, {3, 2}, {1, 1}, false)}};
