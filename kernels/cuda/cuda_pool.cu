@@ -178,8 +178,8 @@ __global__ void max_pool2d_backward_gather_kernel(const T* __restrict__ gy,
 // (Note [Max pool 2 x 2 backward]); P, Q >= 1.
 template <typename T, typename I>
 __global__ void max_pool2d_2x2_backward_kernel(const T* __restrict__ gy,
-                                               const int64_t* __restrict__ idx,
-                                               T* __restrict__ gx, Geom<I> g) {
+                                               const int64_t* __restrict__ idx, T* __restrict__ gx,
+                                               Geom<I> g) {
   using A = acc_t<T>;
   const T zero = T(A(0));
   const I PQ = g.P * g.Q, n = g.planes * PQ;
