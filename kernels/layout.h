@@ -83,6 +83,12 @@ inline PoolGeom pool_geom(const Shape& x, const Pool2dParams& p) {
   return g;
 }
 
+// MaxPool2d(2)'s geometry (window 2 x 2, stride 2, no padding): non-overlapping windows, which
+// the CPU and CUDA backends pool with kernels of their own.
+inline bool is_pool_2x2_stride_2(const PoolGeom& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
+}
+
 // The pooling geometry of input x under p, for a backward pass: grad_y must have the output's
 // shape (N, C, P, Q), else the error names both shapes and the window.
 inline PoolGeom pool_backward_geom(const char* op, const Shape& grad_y, const Shape& x,

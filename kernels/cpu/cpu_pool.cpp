@@ -240,8 +240,7 @@ std::pair<Tensor, Tensor> CpuBackend::max_pool2d(const Tensor& x0, const Pool2dP
   Shape os{x.size(0), x.size(1), g.P, g.Q};
   Tensor y = empty(os, {.dtype = x.dtype()}), idx = empty(os, {.dtype = DType::I64});
   if (y.numel() == 0) return {y, idx};
-  const bool two_by_two =
-      g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
+  const bool two_by_two = is_pool_2x2_stride_2(g);
   LOOM_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
     if (two_by_two)  // Note [Max pooling 2 x 2]
       max_pool_2x2_kernel(x.data<scalar_t>(), y.data<scalar_t>(), idx.data<int64_t>(), g);
@@ -257,8 +256,7 @@ Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indic
   PoolGeom g = pool_backward_geom("max_pool2d_backward", gy.shape(), x_shape, p);
   Tensor gx = empty(x_shape, {.dtype = gy.dtype()});
   if (gx.numel() == 0) return gx;
-  const bool two_by_two =
-      g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
+  const bool two_by_two = is_pool_2x2_stride_2(g);
   LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
     if (two_by_two)  // Note [Max pooling 2 x 2]
       max_pool_2x2_backward_kernel(gy.data<scalar_t>(), idx.data<int64_t>(), gx.data<scalar_t>(),

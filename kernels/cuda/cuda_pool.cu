@@ -339,9 +339,7 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& ind
               I(x_shape[1]));
           LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_gather_kernel");
         };
-        const bool two_by_two = !cl && geom.kh == 2 && geom.kw == 2 && geom.sh == 2 &&
-                                geom.sw == 2 && geom.ph == 0 && geom.pw == 0 && geom.P > 0 &&
-                                geom.Q > 0;
+        const bool two_by_two = !cl && is_pool_2x2_stride_2(geom) && geom.P > 0 && geom.Q > 0;
         if (two_by_two) {  // Note [Max pool 2 x 2 backward]: one thread per output
           max_pool2d_2x2_backward_kernel<scalar_t, I>
               <<<blocks_for(gy.numel()), kThreads, 0, stream>>>(

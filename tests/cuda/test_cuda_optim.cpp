@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/stream.h"
@@ -75,6 +77,14 @@ void expect_lists_close(const std::vector<Tensor>& gpu, const std::vector<Tensor
       ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i])))
           << what << " tensor " << k << " element " << i;
   }
+}
+
+// A random batch on cuda:0 shaped like Fashion-MNIST's: 64 images (64, 1, 28, 28), 64 labels.
+std::pair<Tensor, Tensor> image_batch(uint64_t seed) {
+  Generator gen(seed);
+  Tensor x = randn({64, 1, 28, 28}, {.device = cuda_device(0)}, &gen);
+  Tensor y = randint(0, 10, {64}, {.dtype = kI64, .device = cuda_device(0)}, &gen);
+  return {x, y};
 }
 
 }  // namespace
@@ -304,9 +314,8 @@ TEST(CudaOptim, OptimizerBuiltBeforeToFollowsTheModelToTheGpu) {
 TEST(CudaOptim, OptimizerInBackwardSameUpdatesLowerPeak) {
   SKIP_WITHOUT_CUDA();
   const Device gpu = cuda_device(0);
-  Generator gen(21);
-  Tensor x = randn({64, 1, 28, 28}, {.device = gpu}, &gen);
-  Tensor y = randint(0, 10, {64}, {.dtype = kI64, .device = gpu}, &gen);
+  Tensor x, y;
+  std::tie(x, y) = image_batch(21);
   double step_mib[2] = {0, 0}, base_mib[2] = {0, 0}, grad_mib = 0;
   std::vector<Tensor> final_params[2];
   for (int mode = 0; mode < 2; ++mode) {
@@ -356,9 +365,8 @@ TEST(CudaOptim, OptimizerInBackwardSameUpdatesLowerPeak) {
 TEST(CudaOptim, DestroyedModelAndOptimizerReturnEveryByte) {
   SKIP_WITHOUT_CUDA();
   const Device gpu = cuda_device(0);
-  Generator gen(5);
-  Tensor x = randn({64, 1, 28, 28}, {.device = gpu}, &gen);
-  Tensor y = randint(0, 10, {64}, {.dtype = kI64, .device = gpu}, &gen);
+  Tensor x, y;
+  std::tie(x, y) = image_batch(5);
   const char* ways[] = {"model only", "forward and backward", "Adam step", "Adam in backward",
                         "SGD with momentum"};
   for (const char* workload : {"mlp", "cnn", "wide"}) {
