@@ -2,7 +2,8 @@
 // run: contiguous f32 add against a device-to-device cudaMemcpy (bandwidth), 4096^3 matmul (f32
 // strict and bf16) against cuBLASLt and cuBLAS called directly, the cnn workload's convolutions
 // (batch 256, all three directions) against cuDNN's fastest algorithm called directly (and, in
-// bf16, loom's channels-last convolutions against its NCHW ones), and the
+// bf16, loom's channels-last convolutions against its NCHW ones), the cnn's batch norms (with their
+// fused ReLU) and max poolings against the memory floor of the bytes they must move, and the
 // caching allocator's alloc/free pairs. Times are medians of repeats measured with CUDA events
 // after warm-up, on random (never zero) inputs.   ./build/benchmarks/bench_gpu_kernels [--quick]
 #include <algorithm>
@@ -31,6 +32,7 @@ namespace {
 Device dev0() { return Device(DeviceType::CUDA, 0); }
 cudaStream_t stream() { return cuda::current_stream(0); }
 bool g_quick = false;
+double g_copy_gbs = 0;  // the device-to-device copy's bandwidth, measured by bench_add
 
 // Median milliseconds per call of f: warm-up, then `reps` event-timed batches of `iters` calls.
 double time_ms(const std::function<void()>& f, int iters, int reps = 7) {
@@ -85,6 +87,7 @@ void bench_add() {
       10);
   double add_ms = time_ms([&] { be.binary(BinaryOp::Add, a, b); }, 10);
   double copy_gbs = 2.0 * n * 4 / copy_ms / 1e6, add_gbs = 3.0 * n * 4 / add_ms / 1e6;
+  g_copy_gbs = copy_gbs;
   double pct = 100 * add_gbs / copy_gbs;
   g_rows.push_back({"add f32 " + std::to_string(n >> 20) + "M elems (GB/s, r+w)",
                     fmt("%.0f GB/s", add_gbs), fmt("%.0f GB/s (D2D copy)", copy_gbs),
@@ -315,6 +318,60 @@ void bench_conv() {
   }
 }
 
+// ---------------------------------------------------------------- batch norm and max pooling
+// The cnn's memory-bound layers at batch 256, float32 NCHW as in its fp32 step: each against the
+// time its unavoidable bytes take at the copy bandwidth bench_add measured (each input read once,
+// each output written once). Batch norm runs in training mode with its fused ReLU; its backward
+// reads grad_y and x (the ReLU's mask is recomputed from x: Note [ReLU mask from x]) and writes
+// grad_x. Max pooling is
+// 2 x 2, stride 2, with int64 indices. The ratio says how far each kernel sequence is from its
+// floor (batch norm's forward reads x twice: statistics, then the normalising pass).
+void bench_norm_pool() {
+  auto& be = cuda::cuda_backend();
+  const int it = g_quick ? 5 : 20;
+  const double copy_bytes_per_ms = g_copy_gbs * 1e6;
+  auto add_floor_row = [&](const std::string& name, double ms, double bytes) {
+    double floor_ms = bytes / copy_bytes_per_ms;
+    g_rows.push_back({name, fmt("%.4f ms", ms), fmt("%.4f ms (bytes at copy speed)", floor_ms),
+                      fmt("%.3f", ms / floor_ms), "(report)", true});
+  };
+  struct Layer {
+    const char* name;
+    Shape x;
+  };
+  for (const Layer& L :
+       {Layer{"bn1 32x28x28", {256, 32, 28, 28}}, Layer{"bn2 64x28x28", {256, 64, 28, 28}},
+        Layer{"bn3 128x14x14", {256, 128, 14, 14}}}) {
+    const int64_t C = L.x[1];
+    Tensor x = randn(L.x, {.device = dev0()}), gy = randn(L.x, {.device = dev0()});
+    Tensor w = rand({C}, {.device = dev0()}) + 0.5, b = randn({C}, {.device = dev0()});
+    Tensor rm = zeros({C}, {.device = dev0()}), rv = ones({C}, {.device = dev0()});
+    BatchNormOut out = be.batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5, true);
+    const double n_bytes = double(x.numel()) * 4;
+    add_floor_row(std::string(L.name) + " bn+relu fwd f32",
+                  time_ms([&] { be.batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5, true); }, it),
+                  2 * n_bytes);
+    add_floor_row(
+        std::string(L.name) + " bn+relu bwd f32",
+        time_ms([&] { be.batch_norm_backward(gy, x, w, b, out.save_mean, out.save_invstd, out.y); },
+                it),
+        3 * n_bytes);
+  }
+  for (const Layer& L :
+       {Layer{"pool1 64x28x28", {256, 64, 28, 28}}, Layer{"pool2 128x14x14", {256, 128, 14, 14}}}) {
+    Tensor x = randn(L.x, {.device = dev0()});
+    Pool2dParams p;  // 2 x 2, stride 2
+    TensorPair vi = be.max_pool2d(x, p);
+    Tensor gy = randn(vi.first.shape(), {.device = dev0()});
+    const double in_bytes = double(x.numel()) * 4, out_bytes = double(vi.first.numel()) * (4 + 8);
+    add_floor_row(std::string(L.name) + " maxpool fwd f32",
+                  time_ms([&] { be.max_pool2d(x, p); }, it), in_bytes + out_bytes);
+    add_floor_row(std::string(L.name) + " maxpool bwd f32",
+                  time_ms([&] { be.max_pool2d_backward(gy, vi.second, x.shape(), p); }, it),
+                  in_bytes + out_bytes);
+  }
+}
+
 // ---------------------------------------------------------------- allocator
 void bench_allocator() {
   const int pairs = g_quick ? 100000 : 1000000;
@@ -388,7 +445,8 @@ static int run_all(int argc, char** argv) {
     std::function<void()> run;
   };
   for (const Step& s : {Step{"add", bench_add}, Step{"matmul", [&] { bench_matmul(blas); }},
-                        Step{"conv", bench_conv}, Step{"allocator", bench_allocator}}) {
+                        Step{"conv", bench_conv}, Step{"norm and pool", bench_norm_pool},
+                        Step{"allocator", bench_allocator}}) {
     std::printf("running %s ...\n", s.name);
     std::fflush(stdout);
     s.run();

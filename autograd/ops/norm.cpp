@@ -91,12 +91,17 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   // With the fused ReLU the output is saved too: the backward masks the gradient by y > 0.
   autograd::Saved sy = relu ? save(o.y, "batch_norm") : autograd::Saved();
   if (batch_stats) {
+    // The bias is saved for the fused ReLU's mask (Note [ReLU mask from x] in
+    // kernels/cuda/cuda_norm_finalize.cuh).
+    autograd::Saved sb = relu ? save(bias, "batch_norm") : autograd::Saved();
     return record("batch_norm", o.y, {x, weight, bias},
-                  [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), sy,
+                  [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), sb, sy,
                    mean = o.save_mean, invstd = o.save_invstd](const Tensor& g) {
-                    BatchNormGrads r = backend_for(g.device())
-                                           .batch_norm_backward(g, sx.get(), sw.get(), mean, invstd,
-                                                                sy.defined() ? sy.get() : Tensor());
+                    BatchNormGrads r =
+                        backend_for(g.device())
+                            .batch_norm_backward(g, sx.get(), sw.get(),
+                                                 sb.defined() ? sb.get() : Tensor(), mean, invstd,
+                                                 sy.defined() ? sy.get() : Tensor());
                     return Grads{r.grad_input, r.grad_weight, r.grad_bias};
                   });
   }

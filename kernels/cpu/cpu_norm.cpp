@@ -235,9 +235,11 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
   return out;
 }
 
+// bias is not read: the CPU masks by the saved output relu_out.
 BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0,
-                                               const Tensor& weight, const Tensor& save_mean,
-                                               const Tensor& save_invstd, const Tensor& relu_out) {
+                                               const Tensor& weight, const Tensor& /*bias*/,
+                                               const Tensor& save_mean, const Tensor& save_invstd,
+                                               const Tensor& relu_out) {
   Tensor x = raw::contiguous(x0), gy = raw::contiguous(raw::cast(grad_y, x0.dtype()));
   Tensor ry = relu_out.defined() ? raw::contiguous(raw::cast(relu_out, x0.dtype())) : Tensor();
   NormGeom g = norm_geom(x);

@@ -174,7 +174,7 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, cons
     VT in = xv[w.t], out;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      A v = (A(in.v[j]) - m) * a + b;
+      A v = bn_pre(A(in.v[j]), m, a, b);
       out.v[j] = T(relu && !(v > A(0)) ? A(0) : v);
     }
     yv[w.t] = out;
@@ -183,29 +183,40 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, cons
   }
 }
 
-// gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean), dy masked by the fused ReLU's
-// output (relu_y null: none); read as vectors of V.
+// The fused ReLU's mask for the NCHW backward, recomputed from x (Note [ReLU mask from x]):
+// channel c's forward scale and shift from the weight, bias and saved invstd. on: the forward ran
+// with the ReLU.
+template <typename T>
+struct ReluFromX {
+  bool on = false;
+  ChannelVec<T> w, b;
+  const acc_t<T>* invstd = nullptr;
+  __device__ acc_t<T> scale(int64_t c) const { return bn_scale(w.get(c, 1.0), invstd[c]); }
+  __device__ acc_t<T> shift(int64_t c) const { return acc_t<T>(b.get(c, 0.0)); }
+};
+
+// gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean), dy masked by the fused ReLU;
+// read as vectors of V.
 template <typename T, int V>
 __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __restrict__ x,
-                                           const T* __restrict__ relu_y, NormGeom g,
-                                           const acc_t<T>* mean, acc_t<T>* psdy, acc_t<T>* psdyx) {
+                                           ReluFromX<T> relu, NormGeom g, const acc_t<T>* mean,
+                                           acc_t<T>* psdy, acc_t<T>* psdyx) {
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x, Lv = g.L / V, Mv = g.N * Lv;
   const int64_t chunk = (Mv + S - 1) / S, t0 = s * chunk, t1 = min(Mv, t0 + chunk);
-  const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy),
-           *yv = reinterpret_cast<const VT*>(relu_y);
+  const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy);
   const A m = mean[c];
+  const A ra = relu.on ? relu.scale(c) : A(0), rb = relu.on ? relu.shift(c) : A(0);
   A sdy = 0, sdyx = 0;
   for (Walk w(t0 + threadIdx.x, blockDim.x, Lv); w.t < t1;) {
-    VT xs[kUnroll], gs[kUnroll], ys[kUnroll];
+    VT xs[kUnroll], gs[kUnroll];
     int got = 0;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u, w.next(blockDim.x, Lv))
       if (w.t < t1) {  // the valid loads are a prefix: got counts them
         int64_t i = (w.a * g.C + c) * Lv + w.l;
         xs[u] = xv[i], gs[u] = gv[i];
-        if (relu_y) ys[u] = yv[i];
         got = u + 1;
       }
 #pragma unroll
@@ -213,7 +224,7 @@ __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __
       if (u < got)
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          A d = relu_y && !(A(ys[u].v[j]) > A(0)) ? A(0) : A(gs[u].v[j]);
+          A d = relu.on && !bn_relu_passes(xs[u].v[j], m, ra, rb) ? A(0) : A(gs[u].v[j]);
           sdy += d;
           sdyx += d * (A(xs[u].v[j]) - m);
         }
@@ -223,28 +234,27 @@ __global__ void bn_backward_partial_kernel(const T* __restrict__ gy, const T* __
   if (threadIdx.x == 0) psdy[c * S + s] = sdy, psdyx[c * S + s] = sdyx;
 }
 
-// dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]), dy masked by the fused ReLU's output; walks
-// the tensor as bn_apply_kernel does.
+// dx = k[c] (dy - off[c] - (x - mean[c]) slope[c]), dy masked by the fused ReLU; walks the tensor
+// as bn_apply_kernel does.
 template <typename T, int V>
 __global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __restrict__ x,
-                                         const T* __restrict__ relu_y, T* __restrict__ gx,
+                                         ReluFromX<T> relu, T* __restrict__ gx,
                                          const acc_t<T>* mean, const acc_t<T>* k,
                                          const acc_t<T>* off, const acc_t<T>* slope, NormGeom g) {
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   const int64_t Lv = g.L / V, total = g.N * g.C * Lv, step = int64_t(gridDim.x) * blockDim.x;
-  const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy),
-           *yv = reinterpret_cast<const VT*>(relu_y);
+  const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy);
   VT* ov = reinterpret_cast<VT*>(gx);
   Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
   int64_t c = w.a % g.C, dc = w.da % g.C;
   while (w.t < total) {
     const A m = mean[c], kc = k[c], oc = off[c], sc = slope[c];
-    VT xs = xv[w.t], gs = gv[w.t], ys{}, out;
-    if (relu_y) ys = yv[w.t];
+    const A ra = relu.on ? relu.scale(c) : A(0), rb = relu.on ? relu.shift(c) : A(0);
+    VT xs = xv[w.t], gs = gv[w.t], out;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      A d = relu_y && !(A(ys.v[j]) > A(0)) ? A(0) : A(gs.v[j]);
+      A d = relu.on && !bn_relu_passes(xs.v[j], m, ra, rb) ? A(0) : A(gs.v[j]);
       out.v[j] = T(kc * (d - oc - (A(xs.v[j]) - m) * sc));
     }
     ov[w.t] = out;
@@ -416,13 +426,16 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
 }
 
 BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x0,
-                                                const Tensor& weight, const Tensor& save_mean0,
+                                                const Tensor& weight, const Tensor& bias,
+                                                const Tensor& save_mean0,
                                                 const Tensor& save_invstd0,
                                                 const Tensor& relu_out) {
   const bool cl = raw::is_channels_last(x0);  // kept (Note [Channels-last])
   auto layout = [cl](const Tensor& t) { return cl ? raw::channels_last(t) : raw::contiguous(t); };
   Tensor x = layout(x0), gy = layout(raw::cast(grad_y, x0.dtype()));
-  Tensor ry = relu_out.defined() ? layout(raw::cast(relu_out, x0.dtype())) : Tensor();
+  // NCHW recomputes the ReLU's mask from x (Note [ReLU mask from x]); channels-last reads it.
+  const bool relu = relu_out.defined();
+  Tensor ry = relu && cl ? layout(raw::cast(relu_out, x0.dtype())) : Tensor();
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm_backward", x, g);
   int dev = x.device().index;
@@ -432,7 +445,9 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
   Tensor mean = raw::contiguous(raw::cast(save_mean0, ad)),
          invstd = raw::contiguous(raw::cast(save_invstd0, ad));
   Tensor w = weight.defined() ? raw::contiguous(weight) : Tensor();
+  Tensor b = bias.defined() ? raw::contiguous(bias) : Tensor();
   check_channel_dtype("batch_norm_backward", x, w, "weight");
+  check_channel_dtype("batch_norm_backward", x, b, "bias");
 
   BatchNormGrads out;
   out.grad_input =
@@ -460,14 +475,15 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       using T = scalar_t;
       using A = acc_t<T>;
       const A* mp = static_cast<const A*>(mean.data_ptr());
-      const T* ryp = ry.defined() ? ry.data<T>() : nullptr;
+      ReluFromX<T> rx{relu, channel_vec<T>(w), channel_vec<T>(b),
+                      static_cast<const A*>(invstd.data_ptr())};
       const int width =
-          vec_width_for<T>(g.L, {gy.data_ptr(), x.data_ptr(), ryp, out.grad_input.data_ptr()});
+          vec_width_for<T>(g.L, {gy.data_ptr(), x.data_ptr(), out.grad_input.data_ptr()});
       if (!cl) {
         with_vec_width<T>(width, [&](auto V) {
           bn_backward_partial_kernel<T, V>
               <<<dim3(unsigned(S), unsigned(g.C)), kThreads, 0, stream>>>(
-                  gy.data<T>(), x.data<T>(), ryp, g, mp, static_cast<A*>(sums.sdy.data_ptr()),
+                  gy.data<T>(), x.data<T>(), rx, g, mp, static_cast<A*>(sums.sdy.data_ptr()),
                   static_cast<A*>(sums.sdyx.data_ptr()));
           LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
         });
@@ -484,7 +500,7 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       }
       with_vec_width<T>(width, [&](auto V) {
         bn_backward_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
-            gy.data<T>(), x.data<T>(), ryp, out.grad_input.data<T>(), mp,
+            gy.data<T>(), x.data<T>(), rx, out.grad_input.data<T>(), mp,
             static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
             static_cast<A*>(slope.data_ptr()), g);
         LOOM_CUDA_CHECK_LAUNCH("bn_backward_apply_kernel");

@@ -70,6 +70,29 @@ struct ChannelVec {
   }
 };
 
+// Note [ReLU mask from x]
+// The fused BatchNorm + ReLU's backward zeroes dy where the forward's output was 0. Reading the
+// saved output for that costs a pass over the activation in each of the backward's two passes
+// (seven passes become five without it: gy and x read twice, gx written once). So on NCHW the
+// backward recomputes each pre-activation from x exactly as the forward did: the same per-channel
+// scale (bn_scale: the weight times the saved, already rounded invstd, rounded once) and shift,
+// the same fma (bn_pre), the same rounding to T. The mask is then bit for bit the forward's
+// y > 0, also where the pre-activation is a tiny positive number that T rounds to zero.
+// (Channels-last still reads the output: its backward passes are per element across channels.)
+template <typename A>
+__device__ inline A bn_scale(double w, A invstd) {
+  return A(w * double(invstd));
+}
+template <typename A>
+__device__ inline A bn_pre(A x, A mean, A scale, A shift) {
+  return fma(x - mean, scale, shift);
+}
+// The mask: the forward's output y = T(max(pre, 0)) is > 0.
+template <typename T, typename A>
+__device__ inline bool bn_relu_passes(T x, A mean, A scale, A shift) {
+  return A(T(bn_pre(A(x), mean, scale, shift))) > A(0);
+}
+
 // Per channel: statistics -> save_mean/save_invstd, the affine coefficients, and (optionally)
 // the running-stat update. In eval (pn == nullptr) the running stats are the statistics.
 // var_out (optional) receives the biased variance (for batch_norm_stats).
@@ -96,7 +119,7 @@ __global__ void bn_finalize_kernel(const int64_t* pn, const acc_t<T>* pmean, con
     save_mean[c] = A(mean);
     save_invstd[c] = A(invstd);
     if (var_out) var_out[c] = A(var);
-    scale[c] = A(wc * invstd);
+    scale[c] = bn_scale(wc, A(invstd));  // from the saved invstd (Note [ReLU mask from x])
     shift[c] = A(bc);
     if (pn && run_mean) {
       run_mean[c] = R((1 - momentum) * double(acc_t<R>(run_mean[c])) + momentum * mean);

@@ -89,10 +89,10 @@ TEST(CudaChannelsLast, BatchNormMatchesCpuAndKeepsTheLayout) {
     Tensor gy = cl(random_tensor(k.shape, k.dtype, 36, gpu()));
     Tensor relu_out = k.relu ? out.y : Tensor(), relu_ref = k.relu ? ref.y : Tensor();
     BatchNormGrads gr =
-        be().batch_norm_backward(gy, x, w, out.save_mean, out.save_invstd, relu_out);
+        be().batch_norm_backward(gy, x, w, b, out.save_mean, out.save_invstd, relu_out);
     BatchNormGrads gr_ref =
         cpu.batch_norm_backward(gy.to(kCPU).contiguous(), x.to(kCPU).contiguous(), w.to(kCPU),
-                                ref.save_mean, ref.save_invstd, relu_ref);
+                                b.to(kCPU), ref.save_mean, ref.save_invstd, relu_ref);
     EXPECT_TRUE(raw::is_channels_last(gr.grad_input));
     EXPECT_LT(rel_err(gr.grad_input, host(gr_ref.grad_input)), 2 * tol) << "grad_input";
     EXPECT_LT(rel_err(gr.grad_weight, host(gr_ref.grad_weight)), tol) << "grad_weight";

@@ -1,8 +1,9 @@
 // CUDA pooling and batch norm kernels against naive float64 references: max pooling (values,
 // indices, -inf padding, NaN) and average pooling (count_include_pad on and off) forward and
 // backward; batch norm training (statistics, save_mean/save_invstd, running-stat update with the
-// unbiased variance), eval, and backward, and the split Welford statistics against the naive
-// two-pass kernel. Skipped without a GPU; compiles to nothing without LOOM_WITH_CUDA.
+// unbiased variance), eval, and backward, the fused ReLU's mask recomputed from x in backward, and
+// the split Welford statistics against the naive two-pass kernel. Skipped without a GPU; compiles
+// to nothing without LOOM_WITH_CUDA.
 #ifdef LOOM_WITH_CUDA
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "core/cuda/stream.h"
+#include "cuda/cuda_test_util.h"
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
@@ -227,12 +229,12 @@ TEST(CudaBatchNorm, TrainingEvalAndBackward) {
           gx_want[i] = wv[c] * invstd[c] * (gyv[i] - gb_want[c] / M - xhat * gw_want[c] / M);
         }
     }
-    BatchNormGrads gr = be().batch_norm_backward(gy, x, w, out.save_mean, out.save_invstd);
+    BatchNormGrads gr = be().batch_norm_backward(gy, x, w, b, out.save_mean, out.save_invstd);
     EXPECT_LT(rel_err(gr.grad_input, gx_want), 2 * tol) << what << " grad_input";
     EXPECT_LT(rel_err(gr.grad_weight, gw_want), tol) << what << " grad_weight";
     EXPECT_LT(rel_err(gr.grad_bias, gb_want), tol) << what << " grad_bias";
     BatchNormGrads gr_noaffine =
-        be().batch_norm_backward(gy, x, Tensor(), out.save_mean, out.save_invstd);
+        be().batch_norm_backward(gy, x, Tensor(), Tensor(), out.save_mean, out.save_invstd);
     EXPECT_FALSE(gr_noaffine.grad_weight.defined());
   }
 }
@@ -261,8 +263,9 @@ TEST(CudaBatchNorm, HalfInputWithFloat32WeightsMatchesCpu) {
     EXPECT_LT(rel_err(rv, host(rv_cpu)), 1e-5) << what << " running_var";
 
     Tensor gy = random_tensor(x.shape(), dt, 24, gpu());
-    BatchNormGrads gr = be().batch_norm_backward(gy, x, w, out.save_mean, out.save_invstd, out.y);
-    BatchNormGrads gr_ref = cpu.batch_norm_backward(gy.to(kCPU), x.to(kCPU), w.to(kCPU),
+    BatchNormGrads gr =
+        be().batch_norm_backward(gy, x, w, b, out.save_mean, out.save_invstd, out.y);
+    BatchNormGrads gr_ref = cpu.batch_norm_backward(gy.to(kCPU), x.to(kCPU), w.to(kCPU), b.to(kCPU),
                                                     ref.save_mean, ref.save_invstd, ref.y);
     ASSERT_EQ(gr.grad_weight.dtype(), kF32) << what;
     ASSERT_EQ(gr.grad_bias.dtype(), kF32) << what;
@@ -300,5 +303,51 @@ TEST(CudaBatchNorm, SplitWelfordMatchesNaiveTwoPass) {
 }
 
 }  // namespace
+
+// Note [ReLU mask from x]: on NCHW the backward recomputes the fused ReLU's mask from x instead of
+// reading the forward's output. Its gradients must equal, bit for bit, those of the backward
+// without ReLU given grad_y already masked by the output (y > 0): the same sums in the same order,
+// so any element masked differently shows. Channels hit the edges: a constant channel with zero
+// bias (pre-activation exactly 0: masked), one with a tiny positive bias (for float16 it rounds
+// to an output of 0, which must be masked although the pre-activation is positive), a negative
+// weight, and random data.
+TEST(CudaBatchNorm, ReluMaskFromXMatchesTheOutputBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t N = 4, C = 5, L = 30;
+  for (DType dt : {kF32, kF64, kBF16, kF16}) {
+    const std::string what = dtype_name(dt);
+    const DType pdt = dt == kF64 ? kF64 : kF32;  // autocast keeps float32 parameters
+    std::vector<double> xv = host(random_tensor({N, C, 6, 5}, kF64, 41));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t l = 0; l < L; ++l) {
+        xv[size_t((n * C + 0) * L + l)] = 0.75;  // channel 0: constant, bias 0
+        xv[size_t((n * C + 1) * L + l)] = -2.5;  // channel 1: constant, tiny bias
+      }
+    Tensor x = from_vector(xv, {N, C, 6, 5}).to(dt).to(gpu());
+    Tensor w = from_vector(std::vector<double>{1.0, 1.0, -0.7, 1.3, 0.4}, {C}).to(pdt).to(gpu());
+    Tensor b = from_vector(std::vector<double>{0.0, 1e-9, 0.2, -0.1, 0.0}, {C}).to(pdt).to(gpu());
+    BatchNormOut out = be().batch_norm(x, w, b, Tensor(), Tensor(), true, 0.1, 1e-5, true);
+    std::vector<double> yv = host(out.y);
+    const double y_c1 = yv[size_t(1 * L)];
+    EXPECT_EQ(yv[0], 0.0) << what << ": a pre-activation of exactly 0";
+    if (dt == kF16) {
+      EXPECT_EQ(y_c1, 0.0) << what << ": 1e-9 rounds to 0 in float16";
+    } else {
+      EXPECT_GT(y_c1, 0.0) << what << ": 1e-9 stays positive";
+    }
+
+    Tensor gy = random_tensor(x.shape(), dt, 42, gpu());
+    std::vector<double> gv = host(gy);
+    for (size_t i = 0; i < gv.size(); ++i) gv[i] = yv[i] > 0 ? gv[i] : 0.0;
+    Tensor gy_masked = from_vector(gv, x.shape()).to(dt).to(gpu());  // exact: values of dt
+    BatchNormGrads fused =
+        be().batch_norm_backward(gy, x, w, b, out.save_mean, out.save_invstd, out.y);
+    BatchNormGrads plain =
+        be().batch_norm_backward(gy_masked, x, w, b, out.save_mean, out.save_invstd);
+    EXPECT_TRUE(all_equal(plain.grad_input, fused.grad_input)) << what << " grad_input";
+    EXPECT_TRUE(all_equal(plain.grad_weight, fused.grad_weight)) << what << " grad_weight";
+    EXPECT_TRUE(all_equal(plain.grad_bias, fused.grad_bias)) << what << " grad_bias";
+  }
+}
 
 #endif  // LOOM_WITH_CUDA

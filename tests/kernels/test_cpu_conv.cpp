@@ -317,7 +317,7 @@ TEST(BatchNormCpu, WithoutRunningStatsOrAffine) {
   auto y = values(o.y);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], (i + 1 - 2.5) / std::sqrt(1.25), 1e-12);
   BatchNormGrads g = be().batch_norm_backward(from_vector(std::vector<double>{1, 0, 0, 0}, {4, 1}),
-                                              x, Tensor(), o.save_mean, o.save_invstd);
+                                              x, Tensor(), Tensor(), o.save_mean, o.save_invstd);
   EXPECT_FALSE(g.grad_weight.defined());
   // dx_i = invstd (dy_i - mean(dy) - xhat_i mean(dy xhat)); dy = e_0, xhat_0 = -1.5 invstd.
   double invstd = 1 / std::sqrt(1.25), xh0 = -1.5 * invstd;
@@ -351,10 +351,11 @@ TEST(BatchNormCpu, Float32RowSumsMatchFloat64) {
       expect_close(raw::cast(f.save_mean, kF64), d.save_mean, 1e-6, what + ": mean");
       expect_close(raw::cast(f.save_invstd, kF64), d.save_invstd, 1e-5, what + ": invstd");
       expect_close(raw::cast(f.y, kF64), d.y, 2e-5, what + ": y");
-      BatchNormGrads gf =
-          be().batch_norm_backward(gy32, x32, w, f.save_mean, f.save_invstd, relu ? f.y : Tensor());
+      BatchNormGrads gf = be().batch_norm_backward(gy32, x32, w, b, f.save_mean, f.save_invstd,
+                                                   relu ? f.y : Tensor());
       BatchNormGrads gd =
-          be().batch_norm_backward(gy64, x64, affine ? raw::cast(w32, kF64) : Tensor(), d.save_mean,
+          be().batch_norm_backward(gy64, x64, affine ? raw::cast(w32, kF64) : Tensor(),
+                                   affine ? raw::cast(b32, kF64) : Tensor(), d.save_mean,
                                    d.save_invstd, relu ? d.y : Tensor());
       expect_close(raw::cast(gf.grad_input, kF64), gd.grad_input, 2e-5, what + ": dx");
       if (affine) {
