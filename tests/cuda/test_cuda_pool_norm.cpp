@@ -112,6 +112,46 @@ TEST(CudaPool, MaxPoolPaddingIsMinusInfinityAndNaNWins) {
   EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref);
 }
 
+// Note [Max pool 2 x 2 forward]: MaxPool2d(2) on NCHW with an even W has its own forward. On
+// data full of ties, NaNs and -inf it gives the general kernel's values and indices exactly (the
+// first maximum of the window in row order, a NaN at once), in every dtype; an input that is not
+// aligned to a pair (a view one element into its storage) takes the general kernel and agrees too.
+TEST(CudaPool, MaxPoolTwoByTwoMatchesTheGeneralKernelWithTiesAndNaN) {
+  SKIP_WITHOUT_CUDA();
+  PoolShape g{2, 3, 6, 8, pool({2, 2}, {2, 2}, {0, 0})};
+  const int64_t n = g.N * g.C * g.H * g.W;
+  std::vector<double> xv(size_t(n + 1));
+  for (int64_t i = 0; i <= n; ++i) xv[size_t(i)] = double(int64_t(i * 7919 % 5) - 2);  // ties
+  for (int64_t i = 3; i <= n; i += 17) xv[size_t(i)] = std::nan("");
+  for (int64_t i = 5; i <= n; i += 13) xv[size_t(i)] = -INFINITY;
+  const Shape shape{g.N, g.C, g.H, g.W};
+  for (DType dt : {kF32, kF64, kF16, kBF16}) {
+    Tensor storage = from_vector(xv, {n + 1}).to(dt).to(gpu());
+    for (int64_t offset : {0, 1}) {
+      const std::string what = std::string(dtype_name(dt)) + (offset ? ", unaligned view" : "");
+      Tensor x = storage.slice(0, offset, offset + n).view(shape);
+      std::vector<double> y_ref;
+      std::vector<int64_t> idx_ref;
+      max_pool_ref(g, host(x), y_ref, idx_ref);
+      auto [y, idx] = be().max_pool2d(x, g.p);
+      cuda::set_use_naive_kernels(true);  // the general kernel
+      auto [y_gen, idx_gen] = be().max_pool2d(x, g.p);
+      cuda::set_use_naive_kernels(false);
+      EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref) << what;
+      EXPECT_EQ(idx_gen.to_vector<int64_t>(), idx_ref) << what << " (general kernel)";
+      std::vector<double> yv = host(y), yg = host(y_gen);
+      for (size_t i = 0; i < y_ref.size(); ++i) {
+        if (std::isnan(y_ref[i])) {
+          EXPECT_TRUE(std::isnan(yv[i]) && std::isnan(yg[i])) << what << " output " << i;
+        } else {
+          EXPECT_EQ(yv[i], y_ref[i]) << what << " output " << i;
+          EXPECT_EQ(yg[i], y_ref[i]) << what << " output " << i << " (general kernel)";
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaPool, AvgPoolForwardAndBackward) {
   SKIP_WITHOUT_CUDA();
   for (const PoolShape& g : pool_shapes())
