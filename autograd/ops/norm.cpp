@@ -88,7 +88,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
 
   BatchNormOut o =
       be.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, relu);
-  // With the fused ReLU the output is saved too: the backward masks the gradient by y > 0.
+  // With the fused ReLU the output is saved too: the backward masks the gradient by y > 0 (the
+  // CPU reads y; CUDA on NCHW recomputes the mask from x, weight and bias).
   autograd::Saved sy = relu ? save(o.y, "batch_norm") : autograd::Saved();
   if (batch_stats) {
     // The bias is saved for the fused ReLU's mask (Note [ReLU mask from x] in
