@@ -12,6 +12,8 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <signal.h>
+
 #include <cstring>
 #include <type_traits>
 
@@ -21,6 +23,21 @@ namespace loom::distributed {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// Note [SIGPIPE and a dead peer]
+// Gloo's TCP transport writes to its peers with writev(), which has no MSG_NOSIGNAL: a write to a
+// peer that has just died raises SIGPIPE, whose default action ends this process at once (exit
+// status -13 in a test), before Gloo can report the broken connection as an error naming the
+// peer. The first Gloo group of a process therefore ignores SIGPIPE, as servers do, unless the
+// program installed a handler of its own: the write then fails with EPIPE, Gloo throws, and the
+// collective fails with loom's error ("... failed on rank R ... (did a peer exit?)"). loomrun
+// resets its workers' SIGPIPE to the default, so every worker needs this. Seen as one run in 30
+// of Gloo.ADeadPeerFailsTheOthersAtOnce under ThreadSanitizer, whose slowness widens the window.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL)
+    ::signal(SIGPIPE, SIG_IGN);
+}
 
 // gloo::rendezvous::Store over loom's store: get blocks until the key exists (Gloo's own stores
 // poll), and the timed wait is overridden so the rendezvous honours its timeout.
@@ -128,6 +145,7 @@ constexpr uint64_t kP2PSlotBase = uint64_t(0xF0) << 56;
 GlooProcessGroup::GlooProcessGroup(int rank, int size, std::shared_ptr<Store> store, Millis timeout,
                                    const std::string& hostname)
     : ProcessGroup(rank, size, store, timeout) {
+  ignore_sigpipe_unless_handled();  // Note [SIGPIPE and a dead peer]
   gloo::transport::tcp::attr attr;
   attr.hostname = hostname;
   try {

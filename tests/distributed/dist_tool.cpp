@@ -3,6 +3,8 @@
 // stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 =
 // pass; failures go to stderr. Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on
 // cuda:LOCAL_RANK for nccl).
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -338,6 +340,11 @@ int peer_exit_test() {
   o.timeout = Millis(60000);
   auto pg = init_process_group(o);
   int me = pg->rank(), last = pg->size() - 1;
+  if (o.backend == "gloo") {  // Note [SIGPIPE and a dead peer]: a write to the dead rank
+    struct sigaction now {};  // must fail with EPIPE, not end this process
+    EXPECT_TOOL(::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_IGN,
+                "SIGPIPE is not ignored after init_process_group(gloo)");
+  }
   for (int k = 0; k < 2; ++k) {
     Tensor t = filled<float>(me, 1000);
     pg->all_reduce(t)->wait();
