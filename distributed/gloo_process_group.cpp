@@ -11,7 +11,6 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
-
 #include <signal.h>
 
 #include <cstring>
