@@ -10,7 +10,7 @@ kills_wanted=${2:-24}
 source "$(dirname "$0")/lib.sh"
 need "$mlp" "$data/train-images-idx3-ubyte.gz"
 small_data "$tmp/data" 1024 1000
-read -r -a args <<<"$(mlp_args 16)"  # 512 steps: room for the kills, also on a loaded machine
+read -r -a args <<<"$(mlp_args 48)"  # 1536 steps: room for the kills on a fast machine too
 
 "$mlp" "${args[@]}" --checkpoint-dir "$tmp/straight" >"$tmp/straight.out" 2>&1 ||
   { bad "the uninterrupted run failed"; cat "$tmp/straight.out"; finish; }
