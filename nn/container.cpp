@@ -34,8 +34,20 @@ const std::shared_ptr<Module>& Sequential::operator[](size_t i) const {
 // one cuBLASLt GEMM with bias and ReLU in its epilogue) instead of two, with the same result and
 // gradients. Likewise BatchNorm2d followed by ReLU runs as BatchNorm2d::forward(h, true): the
 // ReLU in batch norm's normalising pass and its mask in the backward kernels' reads (two
-// passes over the activation fewer each way). Anomaly mode keeps them apart, so a NaN is still
-// reported against the module that made it.
+// passes over the activation fewer each way). A BatchNorm2d, a ReLU and a MaxPool2d(2) (kernel 2,
+// stride 2, no padding) run as one op, batch_norm_relu_max_pool2d (Note [Batch norm into max pool]
+// in kernels/cuda/cuda_norm_pool.cu: on CUDA the full-size activation is never written). Anomaly
+// mode keeps them apart, so a NaN is still reported against the module that made it.
+namespace {
+// A MaxPool2d with a 2 x 2 window, stride 2 and no padding.
+bool is_max_pool_2(const Module* m) {
+  auto* pool = dynamic_cast<const MaxPool2d*>(m);
+  if (!pool) return false;
+  const IntPair k = pool->kernel_size, s = *pool->options.stride, p = pool->options.padding;
+  return k.h == 2 && k.w == 2 && s.h == 2 && s.w == 2 && p.h == 0 && p.w == 0;
+}
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& x) {
   const auto& children = named_children();
   const bool fuse = !autograd::is_anomaly_enabled();
@@ -50,8 +62,10 @@ Tensor Sequential::forward(const Tensor& x) {
         continue;
       }
       if (auto* bn = dynamic_cast<BatchNorm2d*>(&m); bn && relu_next) {
-        h = bn->forward(h, true);
-        ++i;
+        const bool pool_next =
+            i + 2 < children.size() && is_max_pool_2(children[i + 2].second.get());
+        h = bn->forward(h, true, pool_next);
+        i += pool_next ? 2 : 1;
         continue;
       }
     }

@@ -85,8 +85,9 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) as one op (loom::batch_norm with relu); what Sequential runs for a
-  // BatchNorm2d followed by a ReLU.
-  Tensor forward(const Tensor& x, bool relu);
+  // BatchNorm2d followed by a ReLU. With max_pool2 also a MaxPool2d(2) after the ReLU
+  // (loom::batch_norm_relu_max_pool2d), for a BatchNorm2d, a ReLU and a MaxPool2d(2) in a row.
+  Tensor forward(const Tensor& x, bool relu, bool max_pool2 = false);
   void reset_running_stats();
   void reset_parameters();
   std::string extra_repr() const override;

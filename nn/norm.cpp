@@ -50,7 +50,7 @@ void BatchNorm2d::reset_parameters() {
 
 Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, false); }
 
-Tensor BatchNorm2d::forward(const Tensor& x, bool relu) {
+Tensor BatchNorm2d::forward(const Tensor& x, bool relu, bool max_pool2) {
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features,
              "): expected input (N, ", num_features, ", H, W), got ",
              x.defined() ? describe(x) : std::string("an undefined tensor"));
@@ -65,9 +65,12 @@ Tensor BatchNorm2d::forward(const Tensor& x, bool relu) {
   // Batch statistics in training, and in eval when there are no running stats.
   bool use_batch_stats = is_training() || !options.track_running_stats;
   bool pass_running = !is_training() || options.track_running_stats;
-  return batch_norm(x, weight, bias, pass_running ? running_mean : Tensor(),
-                    pass_running ? running_var : Tensor(), use_batch_stats, factor, options.eps,
-                    relu);
+  const Tensor rm = pass_running ? running_mean : Tensor(),
+               rv = pass_running ? running_var : Tensor();
+  if (max_pool2)
+    return batch_norm_relu_max_pool2d(x, weight, bias, rm, rv, use_batch_stats, factor,
+                                      options.eps);
+  return batch_norm(x, weight, bias, rm, rv, use_batch_stats, factor, options.eps, relu);
 }
 
 std::string BatchNorm2d::extra_repr() const {

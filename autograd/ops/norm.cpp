@@ -1,12 +1,14 @@
 // Differentiable normalisation: batch_norm (fused backend kernels in training; an elementwise
-// backward in eval) and layer_norm (a composite of mean, square and rsqrt: its gradient comes
-// from the pieces).
+// backward in eval), batch_norm_relu_max_pool2d (batch norm, ReLU and MaxPool2d(2) as one op on
+// CUDA) and layer_norm (a composite of mean, square and rsqrt: its gradient comes from the
+// pieces).
 // Leaves out: group/instance norm, and the modules that own the parameters and running stats (nn/).
 #include "autograd/ops/norm.h"
 
 #include "autograd/amp/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops/checks.h"
+#include "autograd/ops/conv_pool.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
@@ -32,6 +34,18 @@ void check_channel_vector(const Tensor& x, const Tensor& t, const char* what, bo
                " have different dtypes (a float16/bfloat16 input also takes float32)");
   else
     detail::check_floating("batch_norm", t);
+}
+
+// The per-channel tensors and eps of a batch norm of x.
+void check_parameters(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Tensor& running_mean, const Tensor& running_var, double eps) {
+  check_channel_vector(x, weight, "weight", true);
+  check_channel_vector(x, bias, "bias", true);
+  check_channel_vector(x, running_mean, "running_mean", false);
+  check_channel_vector(x, running_var, "running_var", false);
+  LOOM_CHECK(running_mean.defined() == running_var.defined(),
+             "batch_norm: running_mean and running_var must both be given or both be undefined");
+  LOOM_CHECK(eps > 0, "batch_norm: eps must be positive, got ", eps);
 }
 
 // The shape that broadcasts a (C) vector over x: (1, C, 1, ...).
@@ -71,13 +85,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   detail::check_floating("batch_norm", x);
   LOOM_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dims (N, C, ...), got ",
              describe(x));
-  check_channel_vector(x, weight, "weight", true);
-  check_channel_vector(x, bias, "bias", true);
-  check_channel_vector(x, running_mean, "running_mean", false);
-  check_channel_vector(x, running_var, "running_var", false);
-  LOOM_CHECK(running_mean.defined() == running_var.defined(),
-             "batch_norm: running_mean and running_var must both be given or both be undefined");
-  LOOM_CHECK(eps > 0, "batch_norm: eps must be positive, got ", eps);
+  check_parameters(x, weight, bias, running_mean, running_var, eps);
   Backend& be = backend_for(x.device());
   const bool batch_stats = training || !running_mean.defined();
   if (batch_stats)
@@ -129,6 +137,36 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
           grads[1] = sum(g * ((x - rmean.view(cs)) * is), non_channel_dims(x));
         if (needs_input_grad(2)) grads[2] = sum(g, non_channel_dims(x));
         return grads;
+      });
+}
+
+// Note [Batch norm into max pool] (kernels/cuda/cuda_norm_pool.cu) on CUDA, in training, on an
+// NCHW float tensor with even H and W and no autocast; everywhere else the composition, whose
+// values it gives (the tests compare the two).
+Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& running_mean, const Tensor& running_var,
+                                  bool training, double momentum, double eps) {
+  const bool fuse = x.defined() && x.device().is_cuda() && training && !amp::autocast_dtype() &&
+                    x.dim() == 4 && x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(2) > 0 &&
+                    x.size(3) > 0 && x.size(0) * x.size(2) * x.size(3) > 1 &&
+                    !raw::is_channels_last(x) && is_floating(x.dtype());
+  if (!fuse)
+    return max_pool2d(
+        batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, true),
+        Pool2dParams{});
+  check_parameters(x, weight, bias, running_mean, running_var, eps);
+  BatchNormOut o =
+      backend_for(x.device())
+          .batch_norm_relu_max_pool2(x, weight, bias, running_mean, running_var, momentum, eps);
+  return record(
+      "batch_norm_relu_max_pool2d", o.y, {x, weight, bias},
+      [sx = save(x, "batch_norm_relu_max_pool2d"), sw = save(weight, "batch_norm_relu_max_pool2d"),
+       sb = save(bias, "batch_norm_relu_max_pool2d"), mean = o.save_mean,
+       invstd = o.save_invstd](const Tensor& g) {
+        BatchNormGrads r =
+            backend_for(g.device())
+                .batch_norm_relu_max_pool2_backward(g, sx.get(), sw.get(), sb.get(), mean, invstd);
+        return Grads{r.grad_input, r.grad_weight, r.grad_bias};
       });
 }
 

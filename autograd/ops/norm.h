@@ -12,6 +12,14 @@ namespace loom {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum = 0.1, double eps = 1e-5, bool relu = false);
+// max_pool2d(batch_norm(..., relu = true), 2) as one op: x (N, C, H, W) -> (N, C, H / 2, W / 2).
+// On CUDA, in training, for NCHW x with even H and W and no autocast, three passes over x that
+// never write the full-size activation (Note [Batch norm into max pool] in
+// kernels/cuda/cuda_norm_pool.cu); elsewhere the two ops. What Sequential runs for a BatchNorm2d,
+// a ReLU and a MaxPool2d(2) in a row.
+Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& running_mean, const Tensor& running_var,
+                                  bool training, double momentum = 0.1, double eps = 1e-5);
 // Normalises over the trailing dims of `normalized_shape`; weight/bias of that shape or undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);

@@ -12,6 +12,7 @@
 //   cuda_pool.cu        max_pool2d, avg_pool2d and backwards
 //   cuda_amp.cu         amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
 //   cuda_norm.cu        batch_norm, batch_norm_backward
+//   cuda_norm_pool.cu   batch_norm_relu_max_pool2 and its backward
 //   cuda_optim.cu       adam_step, sgd_step (one multi-tensor launch)
 // Leaves out: multi-GPU communication (distributed/).
 #pragma once

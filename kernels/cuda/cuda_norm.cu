@@ -183,18 +183,6 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, cons
   }
 }
 
-// The fused ReLU's mask for the NCHW backward, recomputed from x (Note [ReLU mask from x]):
-// channel c's forward scale and shift from the weight, bias and saved invstd. on: the forward ran
-// with the ReLU.
-template <typename T>
-struct ReluFromX {
-  bool on = false;
-  ChannelVec<T> w, b;
-  const acc_t<T>* invstd = nullptr;
-  __device__ acc_t<T> scale(int64_t c) const { return bn_scale(w.get(c, 1.0), invstd[c]); }
-  __device__ acc_t<T> shift(int64_t c) const { return acc_t<T>(b.get(c, 0.0)); }
-};
-
 // gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean), dy masked by the fused ReLU;
 // read as vectors of V.
 template <typename T, int V>
@@ -265,13 +253,6 @@ __global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __re
 
 DType acc_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-// The kernels' view of a weight, bias or gradient vector (undefined: absent).
-template <typename T>
-ChannelVec<T> channel_vec(const Tensor& t) {
-  if (!t.defined()) return {};
-  return {t.data_ptr(), t.dtype() == DType::F32 && sizeof(T) == 2};
-}
-
 // weight and bias: x's dtype, or float32 for a float16/bfloat16 x.
 void check_channel_dtype(const char* op, const Tensor& x, const Tensor& t, const char* what) {
   if (!t.defined()) return;
@@ -318,6 +299,34 @@ void check_geometry(const char* op, const Tensor& x, const NormGeom& g) {
 
 }  // namespace
 
+template <typename T>
+void bn_backward_finalize(const NormSums& sums, int64_t C, int64_t M, const Tensor& w,
+                          const Tensor& invstd, const Tensor& gw, const Tensor& gb, const Tensor& k,
+                          const Tensor& off, const Tensor& slope, cudaStream_t stream) {
+  using A = acc_t<T>;
+  bn_backward_finalize_kernel<T><<<channel_blocks(C), kThreads, 0, stream>>>(
+      static_cast<A*>(sums.sdy.data_ptr()), static_cast<A*>(sums.sdyx.data_ptr()), sums.S, C, M,
+      channel_vec<T>(w), static_cast<const A*>(invstd.data_ptr()), channel_vec<T>(gw),
+      channel_vec<T>(gb), static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
+      static_cast<A*>(slope.data_ptr()));
+  LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
+}
+template void bn_backward_finalize<float>(const NormSums&, int64_t, int64_t, const Tensor&,
+                                          const Tensor&, const Tensor&, const Tensor&,
+                                          const Tensor&, const Tensor&, const Tensor&,
+                                          cudaStream_t);
+template void bn_backward_finalize<double>(const NormSums&, int64_t, int64_t, const Tensor&,
+                                           const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, const Tensor&, const Tensor&,
+                                           cudaStream_t);
+template void bn_backward_finalize<Half>(const NormSums&, int64_t, int64_t, const Tensor&,
+                                         const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, cudaStream_t);
+template void bn_backward_finalize<BFloat16>(const NormSums&, int64_t, int64_t, const Tensor&,
+                                             const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, const Tensor&, const Tensor&,
+                                             cudaStream_t);
+
 std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
   Tensor x = raw::contiguous(x0);
   NormGeom g = norm_geom(x);
@@ -352,6 +361,55 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
   return {mean, var};
 }
 
+BnCoefficients bn_coefficients(const Tensor& x, const Tensor& w, const Tensor& b,
+                               const Tensor& running_mean, const Tensor& running_var, bool training,
+                               double momentum, double eps) {
+  const bool cl = raw::is_channels_last(x);
+  NormGeom g = norm_geom(x);
+  const bool batch_stats = training || !running_mean.defined();
+  cudaStream_t stream = current_stream(x.device().index);
+  DType ad = acc_dtype(x.dtype());
+  check_channel_dtype("batch_norm", x, w, "weight");
+  check_channel_dtype("batch_norm", x, b, "bias");
+  // Running stats are updated in place, so they must be written where they live.
+  LOOM_CHECK(!running_mean.defined() || running_mean.is_contiguous(), "batch_norm: running_mean ",
+             describe(running_mean), " must be contiguous on CUDA");
+  LOOM_CHECK(!running_var.defined() || running_var.is_contiguous(), "batch_norm: running_var ",
+             describe(running_var), " must be contiguous on CUDA");
+  BnCoefficients o;
+  o.mean = empty({g.C}, {.dtype = ad, .device = x.device()});
+  o.invstd = empty({g.C}, {.dtype = ad, .device = x.device()});
+  o.scale = empty({g.C}, {.dtype = ad, .device = x.device()});
+  o.shift = empty({g.C}, {.dtype = ad, .device = x.device()});
+  if (g.C == 0 || (g.M == 0 && batch_stats)) return o;
+  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    using T = scalar_t;
+    using A = acc_t<T>;
+    NormPartials p;
+    if (batch_stats) p = cl ? bn_stats_partials_cl(x, stream) : stats_partials<T>(x, g, stream);
+    const ChannelVec<T> wp = channel_vec<T>(w), bp = channel_vec<T>(b);
+    DType rdt = running_mean.defined() ? running_mean.dtype() : DType::F32;
+    LOOM_CHECK(!running_var.defined() || running_var.dtype() == rdt, "batch_norm: running_mean ",
+               describe(running_mean), " and running_var ", describe(running_var),
+               " differ in dtype");
+    bool update = training && running_mean.defined();
+    LOOM_DISPATCH_FLOATING(rdt, "batch_norm", [&] {
+      using R = scalar_t;
+      R* rm = running_mean.defined() ? static_cast<R*>(running_mean.data_ptr()) : nullptr;
+      R* rv = running_var.defined() ? static_cast<R*>(running_var.data_ptr()) : nullptr;
+      bn_finalize_kernel<T, R><<<channel_blocks(g.C), kThreads, 0, stream>>>(
+          batch_stats ? p.n.data<int64_t>() : nullptr,
+          batch_stats ? static_cast<A*>(p.mean.data_ptr()) : nullptr,
+          batch_stats ? static_cast<A*>(p.m2.data_ptr()) : nullptr, p.S, g.C, g.M, wp, bp,
+          batch_stats && !update ? nullptr : rm, batch_stats && !update ? nullptr : rv, momentum,
+          eps, static_cast<A*>(o.mean.data_ptr()), static_cast<A*>(o.invstd.data_ptr()),
+          static_cast<A*>(o.scale.data_ptr()), static_cast<A*>(o.shift.data_ptr()), nullptr);
+      LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
+    });
+  });
+  return o;
+}
+
 BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
                                      const Tensor& running_mean, const Tensor& running_var,
                                      bool training, double momentum, double eps, bool relu) {
@@ -363,64 +421,32 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
   int dev = x.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
-  DType ad = acc_dtype(x.dtype());
   Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
   Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
-  check_channel_dtype("batch_norm", x, w, "weight");
-  check_channel_dtype("batch_norm", x, b, "bias");
-  // Running stats are updated in place, so they must be written where they live.
-  LOOM_CHECK(!running_mean.defined() || running_mean.is_contiguous(), "batch_norm: running_mean ",
-             describe(running_mean), " must be contiguous on CUDA");
-  LOOM_CHECK(!running_var.defined() || running_var.is_contiguous(), "batch_norm: running_var ",
-             describe(running_var), " must be contiguous on CUDA");
+  BnCoefficients k = bn_coefficients(x, w, b, running_mean, running_var, training, momentum, eps);
 
   BatchNormOut out;
   out.y = cl ? raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()})
              : empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  Tensor save_mean = empty({g.C}, {.dtype = ad, .device = x.device()});
-  Tensor save_invstd = empty({g.C}, {.dtype = ad, .device = x.device()});
-  Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
-  Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
-  if (g.C > 0 && (g.M > 0 || !batch_stats)) {
-    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-      using T = scalar_t;
-      using A = acc_t<T>;
-      NormPartials p;
-      if (batch_stats) p = cl ? bn_stats_partials_cl(x, stream) : stats_partials<T>(x, g, stream);
-      const ChannelVec<T> wp = channel_vec<T>(w), bp = channel_vec<T>(b);
-      DType rdt = running_mean.defined() ? running_mean.dtype() : DType::F32;
-      LOOM_CHECK(!running_var.defined() || running_var.dtype() == rdt, "batch_norm: running_mean ",
-                 describe(running_mean), " and running_var ", describe(running_var),
-                 " differ in dtype");
-      bool update = training && running_mean.defined();
-      LOOM_DISPATCH_FLOATING(rdt, "batch_norm", [&] {
-        using R = scalar_t;
-        R* rm = running_mean.defined() ? static_cast<R*>(running_mean.data_ptr()) : nullptr;
-        R* rv = running_var.defined() ? static_cast<R*>(running_var.data_ptr()) : nullptr;
-        bn_finalize_kernel<T, R><<<channel_blocks(g.C), kThreads, 0, stream>>>(
-            batch_stats ? p.n.data<int64_t>() : nullptr,
-            batch_stats ? static_cast<A*>(p.mean.data_ptr()) : nullptr,
-            batch_stats ? static_cast<A*>(p.m2.data_ptr()) : nullptr, p.S, g.C, g.M, wp, bp,
-            batch_stats && !update ? nullptr : rm, batch_stats && !update ? nullptr : rv, momentum,
-            eps, static_cast<A*>(save_mean.data_ptr()), static_cast<A*>(save_invstd.data_ptr()),
-            static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), nullptr);
-        LOOM_CUDA_CHECK_LAUNCH("bn_finalize_kernel");
-      });
-      if (x.numel() > 0 && cl) {
-        bn_apply_cl(x, out.y, save_mean, scale, shift, relu, stream);
-      } else if (x.numel() > 0) {
+  if (g.C > 0 && (g.M > 0 || !batch_stats) && x.numel() > 0) {
+    if (cl) {
+      bn_apply_cl(x, out.y, k.mean, k.scale, k.shift, relu, stream);
+    } else {
+      LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+        using T = scalar_t;
+        using A = acc_t<T>;
         with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), out.y.data_ptr()}), [&](auto V) {
           bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
-              x.data<T>(), out.y.data<T>(), static_cast<A*>(save_mean.data_ptr()),
-              static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()), g, relu);
+              x.data<T>(), out.y.data<T>(), static_cast<A*>(k.mean.data_ptr()),
+              static_cast<A*>(k.scale.data_ptr()), static_cast<A*>(k.shift.data_ptr()), g, relu);
           LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
         });
-      }
-    });
+      });
+    }
   }
   if (batch_stats) {
-    out.save_mean = save_mean;
-    out.save_invstd = save_invstd;
+    out.save_mean = k.mean;
+    out.save_invstd = k.invstd;
   }
   return out;
 }
@@ -488,12 +514,7 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
           LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
         });
       }
-      bn_backward_finalize_kernel<T><<<channel_blocks(g.C), kThreads, 0, stream>>>(
-          static_cast<A*>(sums.sdy.data_ptr()), static_cast<A*>(sums.sdyx.data_ptr()), S, g.C, g.M,
-          channel_vec<T>(w), static_cast<const A*>(invstd.data_ptr()), channel_vec<T>(gw),
-          channel_vec<T>(gb), static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
-          static_cast<A*>(slope.data_ptr()));
-      LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
+      bn_backward_finalize<T>(sums, g.C, g.M, w, invstd, gw, gb, k, off, slope, stream);
       if (cl) {
         bn_backward_apply_cl(gy, x, ry, out.grad_input, mean, k, off, slope, stream);
         return;

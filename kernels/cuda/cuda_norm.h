@@ -2,6 +2,8 @@
 // tests can compare the fast split Welford reduction with the naive two-pass kernel kept beside
 // it (kernels/cuda/cuda_norm.cu), and the channels-last passes (kernels/cuda/cuda_norm_cl.cu) that
 // CudaBackend::batch_norm and batch_norm_backward call for channels-last inputs.
+// CudaBackend::batch_norm_relu_max_pool2 (kernels/cuda/cuda_norm_pool.cu) shares the statistics
+// and the finalize steps through bn_coefficients and bn_backward_finalize.
 // Leaves out: the finalize kernels and the NCHW passes (private to cuda_norm.cu).
 #pragma once
 
@@ -42,5 +44,26 @@ NormSums bn_backward_partials_cl(const Tensor& gy, const Tensor& x, const Tensor
 void bn_backward_apply_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_y, const Tensor& gx,
                           const Tensor& mean, const Tensor& k, const Tensor& off,
                           const Tensor& slope, cudaStream_t stream);
+
+// The forward's per-channel coefficients of x (N, C, ...), NCHW or channels-last: with batch
+// statistics (training, or no running stats) the split statistics pass and the finalize, which
+// also updates the running stats in training; in eval the running stats. mean and invstd are
+// what the backward reads (save_mean, save_invstd); y = fma(x - mean, scale, shift) (bn_pre in
+// cuda_norm_finalize.cuh). Every tensor (C), in the accumulate dtype (float32, float64 for f64).
+// The caller checks the geometry and holds the DeviceGuard.
+struct BnCoefficients {
+  Tensor mean, invstd, scale, shift;
+};
+BnCoefficients bn_coefficients(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               const Tensor& running_mean, const Tensor& running_var, bool training,
+                               double momentum, double eps);
+
+// The backward's finalize over the partial sums of a pass: the parameter gradients gw, gb (C) in
+// the weight's dtype (undefined without a weight) and the input gradient's coefficients k, off,
+// slope (C) in the accumulate dtype: dx = k (dy - off - (x - mean) slope). T: x's element type.
+template <typename T>
+void bn_backward_finalize(const NormSums& sums, int64_t C, int64_t M, const Tensor& weight,
+                          const Tensor& invstd, const Tensor& gw, const Tensor& gb, const Tensor& k,
+                          const Tensor& off, const Tensor& slope, cudaStream_t stream);
 
 }  // namespace loom::cuda

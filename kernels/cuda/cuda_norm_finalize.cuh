@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
 #include "kernels/functors.h"
 
 namespace loom::cuda {
@@ -91,6 +92,25 @@ __device__ inline A bn_pre(A x, A mean, A scale, A shift) {
 template <typename T, typename A>
 __device__ inline bool bn_relu_passes(T x, A mean, A scale, A shift) {
   return A(T(bn_pre(A(x), mean, scale, shift))) > A(0);
+}
+
+// The fused ReLU's mask for the NCHW backward, recomputed from x (Note [ReLU mask from x]):
+// channel c's forward scale and shift from the weight, bias and saved invstd. on: the forward ran
+// with the ReLU.
+template <typename T>
+struct ReluFromX {
+  bool on = false;
+  ChannelVec<T> w, b;
+  const acc_t<T>* invstd = nullptr;
+  __device__ acc_t<T> scale(int64_t c) const { return bn_scale(w.get(c, 1.0), invstd[c]); }
+  __device__ acc_t<T> shift(int64_t c) const { return acc_t<T>(b.get(c, 0.0)); }
+};
+
+// The kernels' view of a weight, bias or gradient vector (undefined: absent).
+template <typename T>
+ChannelVec<T> channel_vec(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {t.data_ptr(), t.dtype() == DType::F32 && sizeof(T) == 2};
 }
 
 // Per channel: statistics -> save_mean/save_invstd, the affine coefficients, and (optionally)

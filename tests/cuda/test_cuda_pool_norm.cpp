@@ -2,8 +2,9 @@
 // indices, -inf padding, NaN) and average pooling (count_include_pad on and off) forward and
 // backward; batch norm training (statistics, save_mean/save_invstd, running-stat update with the
 // unbiased variance), eval, and backward, the fused ReLU's mask recomputed from x in backward, and
-// the split Welford statistics against the naive two-pass kernel. Skipped without a GPU; compiles
-// to nothing without LOOM_WITH_CUDA.
+// the split Welford statistics against the naive two-pass kernel; batch norm + ReLU + max pooling
+// as one op against the composition and the CPU. Skipped without a GPU; compiles to nothing
+// without LOOM_WITH_CUDA.
 #ifdef LOOM_WITH_CUDA
 
 #include <gtest/gtest.h>
@@ -11,12 +12,15 @@
 #include <cmath>
 #include <string>
 
+#include "autograd/node.h"
+#include "autograd/ops/ops.h"
 #include "core/cuda/stream.h"
 #include "cuda/cuda_test_util.h"
 #include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
 #include "kernels/cuda/launch.h"
+#include "nn/layers.h"
 
 using namespace loom;
 using namespace loom::testing;
@@ -388,6 +392,89 @@ TEST(CudaBatchNorm, ReluMaskFromXMatchesTheOutputBitForBit) {
     EXPECT_TRUE(all_equal(plain.grad_weight, fused.grad_weight)) << what << " grad_weight";
     EXPECT_TRUE(all_equal(plain.grad_bias, fused.grad_bias)) << what << " grad_bias";
   }
+}
+
+// BatchNorm + ReLU + MaxPool2d(2) as one op (Note [Batch norm into max pool]) against the CUDA
+// composition it replaces (batch_norm with relu, max_pool2d and their backwards: the same
+// statistics kernels, so the output and running stats are bit for bit the same) and the CPU
+// backend's reference, in every dtype, with x aligned to pairs and not (the scalar loads).
+TEST(CudaBatchNormPool, FusedMatchesTheCompositionAndTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t N = 3, C = 5, H = 6, W = 8, n = N * C * H * W;
+  for (DType dt : {kF32, kF64, kBF16, kF16})
+    for (bool aligned : {true, false}) {
+      const std::string what = std::string(dtype_name(dt)) + (aligned ? " aligned" : " unaligned");
+      const DType pdt = dt == kF64 ? kF64 : kF32;  // float32 parameters for the half types
+      Tensor x = random_tensor({N, C, H, W}, dt, 51, gpu(), 1.5, 0.2);
+      if (!aligned)
+        x = random_tensor({n + 1}, dt, 51, gpu(), 1.5, 0.2).slice(0, 1, n + 1).view({N, C, H, W});
+      Tensor w = random_tensor({C}, pdt, 52, gpu(), 0.5, 1.0),
+             b = random_tensor({C}, pdt, 53, gpu());
+      Tensor rm1 = random_tensor({C}, pdt, 54, gpu()),
+             rv1 = random_tensor({C}, pdt, 55, gpu(), 0.1, 1.0);
+      Tensor rm2 = rm1.clone(), rv2 = rv1.clone();
+      BatchNormOut f = be().batch_norm_relu_max_pool2(x, w, b, rm1, rv1, 0.1, 1e-5);
+      BatchNormOut c = be().batch_norm(x, w, b, rm2, rv2, true, 0.1, 1e-5, true);
+      auto [pooled, idx] = be().max_pool2d(c.y, Pool2dParams{});
+      ASSERT_EQ(f.y.shape(), (Shape{N, C, H / 2, W / 2})) << what;
+      EXPECT_TRUE(all_equal(pooled, f.y)) << what << " output";
+      EXPECT_TRUE(all_equal(rm2, rm1)) << what << " running_mean";
+      EXPECT_TRUE(all_equal(rv2, rv1)) << what << " running_var";
+
+      Tensor g = random_tensor(f.y.shape(), dt, 56, gpu());
+      BatchNormGrads fg =
+          be().batch_norm_relu_max_pool2_backward(g, x, w, b, f.save_mean, f.save_invstd);
+      Tensor gy = be().max_pool2d_backward(g, idx, x.shape(), Pool2dParams{});
+      BatchNormGrads cg = be().batch_norm_backward(gy, x, w, b, c.save_mean, c.save_invstd, c.y);
+      const double tol = dt == kF64 ? 1e-12 : dt == kF32 ? 1e-5 : dt == kF16 ? 2e-3 : 1e-2;
+      EXPECT_LT(rel_err(fg.grad_input, host(cg.grad_input)), tol) << what << " grad_input";
+      EXPECT_LT(rel_err(fg.grad_weight, host(cg.grad_weight)), tol) << what << " grad_weight";
+      EXPECT_LT(rel_err(fg.grad_bias, host(cg.grad_bias)), tol) << what << " grad_bias";
+
+      // The CPU reference, from the same inputs (its statistics are summed in another order).
+      Backend& cpu = backend_for(Device{});
+      Tensor xc = x.to(kCPU), wc = w.to(kCPU), bc = b.to(kCPU), gc = g.to(kCPU);
+      BatchNormOut r = cpu.batch_norm_relu_max_pool2(xc, wc, bc, Tensor(), Tensor(), 0.1, 1e-5);
+      BatchNormGrads rg =
+          cpu.batch_norm_relu_max_pool2_backward(gc, xc, wc, bc, r.save_mean, r.save_invstd);
+      const double ctol = dt == kF64 ? 1e-10 : 4 * tol;
+      EXPECT_LT(rel_err(f.y, host(r.y)), ctol) << what << " output against the CPU";
+      EXPECT_LT(rel_err(fg.grad_input, host(rg.grad_input)), ctol) << what << " grad_input (CPU)";
+      EXPECT_LT(rel_err(fg.grad_weight, host(rg.grad_weight)), ctol)
+          << what << " grad_weight (CPU)";
+      EXPECT_LT(rel_err(fg.grad_bias, host(rg.grad_bias)), ctol) << what << " grad_bias (CPU)";
+    }
+}
+
+// A Sequential's BatchNorm2d, ReLU and MaxPool2d(2) run as the fused op on CUDA (in training; the
+// composition in eval) and give the CPU's composed values and gradients; a MaxPool2d(3) is not
+// fused.
+TEST(CudaBatchNormPool, SequentialFusesOnCudaAndMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  auto run = [](Device dev, int64_t pool, bool train) {
+    auto seq = nn::make<nn::Sequential>(nn::make<nn::BatchNorm2d>(4), nn::make<nn::ReLU>(),
+                                        nn::make<nn::MaxPool2d>(pool));
+    seq->to(kF64);
+    seq->to(dev);
+    seq->train(train);
+    Tensor x = random_tensor({5, 4, 6, 6}, kF64, 61, dev).requires_grad_();
+    Tensor y = (*seq)(x);
+    std::string node = y.grad_fn() ? y.grad_fn()->name : "";
+    Tensor g = random_tensor(y.shape(), kF64, 62, dev);
+    sum(y * g).backward();
+    auto bn = seq->at<nn::BatchNorm2d>(0);
+    return std::make_pair(node, std::vector<Tensor>{y.detach(), x.grad(), bn->weight.grad(),
+                                                    bn->bias.grad(), bn->running_mean});
+  };
+  auto [node, on_gpu] = run(gpu(), 2, true);
+  auto [cpu_node, on_cpu] = run(kCPU, 2, true);
+  EXPECT_EQ(node, "batch_norm_relu_max_pool2d");
+  EXPECT_EQ(cpu_node, "max_pool2d") << "the CPU composes";
+  EXPECT_EQ(run(gpu(), 3, true).first, "max_pool2d") << "a 3 x 3 window is not fused";
+  EXPECT_EQ(run(gpu(), 2, false).first, "max_pool2d") << "eval composes";
+  const char* what[] = {"output", "input grad", "weight grad", "bias grad", "running_mean"};
+  for (size_t i = 0; i < on_gpu.size(); ++i)
+    EXPECT_LT(rel_err(on_gpu[i], host(on_cpu[i])), 1e-10) << what[i];
 }
 
 #endif  // LOOM_WITH_CUDA

@@ -7,6 +7,7 @@
 
 #include "autograd/anomaly.h"
 #include "autograd/ops/ops.h"
+#include "kernels/backend.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
@@ -134,6 +135,49 @@ TEST(BatchNorm2d, SequentialFusesBatchNormReluWithTheCompositesValuesAndGradient
   }
   auto y = fused[0].to_vector<double>();
   EXPECT_GT(std::count(y.begin(), y.end(), 0.0), 0) << "some outputs are clamped";
+}
+
+// The CPU backend's BatchNorm + ReLU + MaxPool2d(2) (the reference the CUDA kernels are tested
+// against; Note [Batch norm into max pool]) against max_pool2d(relu(batch_norm(x))) with autograd,
+// float64: output, running statistics and the three gradients, the ReLU's mask and the pooling's
+// argmax recomputed in the backward.
+TEST(BatchNorm2d, FusedBatchNormReluMaxPoolMatchesTheComposite) {
+  const int64_t N = 3, C = 4, H = 6, W = 4;
+  Generator gen(21);
+  Tensor x = randn({N, C, H, W}, {.dtype = kF64}, &gen);
+  Tensor w = from_vector<double>({1.5, -0.5, 0.8, 1.0}, {C});
+  Tensor b = from_vector<double>({0.1, 0.2, -0.3, 0.0}, {C});
+  Tensor rm1 = zeros({C}, {.dtype = kF64}), rv1 = ones({C}, {.dtype = kF64});
+  Tensor rm2 = rm1.clone(), rv2 = rv1.clone();
+  Backend& be = backend_for(Device{});
+  BatchNormOut o = be.batch_norm_relu_max_pool2(x, w, b, rm1, rv1, 0.1, 1e-5);
+
+  Tensor xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_(),
+         br = b.clone().requires_grad_();
+  Tensor y = max_pool2d(relu(batch_norm(xr, wr, br, rm2, rv2, true, 0.1, 1e-5)), Pool2dParams{});
+  ASSERT_EQ(o.y.shape(), (Shape{N, C, H / 2, W / 2}));
+  Tensor g = randn(y.shape(), {.dtype = kF64}, &gen);
+  sum(y * g).backward();
+  BatchNormGrads r = be.batch_norm_relu_max_pool2_backward(g, x, w, b, o.save_mean, o.save_invstd);
+
+  const std::pair<const char*, std::pair<Tensor, Tensor>> pairs[] = {
+      {"output", {o.y, y.detach()}},
+      {"running_mean", {rm1, rm2}},
+      {"running_var", {rv1, rv2}},
+      {"input grad", {r.grad_input, xr.grad()}},
+      {"weight grad", {r.grad_weight, wr.grad()}},
+      {"bias grad", {r.grad_bias, br.grad()}}};
+  for (const auto& [what, t] : pairs) {
+    auto a = t.first.to_vector<double>(), e = t.second.to_vector<double>();
+    ASSERT_EQ(a.size(), e.size()) << what;
+    for (size_t j = 0; j < a.size(); ++j)
+      EXPECT_NEAR(a[j], e[j], 1e-12 * (1 + std::fabs(e[j]))) << what << " " << j;
+  }
+  // Some windows are all zero after the ReLU (their gradient stops there), most are not.
+  auto out = o.y.to_vector<double>();
+  const auto zeros_out = std::count(out.begin(), out.end(), 0.0);
+  EXPECT_GT(zeros_out, 0);
+  EXPECT_LT(zeros_out, int64_t(out.size()) / 2);
 }
 
 TEST(Conv2d, ForwardMatchesLoop) {
