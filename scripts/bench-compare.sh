@@ -8,6 +8,13 @@
 #
 #   scripts/bench-compare.sh                        # every workload on the GPU if there is one
 #   DEVICE=cpu WORKLOADS="mlp cnn" STEPS=10 REPEATS=3 scripts/bench-compare.sh
+#   DDP=4 scripts/bench-compare.sh                  # DDP rows on 1 and 4 GPUs as well
+#
+# DDP rows (GPU only): loom's bench_ddp under loomrun against PyTorch DDP (benchmarks/pytorch/
+# ddp_bench.py) under torchrun, fp32 and bf16 autocast, on 1 and k GPUs, in a second table: ms/step
+# of each on each count, the scaling efficiency (1-GPU step / k-GPU step) and the ratio of the
+# k-GPU steps. DDP=k picks k; by default every GPU when there are two or more, none with one
+# (DDP=1 runs the 1-GPU rows alone, DDP=0 skips them).
 #
 # Torch: Debian's libtorch-dev (CPU) is found without hints; on a machine with PyTorch installed
 # the wheel's CMake package is used (TORCH_PREFIX overrides). Knobs: BUILD (build folder, default
@@ -15,7 +22,7 @@
 # $OUT/bench-compare.txt when OUT is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUILD=${BUILD:-build-bench}
 JOBS=${JOBS:-$(nproc)}
 WORKLOADS=${WORKLOADS:-"mlp cnn wide"}
@@ -93,3 +100,53 @@ log "$table"
 log "(ratio = loom / libtorch: below 1 is loom faster or smaller; MiB = peak device memory, 0 on the CPU;"
 log " 1st = seconds from process start to the end of the first step; graph rows replay a CUDA graph and"
 log " in-bwd rows run the optimizer inside backward (loom only; compared with libtorch's eager step))"
+
+# ---- DDP rows: one process tree per (framework, GPU count, dtype); rank 0 prints
+# "RESULT <framework> <workload>[_bf16] <gpus> <ms/step> <all-reduce alone ms> <exposed ms>".
+ngpu=0
+[ "$DEVICE" != cpu ] && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+k=${DDP:-auto}
+if [ "$k" = auto ]; then k=0; [ "$ngpu" -ge 2 ] && k=$ngpu; fi
+if [ "$DEVICE" = cpu ] || [ "$k" -lt 1 ]; then
+  log ""
+  log "(no DDP rows: ${ngpu} GPU(s) here; DDP=k runs them on k GPUs)"
+  exit 0
+fi
+[ "$k" -le "$ngpu" ] || { echo "bench-compare: DDP=$k but this machine has $ngpu GPU(s)"; exit 1; }
+cmake --build "$BUILD" -j "$JOBS" --target bench_ddp loomrun >> "$BUILD.build.log" 2>&1 \
+  || { grep -E "error" "$BUILD.build.log" | head -20; echo "bench-compare: building bench_ddp failed"; exit 1; }
+ddp=$(mktemp)
+counts=1
+[ "$k" -ge 2 ] && counts="1 $k"
+for w in $WORKLOADS; do
+  for amp in off bf16; do
+    for g in $counts; do
+      args=(--workload "$w" --amp "$amp" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP")
+      if [ "$g" -eq 1 ]; then
+        "$BUILD/benchmarks/bench_ddp" "${args[@]}" 2>&1 | grep -o 'RESULT.*' >> "$ddp" || true
+        python3 benchmarks/pytorch/ddp_bench.py "${args[@]}" 2>&1 | grep -o 'RESULT.*' >> "$ddp" || true
+      else
+        "$BUILD/distributed/launcher/loomrun" --nproc_per_node="$g" "$BUILD/benchmarks/bench_ddp" \
+          "${args[@]}" 2>&1 | grep -o 'RESULT.*' >> "$ddp" || true
+        python3 -m torch.distributed.run --nproc_per_node="$g" benchmarks/pytorch/ddp_bench.py \
+          "${args[@]}" 2>&1 | grep -o 'RESULT.*' >> "$ddp" || true
+      fi
+    done
+  done
+done
+dtable=$(awk -v k="$k" '
+  { key = $3; if (!(key in seen)) { seen[key] = 1; keys[++n] = key }; ms[$2, key, $4] = $5 }
+  function v(f, w, g) { return ((f, w, g) in ms) ? ms[f, w, g] : "-" }
+  function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
+  END {
+    printf "%-10s %10s %10s %6s %10s %10s %6s %10s\n", "workload", "loom 1", "loom " k, "eff",
+      "torch 1", "torch " k, "eff", "ratio " k
+    for (i = 1; i <= n; ++i) { w = keys[i]
+      l1 = v("loom", w, 1); lk = v("loom", w, k); t1 = v("torch", w, 1); tk = v("torch", w, k)
+      printf "%-10s %10s %10s %6s %10s %10s %6s %10s\n", w, l1, lk, ratio(l1, lk), t1, tk,
+        ratio(t1, tk), ratio(lk, tk) } }' "$ddp")
+rm -f "$ddp"
+log ""
+log "== DDP: ms/step on 1 and $k GPU(s), the same batch per GPU (loom under loomrun, PyTorch DDP under torchrun)"
+log "$dtable"
+log "(eff = 1-GPU step / $k-GPU step; ratio = loom / PyTorch at $k GPU(s); _bf16 rows: autocast to bfloat16)"

@@ -125,7 +125,7 @@ fi
 # ---- racecheck and synccheck: shared-memory hazards and __syncthreads misuse in the kernels
 # that use shared memory (reductions, softmax/loss, norms). Both tools run kernels far more
 # slowly than memcheck, hence the filter; each run is bounded by *_TIMEOUT (default 900 s).
-SMEM_TESTS='CudaReduce.*:CudaSoftmax.*:CudaLoss.*:CudaFusedCrossEntropy.*:CudaNllIgnoreClass.*:CudaBatchNorm.*:CudaChannelsLast.*:CudaAutograd.*'
+SMEM_TESTS='CudaReduce.*:CudaSoftmax.*:CudaLoss.*:CudaFusedCrossEntropy.*:CudaNllIgnoreClass.*:CudaBatchNorm.*:CudaBatchNormPool.*:CudaChannelsLast.*:CudaAutograd.*'
 run_cs_tool() {  # tool, filter, timeout
   local tool=$1 filter=$2 limit=$3 t rc errors passed skipped
   echo "== compute-sanitizer $tool ($filter)"
