@@ -27,6 +27,15 @@ Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Ten
   return y;
 }
 
+void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
+  LOOM_CHECK(x.dim() == 4, op, ": expected an input (N, C, H, W), got ", describe(x));
+  LOOM_CHECK(x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(2) > 0 && x.size(3) > 0, op,
+             ": input ", x.shape(), " needs an even, non-zero H and W");
+  LOOM_CHECK(x.size(0) * x.size(2) * x.size(3) > 1, op,
+             ": expected more than 1 value per channel when using batch statistics, got input ",
+             x.shape());
+}
+
 bool has_backend(DeviceType t) {
 #ifdef LOOM_WITH_CUDA
   return t == DeviceType::CPU || t == DeviceType::CUDA;

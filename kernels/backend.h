@@ -54,6 +54,10 @@ class Backend {
 Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
                         LinearActivation act);
 
+// The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
+// (N, C, H, W) with even, non-zero H and W and more than one value per channel.
+void check_batch_norm_pool2_input(const char* op, const Tensor& x);
+
 // The backend of a device: the CPU backend, or the CUDA backend when loom is built with CUDA.
 Backend& backend_for(Device d);
 bool has_backend(DeviceType t);  // compiled in (a CUDA build may still find no GPU at run time)

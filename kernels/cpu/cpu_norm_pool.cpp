@@ -57,19 +57,13 @@ void for_each_window(const Tensor& x, const std::vector<double>& mean,
   });
 }
 
-void check_input(const char* op, const Tensor& x) {
-  LOOM_CHECK(x.dim() == 4, op, ": expected an input (N, C, H, W), got ", describe(x));
-  LOOM_CHECK(x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(2) > 0 && x.size(3) > 0, op,
-             ": input ", x.shape(), " needs an even, non-zero H and W");
-}
-
 }  // namespace
 
 BatchNormOut CpuBackend::batch_norm_relu_max_pool2(const Tensor& x0, const Tensor& weight,
                                                    const Tensor& bias, const Tensor& running_mean,
                                                    const Tensor& running_var, double momentum,
                                                    double eps) {
-  check_input("batch_norm_relu_max_pool2", x0);
+  check_batch_norm_pool2_input("batch_norm_relu_max_pool2", x0);
   Tensor x = raw::contiguous(x0);
   // The statistics and the running-stat update; its normalised output is not used.
   BatchNormOut bn = batch_norm(x, weight, bias, running_mean, running_var, true, momentum, eps);
@@ -95,7 +89,7 @@ BatchNormOut CpuBackend::batch_norm_relu_max_pool2(const Tensor& x0, const Tenso
 BatchNormGrads CpuBackend::batch_norm_relu_max_pool2_backward(
     const Tensor& grad_y, const Tensor& x0, const Tensor& weight, const Tensor& bias,
     const Tensor& save_mean, const Tensor& save_invstd) {
-  check_input("batch_norm_relu_max_pool2_backward", x0);
+  check_batch_norm_pool2_input("batch_norm_relu_max_pool2_backward", x0);
   Tensor x = raw::contiguous(x0), gout = raw::contiguous(raw::cast(grad_y, x0.dtype()));
   const int64_t C = x.size(1);
   LOOM_CHECK(gout.shape() == Shape({x.size(0), C, x.size(2) / 2, x.size(3) / 2}),

@@ -48,12 +48,7 @@ NormGeom norm_geom(const Tensor& x) {
   return {N, C, L, N * L};
 }
 
-// Splits per channel: enough blocks for about 4 per multiprocessor, each block >= 2048 values.
-int64_t splits_for(const NormGeom& g, int device) {
-  int64_t want = (4 * int64_t(multiprocessor_count(device)) + g.C - 1) / std::max<int64_t>(g.C, 1);
-  int64_t most = std::max<int64_t>(1, g.M / 2048);
-  return std::clamp<int64_t>(std::min(want, most), 1, 1024);
-}
+int64_t splits_for(const NormGeom& g, int device) { return bn_splits(g.C, g.M, device); }
 
 // Merges the block's Welford states; thread 0 ends with the block's.
 template <typename A>
@@ -299,33 +294,36 @@ void check_geometry(const char* op, const Tensor& x, const NormGeom& g) {
 
 }  // namespace
 
+int64_t bn_splits(int64_t C, int64_t M, int device) {
+  int64_t want = (4 * int64_t(multiprocessor_count(device)) + C - 1) / std::max<int64_t>(C, 1);
+  int64_t most = std::max<int64_t>(1, M / 2048);
+  return std::clamp<int64_t>(std::min(want, most), 1, 1024);
+}
+
 template <typename T>
-void bn_backward_finalize(const NormSums& sums, int64_t C, int64_t M, const Tensor& w,
-                          const Tensor& invstd, const Tensor& gw, const Tensor& gb, const Tensor& k,
-                          const Tensor& off, const Tensor& slope, cudaStream_t stream) {
+BnBackwardCoefficients bn_backward_finalize(const NormSums& sums, int64_t C, int64_t M,
+                                            const Tensor& w, const Tensor& invstd, const Tensor& gw,
+                                            const Tensor& gb, cudaStream_t stream) {
   using A = acc_t<T>;
+  const Options acc{.dtype = invstd.dtype(), .device = invstd.device()};
+  BnBackwardCoefficients o{empty({C}, acc), empty({C}, acc), empty({C}, acc)};
   bn_backward_finalize_kernel<T><<<channel_blocks(C), kThreads, 0, stream>>>(
       static_cast<A*>(sums.sdy.data_ptr()), static_cast<A*>(sums.sdyx.data_ptr()), sums.S, C, M,
       channel_vec<T>(w), static_cast<const A*>(invstd.data_ptr()), channel_vec<T>(gw),
-      channel_vec<T>(gb), static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
-      static_cast<A*>(slope.data_ptr()));
+      channel_vec<T>(gb), static_cast<A*>(o.k.data_ptr()), static_cast<A*>(o.off.data_ptr()),
+      static_cast<A*>(o.slope.data_ptr()));
   LOOM_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
+  return o;
 }
-template void bn_backward_finalize<float>(const NormSums&, int64_t, int64_t, const Tensor&,
-                                          const Tensor&, const Tensor&, const Tensor&,
-                                          const Tensor&, const Tensor&, const Tensor&,
-                                          cudaStream_t);
-template void bn_backward_finalize<double>(const NormSums&, int64_t, int64_t, const Tensor&,
-                                           const Tensor&, const Tensor&, const Tensor&,
-                                           const Tensor&, const Tensor&, const Tensor&,
-                                           cudaStream_t);
-template void bn_backward_finalize<Half>(const NormSums&, int64_t, int64_t, const Tensor&,
-                                         const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         const Tensor&, const Tensor&, cudaStream_t);
-template void bn_backward_finalize<BFloat16>(const NormSums&, int64_t, int64_t, const Tensor&,
-                                             const Tensor&, const Tensor&, const Tensor&,
-                                             const Tensor&, const Tensor&, const Tensor&,
-                                             cudaStream_t);
+#define LOOM_BN_BACKWARD_FINALIZE(T)                                                  \
+  template BnBackwardCoefficients bn_backward_finalize<T>(                            \
+      const NormSums&, int64_t, int64_t, const Tensor&, const Tensor&, const Tensor&, \
+      const Tensor&, cudaStream_t);
+LOOM_BN_BACKWARD_FINALIZE(float)
+LOOM_BN_BACKWARD_FINALIZE(double)
+LOOM_BN_BACKWARD_FINALIZE(Half)
+LOOM_BN_BACKWARD_FINALIZE(BFloat16)
+#undef LOOM_BN_BACKWARD_FINALIZE
 
 std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
   Tensor x = raw::contiguous(x0);
@@ -494,9 +492,6 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
       sums.sdyx = empty({g.C, sums.S}, {.dtype = ad, .device = x.device()});
     }
     const int64_t S = sums.S;
-    Tensor k = empty({g.C}, {.dtype = ad, .device = x.device()});
-    Tensor off = empty({g.C}, {.dtype = ad, .device = x.device()});
-    Tensor slope = empty({g.C}, {.dtype = ad, .device = x.device()});
     LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
       using T = scalar_t;
       using A = acc_t<T>;
@@ -514,16 +509,17 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
           LOOM_CUDA_CHECK_LAUNCH("bn_backward_partial_kernel");
         });
       }
-      bn_backward_finalize<T>(sums, g.C, g.M, w, invstd, gw, gb, k, off, slope, stream);
+      const BnBackwardCoefficients k =
+          bn_backward_finalize<T>(sums, g.C, g.M, w, invstd, gw, gb, stream);
       if (cl) {
-        bn_backward_apply_cl(gy, x, ry, out.grad_input, mean, k, off, slope, stream);
+        bn_backward_apply_cl(gy, x, ry, out.grad_input, mean, k.k, k.off, k.slope, stream);
         return;
       }
       with_vec_width<T>(width, [&](auto V) {
         bn_backward_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
             gy.data<T>(), x.data<T>(), rx, out.grad_input.data<T>(), mp,
-            static_cast<A*>(k.data_ptr()), static_cast<A*>(off.data_ptr()),
-            static_cast<A*>(slope.data_ptr()), g);
+            static_cast<A*>(k.k.data_ptr()), static_cast<A*>(k.off.data_ptr()),
+            static_cast<A*>(k.slope.data_ptr()), g);
         LOOM_CUDA_CHECK_LAUNCH("bn_backward_apply_kernel");
       });
     });

@@ -58,12 +58,21 @@ BnCoefficients bn_coefficients(const Tensor& x, const Tensor& weight, const Tens
                                const Tensor& running_mean, const Tensor& running_var, bool training,
                                double momentum, double eps);
 
-// The backward's finalize over the partial sums of a pass: the parameter gradients gw, gb (C) in
-// the weight's dtype (undefined without a weight) and the input gradient's coefficients k, off,
-// slope (C) in the accumulate dtype: dx = k (dy - off - (x - mean) slope). T: x's element type.
+// How many shares (blocks) a per-channel reduction splits each of C channels of M values into:
+// about 4 blocks per multiprocessor, each >= 2048 values (Note [Split Welford] in cuda_norm.cu).
+int64_t bn_splits(int64_t C, int64_t M, int device);
+
+// The backward's finalize over the partial sums of a pass: writes the parameter gradients gw, gb
+// (C) in the weight's dtype (undefined without a weight) and returns the input gradient's
+// coefficients (C) in invstd's (the accumulate) dtype: dx = k (dy - off - (x - mean) slope).
+// T: x's element type.
+struct BnBackwardCoefficients {
+  Tensor k, off, slope;
+};
 template <typename T>
-void bn_backward_finalize(const NormSums& sums, int64_t C, int64_t M, const Tensor& weight,
-                          const Tensor& invstd, const Tensor& gw, const Tensor& gb, const Tensor& k,
-                          const Tensor& off, const Tensor& slope, cudaStream_t stream);
+BnBackwardCoefficients bn_backward_finalize(const NormSums& sums, int64_t C, int64_t M,
+                                            const Tensor& weight, const Tensor& invstd,
+                                            const Tensor& gw, const Tensor& gb,
+                                            cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -6,7 +6,6 @@
 // The naive version is the composition it replaces (batch_norm with relu, then max_pool2d), which
 // the op layer runs everywhere else (autograd/ops/norm.cpp) and the tests compare against.
 // Leaves out: channels-last, odd H or W, eval mode (the op layer composes there).
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/check.h"
@@ -178,14 +177,9 @@ __global__ void bn_relu_pool2_backward_apply_kernel(
 DType acc_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
 void check_input(const char* op, const Tensor& x) {
-  LOOM_CHECK(x.dim() == 4, op, ": expected an input (N, C, H, W), got ", describe(x));
-  LOOM_CHECK(x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(2) > 0 && x.size(3) > 0, op,
-             ": input ", x.shape(), " needs an even, non-zero H and W");
+  check_batch_norm_pool2_input(op, x);
   LOOM_CHECK(x.size(1) <= 65535, op, ": input ", x.shape(), " has ", x.size(1),
              " channels; the CUDA kernels handle at most 65535");
-  LOOM_CHECK(x.size(0) * x.size(2) * x.size(3) > 1, op,
-             ": expected more than 1 value per channel when using batch statistics, got input ",
-             x.shape());
 }
 
 // Calls f(V, I): V = 2 when x (and gx, when given) are aligned to a pair, I = int32_t when every
@@ -276,17 +270,10 @@ BatchNormGrads CudaBackend::batch_norm_relu_max_pool2_backward(
     if (w.defined()) out.grad_weight = gw, out.grad_bias = gb;
     return out;
   }
-  // Shares per channel: about 4 blocks per multiprocessor, each >= 512 outputs (2048 values).
-  const int64_t outputs = gout.numel() / C;
   NormSums sums;
-  sums.S = std::clamp<int64_t>(std::min<int64_t>((4 * multiprocessor_count(dev) + C - 1) / C,
-                                                 std::max<int64_t>(1, outputs / 512)),
-                               1, 1024);
+  sums.S = bn_splits(C, M, dev);  // batch norm's shares per channel, over its M input values
   sums.sdy = empty({C, sums.S}, {.dtype = ad, .device = x.device()});
   sums.sdyx = empty({C, sums.S}, {.dtype = ad, .device = x.device()});
-  Tensor k = empty({C}, {.dtype = ad, .device = x.device()});
-  Tensor off = empty({C}, {.dtype = ad, .device = x.device()});
-  Tensor slope = empty({C}, {.dtype = ad, .device = x.device()});
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_relu_max_pool2_backward", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -300,12 +287,13 @@ BatchNormGrads CudaBackend::batch_norm_relu_max_pool2_backward(
               gout.data<T>(), x.data<T>(), r, pool2_geom<I>(x), I(N), mp,
               static_cast<A*>(sums.sdy.data_ptr()), static_cast<A*>(sums.sdyx.data_ptr()));
       LOOM_CUDA_CHECK_LAUNCH("bn_relu_pool2_backward_partial_kernel");
-      bn_backward_finalize<T>(sums, C, M, w, invstd, gw, gb, k, off, slope, stream);
+      const BnBackwardCoefficients k =
+          bn_backward_finalize<T>(sums, C, M, w, invstd, gw, gb, stream);
       bn_relu_pool2_backward_apply_kernel<T, V, I>
           <<<unsigned(grid_for(gout.numel(), dev, 16)), kThreads, 0, stream>>>(
               gout.data<T>(), x.data<T>(), r, out.grad_input.data<T>(), mp,
-              static_cast<const A*>(k.data_ptr()), static_cast<const A*>(off.data_ptr()),
-              static_cast<const A*>(slope.data_ptr()), I(gout.numel()), pool2_geom<I>(x));
+              static_cast<const A*>(k.k.data_ptr()), static_cast<const A*>(k.off.data_ptr()),
+              static_cast<const A*>(k.slope.data_ptr()), I(gout.numel()), pool2_geom<I>(x));
       LOOM_CUDA_CHECK_LAUNCH("bn_relu_pool2_backward_apply_kernel");
     });
   });
