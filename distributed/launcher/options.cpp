@@ -42,24 +42,38 @@ int resolve_nproc(const std::string& spec) {
   return static_cast<int>(n);
 }
 
-int pick_free_port(const std::string& host) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  LOOM_CHECK(fd >= 0, "loomrun: socket() failed: ", std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    int err = errno;
-    ::close(fd);
-    LOOM_FAIL("loomrun: cannot bind a free port on ", host, ": ", std::strerror(err));
+std::vector<int> pick_free_ports(int n, const std::string& host) {
+  std::vector<int> fds, ports;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+      int err = errno;
+      close_all();
+      LOOM_FAIL("loomrun: socket() failed: ", std::strerror(err));
+    }
+    fds.push_back(fd);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+      addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      int err = errno;
+      close_all();
+      LOOM_FAIL("loomrun: cannot bind a free port on ", host, ": ", std::strerror(err));
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ports.push_back(ntohs(addr.sin_port));
   }
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  close_all();
+  return ports;
 }
+
+int pick_free_port(const std::string& host) { return pick_free_ports(1, host)[0]; }
 
 LaunchOptions parse_launch_options(int argc, char** argv) {
   LaunchOptions o;

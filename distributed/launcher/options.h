@@ -41,5 +41,8 @@ int resolve_nproc(const std::string& spec);
 
 // A TCP port on host that nobody listens on now (bind to port 0, read it back, close).
 int pick_free_port(const std::string& host = "127.0.0.1");
+// n such ports, all different: every socket stays bound until the last port is read, so the OS
+// cannot hand out one port twice (two pick_free_port calls in a row can return the same port).
+std::vector<int> pick_free_ports(int n, const std::string& host = "127.0.0.1");
 
 }  // namespace loom::distributed::launcher

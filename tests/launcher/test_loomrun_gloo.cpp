@@ -7,7 +7,7 @@
 #include "launcher_test_util.h"
 
 using namespace loom::launcher_test;
-using loom::distributed::launcher::pick_free_port;
+using loom::distributed::launcher::pick_free_ports;
 
 #if defined(LOOM_WITH_GLOO) && defined(LOOM_DIST_TOOL_BIN)
 static const std::string kDistTool = LOOM_DIST_TOOL_BIN;
@@ -32,8 +32,8 @@ TEST(LoomrunGloo, CollectivesOnThreeWorkers) {
 TEST(LoomrunGloo, CollectivesOnTwoNodes) {
   SKIP_WITHOUT_GLOO();
   TempDir dir;
-  std::string master = std::to_string(pick_free_port());
-  std::string rdzv = std::to_string(pick_free_port());
+  const std::vector<int> ports = pick_free_ports(2);  // two different ports
+  std::string master = std::to_string(ports[0]), rdzv = std::to_string(ports[1]);
   auto node = [&](int rank) {
     return std::vector<std::string>{"--nnodes",         "2",  "--node_rank",   std::to_string(rank),
                                     "--nproc_per_node", "2",  "--master_port", master,
@@ -54,8 +54,8 @@ TEST(LoomrunGloo, TheStoreTokenReachesEveryWorkerAndNode) {
   // node 0 serves and every worker all use it (a worker without it would be refused).
   SKIP_WITHOUT_GLOO();
   TempDir dir;
-  std::string master = std::to_string(pick_free_port());
-  std::string rdzv = std::to_string(pick_free_port());
+  const std::vector<int> ports = pick_free_ports(2);  // two different ports
+  std::string master = std::to_string(ports[0]), rdzv = std::to_string(ports[1]);
   auto node = [&](int rank) {
     return std::vector<std::string>{"--nnodes",         "2",  "--node_rank",   std::to_string(rank),
                                     "--nproc_per_node", "1",  "--master_port", master,

@@ -7,7 +7,7 @@
 #include "launcher_test_util.h"
 
 using namespace loom::launcher_test;
-using loom::distributed::launcher::pick_free_port;
+using loom::distributed::launcher::pick_free_ports;
 
 namespace {
 
@@ -17,8 +17,9 @@ bool contains(const std::string& text, const std::string& needle) {
 
 // The flags of node `rank` of a two-node job on free ports.
 struct TwoNodes {
-  std::string master = std::to_string(pick_free_port());
-  std::string rdzv = std::to_string(pick_free_port());
+  std::vector<int> ports = pick_free_ports(2);
+  std::string master = std::to_string(ports[0]);
+  std::string rdzv = std::to_string(ports[1]);
   std::vector<std::string> node(int rank, int nproc, std::vector<std::string> rest,
                                 std::vector<std::string> more = {}) const {
     std::vector<std::string> a{"--nnodes",         "2",
