@@ -17,6 +17,7 @@
 #include "core/cuda/available.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/step_profile.h"
@@ -59,6 +60,7 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   const std::string name = bf16 ? w.name + "_bf16" : w.name;
   manual_seed(0);
   auto model = w.make();
+  nn::fuse(*model);  // the fused Linear + ReLU and BatchNorm2d + ReLU (+ MaxPool2d(2)) modules
   model->to(dev);
   std::shared_ptr<dist::DistributedDataParallel> ddp;
   dist::DDPOptions o;

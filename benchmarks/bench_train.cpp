@@ -24,6 +24,7 @@
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/flags.h"
@@ -63,6 +64,7 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
            const std::string& amp_mode, bool in_backward) {
   manual_seed(0);
   auto model = w.make();
+  nn::fuse(*model);  // the fused Linear + ReLU and BatchNorm2d + ReLU (+ MaxPool2d(2)) modules
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});

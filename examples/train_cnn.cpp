@@ -7,9 +7,13 @@
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one
 //   process per GPU (or CPU process)
+#include <cstdio>
+
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
+#include "distributed/env.h"
 #include "examples/common/trainer.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 #include "train/flags.h"
 
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
     std::shared_ptr<nn::Module> model = arch == "workload"
                                             ? std::shared_ptr<nn::Module>(nn::make_cnn())
                                             : std::shared_ptr<nn::Module>(make_classifier());
+    const auto fused = nn::fuse(*model);  // BatchNorm2d + ReLU (+ MaxPool2d(2)) as one op
+    if (dist::job_env().rank == 0) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     std::shared_ptr<const data::Transform> aug;
     if (augment) {
       // Images arrive normalised, so the padding is filled with the normalised value of black.

@@ -12,8 +12,12 @@
 // it calls train::StepRunner::step (train/step_runner.cpp), which is zero_grad, forward,
 // cross_entropy, backward and the optimizer's step, then logs the loss; after each epoch it tests
 // and saves a checkpoint. docs/tour.md follows one such step through the library.
+#include <cstdio>
+
 #include "autograd/ops/ops.h"
+#include "distributed/env.h"
 #include "examples/common/trainer.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 #include "train/flags.h"
 
@@ -31,6 +35,8 @@ int main(int argc, char** argv) {
   return examples::run_main("train_mlp", [&] {
     manual_seed(cfg.seed);  // the same seed gives the same initial weights on every device
     auto model = nn::make_mlp(hidden);
+    const auto fused = nn::fuse(*model);  // each Linear + ReLU runs as one op (nn/fuse.h)
+    if (dist::job_env().rank == 0) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     auto report = examples::train_classifier(model, cfg);
     examples::print_final(report);
     return examples::exit_status(report);  // 0, or 143/130 after a SIGTERM/SIGINT stop

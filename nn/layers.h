@@ -35,7 +35,7 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) override;
   // act(forward(x)) as one fused op (Note [Fused linear] in autograd/ops/linalg.cpp); what
-  // Sequential runs for a Linear followed by a ReLU.
+  // LinearReLU (nn/fused.h) runs for a Linear followed by a ReLU once nn::fuse has seen them.
   Tensor forward(const Tensor& x, LinearActivation act);
   // weight ~ kaiming_uniform_(a = sqrt(5)), bias ~ U(-1/sqrt(in), 1/sqrt(in)), as PyTorch.
   void reset_parameters();
@@ -84,9 +84,9 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {});
   Tensor forward(const Tensor& x) override;
-  // relu(forward(x)) as one op (loom::batch_norm with relu); what Sequential runs for a
-  // BatchNorm2d followed by a ReLU. With max_pool2 also a MaxPool2d(2) after the ReLU
-  // (loom::batch_norm_relu_max_pool2d), for a BatchNorm2d, a ReLU and a MaxPool2d(2) in a row.
+  // relu(forward(x)) as one op (loom::batch_norm with relu); what BatchNormReLU2d (nn/fused.h)
+  // runs. With max_pool2 also a MaxPool2d(2) after the ReLU (loom::batch_norm_relu_max_pool2d),
+  // what BatchNormReLUMaxPool2d runs.
   Tensor forward(const Tensor& x, bool relu, bool max_pool2 = false);
   void reset_running_stats();
   void reset_parameters();
@@ -204,9 +204,9 @@ class Flatten : public Module {
   int64_t start_dim, end_dim;
 };
 
-// Runs its children in order; they are named "0", "1", ... (so state_dict names match PyTorch's
-// nn.Sequential). A Linear followed by a ReLU runs as one fused op (Note [Linear + ReLU in
-// Sequential] in nn/container.cpp).
+// Runs its children in order, each through its own forward; they are named "0", "1", ... (so
+// state_dict names match PyTorch's nn.Sequential). Fused kernels run only where nn::fuse
+// (nn/fuse.h) has put fused modules in the children's places.
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
@@ -221,6 +221,8 @@ class Sequential : public Module {
   }
 
   void push_back(std::shared_ptr<Module> m);
+  // Puts m in the place of child i (keeping its name "i"); see Module::replace_child.
+  void replace(size_t i, std::shared_ptr<Module> m);
   Tensor forward(const Tensor& x) override;
   size_t size() const { return named_children().size(); }
   const std::shared_ptr<Module>& operator[](size_t i) const;

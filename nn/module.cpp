@@ -84,6 +84,18 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  LOOM_CHECK(m != nullptr, type_name_, ".replace_child(\"", name, "\"): the module is null");
+  LOOM_CHECK(m.get() != this, type_name_, ".replace_child(\"", name,
+             "\"): a module cannot contain itself");
+  for (auto& [n, c] : children_)
+    if (n == name) {
+      c = std::move(m);
+      return;
+    }
+  LOOM_FAIL(type_name_, ".replace_child: there is no child called \"", name, "\"");
+}
+
 void Module::share_members_of(Module& inner) {
   LOOM_CHECK(&inner != this, type_name_,
              ".share_members_of: a module cannot share its own members");

@@ -97,6 +97,10 @@ class Module {
     return m;
   }
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  // Puts m in place of the child called `name` (same name, same position in every listing). m's
+  // parameters keep the names they have: nn::fuse (nn/fuse.h) swaps in modules that share the
+  // replaced ones' tensors, which are already named.
+  void replace_child(const std::string& name, std::shared_ptr<Module> m);
   // A wrapper (DistributedDataParallel) lists `inner`'s own parameters, buffers and children as
   // its own, under the same names, so state_dict() is the same with or without the wrapper.
   // The wrapper must keep `inner` alive (the entries point at its members).

@@ -17,8 +17,10 @@
 #include "core/cuda/available.h"
 #include "core/generator.h"
 #include "core/tensor.h"
-// Modules, losses, initialisation, clipping, the reference models.
+// Modules, fusion (nn::fuse), losses, initialisation, clipping, the reference models.
 #include "nn/clip.h"
+#include "nn/fuse.h"
+#include "nn/fused.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/loss.h"

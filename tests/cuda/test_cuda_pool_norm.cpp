@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
 #include "kernels/cuda/launch.h"
+#include "nn/fuse.h"
 #include "nn/layers.h"
 
 using namespace loom;
@@ -446,14 +447,16 @@ TEST(CudaBatchNormPool, FusedMatchesTheCompositionAndTheCpu) {
     }
 }
 
-// A Sequential's BatchNorm2d, ReLU and MaxPool2d(2) run as the fused op on CUDA (in training; the
-// composition in eval) and give the CPU's composed values and gradients; a MaxPool2d(3) is not
-// fused.
+// After nn::fuse, a Sequential's BatchNorm2d, ReLU and MaxPool2d(2) run as the fused op on CUDA
+// (in training; the composition in eval) and give the CPU's composed values and gradients; a
+// MaxPool2d(3) is not fused.
 TEST(CudaBatchNormPool, SequentialFusesOnCudaAndMatchesTheCpu) {
   SKIP_WITHOUT_CUDA();
   auto run = [](Device dev, int64_t pool, bool train) {
     auto seq = nn::make<nn::Sequential>(nn::make<nn::BatchNorm2d>(4), nn::make<nn::ReLU>(),
                                         nn::make<nn::MaxPool2d>(pool));
+    auto bn = seq->at<nn::BatchNorm2d>(0);
+    EXPECT_EQ(nn::fuse(*seq).size(), 1u);
     seq->to(kF64);
     seq->to(dev);
     seq->train(train);
@@ -462,7 +465,6 @@ TEST(CudaBatchNormPool, SequentialFusesOnCudaAndMatchesTheCpu) {
     std::string node = y.grad_fn() ? y.grad_fn()->name : "";
     Tensor g = random_tensor(y.shape(), kF64, 62, dev);
     sum(y * g).backward();
-    auto bn = seq->at<nn::BatchNorm2d>(0);
     return std::make_pair(node, std::vector<Tensor>{y.detach(), x.grad(), bn->weight.grad(),
                                                     bn->bias.grad(), bn->running_mean});
   };

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/anomaly.h"
 #include "autograd/ops/ops.h"
 #include "kernels/backend.h"
 #include "nn/init.h"
@@ -45,96 +44,6 @@ TEST(Linear, ForwardMatchesLoop) {
   EXPECT_EQ(fc->forward(randn({2, 3, 5}, {.dtype = kF64})).shape(), (Shape{2, 3, 4}));
   EXPECT_THROW(fc->forward(randn({3, 6}, {.dtype = kF64})), Error);
   EXPECT_EQ(Linear(5, 4, false).named_parameters().size(), 1u);
-}
-
-// Note [Linear + ReLU in Sequential]: the fused pair gives the unfused composite's output and
-// gradients (float64), and anomaly mode (which keeps them apart) the same again.
-TEST(Linear, SequentialFusesLinearReluWithTheCompositesValuesAndGradients) {
-  manual_seed(4);
-  auto seq = nn::make<nn::Sequential>(nn::make<nn::Linear>(5, 7), nn::make<nn::ReLU>(),
-                                      nn::make<nn::Linear>(7, 2));
-  seq->to(kF64);
-  Tensor x = randn({9, 5}, {.dtype = kF64});
-  auto l0 = seq->at<nn::Linear>(0), l2 = seq->at<nn::Linear>(2);
-  auto grads = [&](const Tensor& y) {
-    for (auto& p : seq->parameters()) p.set_grad(Tensor());
-    sum(y * y).backward();
-    std::vector<std::vector<double>> g;
-    for (auto& p : seq->parameters()) g.push_back(p.grad().to_vector<double>());
-    return g;
-  };
-  Tensor composite = matmul(relu(matmul(x, l0->weight.t()) + l0->bias), l2->weight.t()) + l2->bias;
-  auto g_composite = grads(composite);
-  Tensor fused = (*seq)(x);
-  auto g_fused = grads(fused);
-  Tensor unfused;
-  {
-    autograd::DetectAnomalyGuard anomaly;
-    unfused = (*seq)(x);
-  }
-  auto g_unfused = grads(unfused);
-  auto near = [](const std::vector<double>& a, const std::vector<double>& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (std::fabs(a[i] - b[i]) > 1e-12 * (1 + std::fabs(b[i]))) return false;
-    return true;
-  };
-  EXPECT_TRUE(near(fused.to_vector<double>(), composite.to_vector<double>()));
-  EXPECT_TRUE(near(unfused.to_vector<double>(), composite.to_vector<double>()));
-  ASSERT_EQ(g_fused.size(), 4u);
-  for (size_t i = 0; i < g_fused.size(); ++i) {
-    EXPECT_TRUE(near(g_fused[i], g_composite[i])) << "parameter " << i;
-    EXPECT_TRUE(near(g_unfused[i], g_composite[i])) << "parameter " << i;
-  }
-  // Some pre-activations are negative, so the ReLU's mask is exercised.
-  Tensor pre = matmul(x, l0->weight.t()) + l0->bias;
-  auto v = pre.to_vector<double>();
-  EXPECT_GT(std::count_if(v.begin(), v.end(), [](double a) { return a < 0; }), 0);
-}
-
-// The same for BatchNorm2d followed by ReLU in a Sequential (training mode, batch statistics):
-// output, parameter gradients, input gradient and running statistics as relu(bn(x)) computes them.
-TEST(BatchNorm2d, SequentialFusesBatchNormReluWithTheCompositesValuesAndGradients) {
-  manual_seed(6);
-  auto run = [](bool fused) {
-    auto seq = nn::make<nn::Sequential>(nn::make<nn::BatchNorm2d>(3), nn::make<nn::ReLU>());
-    seq->to(kF64);
-    {
-      NoGradGuard g;
-      auto bn = seq->at<nn::BatchNorm2d>(0);
-      bn->weight.copy_(from_vector<double>({1.5, -0.5, 0.8}, {3}));
-      bn->bias.copy_(from_vector<double>({0.1, 0.2, -0.3}, {3}));
-    }
-    Generator gen(9);
-    Tensor x = randn({4, 3, 3, 2}, {.dtype = kF64}, &gen).requires_grad_();
-    Tensor y;
-    if (fused) {
-      y = (*seq)(x);
-    } else {
-      auto bn = seq->at<nn::BatchNorm2d>(0);
-      y = relu(bn->forward(x));
-    }
-    Generator gg(10);
-    sum(y * randn(y.shape(), {.dtype = kF64}, &gg)).backward();
-    auto bn = seq->at<nn::BatchNorm2d>(0);
-    return std::vector<Tensor>{y.detach(),
-                               x.grad(),
-                               bn->weight.grad(),
-                               bn->bias.grad(),
-                               bn->running_mean.clone(),
-                               bn->running_var.clone()};
-  };
-  auto fused = run(true), composite = run(false);
-  const char* what[] = {"output",    "input grad",   "weight grad",
-                        "bias grad", "running_mean", "running_var"};
-  for (size_t i = 0; i < fused.size(); ++i) {
-    auto a = fused[i].to_vector<double>(), b = composite[i].to_vector<double>();
-    ASSERT_EQ(a.size(), b.size()) << what[i];
-    for (size_t j = 0; j < a.size(); ++j)
-      EXPECT_NEAR(a[j], b[j], 1e-12 * (1 + std::fabs(b[j]))) << what[i] << " " << j;
-  }
-  auto y = fused[0].to_vector<double>();
-  EXPECT_GT(std::count(y.begin(), y.end(), 0.0), 0) << "some outputs are clamped";
 }
 
 // The CPU backend's BatchNorm + ReLU + MaxPool2d(2) (the reference the CUDA kernels are tested

@@ -8,6 +8,7 @@
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/step_runner.h"
@@ -24,6 +25,7 @@ struct Decisions {
 Decisions run(bool graph) {
   manual_seed(3);
   auto model = nn::make_mlp(256);
+  nn::fuse(*model);  // the fused Linear + ReLU, as the examples and benchmarks run it
   Device dev = cuda_device(0);
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});

@@ -9,6 +9,7 @@
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/step_runner.h"
@@ -30,6 +31,7 @@ Run run(bool cnn, bool graph) {
   manual_seed(3);
   std::shared_ptr<nn::Module> model =
       cnn ? std::shared_ptr<nn::Module>(nn::make_cnn()) : nn::make_mlp(256);
+  nn::fuse(*model);  // the fused kernels are captured too
   Device dev = cuda_device(0);
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
