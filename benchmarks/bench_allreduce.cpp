@@ -17,7 +17,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/cuda/available.h"
-#include "distributed/process_group.h"
+#include "distributed/world.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/stream.h"
 #endif

@@ -15,8 +15,9 @@
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
-#include "distributed/ddp.h"
+#include "distributed/ddp/ddp.h"
 #include "distributed/env.h"
+#include "distributed/world.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
@@ -64,7 +65,7 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   model->to(dev);
   std::shared_ptr<dist::DistributedDataParallel> ddp;
   dist::DDPOptions o;
-  if (comm == "bf16") o.comm_dtype = kBF16;
+  if (comm == "bf16") o.reducer.comm_dtype = kBF16;
   if (pg.size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model, nullptr, o);
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
   optim::Adam opt(model->parameters(), {.lr = 1e-3});

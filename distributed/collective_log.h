@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "core/dtype.h"
-#include "distributed/store.h"
+#include "distributed/store/store.h"
 
 namespace loom::distributed {
 

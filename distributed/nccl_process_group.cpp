@@ -238,7 +238,8 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> st
 // communicator is destroyed (ncclCommDestroy, which waits for nothing more: its ops are done); a
 // broken one was already aborted by the watchdog. The group's stream is kept (Note [NCCL stream
 // order]). Groups are never destroyed by static destruction after CUDA unloads:
-// init_process_group registers an atexit hook that drops the world first (process_group.cpp).
+// init_process_group registers an atexit hook that drops the world first (Note [Process groups
+// at exit] in distributed/world.cpp).
 NcclProcessGroup::~NcclProcessGroup() {
   {
     std::unique_lock<std::mutex> lock(mu_);

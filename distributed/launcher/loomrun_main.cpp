@@ -14,7 +14,7 @@
 #include "distributed/launcher/signals.h"
 #include "distributed/launcher/worker_group.h"
 #include "distributed/launcher/worker_process.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
 
 using namespace loom::distributed::launcher;
 using Outcome = GroupResult::Outcome;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
 
 namespace loom::distributed::launcher {
 

@@ -1,7 +1,7 @@
 // How the loomruns of a many-node job meet: node 0 serves a TCP store, every node's loomrun joins
 // it per attempt, learns its first rank and the world size, and watches a "failed" key so that a
 // failure on one node stops every node (Note [Nodes]).
-// Leaves out: the workers (worker_group.h); the store itself (distributed/tcp_store.h).
+// Leaves out: the workers (worker_group.h); the store itself (distributed/store/tcp_store.h).
 #pragma once
 
 #include <chrono>

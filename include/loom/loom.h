@@ -42,6 +42,7 @@
 #include "data/sampler.h"
 #include "data/transforms.h"
 // Many processes: the job's environment, process groups, DistributedDataParallel.
-#include "distributed/ddp.h"
+#include "distributed/ddp/ddp.h"
 #include "distributed/env.h"
 #include "distributed/process_group.h"
+#include "distributed/world.h"

@@ -16,7 +16,7 @@
 #include "core/cuda/available.h"
 #include "core/tensor.h"
 #include "distributed/env.h"
-#include "distributed/process_group.h"
+#include "distributed/world.h"
 
 using namespace loom;
 using namespace loom::distributed;

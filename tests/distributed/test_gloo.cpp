@@ -3,8 +3,8 @@
 // a world of one without a store.
 #include <gtest/gtest.h>
 
-#include "distributed/process_group.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
+#include "distributed/world.h"
 #include "spawn.h"
 
 using namespace loom;

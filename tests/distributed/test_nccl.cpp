@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/cuda/available.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
 #include "spawn.h"
 
 using namespace loom;

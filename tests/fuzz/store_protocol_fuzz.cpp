@@ -1,15 +1,15 @@
-// libFuzzer harness: the TCP store's message parser (distributed/store_protocol.h) on an
+// libFuzzer harness: the TCP store's message parser (distributed/store/store_protocol.h) on an
 // arbitrary byte stream, read the way the server reads a connection: header, then payload, then
 // decode_request. Every decoded request must encode back to exactly the bytes it came from; every
 // other message must be refused with loom::Error (or a false parse_header), never a crash.
-// Leaves out: sockets and the server's key table (tests/distributed/test_store.cpp).
+// Leaves out: sockets and the server's key table (tests/distributed/store/test_store.cpp).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "core/error.h"
-#include "distributed/store_protocol.h"
+#include "distributed/store/store_protocol.h"
 
 using namespace loom::distributed;
 using wire::Type;

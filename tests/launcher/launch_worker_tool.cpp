@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
 
 static std::string env(const char* name) {
   const char* v = std::getenv(name);

@@ -15,9 +15,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "distributed/socket_util.h"
-#include "distributed/store_protocol.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/socket_util.h"
+#include "distributed/store/store_protocol.h"
+#include "distributed/store/tcp_store.h"
 
 namespace loom::distributed {
 

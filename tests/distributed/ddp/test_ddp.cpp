@@ -13,10 +13,12 @@
 
 #include "core/cuda/available.h"
 #include "ddp_case.h"
-#include "distributed/ddp.h"
-#include "distributed/ddp_buckets.h"
+#include "distributed/ddp/ddp.h"
+#include "distributed/ddp/ddp_buckets.h"
+#include "distributed/local_process_group.h"
+#include "distributed/spawn.h"
+#include "distributed/world.h"
 #include "nn/serialize.h"
-#include "spawn.h"
 
 using namespace loom;
 using namespace loom::distributed;
@@ -300,6 +302,43 @@ TEST(DDPWorldOfOne, SameNamesAndTheSameTrainingAsThePlainModel) {
   expect_bitwise_equal(ddp->named_parameters(), plain->named_parameters(), "world of one");
   ddp.reset();
   destroy_process_group();
+}
+
+// DDPOptions::reducer reaches the Reducer as it is: both caps shape the buckets, rebuild_buckets
+// and comm_dtype take effect. On a world-of-one group made directly (no init_process_group).
+TEST(DDPWorldOfOne, ReducerOptionsReachTheReducer) {
+  auto pg = std::make_shared<LocalProcessGroup>(std::chrono::seconds(10));
+  auto train_two_steps = [](DistributedDataParallel& ddp) {
+    auto sgd = test::ddp_case_optimizer(ddp);
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = test::ddp_case_batch(s, 8, kF32);
+      sgd->zero_grad();
+      cross_entropy(ddp(x), y).backward();
+      sgd->step();
+    }
+  };
+  using Names = std::vector<std::vector<std::string>>;
+  // Defaults (1 MiB, then 25 MiB): the six float32 parameters (7,024 bytes) share one bucket.
+  DistributedDataParallel plain(test::ddp_case_model(kF32, 3), pg);
+  EXPECT_EQ(plain.reducer().bucket_names(),
+            (Names{{"4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"}}));
+  // Reverse registration order, bytes: 4.bias 16, 4.weight 512, 2.bias 128 (656 >= 600 closes
+  // the first bucket), 2.weight 4096, 0.bias 128, 0.weight 1024 (5,248 >= 5,000 closes).
+  DDPOptions o;
+  o.reducer.first_bucket_cap_bytes = 600;
+  o.reducer.bucket_cap_bytes = 5000;
+  o.reducer.rebuild_buckets = false;
+  o.reducer.comm_dtype = kBF16;
+  DistributedDataParallel ddp(test::ddp_case_model(kF32, 3), pg, o);
+  Names want{{"4.bias", "4.weight", "2.bias"}, {"2.weight", "0.bias", "0.weight"}};
+  EXPECT_EQ(ddp.reducer().bucket_names(), want);
+  ASSERT_EQ(ddp.reducer().bucket_tensors().size(), 2u);
+  for (const Tensor& t : ddp.reducer().bucket_tensors()) EXPECT_EQ(t.dtype(), kBF16);
+  train_two_steps(ddp);
+  EXPECT_FALSE(ddp.reducer().buckets_rebuilt());
+  train_two_steps(plain);
+  EXPECT_TRUE(plain.reducer().buckets_rebuilt());
+  for (const Tensor& t : plain.reducer().bucket_tensors()) EXPECT_EQ(t.dtype(), kF32);
 }
 
 }  // namespace

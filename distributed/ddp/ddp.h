@@ -1,26 +1,26 @@
 // DistributedDataParallel: wraps a model so that every rank of a process group trains the same
 // weights on its own share of each batch: the same start (rank 0's parameters and buffers), the
-// mean gradient over ranks after every backward (distributed/reducer.h), rank 0's buffers at every
-// forward. Leaves out: sharded parameters or optimizer state (ZeRO/FSDP) and SyncBatchNorm.
+// mean gradient over ranks after every backward (distributed/ddp/reducer.h), rank 0's buffers at
+// every forward. Leaves out: sharded parameters or optimizer state (ZeRO/FSDP) and SyncBatchNorm.
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <optional>
 
+#include "distributed/ddp/reducer.h"
 #include "distributed/process_group.h"
-#include "distributed/reducer.h"
 #include "nn/module.h"
 
 namespace loom::distributed {
 
 struct DDPOptions {
-  bool broadcast_buffers = true;        // rank 0's buffers (BatchNorm statistics) every forward
-  bool find_unused_parameters = false;  // see Note [Unfinished reduction] in reducer.cpp
-  size_t first_bucket_cap_bytes = size_t(1) << 20;
-  size_t bucket_cap_bytes = size_t(25) << 20;
-  bool rebuild_buckets = true;      // once, in the order gradients arrived (rank 0's)
-  std::optional<DType> comm_dtype;  // kBF16 or kF16: communicate gradients rounded
+  // The gradient side, handed to the Reducer as it is (distributed/ddp/reducer.h): bucket caps
+  // (first_bucket_cap_bytes 1 MiB, bucket_cap_bytes 25 MiB), find_unused_parameters (Note
+  // [Unfinished reduction] in reducer.cpp), rebuild_buckets (once, in the order gradients
+  // arrived), comm_dtype (kBF16 or kF16: communicate gradients rounded).
+  //   DDPOptions o;  o.reducer.find_unused_parameters = true;  o.reducer.comm_dtype = kBF16;
+  ReducerOptions reducer;
+  bool broadcast_buffers = true;  // rank 0's buffers (BatchNorm statistics) every forward
   // Every N training forwards, hash the parameters on every rank and fail if they differ
   // (0 = never). Costs a copy of the weights to the host and one all-gather per check.
   int64_t check_consistency_every = 0;
@@ -35,8 +35,8 @@ struct DDPOptions {
 // the same order, as with any collective.
 class DistributedDataParallel : public nn::Module {
  public:
-  // pg null: the world group (init_process_group). Checks that every rank has the same
-  // parameter and buffer names, dtypes and shapes, then broadcasts them from rank 0.
+  // pg null: the world group (init_process_group, distributed/world.h). Checks that every rank has
+  // the same parameter and buffer names, dtypes and shapes, then broadcasts them from rank 0.
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                    std::shared_ptr<ProcessGroup> pg = nullptr,
                                    DDPOptions options = {});

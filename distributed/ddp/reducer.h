@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/ddp_buckets.h"
+#include "distributed/ddp/ddp_buckets.h"
 #include "distributed/process_group.h"
 
 namespace loom::distributed {

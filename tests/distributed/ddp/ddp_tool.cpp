@@ -16,8 +16,9 @@
 
 #include "autograd/amp/autocast.h"
 #include "ddp_case.h"
-#include "distributed/ddp.h"
+#include "distributed/ddp/ddp.h"
 #include "distributed/env.h"
+#include "distributed/world.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/serialize.h"
 
@@ -52,8 +53,9 @@ int train(int argc, char** argv) {
   auto o = kv(argc, argv, 5);
   int micro = o.count("micro") ? std::stoi(o["micro"]) : 1;
   DDPOptions opt;
-  if (o.count("cap")) opt.first_bucket_cap_bytes = opt.bucket_cap_bytes = std::stoul(o["cap"]);
-  if (o.count("comm")) opt.comm_dtype = o["comm"] == "bf16" ? kBF16 : kF16;
+  if (o.count("cap"))
+    opt.reducer.first_bucket_cap_bytes = opt.reducer.bucket_cap_bytes = std::stoul(o["cap"]);
+  if (o.count("comm")) opt.reducer.comm_dtype = o["comm"] == "bf16" ? kBF16 : kF16;
   const int64_t b = 4;                                            // rows per micro-batch per rank
   auto model = test::ddp_case_model(dt, 100 + uint64_t(g_rank));  // differs per rank on purpose
   model->to(g_device);
@@ -110,7 +112,7 @@ int unused(char** argv) {
   model->use_some = find && g_rank == 1;
   model->to(g_device);
   DDPOptions opt;
-  opt.find_unused_parameters = find;
+  opt.reducer.find_unused_parameters = find;
   DistributedDataParallel ddp(model, nullptr, opt);
   auto sgd = test::ddp_case_optimizer(ddp);
   for (int s = 0; s < 3; ++s) {

@@ -1,5 +1,5 @@
 // Store: the key-value store processes rendezvous through (abstract), and PrefixStore, which puts
-// one group's keys under a prefix. The TCP implementation is distributed/tcp_store.h.
+// one group's keys under a prefix. The TCP implementation is distributed/store/tcp_store.h.
 // Leaves out: authentication (a later LOOM_STORE_TOKEN; see Note [Store protocol]).
 #pragma once
 

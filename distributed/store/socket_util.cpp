@@ -1,5 +1,5 @@
 // POSIX socket helpers for the store (see socket_util.h).
-#include "distributed/socket_util.h"
+#include "distributed/store/socket_util.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "distributed/store.h"
+#include "distributed/store/store.h"
 
 namespace loom::distributed {
 

@@ -1,7 +1,7 @@
 // TCPStore, the client: one blocking connection, one request at a time (a mutex), connect with
 // retry and backoff, replies read with a deadline. The server is tcp_store_server.cpp.
 // Leaves out: reconnecting after the server went away (a lost store ends the job).
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
 
 #include <unistd.h>
 
@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "distributed/socket_util.h"
-#include "distributed/store_protocol.h"
+#include "distributed/store/socket_util.h"
+#include "distributed/store/store_protocol.h"
 
 namespace loom::distributed {
 

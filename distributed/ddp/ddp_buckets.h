@@ -1,6 +1,6 @@
 // DDP's gradient buckets: which parameters share a flat all-reduce buffer (the assignment), and
 // the buffers themselves (flat storage, a view per parameter, an optional low-precision copy).
-// Leaves out: when buckets are launched and waited for (distributed/reducer.h).
+// Leaves out: when buckets are launched and waited for (distributed/ddp/reducer.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // DistributedDataParallel: construction checks, broadcasts, the forward, join and the consistency
-// check. See distributed/ddp.h; the gradient side is distributed/reducer.cpp.
-#include "distributed/ddp.h"
+// check. See distributed/ddp/ddp.h; the gradient side is distributed/ddp/reducer.cpp.
+#include "distributed/ddp/ddp.h"
 
 #include <map>
 #include <sstream>
@@ -9,6 +9,7 @@
 #include "autograd/ops/factory.h"
 #include "autograd/ops/shape.h"
 #include "core/crc32c.h"
+#include "distributed/world.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/stream.h"
 #endif
@@ -46,12 +47,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
       params.push_back(p);
       names.push_back(name);
     }
-  reducer_ = Reducer::create(params, names, pg_,
-                             {.first_bucket_cap_bytes = opt_.first_bucket_cap_bytes,
-                              .bucket_cap_bytes = opt_.bucket_cap_bytes,
-                              .find_unused_parameters = opt_.find_unused_parameters,
-                              .rebuild_buckets = opt_.rebuild_buckets,
-                              .comm_dtype = opt_.comm_dtype});
+  reducer_ = Reducer::create(params, names, pg_, opt_.reducer);
 }
 
 void DistributedDataParallel::train(bool on) {

@@ -1,5 +1,5 @@
-// DDP's reducer: hooks, bucket launches, the end of backward. See distributed/reducer.h.
-#include "distributed/reducer.h"
+// DDP's reducer: hooks, bucket launches, the end of backward. See distributed/ddp/reducer.h.
+#include "distributed/ddp/reducer.h"
 
 #include <chrono>
 #include <sstream>
@@ -129,8 +129,8 @@ void Reducer::prepare_for_forward(bool sync) {
               " parameter(s): ", missing.str(),
               ". Their buckets were never all-reduced, so this iteration cannot "
               "start. Either construct DistributedDataParallel with find_unused_parameters = true "
-              "(DDPOptions), or make every parameter take part in the loss (e.g. remove the "
-              "module that the forward skips, or set requires_grad(false) on its parameters "
+              "(DDPOptions::reducer), or make every parameter take part in the loss (e.g. remove "
+              "the module that the forward skips, or set requires_grad(false) on its parameters "
               "before wrapping the model)");
   }
   if (opt_.rebuild_buckets && order_recorded_ && !rebuilt_) {

@@ -1,5 +1,5 @@
-// DDP's bucket assignment and allocation. See distributed/ddp_buckets.h.
-#include "distributed/ddp_buckets.h"
+// DDP's bucket assignment and allocation. See distributed/ddp/ddp_buckets.h.
+#include "distributed/ddp/ddp_buckets.h"
 
 #include <algorithm>
 #include <map>

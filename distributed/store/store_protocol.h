@@ -1,13 +1,13 @@
 // The TCP store's wire format: a fixed header (magic, version, type, payload length) and a payload
 // of length-prefixed fields; the encoder and a bounds-checked decoder. See Note [Store protocol].
-// Leaves out: sockets and the token check itself (distributed/tcp_store*.cpp).
+// Leaves out: sockets and the token check itself (distributed/store/tcp_store*.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "distributed/store.h"
+#include "distributed/store/store.h"
 
 namespace loom::distributed::wire {
 

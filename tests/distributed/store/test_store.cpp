@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "distributed/store_protocol.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/store_protocol.h"
+#include "distributed/store/tcp_store.h"
 
 using namespace loom;
 using namespace loom::distributed;

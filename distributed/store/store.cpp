@@ -1,5 +1,5 @@
 // PrefixStore: forwards to the base store with "<prefix>/" in front of every key.
-#include "distributed/store.h"
+#include "distributed/store/store.h"
 
 #include "core/error.h"
 

@@ -1,5 +1,5 @@
 // Encoding and bounds-checked decoding of the TCP store's messages (Note [Store protocol]).
-#include "distributed/store_protocol.h"
+#include "distributed/store/store_protocol.h"
 
 #include <cstring>
 
