@@ -7,15 +7,24 @@
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one
 //   process per GPU (or CPU process)
+//
+// The training loop is in main below, as in examples/train_mlp.cpp (which says more about it);
+// the CNN adds BatchNorm buffers (synced over ranks before each evaluation) and augmentation.
 #include <cstdio>
 
+#include "autograd/anomaly.h"
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
-#include "distributed/env.h"
-#include "examples/common/trainer.h"
+#include "distributed/ddp/ddp.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
-#include "train/flags.h"
+#include "train/checkpointing.h"
+#include "train/classifier_data.h"
+#include "train/loss_window.h"
+#include "train/make_optimizer.h"
+#include "train/run_log.h"
+#include "train/train_flags.h"
 
 using namespace loom;
 
@@ -46,38 +55,95 @@ std::shared_ptr<nn::Sequential> make_classifier() {
   return s;
 }
 
+// Random crop and flip. Images arrive normalised, so the padding is the normalised value of black.
+std::shared_ptr<const data::Transform> augmentation() {
+  auto norm = data::kFashionMnistNormalization;
+  float black = -norm.mean / norm.std;
+  return std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
+      std::make_shared<data::RandomCrop>(28, 2, black),
+      std::make_shared<data::RandomHorizontalFlip>(0.5)});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a CNN on Fashion-MNIST with loom"};
-  examples::TrainConfig cfg;
+  train::TrainConfig cfg;
   bool augment = false;
   std::string arch = "classifier";
-  examples::add_train_flags(app, cfg);
+  train::add_train_flags(app, cfg);
   app.add_option("--augment", augment,
                  "random crop (padding 2) and horizontal flip of training images");
   app.add_option("--model", arch, "classifier (default) or workload (the benchmark's cnn)")
       ->check(CLI::IsMember({"classifier", "workload"}));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
-  return examples::run_main("train_cnn", [&] {
+  return train::run_main("train_cnn", [&] {
     manual_seed(cfg.seed);
     std::shared_ptr<nn::Module> model = arch == "workload"
                                             ? std::shared_ptr<nn::Module>(nn::make_cnn())
                                             : std::shared_ptr<nn::Module>(make_classifier());
-    const auto fused = nn::fuse(*model);  // BatchNorm2d + ReLU (+ MaxPool2d(2)) as one op
-    if (dist::job_env().rank == 0) std::printf("%s\n", nn::fusion_summary(fused).c_str());
-    std::shared_ptr<const data::Transform> aug;
-    if (augment) {
-      // Images arrive normalised, so the padding is filled with the normalised value of black.
-      auto norm = data::kFashionMnistNormalization;
-      float black = -norm.mean / norm.std;
-      aug = std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
-          std::make_shared<data::RandomCrop>(28, 2, black),
-          std::make_shared<data::RandomHorizontalFlip>(0.5)});
+    train::RunSetup run(cfg);  // device, process group (under loomrun), checks, seed
+    train::ClassifierData data(cfg, run, augment ? augmentation() : nullptr);  // sharded by rank
+    data::DataLoader& loader = *data.train;
+    const auto fused =
+        nn::fuse(*model);  // BatchNorm2d + ReLU (+ MaxPool2d(2)) run as one op (nn/fuse.h)
+    if (run.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    model->to(run.device);
+    model->train();
+    auto opt = train::make_optimizer(cfg, model->parameters());
+    std::optional<DType> amp_dtype;  // docs/amp.md: autocast, and loss scaling for float16
+    if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
+    amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+    train::Checkpointer ckpt(cfg, run, {*model, *opt, scaler, loader});
+    int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
+    // The replica: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md).
+    std::shared_ptr<distributed::DistributedDataParallel> ddp;
+    if (run.world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, run.pg);
+    nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+    train::RunLog log(cfg, run);
+    log.start(model->type_name(), data.train_set->size());
+    std::optional<autograd::DetectAnomalyGuard> anomaly;
+    if (cfg.detect_anomaly) anomaly.emplace(true);
+    train::LossWindow window(cfg, run);  // read-backs, divergence, SIGTERM (Note [Preemption])
+    train::StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
+    runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
+    auto prof = train::attach_profiler(cfg, run, runner, ddp.get());
+
+    // The loop. The loader counts epochs: it moves to the next one when an epoch's batches end.
+    for (int64_t epoch = loader.epoch(); epoch < cfg.epochs; epoch = loader.epoch()) {
+      train::EpochProgress progress(epoch + 1, cfg.epochs, loader.batches_left(),
+                                    run.progress_options());
+      while (auto batch = train::next_batch(loader, prof.get())) {
+        Tensor loss = runner.step(batch->data, batch->target);  // a scalar, left on the device
+        if (prof) prof->end_step();
+        ++step;
+        bool last = loader.batches_left() == 0 || cfg.max_steps_reached(step);
+        if (auto mean = window.add(loss, step, last, progress, cfg.batch_size))
+          log.scalar("train/loss", *mean, step);
+        if (window.stop_signal()) break;
+        if (ckpt.due(step)) ckpt.save_here(step);  // --checkpoint-every, mid-epoch
+        if (cfg.max_steps_reached(step)) break;
+      }
+      progress.finish();
+      if (int sig = window.stop_signal()) {  // save exactly this step, then exit 128 + sig
+        log.stopped(sig, str("step ", step), ckpt.save_here(step));
+        break;
+      }
+      if (cfg.max_steps_reached(step)) {
+        log.stopped_at_max_steps(step);
+        break;
+      }
+      if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's buffers
+      auto eval = train::evaluate_classifier(*model, *data.test, *run.pg, run.device);
+      log.end_epoch(epoch, progress, eval, opt->lr(), scaler, step);
+      std::string saved = ckpt.save(epoch + 1, 0, step);
+      int sig = epoch + 1 < cfg.epochs ? window.stop_everywhere() : 0;  // a signal during eval?
+      if (sig) {  // then the epoch's checkpoint is the last
+        log.stopped(sig, str("epoch ", epoch + 1, " (step ", step, ")"), saved);
+        break;
+      }
     }
-    auto report = examples::train_classifier(model, cfg, aug);
-    examples::print_final(report);
-    return examples::exit_status(report);  // 0, or 143/130 after a SIGTERM/SIGINT stop
+    return log.finish(step, prof.get());  // 0, or 143/130 after a SIGTERM/SIGINT stop
   });
 }

@@ -8,37 +8,101 @@
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_mlp   # one
 //   process per GPU (or CPU process)
 //
-// The training loop is examples::train_classifier (examples/common/trainer.cpp): for each batch
-// it calls train::StepRunner::step (train/step_runner.cpp), which is zero_grad, forward,
-// cross_entropy, backward and the optimizer's step, then logs the loss; after each epoch it tests
-// and saves a checkpoint. docs/tour.md follows one such step through the library.
+// The training loop is in main below, top to bottom: epochs -> batches -> one step each
+// (train::StepRunner::step in train/step_runner.cpp: zero_grad, forward, cross_entropy, backward,
+// the optimizer's step) -> the loss window -> at the end of an epoch: evaluate, summary,
+// TensorBoard, save. The parts it calls live in train/ (run_setup, classifier_data,
+// checkpointing, loss_window, evaluate, run_log). docs/tour.md follows one step through the
+// library, on one process and under loomrun with DDP.
 #include <cstdio>
 
+#include "autograd/anomaly.h"
 #include "autograd/ops/ops.h"
-#include "distributed/env.h"
-#include "examples/common/trainer.h"
+#include "distributed/ddp/ddp.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
-#include "train/flags.h"
+#include "train/checkpointing.h"
+#include "train/classifier_data.h"
+#include "train/loss_window.h"
+#include "train/make_optimizer.h"
+#include "train/run_log.h"
+#include "train/train_flags.h"
 
 using namespace loom;
 
 int main(int argc, char** argv) {
   CLI::App app{"Train an MLP on Fashion-MNIST with loom"};
-  examples::TrainConfig cfg;
+  train::TrainConfig cfg;
   int64_t hidden = 1024;
-  examples::add_train_flags(app, cfg);
+  train::add_train_flags(app, cfg);
   app.add_option("--hidden", hidden, "width of the two hidden layers")
       ->check(train::int_range(1, 65536));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
-  return examples::run_main("train_mlp", [&] {
+  return train::run_main("train_mlp", [&] {
     manual_seed(cfg.seed);  // the same seed gives the same initial weights on every device
-    auto model = nn::make_mlp(hidden);
+    std::shared_ptr<nn::Module> model = nn::make_mlp(hidden);
+    train::RunSetup run(cfg);              // device, process group (under loomrun), checks, seed
+    train::ClassifierData data(cfg, run);  // images (N, 1, 28, 28), labels (N); sharded by rank
+    data::DataLoader& loader = *data.train;
     const auto fused = nn::fuse(*model);  // each Linear + ReLU runs as one op (nn/fuse.h)
-    if (dist::job_env().rank == 0) std::printf("%s\n", nn::fusion_summary(fused).c_str());
-    auto report = examples::train_classifier(model, cfg);
-    examples::print_final(report);
-    return examples::exit_status(report);  // 0, or 143/130 after a SIGTERM/SIGINT stop
+    if (run.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    model->to(run.device);
+    model->train();
+    auto opt = train::make_optimizer(cfg, model->parameters());
+    std::optional<DType> amp_dtype;  // docs/amp.md: autocast, and loss scaling for float16
+    if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
+    amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+    train::Checkpointer ckpt(cfg, run, {*model, *opt, scaler, loader});
+    int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
+    // The replica: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md).
+    std::shared_ptr<distributed::DistributedDataParallel> ddp;
+    if (run.world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, run.pg);
+    nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+    train::RunLog log(cfg, run);
+    log.start(model->type_name(), data.train_set->size());
+    std::optional<autograd::DetectAnomalyGuard> anomaly;
+    if (cfg.detect_anomaly) anomaly.emplace(true);
+    train::LossWindow window(cfg, run);  // read-backs, divergence, SIGTERM (Note [Preemption])
+    train::StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
+    runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
+    auto prof = train::attach_profiler(cfg, run, runner, ddp.get());
+
+    // The loop. The loader counts epochs: it moves to the next one when an epoch's batches end.
+    for (int64_t epoch = loader.epoch(); epoch < cfg.epochs; epoch = loader.epoch()) {
+      train::EpochProgress progress(epoch + 1, cfg.epochs, loader.batches_left(),
+                                    run.progress_options());
+      while (auto batch = train::next_batch(loader, prof.get())) {
+        Tensor loss = runner.step(batch->data, batch->target);  // a scalar, left on the device
+        if (prof) prof->end_step();
+        ++step;
+        bool last = loader.batches_left() == 0 || cfg.max_steps_reached(step);
+        if (auto mean = window.add(loss, step, last, progress, cfg.batch_size))
+          log.scalar("train/loss", *mean, step);
+        if (window.stop_signal()) break;
+        if (ckpt.due(step)) ckpt.save_here(step);  // --checkpoint-every, mid-epoch
+        if (cfg.max_steps_reached(step)) break;
+      }
+      progress.finish();
+      if (int sig = window.stop_signal()) {  // save exactly this step, then exit 128 + sig
+        log.stopped(sig, str("step ", step), ckpt.save_here(step));
+        break;
+      }
+      if (cfg.max_steps_reached(step)) {
+        log.stopped_at_max_steps(step);
+        break;
+      }
+      if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's buffers
+      auto eval = train::evaluate_classifier(*model, *data.test, *run.pg, run.device);
+      log.end_epoch(epoch, progress, eval, opt->lr(), scaler, step);
+      std::string saved = ckpt.save(epoch + 1, 0, step);
+      int sig = epoch + 1 < cfg.epochs ? window.stop_everywhere() : 0;  // a signal during eval?
+      if (sig) {  // then the epoch's checkpoint is the last
+        log.stopped(sig, str("epoch ", epoch + 1, " (step ", step, ")"), saved);
+        break;
+      }
+    }
+    return log.finish(step, prof.get());  // 0, or 143/130 after a SIGTERM/SIGINT stop
   });
 }

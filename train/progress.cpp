@@ -48,7 +48,7 @@ EpochProgress::~EpochProgress() {
   if (!finished_) finish();
 }
 
-double EpochProgress::seconds() const { return opt_.clock() - start_; }
+double EpochProgress::seconds() const { return (finished_ ? end_ : opt_.clock()) - start_; }
 
 double EpochProgress::samples_per_second() const {
   double t = seconds();
@@ -114,6 +114,7 @@ bool EpochProgress::line_due(int64_t n) const {
 
 void EpochProgress::finish() {
   if (finished_) return;
+  end_ = opt_.clock();
   finished_ = true;
   if (bar_) {
     draw(true);

@@ -46,7 +46,8 @@ class EpochProgress {
 
   int64_t steps_done() const { return done_; }
   double mean_loss() const { return done_ ? loss_sum_ / double(done_) : 0.0; }
-  double seconds() const;  // since construction
+  // Since construction, up to finish(): the rates stay the training's while an evaluation runs.
+  double seconds() const;
   double samples_per_second() const;
   double ms_per_step() const;
   // The text of the current status, as the bar or a line would show it (no \r, no newline).
@@ -65,6 +66,7 @@ class EpochProgress {
   int64_t next_line_ = 1;        // Lines: the next multiple of line_every to report
   int64_t last_line_step_ = -1;  // Lines: the step of the last line printed
   bool finished_ = false;
+  double end_ = 0;  // the clock at finish()
 };
 
 // What one epoch produced, for the summary line.

@@ -2,7 +2,7 @@
 // preemption notice: save a checkpoint, then exit) instead of dying mid-step. A second such
 // signal kills the process at once (the default action), as a second Ctrl-C does elsewhere.
 // Leaves out: agreeing on the stop step between processes (the trainer all-reduces the request,
-// Note [Preemption] in examples/common/trainer.cpp) and any other signal.
+// Note [Preemption] in train/loss_window.h) and any other signal.
 #pragma once
 
 namespace loom::train {

@@ -1,12 +1,13 @@
-// The example programs' flags (train/flags.h, add_train_flags): ranges named in
-// readable form, non-finite numbers refused, --help with defaults, a bad flag answered with the
-// usage line and exit code 2. Leaves out: what the flags do (the trainer tests).
+// The training programs' flags (train/flags.h, add_train_flags in train/train_flags.h): ranges
+// named in readable form, non-finite numbers refused, --help with defaults, a bad flag answered
+// with the usage line and exit code 2. Leaves out: what the flags do (the trainer tests).
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "examples/common/trainer.h"
 #include "train/flags.h"
+#include "train/run_log.h"
+#include "train/train_flags.h"
 
 using namespace loom;
 
@@ -16,8 +17,8 @@ namespace {
 // or "" when they parse.
 std::string parse_error(std::vector<std::string> args) {
   CLI::App app{"test"};
-  examples::TrainConfig cfg;
-  examples::add_train_flags(app, cfg);
+  train::TrainConfig cfg;
+  train::add_train_flags(app, cfg);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them reversed
   try {
     app.parse(reversed);
@@ -62,8 +63,8 @@ TEST(Flags, ResourceFlagsAreCheckedAgainstTheMachine) {
 
 TEST(Flags, HelpShowsDefaultsAndABadFlagPrintsUsage) {
   CLI::App app{"test"};
-  examples::TrainConfig cfg;
-  examples::add_train_flags(app, cfg);
+  train::TrainConfig cfg;
+  train::add_train_flags(app, cfg);
   std::string help = app.help();
   EXPECT_NE(help.find("128"), std::string::npos) << help;    // --batch-size default
   EXPECT_NE(help.find("0.001"), std::string::npos) << help;  // --lr default
@@ -82,9 +83,9 @@ TEST(Flags, HelpShowsDefaultsAndABadFlagPrintsUsage) {
 
 TEST(Flags, RunMainTurnsAnyExceptionIntoOneLineAndExitCode1) {
   testing::internal::CaptureStderr();
-  int a = examples::run_main("prog", []() -> int { throw Error("boom: loom error"); });
-  int b = examples::run_main("prog", []() -> int { throw std::out_of_range("stoi"); });
-  int c = examples::run_main("prog", []() -> int { throw std::bad_alloc(); });
+  int a = train::run_main("prog", []() -> int { throw Error("boom: loom error"); });
+  int b = train::run_main("prog", []() -> int { throw std::out_of_range("stoi"); });
+  int c = train::run_main("prog", []() -> int { throw std::bad_alloc(); });
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(a, 1);
   EXPECT_EQ(b, 1);

@@ -1,36 +1,28 @@
 // Exact resume: two epochs straight and (one epoch + a crash mid-epoch + resume) give
 // bit-identical final weights on the CPU (SPECS.md, Checkpoints). Also: the short CPU run learns.
+// Each run is the train_mlp program (examples/train_mlp.cpp), its loop and the parts in train/.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "autograd/ops/ops.h"
-#include "examples/common/trainer.h"
+#include "example_program.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "support/fashion_mnist.h"
 
 using namespace loom;
+using namespace loom::testing_support;
 namespace fs = std::filesystem;
 
 namespace {
 
-examples::TrainConfig small_run(const fs::path& dir, const std::string& data) {
-  examples::TrainConfig c;
-  c.data_dir = data;
-  c.device = "cpu";
-  c.epochs = 2;
-  c.batch_size = 64;
-  c.train_limit = 1024;  // 16 steps per epoch
-  c.workers = 2;
-  c.seed = 7;
-  c.checkpoint_dir = dir.string();
-  return c;
-}
-
-std::shared_ptr<nn::Module> fresh_model(uint64_t seed) {
-  manual_seed(seed);
-  return nn::make_mlp(64);
+// 2 epochs of 16 steps (1024 images, batch 64) of an MLP of width 64 on the CPU.
+std::string small_run(const fs::path& dir, const std::string& data) {
+  return "--data-dir " + data +
+         " --device cpu --epochs 2 --batch-size 64 --train-limit 1024 --workers 2 --seed 7"
+         " --hidden 64 --checkpoint-dir " +
+         dir.string();
 }
 
 fs::path temp_dir(const std::string& name) {
@@ -45,23 +37,20 @@ fs::path temp_dir(const std::string& name) {
 // the --amp mode (fp16 also saves and restores the GradScaler's state).
 void check_resume(const std::string& data, const std::string& amp) {
   fs::path a = temp_dir("straight" + amp), b = temp_dir("resumed" + amp);
-  auto cfg = [&](const fs::path& dir) {
-    auto c = small_run(dir, data);
-    c.amp = amp;
-    return c;
-  };
-  auto straight = examples::train_classifier(fresh_model(7), cfg(a));
-  EXPECT_EQ(straight.steps, 32);
+  auto cfg = [&](const fs::path& dir) { return small_run(dir, data) + " --amp " + amp; };
+  ProgramRun straight = run_train_mlp(cfg(a));
+  ASSERT_EQ(straight.exit_code, 0) << straight.out << straight.err;
+  EXPECT_EQ(steps_run(straight.out), 32) << straight.out;
 
-  auto crashed_cfg = cfg(b);
-  crashed_cfg.max_steps = 21;  // dies 5 steps into epoch 2, after the epoch-1 checkpoint
-  examples::train_classifier(fresh_model(7), crashed_cfg);
-  auto resumed_cfg = cfg(b);
-  resumed_cfg.resume = true;
-  auto resumed =
-      examples::train_classifier(fresh_model(99), resumed_cfg);  // other init: must be overwritten
-  EXPECT_EQ(resumed.steps, 32);
-  EXPECT_EQ(resumed.test_loss, straight.test_loss);
+  // Dies 5 steps into epoch 2, after the epoch-1 checkpoint.
+  ProgramRun crashed = run_train_mlp(cfg(b) + " --max-steps 21");
+  ASSERT_EQ(crashed.exit_code, 0) << crashed.out << crashed.err;
+  ProgramRun resumed = run_train_mlp(cfg(b) + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  EXPECT_EQ(steps_run(resumed.out), 32) << resumed.out;
+  EXPECT_EQ(last_test_loss(resumed.out), last_test_loss(straight.out)) << resumed.out;
+  EXPECT_NE(last_test_loss(straight.out), "") << straight.out;
 
   auto sa = load_checkpoint(*latest_checkpoint(a.string()));
   auto sb = load_checkpoint(*latest_checkpoint(b.string()));
@@ -98,13 +87,11 @@ TEST(Resume, Fp16KilledAndResumedRunEqualsStraightRunBitForBit) {
 
 TEST(Resume, ShortCpuRunLearns) {
   LOOM_FASHION_MNIST_OR_SKIP(data);
-  examples::TrainConfig c;
-  c.data_dir = data;
-  c.device = "cpu";
-  c.epochs = 1;
-  c.batch_size = 128;
-  c.train_limit = 8192;
-  c.workers = 1;
-  auto r = examples::train_classifier(fresh_model(1), c);
-  EXPECT_GT(r.test_accuracy, 0.72) << "1 epoch on 8192 Fashion-MNIST images should reach > 72%";
+  ProgramRun r = run_train_mlp("--data-dir " + data +
+                               " --device cpu --epochs 1 --batch-size 128 --train-limit 8192"
+                               " --workers 1 --hidden 64 --seed 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("final test accuracy ([0-9.]+)%"))) << r.out;
+  EXPECT_GT(std::stod(m[1]), 72.0) << "1 epoch on 8192 Fashion-MNIST images should reach > 72%";
 }

@@ -1,7 +1,8 @@
-// Runs that make no sense are refused by the shared training loop, before the first step when
-// that can be known: zero-step runs, --resume with a missing folder, unwritable folders, a
-// checkpoint that does not fit the run, a diverging loss; "final test accuracy" only after an
-// evaluation. Leaves out: exact resume (test_resume.cpp) and flag parsing (test_flags.cpp).
+// Runs that make no sense are refused by the train_mlp program (its loop and the parts in train/),
+// before the first step when that can be known: zero-step runs, --resume with a missing folder,
+// unwritable folders, a checkpoint that does not fit the run, a diverging loss; "final test
+// accuracy" only after an evaluation. Leaves out: exact resume (test_resume.cpp) and flag parsing
+// (test_flags.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,12 +11,13 @@
 #include <functional>
 
 #include "autograd/ops/ops.h"
-#include "examples/common/trainer.h"
+#include "example_program.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "support/fashion_mnist.h"
 
 using namespace loom;
+using namespace loom::testing_support;
 namespace fs = std::filesystem;
 
 namespace {
@@ -34,131 +36,106 @@ struct TempDir {
   }
 };
 
-examples::TrainConfig tiny(const std::string& data) {
-  examples::TrainConfig c;
-  c.device = "cpu";
-  c.epochs = 1;
-  c.batch_size = 32;
-  c.train_limit = 256;  // 8 steps per epoch
-  c.workers = 0;
-  c.data_dir = data;
-  return c;
+// 1 epoch of 8 steps (256 images, batch 32) of an MLP of width 16 on the CPU; a flag in `more`
+// replaces its default here (the program refuses a flag given twice).
+std::string tiny(const std::string& data, const std::string& more = "") {
+  std::string args;
+  for (const char* d : {"--device cpu", "--epochs 1", "--batch-size 32", "--train-limit 256",
+                        "--workers 0", "--hidden 16", "--seed 3"}) {
+    std::string flag = std::string(d).substr(0, std::string(d).find(' ') + 1);
+    if ((" " + more).find(" " + flag) == std::string::npos) args += std::string(d) + " ";
+  }
+  return args + "--data-dir " + data + " " + more;
 }
 
+// The program's model (train_mlp --hidden 16 --seed 3), for checkpoints written by hand.
 std::shared_ptr<nn::Module> model() {
   manual_seed(3);
   return nn::make_mlp(16);
 }
 
-// f must throw loom::Error mentioning every part; returns the message.
-std::string expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
-    return what;
-  }
-  ADD_FAILURE() << "no error; expected one mentioning '" << *parts.begin() << "'";
-  return "";
+// The run must fail (exit code 1) with "train_mlp: error: " and every part on stderr; returns
+// the message.
+std::string expect_error(const std::string& args, std::initializer_list<std::string> parts) {
+  ProgramRun r = run_train_mlp(args);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("train_mlp: error: "), std::string::npos) << r.err;
+  for (const auto& p : parts)
+    EXPECT_NE(r.err.find(p), std::string::npos) << "missing '" << p << "' in: " << r.err;
+  return r.err;
 }
 
 }  // namespace
 
 TEST(TrainerRefusals, ResumeFromAFolderThatDoesNotExistIsAnError) {
   TempDir dir("resume_missing");
-  auto c = tiny("/nonexistent-data");  // the folder check comes before the data is read
-  c.checkpoint_dir = (dir.path / "chekpoints-typo").string();
-  c.resume = true;
-  expect_error([&] { examples::train_classifier(model(), c); },
+  // The folder check comes before the data is read.
+  std::string ckpt = (dir.path / "chekpoints-typo").string();
+  expect_error(tiny("/nonexistent-data") + " --resume --checkpoint-dir " + ckpt,
                {"--resume", "chekpoints-typo", "does not exist"});
-  EXPECT_FALSE(fs::exists(c.checkpoint_dir));  // not created behind the user's back
+  EXPECT_FALSE(fs::exists(ckpt));  // not created behind the user's back
 }
 
 TEST(TrainerRefusals, UnwritableCheckpointOrLogFolderIsAnErrorBeforeTraining) {
   TempDir dir("unwritable");
   std::ofstream(dir.path / "a-file")
       << "x";  // a folder cannot be created under a file (even as root)
-  auto c = tiny("/nonexistent-data");
-  c.checkpoint_dir = (dir.path / "a-file" / "ckpt").string();
-  testing::internal::CaptureStdout();
-  expect_error([&] { examples::train_classifier(model(), c); },
-               {"--checkpoint-dir", "a-file/ckpt"});
-  std::string out = testing::internal::GetCapturedStdout();
-  EXPECT_EQ(out.find("training"), std::string::npos) << out;  // refused before anything ran
-  c.checkpoint_dir.clear();
-  c.log_dir = (dir.path / "a-file" / "runs").string();
-  expect_error([&] { examples::train_classifier(model(), c); }, {"--log-dir", "a-file/runs"});
+  ProgramRun r = run_train_mlp(tiny("/nonexistent-data") + " --checkpoint-dir " +
+                               (dir.path / "a-file" / "ckpt").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--checkpoint-dir"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a-file/ckpt"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("training"), std::string::npos) << r.out;  // refused before anything ran
+  expect_error(tiny("/nonexistent-data") + " --log-dir " + (dir.path / "a-file" / "runs").string(),
+               {"--log-dir", "a-file/runs"});
 }
 
 TEST(TrainerRefusals, BadDeviceIsAnErrorNamingIt) {
-  auto c = tiny("/nonexistent-data");
-  c.device = "cuda:99999999999";
-  expect_error([&] { examples::train_classifier(model(), c); }, {"cuda:99999999999"});
-  c.device = "cuda:63";
-  expect_error([&] { examples::train_classifier(model(), c); }, {"--device cuda:63"});
+  expect_error(tiny("/nonexistent-data", "--device cuda:99999999999"), {"cuda:99999999999"});
+  expect_error(tiny("/nonexistent-data", "--device cuda:63"), {"--device cuda:63"});
 }
 
 TEST(TrainerRefusals, ZeroStepRunsAreErrors) {
   LOOM_FASHION_MNIST_OR_SKIP(data);
-  auto c = tiny(data);
-  c.batch_size = 512;  // 256 examples make no full batch
-  expect_error([&] { examples::train_classifier(model(), c); },
+  expect_error(tiny(data, "--batch-size 512"),  // 256 examples make no full batch
                {"no training step", "256 training examples", "--batch-size 512", "--train-limit"});
 }
 
 TEST(TrainerRefusals, EmptyResumeFolderStartsFreshAndSaysSo) {
   LOOM_FASHION_MNIST_OR_SKIP(data);
   TempDir dir("resume_empty");
-  auto c = tiny(data);
-  c.checkpoint_dir = dir.path.string();
-  c.resume = true;
-  c.max_steps = 2;
-  testing::internal::CaptureStdout();
-  auto r = examples::train_classifier(model(), c);
-  std::string out = testing::internal::GetCapturedStdout();
-  EXPECT_NE(out.find("no checkpoint in " + c.checkpoint_dir + " yet: starting a new run"),
+  ProgramRun r =
+      run_train_mlp(tiny(data) + " --resume --max-steps 2 --checkpoint-dir " + dir.path.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("no checkpoint in " + dir.path.string() + " yet: starting a new run"),
             std::string::npos)
-      << out;
-  EXPECT_EQ(r.steps, 2);
+      << r.out;
+  EXPECT_EQ(steps_run(r.out), 2) << r.out;
 }
 
 TEST(TrainerRefusals, FinalAccuracyOnlyAfterAnEvaluation) {
   LOOM_FASHION_MNIST_OR_SKIP(data);
-  auto c = tiny(data);
-  c.max_steps = 3;  // stops inside the first epoch: no evaluation
-  testing::internal::CaptureStdout();
-  auto r = examples::train_classifier(model(), c);
-  examples::print_final(r);
-  std::string out = testing::internal::GetCapturedStdout();
-  EXPECT_FALSE(r.evaluated);
-  EXPECT_EQ(out.find("final test accuracy"), std::string::npos) << out;
-  EXPECT_NE(out.find("no evaluation ran"), std::string::npos) << out;
+  ProgramRun r = run_train_mlp(tiny(data) + " --max-steps 3");  // no evaluation
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("test acc"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("final test accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no evaluation ran"), std::string::npos) << r.out;
+  EXPECT_EQ(steps_run(r.out), 3) << r.out;
 
-  c.max_steps = 0;  // a whole epoch: evaluated, and the summary keeps eval time apart
-  testing::internal::CaptureStdout();
-  r = examples::train_classifier(model(), c);
-  examples::print_final(r);
-  out = testing::internal::GetCapturedStdout();
-  EXPECT_TRUE(r.evaluated);
-  EXPECT_GT(r.test_accuracy, 0.1);
-  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
-  EXPECT_NE(out.find(" eval "), std::string::npos) << out;
+  r = run_train_mlp(tiny(data));  // a whole epoch: evaluated, and the summary keeps eval time apart
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("final test accuracy ([0-9.]+)%"))) << r.out;
+  EXPECT_GT(std::stod(m[1]), 10.0);
+  EXPECT_NE(r.out.find(" eval "), std::string::npos) << r.out;
 }
 
 TEST(TrainerRefusals, DivergenceStopsAtTheFirstNonFiniteLoss) {
   LOOM_FASHION_MNIST_OR_SKIP(data);
-  auto c = tiny(data);
-  c.optimizer = "sgd";
-  c.lr = 1e3;  // explodes within a few steps
-  c.log_every = 4;
-  std::string what;
-  testing::internal::CaptureStdout();
-  what = expect_error(
-      [&] { examples::train_classifier(model(), c); },
-      {"training diverged: the loss at step ", "last finite loss ", "--allow-nonfinite"});
-  testing::internal::GetCapturedStdout();
+  // Explodes within a few steps.
+  const std::string args = tiny(data, "--seed 0 --optimizer sgd --lr 1000 --log-every 4");
+  std::string what = expect_error(
+      args, {"training diverged: the loss at step ", "last finite loss ", "--allow-nonfinite"});
   // The step named is the first non-finite one: the message's "last finite loss ... at step S-1".
   size_t at = what.find("the loss at step ");
   ASSERT_NE(at, std::string::npos);
@@ -166,17 +143,14 @@ TEST(TrainerRefusals, DivergenceStopsAtTheFirstNonFiniteLoss) {
   EXPECT_GE(bad, 2);
   EXPECT_NE(what.find("at step " + std::to_string(bad - 1) + ")"), std::string::npos) << what;
 
-  c.allow_nonfinite = true;  // the flag lets it go on to the end of the epoch
-  testing::internal::CaptureStdout();
-  auto r = examples::train_classifier(model(), c);
-  testing::internal::GetCapturedStdout();
-  EXPECT_EQ(r.steps, 8);
+  // The flag lets it go on to the end of the epoch.
+  ProgramRun r = run_train_mlp(args + " --allow-nonfinite");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(steps_run(r.out), 8) << r.out;
 }
 
 TEST(TrainerRefusals, CheckpointsThatDoNotFitTheRunAreErrorsNamingTheFile) {
   LOOM_FASHION_MNIST_OR_SKIP(data);
-  auto c = tiny(data);
-  c.epochs = 2;
   auto m = model();
   auto good_state = [&] {
     TrainingState st;
@@ -210,17 +184,12 @@ TEST(TrainerRefusals, CheckpointsThatDoNotFitTheRunAreErrorsNamingTheFile) {
     TrainingState st = good_state();
     k.change(st);
     std::string file = save_checkpoint(dir.path.string(), 8, st);
-    auto cr = c;
-    cr.checkpoint_dir = dir.path.string();
-    cr.resume = true;
+    ProgramRun r =
+        run_train_mlp(tiny(data, "--epochs 2 --resume --checkpoint-dir " + dir.path.string()));
+    EXPECT_EQ(r.exit_code, 1) << k.name << ": resumed without an error: " << r.out;
     std::vector<std::string> parts = k.parts;
     parts.push_back(file);
-    try {
-      examples::train_classifier(model(), cr);
-      ADD_FAILURE() << k.name << ": resumed without an error";
-    } catch (const Error& e) {
-      for (const auto& p : parts)
-        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << k.name << ": " << e.what();
-    }
+    for (const auto& p : parts)
+      EXPECT_NE(r.err.find(p), std::string::npos) << k.name << ": " << r.err;
   }
 }

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/trainer.h"
 #include "train/flags.h"
+#include "train/train_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;
@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   args.push_back(cur);
   CLI::App app{"flags_fuzz"};
-  loom::examples::TrainConfig cfg;
-  loom::examples::add_train_flags(app, cfg);
+  loom::train::TrainConfig cfg;
+  loom::train::add_train_flags(app, cfg);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them reversed
   try {
     app.parse(reversed);

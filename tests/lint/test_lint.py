@@ -61,7 +61,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ("kernels/cuda included above kernels/", "floors", "nn/linear.cpp",
          '#include "kernels/cuda/cuda_backend.h"\n', "private to kernels/"),
         ("a benchmark including an example", "floors", "benchmarks/bench_train.cpp",
-         '#include "examples/common/trainer.h"\n', "separate floors"),
+         '#include "examples/train_mlp.cpp"\n', "separate floors"),
         ("a file over 600 lines", "size", "nn/linear.cpp", "// padding\n" * 600, "nn/linear.cpp has"),
         ("a comment naming a missing path", "paths", "nn/linear.cpp",
          "// see nn/no_such_file.h\n", "nn/no_such_file.h"),

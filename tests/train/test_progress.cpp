@@ -129,3 +129,19 @@ TEST(Progress, EpochSummaryLine) {
   EXPECT_EQ(format_epoch_summary(s),
             "epoch 3/10  train loss 0.3121  12345 samples/s  4.21 ms/step  5.1 s");
 }
+
+TEST(Progress, RatesStopAtFinishSoAnEvaluationAfterwardsIsNotCounted) {
+  double now = 50.0;
+  std::ostringstream out;
+  EpochProgress p(1, 1, 4,
+                  {.style = ProgressStyle::Lines, .out = &out, .clock = [&] { return now; }});
+  for (int s = 1; s <= 4; ++s) {
+    now += 0.25;
+    p.step(1.0, 10);
+  }
+  p.finish();
+  now += 100.0;  // an evaluation of 100 s
+  EXPECT_DOUBLE_EQ(p.seconds(), 1.0);
+  EXPECT_DOUBLE_EQ(p.samples_per_second(), 40.0);
+  EXPECT_DOUBLE_EQ(p.ms_per_step(), 250.0);
+}

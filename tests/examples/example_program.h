@@ -1,0 +1,64 @@
+// Runs the train_mlp example program for the tests of tests/examples: a command line with a time
+// limit, stdout and stderr apart, and the numbers its output states. Leaves out: loomrun (see
+// test_ddp_examples.cpp).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace loom::testing_support {
+
+struct ProgramRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs TRAIN_MLP_BIN with `args` (a shell fragment) for at most `seconds`.
+inline ProgramRun run_train_mlp(const std::string& args, int seconds = 300) {
+  std::string err_file =
+      (std::filesystem::temp_directory_path() / ("loom_example_err_" + std::to_string(::getpid())))
+          .string();
+  std::string line = "timeout -k 5 " + std::to_string(seconds) + " " + TRAIN_MLP_BIN + " " + args +
+                     " 2>" + err_file;
+  ProgramRun r;
+  FILE* p = popen(line.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  std::filesystem::remove(err_file);
+  return r;
+}
+
+// The N of "... after N steps" in the final line (or "N steps in" without an evaluation), -1
+// when there is none.
+inline long steps_run(const std::string& out) {
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex("after ([0-9]+) steps in"))) return std::stol(m[1]);
+  if (std::regex_search(out, m, std::regex(": ([0-9]+) steps in"))) return std::stol(m[1]);
+  return -1;
+}
+
+// The test loss of the last epoch summary ("test loss 0.4123"), or "" without one.
+inline std::string last_test_loss(const std::string& out) {
+  std::string found;
+  std::regex re("test loss ([0-9.]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    found = (*it)[1];
+  return found;
+}
+
+}  // namespace loom::testing_support

@@ -1,0 +1,121 @@
+// The run's device, process group and up-front checks. See run_setup.h.
+#include "train/run_setup.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <ostream>
+
+#include "core/cuda/available.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "distributed/world.h"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+namespace dist = loom::distributed;
+
+Device pick_device(const std::string& spec, const dist::JobEnv& env) {
+  int n = cuda::device_count();
+  if ((spec.empty() && n > 0) || (spec == "cuda" && n > 0))
+    return cuda_device(env.world_size > 1 ? env.local_rank % n : 0);
+  if (spec.empty()) return kCPU;
+  Device d(spec);
+  if (d.is_cuda()) {
+    LOOM_CHECK(cuda::compiled_with_cuda(), "--device ", spec,
+               ": this build of loom has no CUDA support");
+    LOOM_CHECK(d.index < n, "--device ", spec, ": ",
+               n == 0 ? std::string("no usable CUDA device (run envinfo to see why)")
+                      : str("this machine has ", n, " CUDA device(s), cuda:0 to cuda:", n - 1));
+  }
+  return d;
+}
+
+// A bad folder is an error before the first step, not after an epoch of training.
+void check_writable_dir(const char* flag, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  LOOM_CHECK(!ec, flag, " ", dir, ": cannot create the folder: ", ec.message());
+  std::string probe = (fs::path(dir) / ".loom-write-test-XXXXXX").string();
+  int fd = ::mkstemp(probe.data());
+  LOOM_CHECK(fd >= 0, flag, " ", dir, ": cannot write in the folder: ", std::strerror(errno));
+  ::close(fd);
+  fs::remove(probe, ec);
+}
+
+ProcessGroupScope::ProcessGroupScope(Device device) : own_(!dist::is_initialized()) {
+  if (!own_) return;
+  dist::InitOptions io;
+  io.backend = device.is_cuda() ? "nccl" : "gloo";
+  if (device.is_cuda()) io.device = device.index;
+  dist::init_process_group(io);
+}
+
+ProcessGroupScope::~ProcessGroupScope() {
+  if (own_) dist::destroy_process_group();
+}
+
+namespace {
+
+// Flags that do not fit together or with this job; run once the device and world are known.
+void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
+  LOOM_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  LOOM_CHECK(!cfg.cuda_graph || dev.is_cuda(), "--cuda-graph needs a CUDA device, got --device ",
+             dev);
+  // A typo in the folder must not silently retrain from scratch.
+  LOOM_CHECK(!cfg.resume || fs::is_directory(cfg.checkpoint_dir),
+             "--resume: the checkpoint folder '", cfg.checkpoint_dir,
+             "' does not exist (leave out --resume to start a new run)");
+  if (!cfg.checkpoint_dir.empty()) check_writable_dir("--checkpoint-dir", cfg.checkpoint_dir);
+  if (!cfg.log_dir.empty()) check_writable_dir("--log-dir", cfg.log_dir);
+  LOOM_CHECK(
+      !cfg.cuda_graph || world == 1, "--cuda-graph with ", world,
+      " processes: the distributed step "
+      "runs eagerly (see Note [DDP and CUDA graphs] in docs/ddp.md: the process group's watchdog "
+      "cannot track collectives inside a captured graph); drop --cuda-graph");
+  LOOM_CHECK(!cfg.profile || !cfg.cuda_graph,
+             "--profile times the phases of the eager step; with "
+             "--cuda-graph the step is one replay (drop one of the two flags)");
+  LOOM_CHECK(cfg.batch_size % world == 0, "--batch-size ", cfg.batch_size,
+             " is the global batch and must "
+             "be divisible by the ",
+             world, " processes");
+}
+
+int64_t checked_local_batch(const TrainConfig& cfg, Device dev, int world) {
+  check_run_flags(cfg, dev, world);
+  return cfg.batch_size / world;
+}
+
+}  // namespace
+
+RunSetup::RunSetup(const TrainConfig& cfg)
+    : start_seconds(steady_seconds()),
+      env(dist::job_env()),
+      device(pick_device(cfg.device, env)),
+      group_(device),
+      pg(dist::world()),
+      rank(pg->rank()),
+      world(pg->size()),
+      local_batch(checked_local_batch(cfg, device, world)) {
+  manual_seed(cfg.seed);
+}
+
+// Drops what non-zero ranks would print (progress bars).
+static std::ostream& null_stream() {
+  static std::ostream s(nullptr);
+  return s;
+}
+
+ProgressOptions RunSetup::progress_options() const {
+  ProgressOptions popt;
+  if (!main()) popt.out = &null_stream();
+  if (world > 1) popt.style = ProgressStyle::Lines;  // the same read-back steps on every rank
+  return popt;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,42 @@
+// TrainConfig: what a training run is asked to do (device, epochs, batch, optimizer, folders,
+// checkpoints, AMP, ...), filled from the command line by add_train_flags (train/train_flags.h).
+// The example programs and the parts of train/ read it. Leaves out: each program's own options
+// (model width, augmentation) and anything parsed (this header needs no CLI11).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::train {
+
+struct TrainConfig {
+  std::string device;  // cpu, cuda, cuda:N; empty = cuda if present
+  int64_t epochs = 10;
+  int64_t batch_size = 128;  // global: each of N processes takes batch_size / N
+  double lr = 1e-3;
+  std::string optimizer = "adam";  // sgd (momentum 0.9), adam, adamw
+  double weight_decay = 0.0;
+  double label_smoothing = 0.0;
+  uint64_t seed = 0;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t workers = 2;
+  std::string log_dir;         // TensorBoard event files; empty = none
+  std::string checkpoint_dir;  // empty = no checkpoints
+  int keep_last = 3;
+  bool resume = false;      // continue from the newest valid checkpoint in checkpoint_dir
+  bool cuda_graph = false;  // capture the whole fixed-shape step once, replay it
+  int64_t train_limit = 0;  // use only the first N training examples (0 = all)
+  int64_t max_steps = 0;    // stop after this many steps in total (0 = no limit)
+  int64_t log_every = 20;   // read the loss back from the device every N steps
+  bool allow_nonfinite =
+      false;  // keep going when the loss is nan/inf (default: stop with an error)
+  int64_t checkpoint_every = 0;  // also save every N steps, mid-epoch (0 = per epoch only)
+  bool profile = false;          // print this process's step-time breakdown at the end
+  std::string amp = "off";       // off, bf16 (autocast), fp16 (autocast + GradScaler)
+  bool detect_anomaly = false;   // the first NaN/Inf in forward or backward is an error
+
+  // --max-steps is set and `step` steps are done.
+  bool max_steps_reached(int64_t step) const { return max_steps > 0 && step >= max_steps; }
+};
+
+}  // namespace loom::train
