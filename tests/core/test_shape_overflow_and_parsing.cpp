@@ -1,6 +1,6 @@
 // Inputs a new user can type that used to crash or give garbage: shapes whose element or byte
 // count overflows int64, device strings that std::stoi choked on, and the source locations that
-// errors print. Leaves out: the errors of ops (tests/autograd/test_errors.cpp).
+// errors print. Leaves out: the errors of ops (tests/autograd/ops/test_ops_errors.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
