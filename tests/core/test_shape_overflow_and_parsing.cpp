@@ -91,7 +91,7 @@ TEST(ErrorLocation, IsRelativeToTheRepository) {
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string what = e.what();
-    EXPECT_NE(what.find("(at tests/core/test_overflow_and_parsing.cpp:"), std::string::npos)
+    EXPECT_NE(what.find("(at tests/core/test_shape_overflow_and_parsing.cpp:"), std::string::npos)
         << what;
     EXPECT_EQ(what.find("/tests/core"), std::string::npos) << what;  // no absolute prefix
   }
