@@ -1,4 +1,4 @@
-// Samplers: sequential, random permutation per epoch, and distributed shards (SPECS.md).
+// Samplers: sequential, random per epoch, distributed shards (Note [DistributedSampler sizes]).
 #include "data/sampler.h"
 
 #include <numeric>

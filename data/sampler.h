@@ -1,5 +1,5 @@
 // Samplers: the order in which a loader visits a dataset, one epoch at a time. Sequential,
-// Random (a seeded permutation per epoch) and Distributed (one shard per rank, SPECS.md), each
+// Random (a seeded permutation per epoch) and Distributed (one shard per rank, as PyTorch's), each
 // with a position so a run can stop mid-epoch and resume at the same sample.
 // Leaves out: batching (the DataLoader cuts the order into batches) and weighted sampling.
 #pragma once
@@ -82,7 +82,7 @@ struct DistributedSamplerOptions {
   bool exactly_once = false;
 };
 
-// Note [DistributedSampler sizes] (SPECS.md)
+// Note [DistributedSampler sizes]
 // num_samples = ceil(N / R); with drop_last and N % R != 0, ceil((N - R) / R). total = num_samples
 // * R. Without drop_last the index list is padded to total by repeating it from its head (as many
 // times as needed when total > 2N); with drop_last it is cut to total. Rank r takes

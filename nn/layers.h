@@ -181,7 +181,7 @@ class AvgPool2d : public Module {
   AvgPool2dOptions options;
 };
 
-// (N, C, H, W) -> (N, C, output_size.h, output_size.w).
+// (N, C, H, W) -> (N, C, OH, OW) with (OH, OW) = output_size.
 class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(IntPair output_size);

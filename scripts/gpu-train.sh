@@ -39,7 +39,7 @@ s=$(date +%s)
 tail -n 2 "$LOG/train_mlp_graph.log"
 row "train_mlp --cuda-graph (1 epoch)" "$(acc "$LOG/train_mlp_graph.log"), $(( $(date +%s) - s ))s wall"
 
-(cd "$BUILD" && ./tests/test_train --gtest_filter='CudaGraphStep.*') > "$LOG/graph_test.log" 2>&1
+(cd "$BUILD" && ./tests/test_cuda --gtest_filter='CudaGraphStep.*') > "$LOG/graph_test.log" 2>&1
 row "graph vs eager step test" "$(grep -E '\[  (PASSED|FAILED) ' "$LOG/graph_test.log" | tr '\n' ' ')"
 
 "$BUILD/benchmarks/bench_train" > "$LOG/bench_eager.log" 2>&1; cat "$LOG/bench_eager.log"

@@ -75,7 +75,7 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
   LOOM_CHECK(
       !cfg.cuda_graph || world == 1, "--cuda-graph with ", world,
       " processes: the distributed step "
-      "runs eagerly (see Note [DDP and CUDA graphs] in docs/ddp.md: the process group's watchdog "
+      "runs eagerly (see Note [DDP and CUDA graphs] in distributed/ddp/ddp.cpp: the process group's watchdog "
       "cannot track collectives inside a captured graph); drop --cuda-graph");
   LOOM_CHECK(!cfg.profile || !cfg.cuda_graph,
              "--profile times the phases of the eager step; with "

@@ -1,6 +1,6 @@
 // The direct (naive) CPU convolution: seven nested loops per direction, accumulating in double.
 // It is the oracle the optimized im2col + GEMM kernels of cpu_conv.cpp are tested against
-// (tests/kernels/test_cpu_conv.cpp), and the definition of what conv2d computes.
+// (tests/kernels/cpu/test_cpu_conv.cpp), and the definition of what conv2d computes.
 // Leaves out: speed. The fast path's shape arithmetic lives here too; the naive one computes its
 // own (Note [Naive conv geometry] in cpu_conv_naive.cpp), so a mistake in either shows.
 #pragma once

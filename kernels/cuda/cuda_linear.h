@@ -1,8 +1,8 @@
 // A fused linear layer for the CUDA backend: y = act(x @ w^T + bias) in one cuBLASLt call, with
 // the bias add and the activation done in the product's epilogue. CudaBackend::linear (what the
 // loom::linear op and so nn::Linear call) runs it for float32/float16/bfloat16; tested in
-// tests/cuda/test_cuda_linalg.cpp. Leaves out: the backward pass (autograd/ops/linalg.cpp) and
-// f64.
+// tests/kernels/cuda/test_cuda_linalg.cpp. Leaves out: the backward pass (autograd/ops/linalg.cpp)
+// and f64.
 #pragma once
 
 #include "core/tensor.h"

@@ -1,5 +1,6 @@
-// data/sampler: sequential and random orders, the DistributedSampler formulas of SPECS.md for
-// many (N, R), the exactly-once evaluation mode, and the saved position.
+// data/sampler: sequential and random orders, the DistributedSampler formulas (Note
+// [DistributedSampler sizes] in data/sampler.h) for many (N, R), the exactly-once evaluation
+// mode, and the saved position.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,7 +47,7 @@ TEST(Sampler, RandomIsAPermutationThatChangesWithEpochAndSeed) {
   EXPECT_NE(e0, e1);
   EXPECT_EQ(e0, RandomSampler(1000, 42).indices(0));  // a pure function of (seed, epoch)
   EXPECT_NE(e0, RandomSampler(1000, 43).indices(0));
-  EXPECT_EQ(e1, RandomSampler(1000, 43).indices(0));  // seeded with seed + epoch, as SPECS.md says
+  EXPECT_EQ(e1, RandomSampler(1000, 43).indices(0));  // seeded with seed + epoch
   EXPECT_EQ(e0, random_permutation(1000, 42));
   EXPECT_EQ(RandomSampler(1, 9).indices(3), iota(1));
   EXPECT_TRUE(RandomSampler(0, 9).indices(3).empty());
@@ -72,7 +73,7 @@ TEST(DistributedSampler, SizesPaddingAndDisjointnessFollowSpecs) {
         for (bool shuffle : {false, true}) {
           SCOPED_TRACE(testing::Message() << "N=" << n << " R=" << R << " drop_last=" << drop_last
                                           << " shuffle=" << shuffle);
-          // SPECS.md, in floating point.
+          // Note [DistributedSampler sizes], in floating point.
           int64_t num_samples = (drop_last && n % R != 0)
                                     ? int64_t(std::ceil(double(n - R) / double(R)))
                                     : int64_t(std::ceil(double(n) / double(R)));

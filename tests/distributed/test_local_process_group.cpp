@@ -1,6 +1,6 @@
 // LocalProcessGroup (distributed/local_process_group.h), the group of a world of one, made
 // directly: each collective leaves the tensor as it is or copies in to out, and the public checks
-// still run before it. Leaves out: init_process_group choosing it (test_gloo.cpp).
+// still run before it. Leaves out: init_process_group choosing it (test_gloo_process_group.cpp).
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -1,6 +1,6 @@
 // Runs the train_mlp example program for the tests of tests/examples: a command line with a time
 // limit, stdout and stderr apart, and the numbers its output states. Leaves out: loomrun (see
-// test_ddp_examples.cpp).
+// test_train_mlp_ddp.cpp).
 #pragma once
 
 #include <gtest/gtest.h>

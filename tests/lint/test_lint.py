@@ -3,7 +3,10 @@
 # planted file, on one planted violation of each kind: an include up a floor, a kernels/cuda
 # include from above kernels/, one program including another, a file over 600 lines, a header
 # that does not compile alone, a comment naming a missing path or a folder outside the
-# repository, and (with the format switch on) a line that differs from .clang-format.
+# repository, a bare file name that no file has, a Note cited at a file that does not define it
+# (in a comment and in an error message) or defined nowhere, a test that mirrors no source (and
+# one in a folder that mirrors none), a cross-cutting entry that no longer exists, and (with the
+# format switch on) a line that differs from .clang-format.
 # Leaves out: compiler warnings (the CI build's LOOM_WERROR=ON makes those fail the build).
 #
 #   python3 tests/lint/test_lint.py <repo root>
@@ -52,7 +55,7 @@ with tempfile.TemporaryDirectory() as tmp:
     shutil.copytree(ROOT, clean, ignore=ignore)
     # The clean tree passes (format as the switch in .ci/lint says). The header check on the whole
     # tree is .ci/run's own first step; here it runs on core/ alone, below, to keep this test fast.
-    expect("clean tree passes", clean, "floors,size,paths,format", 0)
+    expect("clean tree passes", clean, "floors,size,paths,names,notes,tests,format", 0)
 
     cases = [
         # (name, check, file, appended text, message that must appear)
@@ -67,6 +70,21 @@ with tempfile.TemporaryDirectory() as tmp:
          "// see nn/no_such_file.h\n", "nn/no_such_file.h"),
         ("a comment pointing outside the repository", "paths", "docs/tour.md",
          "\nSee ../" "shared/DESIGN.md.\n", "outside the repository"),
+        ("a bare file name no file has", "names", "core/cuda/graph.h",
+         "// See Note [Graph capture] in cuda_graph.cpp.\n", "names cuda_graph.cpp"),
+        ("a bare file name in a doc", "names", "docs/tour.md", "\nThe formulas of SPECS.md.\n",
+         "docs/tour.md"),
+        ("a Note cited at a file that does not define it", "notes", "autograd/ops/optim.h",
+         "// (see Note [Fused optimizer steps] in\n// kernels/backend.h)\n",
+         "cites Note [Fused optimizer steps] in kernels/backend.h, but it is defined in "
+         "kernels/backend_methods.inc"),
+        ("a Note cited at a bare name that does not define it", "notes", "nn/linear.cpp",
+         "// Note [Fused linear] in linear.cpp\n", "nn/linear.cpp"),
+        ("an error message sending users to the wrong file", "notes", "nn/linear.cpp",
+         'const char* planted = "see Note [DDP and CUDA graphs] in docs/ddp.md";\n',
+         "but it is defined in distributed/ddp/ddp.cpp"),
+        ("a Note cited that no file defines", "notes", "docs/tour.md",
+         "\nSee Note [No such note].\n", "cites Note [No such note], which no file defines"),
     ]
     for name, check, path, text, needle in cases:
         tree = os.path.join(tmp, "case")
@@ -74,6 +92,30 @@ with tempfile.TemporaryDirectory() as tmp:
         append(tree, path, text)
         expect(name, tree, check, 1, needle)
         shutil.rmtree(tree)
+
+    # Where tests live: a test that mirrors no source, a CUDA test in a folder that mirrors none, and a
+    # cross-cutting entry whose file is gone all fail the tests check.
+    for name, path, needle, remove in [
+            ("a test that mirrors no source", "tests/core/test_no_such_source.cpp",
+             "tests/core/test_no_such_source.cpp tests no source", False),
+            ("a CUDA test outside its source's folder", "tests/cuda/test_cuda_stream.cpp",
+             "tests/cuda/test_cuda_stream.cpp tests no source", False),
+            ("a cross-cutting test that is gone", "tests/nn/test_golden.cpp",
+             "lists tests/nn/test_golden.cpp, which does not exist", True)]:
+        tree = os.path.join(tmp, "case")
+        shutil.copytree(clean, tree)
+        if remove:
+            os.remove(os.path.join(tree, path))
+        else:
+            write(tree, path, "// A planted test.\n")
+        expect(name, tree, "tests", 1, needle)
+        shutil.rmtree(tree)
+    # ... and the same test under its source's path passes.
+    tree = os.path.join(tmp, "case")
+    shutil.copytree(clean, tree)
+    write(tree, "tests/core/cuda/test_cuda_stream.cpp", "// A planted test.\n")
+    expect("a CUDA test beside its source's path passes", tree, "tests", 0)
+    shutil.rmtree(tree)
 
     # Headers: a small tree (core/ alone) keeps this fast; a header using size_t without
     # <cstddef> is caught, the clean core/ passes.

@@ -2,7 +2,7 @@
 // the learning rate and step count in device-side tensors they update bit for bit as the usual
 // host-scalar step does, through learning-rate changes, a skip flag, a state_dict round trip and a
 // GradScaler whose skip decision never reaches the host. The CUDA graph that needs all of this is
-// tested in tests/train/test_cuda_graph_step.cpp and test_cuda_amp_graph.cpp.
+// tested in tests/train/test_cuda_step_runner_graph.cpp and test_cuda_step_runner_amp_graph.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,6 +1,6 @@
 // The resume checks of train/checkpointing.h against hand-made checkpoint states: each counter out
 // of range, a finished run, another dtype, each error naming the file and the values. Leaves out:
-// resuming whole runs (tests/examples/test_resume.cpp runs the program).
+// resuming whole runs (tests/examples/test_train_mlp_resume.cpp runs the program).
 #include <gtest/gtest.h>
 
 #include <functional>

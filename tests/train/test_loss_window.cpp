@@ -1,7 +1,7 @@
 // The loss read-back window (train/loss_window.h) in a world of one: read-backs every
 // --log-every steps and at the last step with the window's mean, the progress fed with every
 // step, the divergence error naming the step and the last finite loss, and a SIGTERM turned into
-// an agreed stop. Leaves out: the sum over ranks (test_ddp_examples.cpp runs it under loomrun).
+// an agreed stop. Leaves out: the sum over ranks (test_train_mlp_ddp.cpp runs it under loomrun).
 #include <gtest/gtest.h>
 #include <signal.h>
 

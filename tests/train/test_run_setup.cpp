@@ -1,7 +1,7 @@
 // The run's setup and evaluation (train/run_setup.h, train/evaluate.h) in a world of one: the
 // device picker's answers and errors, the folder checks, the flags that do not fit together, and
 // the sharded evaluation of a hand-made classifier against a hand count. Leaves out: the process
-// group of N processes (tests/examples/test_ddp_examples.cpp).
+// group of N processes (tests/examples/test_train_mlp_ddp.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

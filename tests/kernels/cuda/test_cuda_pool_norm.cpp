@@ -15,13 +15,13 @@
 #include "autograd/node.h"
 #include "autograd/ops/ops.h"
 #include "core/cuda/stream.h"
-#include "cuda/cuda_test_util.h"
-#include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_norm.h"
 #include "kernels/cuda/launch.h"
 #include "nn/fuse.h"
 #include "nn/layers.h"
+#include "support/cuda_test_util.h"
+#include "support/nn_kernels_support.h"
 
 using namespace loom;
 using namespace loom::testing;

@@ -1,6 +1,6 @@
 // Inputs a new user can type that used to crash or give garbage: shapes whose element or byte
 // count overflows int64, device strings that std::stoi choked on, and the source locations that
-// errors print. Leaves out: the errors of ops (tests/autograd/test_errors.cpp).
+// errors print. Leaves out: the errors of ops (tests/autograd/ops/test_ops_errors.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -91,7 +91,7 @@ TEST(ErrorLocation, IsRelativeToTheRepository) {
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string what = e.what();
-    EXPECT_NE(what.find("(at tests/core/test_overflow_and_parsing.cpp:"), std::string::npos)
+    EXPECT_NE(what.find("(at tests/core/test_shape_overflow_and_parsing.cpp:"), std::string::npos)
         << what;
     EXPECT_EQ(what.find("/tests/core"), std::string::npos) << what;  // no absolute prefix
   }

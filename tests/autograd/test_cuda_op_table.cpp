@@ -4,8 +4,8 @@
 #include <functional>
 #include <string>
 
-#include "cuda_test_util.h"
 #include "op_table.h"
+#include "support/cuda_test_util.h"
 
 namespace loom::testing {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda_test_util.h"
 #include "kernels/backend.h"
+#include "support/cuda_test_util.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/host_allocator.h"
 #include "kernels/cuda/launch.h"

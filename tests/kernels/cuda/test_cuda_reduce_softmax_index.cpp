@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "cuda_test_util.h"
 #include "kernels/backend.h"
+#include "support/cuda_test_util.h"
 #ifdef LOOM_WITH_CUDA
 #include "kernels/cuda/launch.h"
 #endif

@@ -1,6 +1,7 @@
 // Exact resume: two epochs straight and (one epoch + a crash mid-epoch + resume) give
-// bit-identical final weights on the CPU (SPECS.md, Checkpoints). Also: the short CPU run learns.
-// Each run is the train_mlp program (examples/train_mlp.cpp), its loop and the parts in train/.
+// bit-identical final weights on the CPU (docs/checkpoints-and-logging.md). Also: the short CPU run
+// learns. Each run is the train_mlp program (examples/train_mlp.cpp), its loop and the parts in
+// train/.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -10,7 +10,7 @@
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "autograd/ops/optim.h"
-#include "cuda_test_util.h"
+#include "support/cuda_test_util.h"
 
 using namespace loom;
 

@@ -15,10 +15,10 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "core/cuda/stream.h"
-#include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/raw_ops.h"
+#include "support/nn_kernels_support.h"
 
 using namespace loom;
 using namespace loom::testing;

@@ -1,10 +1,10 @@
 // The CUDA nll_loss backward when ignore_index is a real class (inside [0, C)): rows whose target
 // is that class get exactly zero gradient, as on the CPU
-// (tests/autograd/test_nll_ignore_class.cpp). Before the fix the kernel wrote -grad * scale at
-// column t of those rows.
+// (tests/autograd/ops/test_softmax_loss_nll_ignore_class.cpp). Before the fix the kernel wrote
+// -grad * scale at column t of those rows.
 #include <gtest/gtest.h>
 
-#include "cuda_test_util.h"
+#include "support/cuda_test_util.h"
 
 using namespace loom;
 

@@ -12,12 +12,12 @@
 #include <string>
 
 #include "core/cuda/stream.h"
-#include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/lt_matmul.h"
 #include "kernels/cuda/math_mode.h"
 #include "kernels/raw_ops.h"
+#include "support/nn_kernels_support.h"
 #include "support/reference.h"
 
 using namespace loom;

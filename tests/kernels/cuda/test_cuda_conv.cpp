@@ -11,10 +11,10 @@
 #include <string>
 
 #include "core/cuda/stream.h"
-#include "cuda/nn_kernels_support.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cudnn_conv.h"
 #include "kernels/cuda/math_mode.h"
+#include "support/nn_kernels_support.h"
 
 using namespace loom;
 using namespace loom::testing;

@@ -12,7 +12,7 @@
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/stream.h"
-#include "cuda/nn_kernels_support.h"
+#include "support/nn_kernels_support.h"
 
 using namespace loom;
 using namespace loom::testing;

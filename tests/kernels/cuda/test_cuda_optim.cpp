@@ -15,13 +15,13 @@
 
 #include "autograd/ops/ops.h"
 #include "core/cuda/stream.h"
-#include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "nn/layers.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/in_backward.h"
 #include "nn/optim/sgd.h"
+#include "support/cuda_test_util.h"
 
 using namespace loom;
 

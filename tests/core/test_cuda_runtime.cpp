@@ -6,7 +6,7 @@
 #include <cstring>
 #include <thread>
 
-#include "cuda_test_util.h"
+#include "support/cuda_test_util.h"
 
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/allocator.h"

@@ -1,0 +1,132 @@
+// CollectiveLog (distributed/collective_log.h): sequence numbers, each op's description, the
+// record each rank publishes to the store, and the timeout message that names the ranks that did
+// not arrive (Note [Timeout errors]). One process on a real TCP store; the other ranks' records
+// are written to the store by the test, as their publishers would.
+// Leaves out: a real timeout in a multi-process job (tests/distributed/test_gloo_process_group.cpp has those).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "distributed/collective_log.h"
+#include "distributed/tcp_store.h"
+
+using namespace loom;
+using namespace loom::distributed;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::shared_ptr<TCPStore> serve() {
+  return std::make_shared<TCPStore>(
+      "127.0.0.1", 0, TCPStoreOptions{.is_server = true, .timeout = 10s, .token = {}});
+}
+
+// The value under `key` once it equals `want`, or the last value seen after 5 s (the publisher
+// writes from its own thread, at most every 50 ms).
+std::string wait_for(Store& store, const std::string& key, const std::string& want) {
+  std::string got;
+  for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;) {
+    if (store.check({key})) {
+      got = store.get_string(key, 1s);
+      if (got == want) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return got;
+}
+
+}  // namespace
+
+TEST(CollectiveLog, DescribeNamesOpSequenceAndSize) {
+  EXPECT_EQ((OpRecord{"all_reduce", 17, 4096, DType::F32, -1}).describe(),
+            "all_reduce #17 (4096 float32 elements)");
+  EXPECT_EQ((OpRecord{"broadcast", 2, 1, DType::I64, -1}).describe(),
+            "broadcast #2 (1 int64 element)");
+  EXPECT_EQ((OpRecord{"barrier", 5, 0, DType::F32, -1}).describe(), "barrier #5");
+  EXPECT_EQ((OpRecord{"send", 0, 3, DType::F16, 2}).describe(),
+            "send to rank 2 (3 float16 elements)");
+  EXPECT_EQ((OpRecord{"recv", 0, 3, DType::F16, 1}).describe(),
+            "recv from rank 1 (3 float16 elements)");
+}
+
+TEST(CollectiveLog, CollectivesCountFromOnePointToPointIsZero) {
+  CollectiveLog log(nullptr, 0, 1);
+  OpRecord a = log.begin("all_reduce", 10, DType::F32);
+  EXPECT_EQ(a.seq, 1u);
+  EXPECT_EQ(a.op, "all_reduce");
+  EXPECT_EQ(a.numel, 10);
+  EXPECT_EQ(a.peer, -1);  // a collective has no peer
+  OpRecord s = log.point_to_point("send", 4, DType::F64, 3);
+  EXPECT_EQ(s.seq, 0u);  // send/recv are not collectives: they do not advance the count
+  EXPECT_EQ(s.peer, 3);
+  EXPECT_EQ(log.begin("broadcast", 1, DType::I64).seq, 2u);
+  EXPECT_EQ(log.begin("barrier", 0, DType::F32).seq, 3u);
+}
+
+TEST(CollectiveLog, WithoutStoreTheMessageNamesOnlyThisRank) {
+  CollectiveLog log(nullptr, 0, 1);
+  OpRecord r = log.begin("all_reduce", 8, DType::F32);
+  EXPECT_EQ(log.timeout_message(r, 5000ms),
+            "all_reduce #1 (8 float32 elements) timed out after 5.0 s on rank 0");
+}
+
+TEST(CollectiveLog, PublishesTheLatestRecordUnderProgressRank) {
+  auto store = serve();
+  CollectiveLog log(store, 1, 3);
+  log.begin("all_reduce", 4096, DType::F32);
+  EXPECT_EQ(wait_for(*store, "progress/1", "1 all_reduce 4096 float32"),
+            "1 all_reduce 4096 float32");
+  log.begin("all_reduce", 4096, DType::F32);
+  log.begin("broadcast", 7, DType::I64);
+  EXPECT_EQ(wait_for(*store, "progress/1", "3 broadcast 7 int64"), "3 broadcast 7 int64");
+  log.point_to_point("send", 2, DType::F32, 0);  // not published: the record stays at #3
+  std::this_thread::sleep_for(150ms);
+  EXPECT_EQ(store->get_string("progress/1", 1s), "3 broadcast 7 int64");
+  EXPECT_FALSE(store->check({"progress/0"}));  // only this rank's key
+}
+
+TEST(CollectiveLog, TimeoutNamesTheOneRankBehind) {
+  auto store = serve();
+  CollectiveLog log(store, 0, 3);
+  OpRecord r;
+  for (int i = 0; i < 17; ++i) r = log.begin("all_reduce", 4096, DType::F32);
+  store->set("progress/1", std::string("16 all_reduce 4096 float32"));
+  store->set("progress/2", std::string("17 all_reduce 4096 float32"));
+  EXPECT_EQ(log.timeout_message(r, 5000ms),
+            "all_reduce #17 (4096 float32 elements) timed out after 5.0 s on rank 0: rank 1 has "
+            "not reached it (its last collective: all_reduce #16)");
+  // This rank's own record is its latest collective.
+  EXPECT_EQ(store->get_string("progress/0", 1s), "17 all_reduce 4096 float32");
+}
+
+TEST(CollectiveLog, TimeoutNamesEveryRankBehindAndOnesWithNoRecord) {
+  auto store = serve();
+  CollectiveLog log(store, 1, 4);
+  OpRecord r;
+  for (int i = 0; i < 5; ++i) r = log.begin("broadcast", 2, DType::I64);
+  store->set("progress/0", std::string("3 all_reduce 100 float32"));
+  store->set("progress/3", std::string("6 barrier 0 float32"));  // ahead of this rank: not named
+  EXPECT_EQ(log.timeout_message(r, 1500ms),
+            "broadcast #5 (2 int64 elements) timed out after 1.5 s on rank 1: ranks 0, 2 have not "
+            "reached it (rank 0: its last collective: all_reduce #3; rank 2: no collective yet)");
+}
+
+TEST(CollectiveLog, TimeoutWhenEveryRankArrivedSaysSo) {
+  auto store = serve();
+  CollectiveLog log(store, 0, 2);
+  OpRecord r = log.begin("all_reduce", 1, DType::F32);
+  store->set("progress/1", std::string("1 all_reduce 1 float32"));
+  EXPECT_EQ(log.timeout_message(r, 2500ms),
+            "all_reduce #1 (1 float32 element) timed out after 2.5 s on rank 0: every rank "
+            "reached it (a peer failed, or the ranks called different collectives)");
+}
+
+TEST(CollectiveLog, PointToPointTimeoutDoesNotAskTheStore) {
+  auto store = serve();
+  CollectiveLog log(store, 0, 2);
+  OpRecord r = log.point_to_point("recv", 6, DType::F32, 1);
+  EXPECT_EQ(log.timeout_message(r, 2000ms),
+            "recv from rank 1 (6 float32 elements) timed out after 2.0 s on rank 0");
+  EXPECT_FALSE(store->check({"progress/0"}));
+}
