@@ -1,8 +1,8 @@
 // Fused optimizer steps (and the GradScaler's unscale and scale update) as ops: one in-place update
 // of a whole list of parameters (on CUDA, one kernel launch), with PyTorch's formulas. Not
 // differentiable and never recorded; nn/optim calls these (see Note [Fused optimizer steps] in
-// kernels/backend.h) and keeps the composite version as their test oracle. Leaves out: the
-// optimizers' state and parameter groups (nn/optim/).
+// kernels/backend_methods.inc) and keeps the composite version as their test oracle. Leaves out:
+// the optimizers' state and parameter groups (nn/optim/).
 #pragma once
 
 #include <vector>

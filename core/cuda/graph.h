@@ -1,5 +1,5 @@
 // CUDA graphs: record the kernels and copies that any sequence of loom ops queues on the current
-// stream, then replay them with one launch. See Note [Graph capture] in cuda_graph.cpp.
+// stream, then replay them with one launch. See Note [Graph capture] in core/cuda/graph.cpp.
 // Leaves out: graph updates (cudaGraphExecUpdate) and capturing several streams that fork.
 #pragma once
 
