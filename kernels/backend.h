@@ -16,8 +16,9 @@
 
 namespace loom {
 
-// ReduceOp, Reduction, RandomKind, Conv2dParams, Pool2dParams and the step params:
-// kernels/params.h.
+// The parameter types of the methods: ReduceOp, LinearActivation, Reduction, RandomKind,
+// Conv2dParams, Pool2dParams, DeviceStepScalars, AdamStepParams and SgdStepParams in
+// kernels/params.h; UnaryOp and BinaryOp in kernels/functors.h. The result types follow.
 
 struct BatchNormOut {
   Tensor y;            // x's shape

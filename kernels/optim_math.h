@@ -1,7 +1,8 @@
 // The per-element math of the fused optimizer steps (Backend::adam_step / sgd_step), written
 // once for the CPU loop (kernels/cpu/cpu_optim.cpp) and the CUDA kernel (kernels/cuda/
-// cuda_optim.cu), plus the host side both backends run: argument checks and the dtype switch.
-// Leaves out: the loops over tensors and elements (each backend has its own).
+// cuda_optim.cu), plus the host side both backends run first: the argument checks
+// (Note [The path of a fused step]).
+// Leaves out: the dtype switch and the loops over tensors and elements (each backend has its own).
 #pragma once
 
 #include <cmath>
@@ -127,7 +128,8 @@ struct SgdMath {
   }
 };
 
-// Checks the lists given to adam_step / sgd_step (see Note [Fused optimizer steps]); `states`
+// Checks the lists given to adam_step / sgd_step (see Note [Fused optimizer steps] in
+// kernels/backend_methods.inc); `states`
 // are the per-parameter state lists that must be present.
 inline void check_fused_step_args(const char* op, const std::vector<Tensor>& params,
                                   const std::vector<Tensor>& grads,
@@ -172,38 +174,39 @@ inline void check_step_scalars(const char* op, const DeviceStepScalars& d, const
   if (d.skip_if.defined()) check(d.skip_if, DType::F32, "skip flag");
 }
 
-// The host side of Backend::adam_step and sgd_step, written once: the checks, then the backend's
-// loop for the parameters' dtype. Impl provides
-//   template <typename T> static void adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-//   hp); template <typename T> static void sgd(params, grads, momentum_bufs, hp);
-// with T = float or double (check_fused_step_args admits only those).
-template <typename Impl>
-void fused_adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                     const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                     const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
+// Note [The path of a fused step]
+// One way down, no callbacks: CpuBackend::adam_step (kernels/cpu/cpu_optim.cpp) or
+// CudaBackend::adam_step (kernels/cuda/cuda_optim.cu) calls check_adam_step below (the host side
+// both share: every list and the device-side scalars), then switches on the parameters' dtype to
+// its own loop or kernel, which runs AdamMath on each element. sgd_step goes the same way.
+
+// Parameters may be float32 or float64 (check_fused_step_args); the backends' dtype switch
+// instantiates its loop for these two only.
+template <typename T>
+constexpr bool is_fused_step_type = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+// The checks of Backend::adam_step. Returns false when there is nothing to update (no parameters).
+inline bool check_adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                            const std::vector<Tensor>& exp_avgs,
+                            const std::vector<Tensor>& exp_avg_sqs,
+                            const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
   std::vector<const std::vector<Tensor>*> states{&exp_avgs, &exp_avg_sqs};
   if (hp.amsgrad) states.push_back(&max_exp_avg_sqs);
   check_fused_step_args("adam_step", params, grads, states);
-  if (params.empty()) return;
+  if (params.empty()) return false;
   check_step_scalars("adam_step", hp.on_device, params[0]);
-  LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
-    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>)
-      Impl::template adam<scalar_t>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
-  });
+  return true;
 }
 
-template <typename Impl>
-void fused_sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                    const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
+// The checks of Backend::sgd_step. Returns false when there is nothing to update (no parameters).
+inline bool check_sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
   std::vector<const std::vector<Tensor>*> states;
   if (hp.momentum != 0.0) states.push_back(&momentum_bufs);
   check_fused_step_args("sgd_step", params, grads, states);
-  if (params.empty()) return;
+  if (params.empty()) return false;
   check_step_scalars("sgd_step", hp.on_device, params[0]);
-  LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
-    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>)
-      Impl::template sgd<scalar_t>(params, grads, momentum_bufs, hp);
-  });
+  return true;
 }
 
 }  // namespace loom

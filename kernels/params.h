@@ -32,7 +32,7 @@ struct Pool2dParams {
 };
 
 // Hyper-parameters of one fused Adam/AdamW update (see Note [Fused optimizer steps] in
-// kernels/backend.h).
+// kernels/backend_methods.inc).
 // Note [Step scalars on the device]
 // A step replayed from a CUDA graph cannot carry its learning rate and step number in the kernel's
 // arguments: those were fixed at capture. With `lr` defined, the fused step reads them from

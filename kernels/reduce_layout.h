@@ -1,13 +1,16 @@
 // How both backends lay out a reduction: the result's shape, and a permutation that puts the
-// kept dims first and the reduced dims last, so the input reads as (outer, inner) rows; and the
-// name of a reduction in error messages.
+// kept dims first and the reduced dims last, so the input reads as (outer, inner) rows; the
+// argument checks of reduce and max_dim, and the name of a reduction in error messages.
 // Leaves out: the kernels (kernels/cpu/cpu_reduce.cpp, kernels/cuda/cuda_reduce.cu).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/error.h"
 #include "core/shape.h"
 #include "kernels/params.h"
 
@@ -56,6 +59,30 @@ inline ReduceLayout reduce_layout(const Shape& shape, const std::vector<int64_t>
   L.reduced_dims_lead = !red.empty() && red.back() == int64_t(red.size()) - 1;
   L.perm.insert(L.perm.end(), red.begin(), red.end());
   return L;
+}
+
+// reduce(op, x, dims, keepdim)'s layout, after the checks both backends make: max and min need
+// at least one element to reduce, mean a floating dtype.
+inline ReduceLayout checked_reduce_layout(ReduceOp op, const Shape& shape, DType dtype,
+                                          const std::vector<int64_t>& dims, bool keepdim) {
+  ReduceLayout L = reduce_layout(shape, dims, keepdim);
+  LOOM_CHECK(L.inner > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, reduce_name(op),
+             ": cannot reduce over zero elements (shape ", shape, ")");
+  LOOM_CHECK(op != ReduceOp::Mean || is_floating(dtype), "mean: dtype ", dtype_name(dtype),
+             " is not supported (expected a floating type)");
+  return L;
+}
+
+// What a sum or mean over zero elements gives (as PyTorch): 0 and NaN.
+inline double empty_reduction_value(ReduceOp op) {
+  return op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+}
+
+// max_dim(x, dim, keepdim)'s layout (dim: wrapped), after checking that dim is not empty.
+inline ReduceLayout max_dim_layout(const Shape& shape, int64_t dim, bool keepdim) {
+  LOOM_CHECK(shape[size_t(dim)] > 0, "max: cannot take the max over dim ", dim,
+             " of size 0 (shape ", shape, ")");
+  return reduce_layout(shape, {dim}, keepdim);
 }
 
 }  // namespace loom

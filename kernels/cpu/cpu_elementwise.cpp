@@ -62,18 +62,6 @@ void CpuBackend::random_(const Tensor& t, RandomKind kind, double a, double b, u
   });
 }
 
-namespace {
-
-// The CPU loop (kernels/cpu/loops.h) as the type the shared front-end takes.
-struct CpuLoop {
-  template <typename Out, typename... Ins, typename F, typename... Ts>
-  static void run(const Tensor& out, const F& f, const Ts&... in) {
-    elementwise<Out, Ins...>(out, f, in...);
-  }
-};
-
-}  // namespace
-
 // The host side of these five is kernels/elementwise_ops.h, shared with the CUDA backend.
 Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) {
   return elementwise_ops::unary<CpuLoop>(op, x);

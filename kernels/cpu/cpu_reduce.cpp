@@ -3,7 +3,6 @@
 // contiguous tensor, e.g. a bias gradient) reduces in place without the copy. Sums accumulate in
 // double on the CPU, so float32 sums are accurate to the last bit that matters.
 #include <cmath>
-#include <limits>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -80,15 +79,11 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t rows, int64_t cols) {
 Tensor CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
                           bool keepdim) {
   const char* name = reduce_name(op);
-  const ReduceLayout L = reduce_layout(x.shape(), dims_in, keepdim);
+  const ReduceLayout L = checked_reduce_layout(op, x.shape(), x.dtype(), dims_in, keepdim);
   const int64_t outer = L.outer, inner = L.inner;
-  LOOM_CHECK(inner > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, name,
-             ": cannot reduce over zero elements (shape ", x.shape(), ")");
-  LOOM_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()), "mean: dtype ", dtype_name(x.dtype()),
-             " is not supported (expected a floating type)");
   Tensor out = empty(L.out_shape, {.dtype = x.dtype()});
   if (inner == 0) {
-    fill_(out, op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    fill_(out, empty_reduction_value(op));
     return out;
   }
   LOOM_DISPATCH_NUMERIC(x.dtype(), name, [&] {
@@ -104,10 +99,8 @@ Tensor CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_
 }
 
 std::pair<Tensor, Tensor> CpuBackend::max_dim(const Tensor& x, int64_t dim, bool keepdim) {
-  int64_t n = x.size(dim);
-  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(),
-             ")");
-  const ReduceLayout L = reduce_layout(x.shape(), {dim}, keepdim);
+  const ReduceLayout L = max_dim_layout(x.shape(), dim, keepdim);
+  const int64_t n = x.size(dim);
   Tensor xc = raw::contiguous(raw::permute(x, L.perm));
   Tensor values = empty(L.out_shape, {.dtype = x.dtype()});
   Tensor indices = empty(L.out_shape, {.dtype = DType::I64});

@@ -1,6 +1,7 @@
-// The CPU's one strided, broadcasting elementwise iterator. `for_each_element` walks an output
+// The CPU's one strided, broadcasting elementwise iterator. `elementwise` walks an output
 // shape with up to four operands (the output first), each with its own strides (0 along broadcast
-// dims), in parallel chunks; contiguous inner runs take a branch the compiler vectorizes.
+// dims), in parallel chunks (for_each_run); contiguous inner runs take a branch the compiler
+// vectorizes. The dims are merged first by kernels/loop_geometry.h, shared with CUDA.
 // Leaves out: reductions (kernels/cpu/cpu_reduce.cpp walks its own layout).
 #pragma once
 
@@ -9,39 +10,17 @@
 
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "kernels/loop_geometry.h"
 
 namespace loom::cpu {
 
-constexpr int kMaxDims = 16;
+constexpr int kMaxDims = kMaxLoopDims;
 
-// The geometry of one elementwise loop: a shape and, for each of NOps operands, element strides.
+// Builds the loop over `shape`, reading operand k with strides st[k], with its dims merged
+// (kernels/loop_geometry.h); a single element is one dim of size 1, so the walk below has a dim.
 template <int NOps>
-struct LoopShape {
-  int ndim = 0;
-  std::array<int64_t, kMaxDims> sizes{};
-  std::array<std::array<int64_t, kMaxDims>, NOps> strides{};
-};
-
-// Builds the loop over `shape`, reading operand k with strides st[k], and merges adjacent dims
-// that every operand walks contiguously (so a contiguous tensor becomes one flat dim).
-template <int NOps>
-LoopShape<NOps> make_loop(const Shape& shape, const std::array<Strides, NOps>& st) {
-  LOOM_CHECK(shape.size() <= size_t(kMaxDims), "elementwise: tensors of ", shape.size(),
-             " dims are not supported (at most ", kMaxDims, ")");
-  LoopShape<NOps> L;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;  // size-1 dims never move the pointers
-    bool merge = L.ndim > 0;
-    for (int k = 0; k < NOps && merge; ++k) merge = L.strides[k][L.ndim - 1] == st[k][d] * shape[d];
-    if (merge) {
-      L.sizes[L.ndim - 1] *= shape[d];
-      for (int k = 0; k < NOps; ++k) L.strides[k][L.ndim - 1] = st[k][d];
-    } else {
-      L.sizes[L.ndim] = shape[d];
-      for (int k = 0; k < NOps; ++k) L.strides[k][L.ndim] = st[k][d];
-      ++L.ndim;
-    }
-  }
+LoopGeometry<NOps> make_loop(const Shape& shape, const std::array<Strides, NOps>& st) {
+  LoopGeometry<NOps> L = loop_geometry<NOps>(shape, st);
   if (L.ndim == 0) {  // a single element
     L.ndim = 1;
     L.sizes[0] = 1;
@@ -53,7 +32,7 @@ LoopShape<NOps> make_loop(const Shape& shape, const std::array<Strides, NOps>& s
 // Calls body(ptrs, inner_strides, n) for runs of n elements along the innermost dim, where
 // ptrs[k] points at operand k's first element of the run (typed char* of element size es[k]).
 template <int NOps, typename Body>
-void for_each_run(const LoopShape<NOps>& L, std::array<char*, NOps> base,
+void for_each_run(const LoopGeometry<NOps>& L, std::array<char*, NOps> base,
                   const std::array<int64_t, NOps>& es, const Body& body) {
   int64_t total = 1;
   for (int d = 0; d < L.ndim; ++d) total *= L.sizes[d];
@@ -104,7 +83,7 @@ void elementwise(const Tensor& out, const F& f, const Ts&... in) {
   static_assert(sizeof...(Ins) == sizeof...(Ts), "one element type per input tensor");
   constexpr int N = 1 + sizeof...(Ins);
   std::array<Strides, N> st{out.strides(), operand_strides(in, out.shape())...};
-  LoopShape<N> L = make_loop<N>(out.shape(), st);
+  LoopGeometry<N> L = make_loop<N>(out.shape(), st);
   std::array<char*, N> base{static_cast<char*>(out.data_ptr()),
                             static_cast<char*>(in.data_ptr())...};
   std::array<int64_t, N> es{int64_t(sizeof(Out)), int64_t(sizeof(Ins))...};
@@ -125,5 +104,13 @@ void elementwise(const Tensor& out, const F& f, const Ts&... in) {
                     (std::index_sequence_for<Ins...>{});
                   });
 }
+
+// This iterator as the Loop type the shared front-end kernels/elementwise_ops.h takes.
+struct CpuLoop {
+  template <typename Out, typename... Ins, typename F, typename... Ts>
+  static void run(const Tensor& out, const F& f, const Ts&... in) {
+    elementwise<Out, Ins...>(out, f, in...);
+  }
+};
 
 }  // namespace loom::cpu

@@ -2,7 +2,6 @@
 // inf/NaN into found_inf (Note [Fused unscale]), and a one-thread kernel updates the scale; both
 // read the scale from device memory, so neither syncs with the host and a CUDA graph can hold them.
 // Leaves out: f16/bf16 gradients; float32 and float64 gradients in one call take one launch each.
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/check.h"
@@ -10,23 +9,17 @@
 #include "kernels/amp_math.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/multi_tensor.cuh"
 
 namespace loom::cuda {
 
 namespace {
 
-// The table of tensors travels in the kernel arguments, as in the fused optimizer steps
-// (Note [Multi-tensor table in kernel arguments] in kernels/cuda/cuda_optim.cu).
-constexpr int kMaxTensors = 512;
-constexpr int64_t kChunk = 8192;
-
+// The gradients in tables of Note [Multi-tensor table in kernel arguments]
+// (kernels/cuda/multi_tensor.cuh), as in the fused optimizer steps: up to 512 tensors, in chunks
+// of 8192 elements.
 template <typename T>
-struct GradTable {
-  int n = 0;
-  T* ptr[kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int64_t chunk_start[kMaxTensors + 1];
-};
+using GradTable = TensorTable<T, 1, 512, 8192>;
 static_assert(sizeof(GradTable<double>) < 30000, "the table must fit in the kernel arguments");
 
 template <typename T>
@@ -36,17 +29,8 @@ __global__ void unscale_kernel(const __grid_constant__ GradTable<T> tab, float* 
   const int64_t total = tab.chunk_start[tab.n];
   bool found = false;
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
-    int lo = 0, hi = tab.n - 1;  // the chunk's tensor: largest t with chunk_start[t] <= c
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (tab.chunk_start[mid] <= c)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int64_t begin = (c - tab.chunk_start[lo]) * kChunk;
-    const int64_t end = min(begin + kChunk, tab.numel[lo]);
-    T* p = tab.ptr[lo];
+    const auto [t, begin, end] = chunk_range(tab, c);
+    T* p = tab.ptr[0][t];
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       T v = p[i];
       found |= non_finite(v);
@@ -67,28 +51,11 @@ void unscale_launch(const std::vector<Tensor>& grads, const Tensor& found_inf,
   const int dev = found_inf.device().index;
   DeviceGuard guard(dev);
   cudaStream_t s = current_stream(dev);
-  GradTable<T> tab;
-  auto flush = [&] {
-    if (tab.n == 0) return;
-    const int64_t chunks = tab.chunk_start[tab.n];
-    const int64_t grid =
-        std::max<int64_t>(1, std::min<int64_t>(chunks, int64_t(multiprocessor_count(dev)) * 8));
-    unscale_kernel<T>
-        <<<unsigned(grid), kBlockSize, 0, s>>>(tab, found_inf.data<float>(), scale.data<float>());
+  for_each_table<GradTable<T>>({&grads}, [&](const GradTable<T>& tab, int64_t chunks) {
+    unscale_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(
+        tab, found_inf.data<float>(), scale.data<float>());
     LOOM_CUDA_CHECK_LAUNCH("amp_unscale_");
-    tab.n = 0;
-  };
-  for (const Tensor& g : grads) {
-    if (g.dtype() != DTypeOf<T>::value || g.numel() == 0) continue;
-    if (tab.n == kMaxTensors) flush();
-    const int k = tab.n;
-    tab.ptr[k] = static_cast<T*>(g.data_ptr());
-    tab.numel[k] = g.numel();
-    if (k == 0) tab.chunk_start[0] = 0;
-    tab.chunk_start[k + 1] = tab.chunk_start[k] + (g.numel() + kChunk - 1) / kChunk;
-    tab.n = k + 1;
-  }
-  flush();
+  });
 }
 
 }  // namespace

@@ -9,18 +9,6 @@
 
 namespace loom::cuda {
 
-namespace {
-
-// The CUDA launcher (kernels/cuda/loops.cuh) as the type the shared front-end takes.
-struct CudaLoop {
-  template <typename Out, typename... Ins, typename F, typename... Ts>
-  static void run(const Tensor& out, const F& f, const Ts&... in) {
-    elementwise<Out, Ins...>(out, f, in...);
-  }
-};
-
-}  // namespace
-
 // The host side of these three is kernels/elementwise_ops.h, shared with the CPU backend.
 // a, b: shapes that broadcast together -> the broadcast shape (bool for comparisons)
 Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {

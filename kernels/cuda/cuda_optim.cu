@@ -1,5 +1,5 @@
 // Fused optimizer steps on CUDA: one kernel launch updates every parameter of the call (for up
-// to kMaxTensors tensors; more are done in batches of that many). The per-element math is
+// to 256 tensors; more are done in batches of that many). The per-element math is
 // kernels/optim_math.h, shared with the CPU loop that tests this kernel.
 // With device-side step scalars (Note [Step scalars on the device] in kernels/params.h) each
 // kernel reads the learning rate, step count and skip flag itself, and a one-thread kernel after
@@ -12,50 +12,24 @@
 #include "core/cuda/stream.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/multi_tensor.cuh"
 #include "kernels/optim_math.h"
 
 namespace loom::cuda {
 
 namespace {
 
-// Note [Multi-tensor table in kernel arguments]
-// Each tensor is cut into chunks of kChunk elements; chunk_start[t] is the global number of
-// tensor t's first chunk. Block b takes chunks b, b + gridDim.x, ...; for each it finds the tensor
-// by a binary search over chunk_start (the same for all threads of the block) and updates that
-// chunk's elements with a block-stride loop. The table (pointers, sizes, chunk starts) travels in
-// the kernel arguments, which CUDA 12.1+ allows up to 32764 bytes on Volta and later: no host-to-
-// device copy and nothing to keep alive, and a CUDA graph captures the launch as it is.
-constexpr int kMaxTensors = 256;
-constexpr int64_t kChunk = 4096;
-
+// The tables of Note [Multi-tensor table in kernel arguments] (kernels/cuda/multi_tensor.cuh):
+// up to 256 tensors of L lists, in chunks of 4096 elements.
 template <typename T, int L>
-struct TensorTable {
-  int n = 0;
-  T* ptr[L][kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int64_t chunk_start[kMaxTensors + 1];
-};
-static_assert(sizeof(TensorTable<double, 5>) < 30000,
+using OptimTable = TensorTable<T, L, 256, 4096>;
+static_assert(sizeof(OptimTable<double, 5>) < 30000,
               "the tensor table must fit in the kernel arguments");
-
-// The chunk's tensor: the largest t with chunk_start[t] <= c (tables hold no empty tensors).
-template <typename T, int L>
-__device__ int tensor_of(const TensorTable<T, L>& tab, int64_t c) {
-  int lo = 0, hi = tab.n - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (tab.chunk_start[mid] <= c)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
 
 // Note [Vector loads in the optimizer kernels]
 // The update is memory-bound (Adam reads 4 and writes 3 values per element), so each thread moves
 // 16 bytes per array at a time (4 floats or 2 doubles) when every pointer of the tensor is 16-byte
-// aligned (chunk starts are multiples of kChunk, so then every pack is); a chunk's last
+// aligned (chunk starts are multiples of the chunk size, so then every pack is); a chunk's last
 // numel % W elements, and tensors that are not aligned, take the scalar loop.
 template <typename T>
 struct alignas(16) Pack {
@@ -89,7 +63,7 @@ __global__ void advance_step_kernel(const DeviceScalars d) {
 
 // Lists: 0 params, 1 grads, 2 exp_avgs, 3 exp_avg_sqs, 4 max_exp_avg_sqs (amsgrad only).
 template <typename T>
-__global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, AdamMath<T> math,
+__global__ void adam_kernel(const __grid_constant__ OptimTable<T, 5> tab, AdamMath<T> math,
                             const DeviceScalars dev) {
   if (dev.lr) {
     if (skipped(dev)) return;
@@ -98,9 +72,7 @@ __global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, AdamM
   constexpr int W = Pack<T>::W;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
-    const int t = tensor_of(tab, c);
-    const int64_t begin = (c - tab.chunk_start[t]) * kChunk;
-    const int64_t end = min(begin + kChunk, tab.numel[t]);
+    const auto [t, begin, end] = chunk_range(tab, c);
     T* p = tab.ptr[0][t];
     const T* g = tab.ptr[1][t];
     T* m = tab.ptr[2][t];
@@ -133,7 +105,7 @@ __global__ void adam_kernel(const __grid_constant__ TensorTable<T, 5> tab, AdamM
 
 // Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum).
 template <typename T>
-__global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, SgdMath<T> math,
+__global__ void sgd_kernel(const __grid_constant__ OptimTable<T, 3> tab, SgdMath<T> math,
                            const DeviceScalars dev) {
   if (dev.lr) {
     if (skipped(dev)) return;
@@ -142,9 +114,7 @@ __global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, SgdMat
   constexpr int W = Pack<T>::W;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
-    const int t = tensor_of(tab, c);
-    const int64_t begin = (c - tab.chunk_start[t]) * kChunk;
-    const int64_t end = min(begin + kChunk, tab.numel[t]);
+    const auto [t, begin, end] = chunk_range(tab, c);
     T* p = tab.ptr[0][t];
     const T* g = tab.ptr[1][t];
     T* buf = tab.ptr[2][t];
@@ -168,37 +138,6 @@ __global__ void sgd_kernel(const __grid_constant__ TensorTable<T, 3> tab, SgdMat
   }
 }
 
-// Fills tables of up to kMaxTensors non-empty tensors from `lists` (an empty list gives null
-// pointers) and calls launch(table, total_chunks) for each.
-template <typename T, int L, typename Launch>
-void for_each_table(const std::vector<const std::vector<Tensor>*>& lists, const Launch& launch) {
-  const std::vector<Tensor>& params = *lists[0];
-  TensorTable<T, L> tab;
-  auto flush = [&] {
-    if (tab.n > 0) launch(tab, tab.chunk_start[tab.n]);
-    tab.n = 0;
-  };
-  for (size_t i = 0; i < params.size(); ++i) {
-    int64_t n = params[i].numel();
-    if (n == 0) continue;
-    if (tab.n == kMaxTensors) flush();
-    int k = tab.n;
-    for (int l = 0; l < L; ++l) {
-      const auto* list = lists[size_t(l)];
-      tab.ptr[l][k] = list->empty() ? nullptr : static_cast<T*>((*list)[i].data_ptr());
-    }
-    tab.numel[k] = n;
-    if (k == 0) tab.chunk_start[0] = 0;
-    tab.chunk_start[k + 1] = tab.chunk_start[k] + (n + kChunk - 1) / kChunk;
-    tab.n = k + 1;
-  }
-  flush();
-}
-
-int64_t grid_for_chunks(int64_t chunks, int device) {
-  return std::max<int64_t>(1, std::min<int64_t>(chunks, int64_t(multiprocessor_count(device)) * 8));
-}
-
 template <typename T>
 void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& m, const std::vector<Tensor>& v,
@@ -209,9 +148,9 @@ void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   const auto math = AdamMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
   static const std::vector<Tensor> none;
-  for_each_table<T, 5>(
+  for_each_table<OptimTable<T, 5>>(
       {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
-      [&](const TensorTable<T, 5>& tab, int64_t chunks) {
+      [&](const OptimTable<T, 5>& tab, int64_t chunks) {
         adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
         LOOM_CUDA_CHECK_LAUNCH("adam_step");
       });
@@ -230,9 +169,9 @@ void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const auto math = SgdMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
   static const std::vector<Tensor> none;
-  for_each_table<T, 3>(
+  for_each_table<OptimTable<T, 3>>(
       {&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
-      [&](const TensorTable<T, 3>& tab, int64_t chunks) {
+      [&](const OptimTable<T, 3>& tab, int64_t chunks) {
         sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
         LOOM_CUDA_CHECK_LAUNCH("sgd_step");
       });
@@ -244,35 +183,26 @@ void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 
 }  // namespace
 
-namespace {
-
-// This backend's loops, as the type the shared front-end (kernels/optim_math.h) takes.
-struct Fused {
-  template <typename T>
-  static void adam(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                   const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                   const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
-    adam_launch<T>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
-  }
-  template <typename T>
-  static void sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                  const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
-    sgd_launch<T>(params, grads, momentum_bufs, hp);
-  }
-};
-
-}  // namespace
-
+// Note [The path of a fused step] (kernels/optim_math.h): the shared checks, this backend's dtype
+// switch, then adam_launch / sgd_launch above.
 void CudaBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                             const std::vector<Tensor>& exp_avgs,
                             const std::vector<Tensor>& exp_avg_sqs,
                             const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
-  fused_adam_step<Fused>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  if (!check_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp)) return;
+  LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
+    if constexpr (is_fused_step_type<scalar_t>)
+      adam_launch<scalar_t>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  });
 }
 
 void CudaBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
-  fused_sgd_step<Fused>(params, grads, momentum_bufs, hp);
+  if (!check_sgd_step(params, grads, momentum_bufs, hp)) return;
+  LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
+    if constexpr (is_fused_step_type<scalar_t>)
+      sgd_launch<scalar_t>(params, grads, momentum_bufs, hp);
+  });
 }
 
 }  // namespace loom::cuda

@@ -206,15 +206,11 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t R, int64_t C, int dev,
 Tensor CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
                            bool keepdim) {
   const char* name = reduce_name(op);
-  const ReduceLayout L = reduce_layout(x.shape(), dims_in, keepdim);
+  const ReduceLayout L = checked_reduce_layout(op, x.shape(), x.dtype(), dims_in, keepdim);
   const int64_t outer = L.outer, inner = L.inner;
-  LOOM_CHECK(inner > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, name,
-             ": cannot reduce over zero elements (shape ", x.shape(), ")");
-  LOOM_CHECK(op != ReduceOp::Mean || is_floating(x.dtype()), "mean: dtype ", dtype_name(x.dtype()),
-             " is not supported (expected a floating type)");
   Tensor out = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
   if (inner == 0) {
-    fill_(out, op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    fill_(out, empty_reduction_value(op));
     return out;
   }
   if (outer == 0) return out;
@@ -329,10 +325,8 @@ __global__ void naive_max_dim_kernel(const T* x, T* values, int64_t* indices, in
 
 // x: any shape -> (values, int64 indices), x's shape without dim (or 1 there with keepdim)
 std::pair<Tensor, Tensor> CudaBackend::max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  const ReduceLayout L = max_dim_layout(x.shape(), dim, keepdim);
   const int64_t n = x.size(dim);
-  LOOM_CHECK(n > 0, "max: cannot take the max over dim ", dim, " of size 0 (shape ", x.shape(),
-             ")");
-  const ReduceLayout L = reduce_layout(x.shape(), {dim}, keepdim);
   Tensor xc = raw::contiguous(raw::permute(x, L.perm));
   Tensor values = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
   Tensor indices = empty(L.out_shape, {.dtype = DType::I64, .device = x.device()});

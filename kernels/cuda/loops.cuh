@@ -1,8 +1,9 @@
 // The CUDA elementwise launcher: out[i] = f(in[i]...) for the host-device functors of
 // kernels/functors.h, with broadcasting and any strides. Contiguous operands take a grid-stride
 // kernel with 16-byte vectorized loads and stores; others an offset calculator over the shape
-// with adjacent dims merged (as kernels/cpu/loops.h does). A naive kernel (one element per
-// thread, every dim walked) stays beside them as the reference. See Note [Elementwise launch].
+// with adjacent dims merged (kernels/loop_geometry.h, shared with the CPU). A naive kernel (one
+// element per thread, every dim walked) stays beside them as the reference. See Note
+// [Elementwise launch].
 // Leaves out: reductions (cuda_reduce.cu) and type promotion (operands arrive in their dtypes).
 #pragma once
 
@@ -18,6 +19,7 @@
 #include "core/tensor.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/functors.h"
+#include "kernels/loop_geometry.h"
 
 namespace loom::cuda {
 
@@ -34,7 +36,7 @@ namespace loom::cuda {
 // The functor sees values converted to acc_t (float for f16/bf16) and its result is converted
 // to the output type, exactly as on the CPU, so both backends compute the same function.
 
-constexpr int kMaxDims = 16;
+constexpr int kMaxDims = kMaxLoopDims;
 
 template <int N>
 struct OffsetCalc {
@@ -43,34 +45,18 @@ struct OffsetCalc {
   int64_t strides[kMaxDims][N];  // strides[d][k]: operand k (0 = output), in elements
 };
 
-// The loop geometry of `shape` with operand strides `st`; merges dims when `collapse` is set.
+// The loop geometry of `shape` with operand strides `st` (kernels/loop_geometry.h, shared with
+// the CPU; dims merged when `collapse` is set), turned innermost first for offsets_of.
 template <int N>
 OffsetCalc<N> make_offset_calc(const Shape& shape, const std::array<Strides, N>& st,
                                bool collapse) {
-  LOOM_CHECK(shape.size() <= size_t(kMaxDims), "elementwise: tensors of ", shape.size(),
-             " dims are not supported on CUDA (at most ", kMaxDims, ")");
-  // Outermost first while merging, as kernels/cpu/loops.h.
-  int nd = 0;
-  int64_t sz[kMaxDims];
-  int64_t sd[kMaxDims][N];
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (collapse && shape[d] == 1) continue;
-    bool merge = collapse && nd > 0;
-    for (int k = 0; k < N && merge; ++k) merge = sd[nd - 1][k] == st[k][d] * shape[d];
-    if (merge) {
-      sz[nd - 1] *= shape[d];
-      for (int k = 0; k < N; ++k) sd[nd - 1][k] = st[k][d];
-    } else {
-      sz[nd] = shape[d];
-      for (int k = 0; k < N; ++k) sd[nd][k] = st[k][d];
-      ++nd;
-    }
-  }
+  const LoopGeometry<N> L = loop_geometry<N>(shape, st, collapse);
+  const int nd = L.ndim;
   OffsetCalc<N> oc;
   oc.ndim = nd;
   for (int d = 0; d < nd; ++d) {
-    oc.sizes[d] = sz[nd - 1 - d];
-    for (int k = 0; k < N; ++k) oc.strides[d][k] = sd[nd - 1 - d][k];
+    oc.sizes[d] = L.sizes[nd - 1 - d];
+    for (int k = 0; k < N; ++k) oc.strides[d][k] = L.strides[k][nd - 1 - d];
   }
   return oc;
 }
@@ -211,5 +197,14 @@ void elementwise(const Tensor& out, const F& f, const Ts&... in) {
       n, f, oc, o, static_cast<const Ins*>(in.data_ptr())...);
   LOOM_CUDA_CHECK_LAUNCH("elementwise strided_kernel");
 }
+
+// This launcher as the Loop type the shared front-end kernels/elementwise_ops.h takes (used by
+// cuda_elementwise.cu and cuda_binary.cu).
+struct CudaLoop {
+  template <typename Out, typename... Ins, typename F, typename... Ts>
+  static void run(const Tensor& out, const F& f, const Ts&... in) {
+    elementwise<Out, Ins...>(out, f, in...);
+  }
+};
 
 }  // namespace loom::cuda
