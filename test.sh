@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds loom with its tests, and runs the whole suite with ctest.
-# CUDA tests skip themselves on a machine without a GPU. The last line counts passed, failed and
+# Like ./train.sh it builds what this machine runs (scripts/configure.sh): CPU-only without a GPU,
+# where the CUDA tests would only skip themselves; LOOM_CUDA=ON or LOOM_CUDA_ARCHITECTURES
+# compiles the CUDA sources anyway (CI does, .ci/run). The last line counts passed, failed and
 # skipped tests apart (ctest's own summary counts skipped as passed; see scripts/test_summary.py);
 # the exit status is non-zero when a test failed.
 set -euo pipefail

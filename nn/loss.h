@@ -22,6 +22,9 @@ struct CrossEntropyLossOptions {
 class CrossEntropyLoss : public Module {
  public:
   explicit CrossEntropyLoss(CrossEntropyLossOptions options = {});
+  // Module's one-input forward(x) stays visible beside the loss's own, and fails naming the
+  // loss: said here, not hidden by accident (clang's -Woverloaded-virtual).
+  using Module::forward;
   Tensor forward(const Tensor& input, const Tensor& target) const;
   Tensor operator()(const Tensor& input, const Tensor& target) const {
     return forward(input, target);
@@ -40,6 +43,7 @@ struct NLLLossOptions {
 class NLLLoss : public Module {
  public:
   explicit NLLLoss(NLLLossOptions options = {}) : Module("NLLLoss"), options(options) {}
+  using Module::forward;  // as in CrossEntropyLoss
   Tensor forward(const Tensor& input, const Tensor& target) const;
   Tensor operator()(const Tensor& input, const Tensor& target) const {
     return forward(input, target);
@@ -53,6 +57,7 @@ class MSELoss : public Module {
  public:
   explicit MSELoss(Reduction reduction = Reduction::Mean)
       : Module("MSELoss"), reduction(reduction) {}
+  using Module::forward;  // as in CrossEntropyLoss
   Tensor forward(const Tensor& input, const Tensor& target) const;
   Tensor operator()(const Tensor& input, const Tensor& target) const {
     return forward(input, target);

@@ -9,6 +9,7 @@ set -euo pipefail
 debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
       libgloo-dev libopenblas-openmp-dev python3 python3-pip clang-format
+      ccache  # scripts/configure.sh compiles through it when present: rebuilds take seconds
       clang libomp-dev llvm)  # the sanitizer and fuzz builds (scripts/sanitize.sh)
 # OpenBLAS: without it Debian's libtorch falls back to the reference BLAS, about 7 times slower.
 [ "${1:-}" = --with-libtorch ] && debs+=(libtorch-dev libopenblas0-pthread)

@@ -37,10 +37,6 @@ namespace loom::cpu {
 
 namespace {
 
-// Products smaller than this many multiply-adds run on one thread: splitting costs more than
-// it saves.
-constexpr int64_t kSplitWork = int64_t(1) << 18;
-
 GemmLibrary initial_library() {
   GemmLibrary lib = openblas_available() ? GemmLibrary::OpenBlas : GemmLibrary::Eigen;
   if (const char* env = std::getenv("LOOM_CPU_GEMM")) {
@@ -73,6 +69,10 @@ ConstMap<T> stored(const T* p, int64_t rows, int64_t cols, int64_t ld) {
 }
 
 #ifdef LOOM_WITH_OPENBLAS
+// Products smaller than this many multiply-adds run on one thread: splitting costs more than
+// it saves.
+constexpr int64_t kSplitWork = int64_t(1) << 18;
+
 void single_threaded_openblas() {
   static std::once_flag once;
   std::call_once(once, [] {

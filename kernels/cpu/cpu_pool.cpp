@@ -38,14 +38,15 @@ void for_each_plane(const PoolGeom& g, int64_t work_per_plane, const F& f) {
 
 // One window cell for the outputs q in [q0, q1) of a row: best[q], arg[q] take x[base + q*sw]
 // when it is larger or NaN. Quiet comparisons (no FP exception on NaN) and restrict pointers
-// let the compiler vectorize it as a select.
+// let the compiler vectorize it as a select; `|` of the two tests as ints (not `||`, not `|` of
+// bools, which clang warns about) evaluates both, with no branch.
 template <typename T, typename A>
 void max_update_row(const T* __restrict x, int64_t base, int64_t sw, A* __restrict best,
                     int64_t* __restrict arg, int64_t q0, int64_t q1) {
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t i = base + q * sw;
     const A v = A(x[i]), b = best[q];
-    const bool take = std::isgreater(v, b) | std::isnan(v);
+    const bool take = int(std::isgreater(v, b)) | int(std::isnan(v));
     best[q] = take ? v : b;
     arg[q] = take ? i : arg[q];
   }
@@ -121,13 +122,13 @@ void max_pool_2x2_kernel(const T* x, T* y, int64_t* idx, const PoolGeom& g) {
         A best = A(r0[2 * q]);
         int64_t k = 0;
         const A b = A(r0[2 * q + 1]), c = A(r1[2 * q]), d = A(r1[2 * q + 1]);
-        bool take = std::isgreater(b, best) | std::isnan(b);
+        bool take = int(std::isgreater(b, best)) | int(std::isnan(b));
         best = take ? b : best;
         k = take ? 1 : k;
-        take = std::isgreater(c, best) | std::isnan(c);
+        take = int(std::isgreater(c, best)) | int(std::isnan(c));
         best = take ? c : best;
         k = take ? 2 : k;
-        take = std::isgreater(d, best) | std::isnan(d);
+        take = int(std::isgreater(d, best)) | int(std::isnan(d));
         best = take ? d : best;
         k = take ? 3 : k;
         yp[q] = T(best);
