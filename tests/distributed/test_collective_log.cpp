@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "distributed/collective_log.h"
-#include "distributed/tcp_store.h"
+#include "distributed/store/tcp_store.h"
 
 using namespace loom;
 using namespace loom::distributed;
