@@ -72,11 +72,11 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
              "' does not exist (leave out --resume to start a new run)");
   if (!cfg.checkpoint_dir.empty()) check_writable_dir("--checkpoint-dir", cfg.checkpoint_dir);
   if (!cfg.log_dir.empty()) check_writable_dir("--log-dir", cfg.log_dir);
-  LOOM_CHECK(
-      !cfg.cuda_graph || world == 1, "--cuda-graph with ", world,
-      " processes: the distributed step "
-      "runs eagerly (see Note [DDP and CUDA graphs] in distributed/ddp/ddp.cpp: the process group's watchdog "
-      "cannot track collectives inside a captured graph); drop --cuda-graph");
+  LOOM_CHECK(!cfg.cuda_graph || world == 1, "--cuda-graph with ", world,
+             " processes: the distributed step "
+             "runs eagerly (see Note [DDP and CUDA graphs] in distributed/ddp/ddp.cpp: the process "
+             "group's watchdog "
+             "cannot track collectives inside a captured graph); drop --cuda-graph");
   LOOM_CHECK(!cfg.profile || !cfg.cuda_graph,
              "--profile times the phases of the eager step; with "
              "--cuda-graph the step is one replay (drop one of the two flags)");

@@ -2,7 +2,8 @@
 // record each rank publishes to the store, and the timeout message that names the ranks that did
 // not arrive (Note [Timeout errors]). One process on a real TCP store; the other ranks' records
 // are written to the store by the test, as their publishers would.
-// Leaves out: a real timeout in a multi-process job (tests/distributed/test_gloo_process_group.cpp has those).
+// Leaves out: a real timeout in a multi-process job (tests/distributed/test_gloo_process_group.cpp
+// has those).
 #include <gtest/gtest.h>
 
 #include <chrono>

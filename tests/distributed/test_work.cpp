@@ -1,6 +1,7 @@
 // CompletionWork, the Work of the CPU backends: done or failed from another thread, a failure
 // reaching every waiter as a loom::Error of its own (Note [Errors across threads] in work.h).
-// Leaves out: the ops behind it (test_gloo_process_group.cpp, dist_tool.cpp) and NCCL's Work (test_nccl_process_group.cpp).
+// Leaves out: the ops behind it (test_gloo_process_group.cpp, dist_tool.cpp) and NCCL's Work
+// (test_nccl_process_group.cpp).
 #include <gtest/gtest.h>
 
 #include <chrono>
