@@ -304,11 +304,11 @@ TEST(Fuse, ModesPlacementAndTheAnomalyFallback) {
   EXPECT_EQ(lin->weight.dtype(), kF64);
   EXPECT_EQ(bn->running_mean.dtype(), kF64);
   Tensor x = randn({3, 2, 2, 2}, {.dtype = kF64});
-  EXPECT_EQ((*s)(x).grad_fn()->name, "linear");
-  EXPECT_EQ(s->at<BatchNormReLU2d>(0)->forward(x).grad_fn()->name, "batch_norm");
+  EXPECT_STREQ((*s)(x).grad_fn()->name, "linear");
+  EXPECT_STREQ(s->at<BatchNormReLU2d>(0)->forward(x).grad_fn()->name, "batch_norm");
   autograd::DetectAnomalyGuard anomaly;
-  EXPECT_EQ((*s)(x).grad_fn()->name, "relu");
-  EXPECT_EQ(s->at<BatchNormReLU2d>(0)->forward(x).grad_fn()->name, "relu");
+  EXPECT_STREQ((*s)(x).grad_fn()->name, "relu");
+  EXPECT_STREQ(s->at<BatchNormReLU2d>(0)->forward(x).grad_fn()->name, "relu");
 }
 
 // The fused modules refuse what they cannot run, naming it.
