@@ -60,6 +60,75 @@ std::string report_failures(const GroupResult& r, const LaunchOptions& o) {
   return reason;
 }
 
+// The worker group of one attempt: this node's ranks where.first_rank.. of where.world_size,
+// each with torchrun's identity (worker_env.h).
+GroupSpec group_spec(const LaunchOptions& o, const Environment& parent, const NodeAssignment& where,
+                     int attempt, bool serve_store) {
+  GroupSpec spec;
+  spec.program = o.program;
+  spec.parent_env = parent;
+  spec.grace_seconds = o.grace_seconds;
+  spec.tail_lines = o.tail_lines;
+  spec.log_dir = o.log_dir;
+  spec.tee = o.tee;
+  for (int l = 0; l < o.nproc_per_node; ++l) {
+    WorkerIdentity w;
+    w.rank = where.first_rank + l;
+    w.local_rank = l;
+    w.world_size = where.world_size;
+    w.local_world_size = o.nproc_per_node;
+    w.group_rank = o.node_rank;
+    w.nnodes = o.nnodes;
+    w.master_addr = o.master_addr;
+    w.master_port = o.master_port;
+    w.restart_count = attempt;
+    w.max_restarts = o.max_restarts;
+    w.launcher_store = serve_store;
+    spec.workers.push_back(w);
+  }
+  return spec;
+}
+
+// Says what ended an attempt that did not succeed (and tells the other nodes); returns the exit
+// code the job ends with if this was its last attempt: 128 + the signal, else 1.
+int report_outcome(const GroupResult& r, const LaunchOptions& o, NodeRendezvous* nodes,
+                   int attempt) {
+  int code = 1;
+  switch (r.outcome) {
+    case Outcome::kWorkerFailed: {
+      std::string reason = report_failures(r, o);
+      if (nodes) nodes->report_failure(attempt, reason);
+      break;
+    }
+    case Outcome::kSignalled:
+      // A trainer stops at a step boundary and saves first (docs/reliability.md, Preemption):
+      // say whether every worker got there within --grace.
+      say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
+          seconds(r.stop_seconds) +
+          (r.killed_after_grace == 0 ? std::string(" (each exited on its own)")
+                                     : " (" + std::to_string(r.killed_after_grace) +
+                                           " still running after --grace, killed with SIGKILL)"));
+      if (nodes)
+        nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + "'s loomrun got " +
+                                           signal_name(r.signal));
+      code = 128 + r.signal;
+      break;
+    case Outcome::kRemoteFailed:
+      say("job failed elsewhere: " + r.remote_reason);
+      say("stopped this node's workers in " + seconds(r.stop_seconds));
+      break;
+    case Outcome::kSpawnFailed:
+      say(r.spawn_error);
+      if (nodes)
+        nodes->report_failure(attempt,
+                              "node " + std::to_string(o.node_rank) + ": " + r.spawn_error);
+      break;
+    case Outcome::kSucceeded:
+      break;
+  }
+  return code;
+}
+
 int run(const LaunchOptions& o) {
   install_signal_pipe();
   const Environment parent = current_environment();
@@ -106,28 +175,7 @@ int run(const LaunchOptions& o) {
         return interrupted ? 128 + interrupted : 1;
       }
     }
-    GroupSpec spec;
-    spec.program = o.program;
-    spec.parent_env = parent;
-    spec.grace_seconds = o.grace_seconds;
-    spec.tail_lines = o.tail_lines;
-    spec.log_dir = o.log_dir;
-    spec.tee = o.tee;
-    for (int l = 0; l < o.nproc_per_node; ++l) {
-      WorkerIdentity w;
-      w.rank = where.first_rank + l;
-      w.local_rank = l;
-      w.world_size = where.world_size;
-      w.local_world_size = o.nproc_per_node;
-      w.group_rank = o.node_rank;
-      w.nnodes = o.nnodes;
-      w.master_addr = o.master_addr;
-      w.master_port = o.master_port;
-      w.restart_count = attempt;
-      w.max_restarts = o.max_restarts;
-      w.launcher_store = serve_store;
-      spec.workers.push_back(w);
-    }
+    GroupSpec spec = group_spec(o, parent, where, attempt, serve_store);
     if (nodes) spec.remote_failure = [&nodes, attempt] { return nodes->failure(attempt); };
     if (!o.quiet)
       say("attempt " + std::to_string(attempt) + ": starting ranks " +
@@ -154,39 +202,7 @@ int run(const LaunchOptions& o) {
     }
     const bool last = attempt >= o.max_restarts || r.outcome == Outcome::kSignalled ||
                       r.outcome == Outcome::kSpawnFailed;
-    int code = 1;
-    switch (r.outcome) {
-      case Outcome::kWorkerFailed: {
-        std::string reason = report_failures(r, o);
-        if (nodes) nodes->report_failure(attempt, reason);
-        break;
-      }
-      case Outcome::kSignalled:
-        // A trainer stops at a step boundary and saves first (docs/reliability.md, Preemption):
-        // say whether every worker got there within --grace.
-        say("got " + signal_name(r.signal) + ": forwarded to every worker, all stopped in " +
-            seconds(r.stop_seconds) +
-            (r.killed_after_grace == 0 ? std::string(" (each exited on its own)")
-                                       : " (" + std::to_string(r.killed_after_grace) +
-                                             " still running after --grace, killed with SIGKILL)"));
-        if (nodes)
-          nodes->report_failure(attempt, "node " + std::to_string(o.node_rank) + "'s loomrun got " +
-                                             signal_name(r.signal));
-        code = 128 + r.signal;
-        break;
-      case Outcome::kRemoteFailed:
-        say("job failed elsewhere: " + r.remote_reason);
-        say("stopped this node's workers in " + seconds(r.stop_seconds));
-        break;
-      case Outcome::kSpawnFailed:
-        say(r.spawn_error);
-        if (nodes)
-          nodes->report_failure(attempt,
-                                "node " + std::to_string(o.node_rank) + ": " + r.spawn_error);
-        break;
-      case Outcome::kSucceeded:
-        break;
-    }
+    const int code = report_outcome(r, o, nodes.get(), attempt);
     if (nodes) nodes->stopped(attempt, last, o.grace_seconds);
     if (last && r.outcome == Outcome::kSignalled) {
       say("job stopped by " + signal_name(r.signal) + " after " + std::to_string(attempt + 1) +
