@@ -4,8 +4,10 @@
 #
 #   test_package.sh install BUILD WORK   cmake --install BUILD into WORK/prefix, then the consumer
 #                                        with find_package(loom 0.2) (ctest runs this one)
-#   test_package.sh subdirectory WORK    the consumer with loom's sources added by add_subdirectory:
-#                                        a library-only, CPU-only loom build (CI runs this one)
+#   test_package.sh subdirectory WORK [BUILD]   the consumer with loom's sources added by
+#                                        add_subdirectory, a library-only loom build: with BUILD's
+#                                        settings (ccache serves it from BUILD's compile), else
+#                                        CPU-only at -O0 (CI runs this one)
 #   test_package.sh deb BUILD WORK       cpack's .deb of BUILD, installed with dpkg -i (root), the
 #                                        consumer built against /usr, then the package removed (CI)
 # Leaves out: the .tar.gz (the same files as the install prefix) and running on a GPU.
@@ -19,6 +21,26 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 launcher=(); command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # Without nvcc on PATH, CMake's FindCUDAToolkit still looks in /usr/local/cuda.
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=$PATH:/usr/local/cuda/bin
+
+# subdirectory_settings [BUILD]: the consumer's settings for loom's options, one cmake argument a
+# line. Given a build folder of this checkout and a working ccache, that build's own (compilers,
+# CUDA and its architectures, warnings): every loom object then compiles with the command that build used, so ccache serves
+# it and CI does not compile the library a second time. Otherwise a CPU-only loom at -O0: this
+# checks that loom builds and links inside a user's tree, and -O0 took 136 s against 238 s for
+# -O3 on a 2-core machine (the consumer's 200 small steps take a moment).
+subdirectory_settings() {
+  local build=$1 cache key value
+  if [ -z "$build" ] || ! command -v ccache >/dev/null || [ -n "${CCACHE_DISABLE:-}" ]; then
+    printf '%s\n' -DLOOM_CUDA=OFF -DLOOM_NATIVE=OFF "-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG"
+    return
+  fi
+  cache=$build/CMakeCache.txt
+  for key in CMAKE_CXX_COMPILER CMAKE_CUDA_COMPILER CMAKE_CUDA_ARCHITECTURES LOOM_CUDA LOOM_NATIVE \
+             LOOM_OPENBLAS LOOM_WERROR CMAKE_CUDA_COMPILER_LAUNCHER; do
+    value=$(sed -n "s/^$key:[A-Z]*=//p" "$cache")
+    if [ -n "$value" ]; then echo "-D$key=$value"; fi
+  done
+}
 
 # build_consumer WORK [cmake args...]: configure, build and run the consumer in WORK/consumer.
 build_consumer() {
@@ -46,12 +68,13 @@ case "$mode" in
     ;;
   subdirectory)
     work=${1:?subdirectory: a work folder}
+    if [ -n "${2:-}" ] && [ ! -f "$2/CMakeCache.txt" ]; then
+      echo "test_package: $2 is not a configured build folder (no CMakeCache.txt)"; exit 1
+    fi
     rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
-    # The library alone must configure without the programs' dependencies. Built without
-    # optimisation: this checks that loom builds and links inside a user's tree, and -O0 took 136 s
-    # against 238 s for -O3 on a 2-core machine (the consumer's 200 small steps take a moment).
-    build_consumer "$work" -DLOOM_SOURCE_DIR="$repo" -DLOOM_CUDA=OFF -DLOOM_NATIVE=OFF \
-      "-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG" \
+    # The library alone must configure without the programs' dependencies.
+    mapfile -t settings < <(subdirectory_settings "${2:-}")
+    build_consumer "$work" -DLOOM_SOURCE_DIR="$repo" "${settings[@]}" \
       -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON \
       -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON
     ;;
