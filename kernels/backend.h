@@ -37,6 +37,16 @@ struct BatchNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // weight/bias grads undefined when weight undefined
 };
 
+// Fused layer norm over the last dim (Note [Fused layer norm] in autograd/ops/norm.cpp).
+struct LayerNormOut {
+  Tensor y;     // (M, N), x's dtype
+  Tensor mean;  // (M), x's dtype (float32 or float64)
+  Tensor rstd;  // (M): 1 / sqrt(biased variance + eps)
+};
+struct LayerNormGrads {
+  Tensor grad_input, grad_weight, grad_bias;  // the last two undefined when not asked for
+};
+
 using TensorPair = std::pair<Tensor, Tensor>;
 
 class Backend {

@@ -117,8 +117,15 @@ void Module::share_members_of(Module& inner) {
 // that errors far away (DDP, optimizers) can say which parameter they mean. Re-run whenever
 // the module is registered one level further down.
 void Module::set_parameter_names(const std::string& prefix) {
-  for (auto& e : params_) e.t->set_name(prefix + e.name);
-  for (auto& [n, c] : children_) c->set_parameter_names(prefix + n + ".");
+  std::unordered_set<const TensorImpl*> seen;  // a tied tensor keeps its first name
+  set_parameter_names(prefix, seen);
+}
+
+void Module::set_parameter_names(const std::string& prefix,
+                                 std::unordered_set<const TensorImpl*>& seen) {
+  for (auto& e : params_)
+    if (seen.insert(e.t->impl()).second) e.t->set_name(prefix + e.name);
+  for (auto& [n, c] : children_) c->set_parameter_names(prefix + n + ".", seen);
 }
 
 // ---------------------------------------------------------------- traversal
@@ -173,13 +180,19 @@ std::vector<std::pair<std::string, std::shared_ptr<const Module>>> Module::named
 // ---------------------------------------------------------------- state_dict
 
 StateDict Module::state_dict() const {
-  // PyTorch's order: each module's parameters, then its buffers, then its children.
+  // PyTorch's order: each module's parameters, then its buffers, then its children. A tensor
+  // registered in several places (tied weights: a GPT's token embedding and output head) is
+  // saved once, under its first name, as named_parameters() lists it (PyTorch would save it
+  // under each).
   StateDict sd;
+  std::unordered_set<const TensorImpl*> seen;
   std::function<void(const Module&, const std::string&)> walk = [&](const Module& m,
                                                                     const std::string& prefix) {
-    for (const auto& e : m.params_) sd.emplace_back(prefix + e.name, e.t->detach());
+    for (const auto& e : m.params_)
+      if (seen.insert(e.t->impl()).second) sd.emplace_back(prefix + e.name, e.t->detach());
     for (const auto& e : m.buffers_)
-      if (e.persistent) sd.emplace_back(prefix + e.name, e.t->detach());
+      if (e.persistent && seen.insert(e.t->impl()).second)
+        sd.emplace_back(prefix + e.name, e.t->detach());
     for (const auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
   };
   walk(*this, "");

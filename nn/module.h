@@ -62,7 +62,8 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<const Module>>> named_modules() const;
 
   // ---- saving and loading ----
-  // Parameters and persistent buffers, detached (sharing storage), in registration order.
+  // Parameters and persistent buffers, detached (sharing storage), in registration order; a
+  // tensor registered twice (tied weights) once, under its first name.
   StateDict state_dict() const;
   // Copies sd's tensors into this module's (converting dtype and device). Entries of the wrong
   // shape are always an error; with strict, missing and unexpected entries are too. One error
@@ -116,6 +117,7 @@ class Module {
   void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
                std::unordered_set<const TensorImpl*>& seen) const;
   void set_parameter_names(const std::string& prefix);
+  void set_parameter_names(const std::string& prefix, std::unordered_set<const TensorImpl*>& seen);
   void convert(const std::function<Tensor(const Tensor&)>& f);
 
   std::string type_name_;

@@ -74,6 +74,7 @@ int64_t Checkpointer::resume() {
   s_.optimizer.load_state_dict(st->optimizer);
   // A checkpoint written without a scaler (an older one, or another --amp) leaves it new.
   if (s_.scaler.is_enabled() && !st->scaler.empty()) s_.scaler.load_state_dict(st->scaler);
+  if (s_.scheduler) s_.scheduler->set_last_epoch(st->extra_int("scheduler_step"));
   return step;
 }
 
@@ -90,6 +91,7 @@ std::string Checkpointer::save(int64_t epoch, int64_t global_position, int64_t s
     st.set_extra("step", step);
     st.set_extra("world_size", run_.world);
     st.set_extra("global_batch", cfg_.batch_size);
+    if (s_.scheduler) st.set_extra("scheduler_step", s_.scheduler->last_epoch());
     st.rng["default"] = default_generator().state();
     path = save_checkpoint(cfg_.checkpoint_dir, step, st, cfg_.keep_last);
   }

@@ -1,8 +1,8 @@
 // Checkpoints of a training run: resuming from the newest valid one (checked against the run
 // before anything is loaded) and saving the run at a position (model, optimizer, GradScaler,
-// RNG, epoch, sample position, step), from rank 0 while the other ranks wait. Any model: the
-// positions are counted in samples of the training loader. Leaves out: the file format and
-// rotation (nn/checkpoint.h) and when to save (the program's loop decides).
+// learning-rate schedule, RNG, epoch, sample position, step), from rank 0 while the other ranks
+// wait. Any model: the positions are counted in samples of the training loader. Leaves out: the
+// file format and rotation (nn/checkpoint.h) and when to save (the program's loop decides).
 #pragma once
 
 #include <optional>
@@ -12,6 +12,7 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint.h"
 #include "nn/module.h"
+#include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
 #include "train/run_setup.h"
 
@@ -28,8 +29,9 @@ void check_resume_state(const TrainingState& st, const nn::StateDict& model_sd,
 struct RunState {
   nn::Module& model;
   optim::Optimizer& optimizer;
-  amp::GradScaler& scaler;   // saved and restored only when enabled (--amp fp16)
-  data::DataLoader& loader;  // the training loader: its epoch and position
+  amp::GradScaler& scaler;                  // saved and restored only when enabled (--amp fp16)
+  data::DataLoader& loader;                 // the training loader: its epoch and position
+  optim::LRScheduler* scheduler = nullptr;  // when set, resumed at its saved step
 };
 
 class Checkpointer {

@@ -5,6 +5,7 @@
 
 #include "autograd/ops/ops.h"
 #include "train/progress.h"
+#include "train/step_runner.h"
 
 namespace loom::train {
 
@@ -17,10 +18,10 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
          correct = zeros({1}, {.dtype = kF64, .device = dev});
   int64_t n = 0;
   for (auto& b : loader) {
-    Tensor logits = model(b.data);  // (N, classes)
-    loss_sum = loss_sum + cross_entropy(logits, b.target, Reduction::Sum).to(kF64);
-    correct = correct + eq(argmax(logits, 1), b.target).to(kF64).sum();
-    n += b.data.size(0);
+    Tensor logits = model(b.data);  // (N, classes), or (N, T, classes) against target (N, T)
+    loss_sum = loss_sum + classification_loss(logits, b.target, Reduction::Sum).to(kF64);
+    correct = correct + eq(argmax(logits, -1), b.target).to(kF64).sum();
+    n += b.target.numel();
   }
   model.train();
   // (3): loss sum, correct answers, examples; summed over ranks (Note [Sharded evaluation]).

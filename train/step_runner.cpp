@@ -7,6 +7,7 @@
 
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
+#include "nn/clip.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
 #endif
@@ -51,12 +52,23 @@ void StepRunner::set_optimizer_in_backward(bool on) {
   LOOM_CHECK(!scaler_,
              "StepRunner: a GradScaler (float16) needs every gradient before the first "
              "update (its inf check), which the optimizer inside backward does not wait for");
+  LOOM_CHECK(clip_ == 0.0,
+             "StepRunner: clipping needs every gradient before the first update, which the "
+             "optimizer inside backward does not wait for");
   if (!in_backward_) in_backward_ = std::make_unique<optim::OptimizerInBackward>(opt_);
+}
+
+Tensor classification_loss(const Tensor& logits, const Tensor& target, Reduction r,
+                           double label_smoothing) {
+  if (logits.dim() <= 2) return cross_entropy(logits, target, r, label_smoothing, -1);
+  LOOM_CHECK(target.dim() == logits.dim() - 1, "classification_loss: logits ", describe(logits),
+             " and targets ", describe(target), " should be (N, ..., C) and (N, ...)");
+  return cross_entropy(flatten(logits, 0, -2), flatten(target), r, label_smoothing, -1);
 }
 
 Tensor StepRunner::forward_loss(const Tensor& x, const Tensor& y) {
   amp::Autocast autocast(amp_dtype_);
-  return cross_entropy(model_(x), y, Reduction::Mean, smoothing_);
+  return classification_loss(model_(x), y, Reduction::Mean, smoothing_);
 }
 
 void StepRunner::backward(const Tensor& loss) {
@@ -66,8 +78,20 @@ void StepRunner::backward(const Tensor& loss) {
     loss.backward();
 }
 
+void StepRunner::set_grad_clip(double max_norm) {
+  LOOM_CHECK(max_norm >= 0.0, "StepRunner::set_grad_clip: max_norm ", max_norm, " is negative");
+  LOOM_CHECK(max_norm == 0.0 || !in_backward_,
+             "StepRunner: clipping needs every gradient before the first update, which the "
+             "optimizer inside backward does not wait for");
+  clip_ = max_norm;
+}
+
 void StepRunner::optimizer_step() {
   if (in_backward_) return;  // every parameter was updated as backward produced its gradient
+  if (clip_ > 0.0) {
+    if (scaler_) scaler_->unscale_(opt_);  // clip the true gradients, not the scaled ones
+    grad_norm_ = nn::clip_grad_norm_(opt_.all_params(), clip_);
+  }
   if (!scaler_) {
     opt_.step();
     return;

@@ -1,6 +1,6 @@
 // StepRunner: one training step (zero grads, forward, cross-entropy, backward, optimizer
 // update), run eagerly or as a replayed CUDA graph. Used by the example programs and bench_train.
-// Leaves out: gradient accumulation.
+// Leaves out: gradient accumulation (a program splits its batch itself).
 #pragma once
 
 #include <memory>
@@ -14,6 +14,12 @@
 #include "train/step_profile.h"
 
 namespace loom::train {
+
+// cross_entropy of logits (N, C) against class indices (N), or of logits (N, ..., C) against
+// (N, ...) as that many classifications: a language model's (B, T, V) logits against its (B, T)
+// next tokens. Targets equal to -1 are ignored (padding), as nanoGPT and llm.c mark them.
+Tensor classification_loss(const Tensor& logits, const Tensor& target, Reduction r,
+                           double label_smoothing = 0.0);
 
 // Note [The training step as a CUDA graph]
 // With --cuda-graph the whole step (zero-grad, forward, loss, backward and the optimizer update,
@@ -39,8 +45,9 @@ class StepRunner {
   StepRunner(const StepRunner&) = delete;
   StepRunner& operator=(const StepRunner&) = delete;
 
-  // One training step on x: (N, ...) and class indices y: (N); returns the loss (a scalar on the
-  // device, not synchronised).
+  // One training step on x: (N, ...) and class indices y: (N) (or a sequence model's (N, T)
+  // against logits (N, T, C): classification_loss); returns the loss (a scalar on the device,
+  // not synchronised).
   Tensor step(const Tensor& x, const Tensor& y);
 
   // Mixed precision for the following steps: forward and loss under amp::Autocast(dtype)
@@ -53,6 +60,12 @@ class StepRunner {
   // and frees that gradient (nn/optim/in_backward.h): lower peak memory, the same updates. Eager
   // steps only, and not with a GradScaler (both are errors here or at the first step).
   void set_optimizer_in_backward(bool on);
+
+  // Clips the gradients to a global 2-norm of at most max_norm before each update (after
+  // unscaling them with a GradScaler), as torch.nn.utils.clip_grad_norm_; 0 turns it off. The
+  // norm before clipping is grad_norm() (a device scalar; undefined before the first step).
+  void set_grad_clip(double max_norm);
+  const Tensor& grad_norm() const { return grad_norm_; }
 
   // Eager steps mark ForwardEnd, BackwardComputed (unless DDP already did), BackwardEnd and
   // OptimizerEnd on `p` (Note [Step phases]); null turns it off. The graph step is one replay.
@@ -75,6 +88,8 @@ class StepRunner {
   std::optional<DType> amp_dtype_;
   amp::GradScaler* scaler_ = nullptr;
   std::unique_ptr<optim::OptimizerInBackward> in_backward_;
+  double clip_ = 0.0;
+  Tensor grad_norm_;
 };
 
 }  // namespace loom::train

@@ -21,7 +21,13 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const T
                                   const Tensor& running_mean, const Tensor& running_var,
                                   bool training, double momentum = 0.1, double eps = 1e-5);
 // Normalises over the trailing dims of `normalized_shape`; weight/bias of that shape or undefined.
+// Runs as one fused op (Backend::layer_norm, Note [Fused layer norm] in autograd/ops/norm.cpp);
+// in anomaly mode, and as the fused op's test oracle, as layer_norm_composite.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// The same from mean, square and rsqrt, its gradient from the pieces.
+Tensor layer_norm_composite(const Tensor& x, const Shape& normalized_shape,
+                            const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                            double eps = 1e-5);
 
 }  // namespace loom

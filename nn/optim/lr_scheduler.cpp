@@ -27,6 +27,12 @@ void LRScheduler::step() {
   initialize();
 }
 
+void LRScheduler::set_last_epoch(int64_t epoch) {
+  LOOM_CHECK(epoch >= 0, "LRScheduler::set_last_epoch: step ", epoch, " is negative");
+  last_epoch_ = epoch;
+  initialize();
+}
+
 StateDict LRScheduler::state_dict() const {
   StateDict sd;
   sd.emplace_back("last_epoch", nn::scalar_entry(double(last_epoch_)));

@@ -15,6 +15,8 @@ class LRScheduler {
   virtual ~LRScheduler() = default;
   // last_epoch += 1, then set every group's rate to get_lr().
   void step();
+  // Jumps to step `epoch` (>= 0) and sets the rates for it: a resumed run continues its schedule.
+  void set_last_epoch(int64_t epoch);
   // The rates for the current last_epoch, one per group.
   std::vector<double> get_lr() const;
   int64_t last_epoch() const { return last_epoch_; }

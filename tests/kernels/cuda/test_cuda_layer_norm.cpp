@@ -1,0 +1,67 @@
+// The CUDA layer norm kernels (kernels/cuda/cuda_layer_norm.cu) against the CPU ones at the gpt
+// workload's size (16384 rows of 768: 64 row chunks in the column sums) and at odd sizes (rows
+// not a multiple of the block's 8, widths not a multiple of 32, one row): y, mean, rstd, dx,
+// grad_weight and grad_bias in float32 and float64, and the backward bit-identical run to run.
+// Skipped without a GPU; compiles to nothing without LOOM_WITH_CUDA.
+#ifdef LOOM_WITH_CUDA
+
+#include <gtest/gtest.h>
+
+#include "autograd/ops/ops.h"
+#include "kernels/backend.h"
+#include "support/cuda_test_util.h"
+
+using namespace loom;
+using namespace loom::testing;
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+namespace {
+
+void compare(int64_t M, int64_t N, DType dt, bool affine) {
+  SCOPED_TRACE(str(M, " x ", N, " ", dtype_name(dt), affine ? " affine" : ""));
+  manual_seed(uint64_t(M * 7 + N));
+  Tensor x = randn({M, N}, {.dtype = dt}) * 3.0 + 0.5, dy = randn({M, N}, {.dtype = dt});
+  Tensor w = affine ? randn({N}, {.dtype = dt}) : Tensor();
+  Tensor b = affine ? randn({N}, {.dtype = dt}) : Tensor();
+  Backend& cpu = backend_for(kCPU);
+  Backend& gpu = backend_for(cuda_device(0));
+  auto to_gpu = [](const Tensor& t) { return t.defined() ? t.to(cuda_device(0)) : Tensor(); };
+  LayerNormOut c = cpu.layer_norm(x, w, b, 1e-5);
+  LayerNormOut g = gpu.layer_norm(to_gpu(x), to_gpu(w), to_gpu(b), 1e-5);
+  double tol = dt == kF64 ? 1e-10 : 1e-4;
+  EXPECT_TRUE(all_close(c.y, g.y.to(kCPU), tol));
+  EXPECT_TRUE(all_close(c.mean, g.mean.to(kCPU), tol));
+  EXPECT_TRUE(all_close(c.rstd, g.rstd.to(kCPU), tol));
+  LayerNormGrads cg = cpu.layer_norm_backward(dy, x, w, c.mean, c.rstd, affine, affine);
+  LayerNormGrads gg =
+      gpu.layer_norm_backward(to_gpu(dy), to_gpu(x), to_gpu(w), g.mean, g.rstd, affine, affine);
+  EXPECT_TRUE(all_close(cg.grad_input, gg.grad_input.to(kCPU), tol));
+  if (affine) {
+    // Column sums over M rows: float32 rounding grows with sqrt(M).
+    double ctol = dt == kF64 ? 1e-9 : 2e-3;
+    EXPECT_TRUE(all_close(cg.grad_weight, gg.grad_weight.to(kCPU), ctol));
+    EXPECT_TRUE(all_close(cg.grad_bias, gg.grad_bias.to(kCPU), ctol));
+    LayerNormGrads again =
+        gpu.layer_norm_backward(to_gpu(dy), to_gpu(x), to_gpu(w), g.mean, g.rstd, true, true);
+    EXPECT_TRUE(all_equal(gg.grad_weight, again.grad_weight));
+    EXPECT_TRUE(all_equal(gg.grad_bias, again.grad_bias));
+  }
+}
+
+}  // namespace
+
+TEST(CudaLayerNorm, MatchesTheCpuAtTheGptSize) {
+  SKIP_WITHOUT_CUDA();
+  compare(16384, 768, kF32, true);
+}
+
+TEST(CudaLayerNorm, MatchesTheCpuAtOddSizes) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dt : {kF32, kF64})
+    for (auto [M, N] : {std::pair<int64_t, int64_t>{1, 5}, {13, 33}, {257, 100}, {1000, 1}})
+      for (bool affine : {false, true}) compare(M, N, dt, affine);
+}
+
+#endif  // LOOM_WITH_CUDA
