@@ -10,7 +10,8 @@ debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev li
       nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
       libgloo-dev libopenblas-openmp-dev python3 python3-pip clang-format
       ccache  # scripts/configure.sh compiles through it when present: rebuilds take seconds
-      clang libomp-dev llvm)  # the sanitizer and fuzz builds (scripts/sanitize.sh)
+      clang libomp-dev llvm  # the sanitizer and fuzz builds (scripts/sanitize.sh)
+      bible-kjv bible-kjv-text)  # the GPT example's corpus, the KJV text (scripts/gpt-corpus.sh)
 # OpenBLAS: without it Debian's libtorch falls back to the reference BLAS, about 7 times slower.
 [ "${1:-}" = --with-libtorch ] && debs+=(libtorch-dev libopenblas0-pthread)
 missing=()
