@@ -174,6 +174,16 @@ struct GeluOp {
     return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   }
 };
+// GELU, tanh approximation (PyTorch's approximate="tanh", GPT-2's):
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+struct GeluTanhOp {
+  static constexpr bool floating_only = true;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T x) const {
+    const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + math::tanh(inner));
+  }
+};
 // SiLU (swish): x * sigmoid(x). The worked example of docs/adding-an-op.md.
 struct SiluOp {
   static constexpr bool floating_only = true;
@@ -224,6 +234,19 @@ LOOM_BINARY_FUNCTOR(GeluBackward, true,
 LOOM_BINARY_FUNCTOR(SiluBackward, true,
                     a*(T(1) / (T(1) + math::exp(-b))) *
                         (T(1) + b * (T(1) - T(1) / (T(1) + math::exp(-b)))))  // b = x
+// d/dx GELU-tanh = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2),
+// t = tanh(sqrt(2 / pi) (x + 0.044715 x^3)); a = incoming gradient, b = x.
+struct GeluTanhBackwardOp {
+  static constexpr bool floating_only = true;
+  static constexpr bool returns_bool = false;
+  template <typename T>
+  LOOM_HOST_DEVICE T operator()(T a, T b) const {
+    const T k = T(0.79788456080286535588), x2 = b * b;
+    const T t = math::tanh(k * (b + T(0.044715) * x2 * b));
+    const T dinner = k * (T(1) + T(3 * 0.044715) * x2);
+    return a * (T(0.5) * (T(1) + t) + T(0.5) * b * (T(1) - t * t) * dinner);
+  }
+};
 LOOM_COMPARE_FUNCTOR(Eq, a == b)
 LOOM_COMPARE_FUNCTOR(Ne, a != b)
 LOOM_COMPARE_FUNCTOR(Lt, a < b)
@@ -237,11 +260,11 @@ LOOM_COMPARE_FUNCTOR(Ge, a >= b)
 // clang-format off
 #define LOOM_UNARY_OPS(X) \
   X(Neg) X(Abs) X(Sign) X(Square) X(Relu) X(Exp) X(Log) X(Sqrt) X(Rsqrt) X(Reciprocal) \
-  X(Sigmoid) X(Tanh) X(Gelu) X(Silu)
+  X(Sigmoid) X(Tanh) X(Gelu) X(GeluTanh) X(Silu)
 
 #define LOOM_BINARY_OPS(X) \
   X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(ReluBackward) \
-  X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(SiluBackward) \
+  X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(GeluTanhBackward) X(SiluBackward) \
   X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge)
 // clang-format on
 

@@ -128,11 +128,15 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) override;
 };
 
-// The exact (erf) GELU.
+// GELU, as torch.nn.GELU: approximate "none" is the exact (erf) form, "tanh" the tanh
+// approximation GPT-2 uses (loom::gelu_tanh); anything else is an error naming the value.
 class GELU : public Module {
  public:
-  GELU() : Module("GELU") {}
+  explicit GELU(std::string approximate = "none");
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;  // approximate='none'
+
+  std::string approximate;
 };
 
 // ---------------------------------------------------------------- Dropout (nn/dropout.cpp)

@@ -4,8 +4,10 @@
 // Leaves out: class weights, BCE/Huber losses.
 #pragma once
 
+#include "autograd/ops/attention.h"
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/embedding.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/softmax_loss.h"
 #include "nn/module.h"
@@ -70,12 +72,15 @@ class MSELoss : public Module {
 namespace functional {
 using loom::cross_entropy;
 using loom::dropout;
+using loom::embedding;
 using loom::gelu;
+using loom::gelu_tanh;
 using loom::linear;
 using loom::log_softmax;
 using loom::mse_loss;
 using loom::nll_loss;
 using loom::relu;
+using loom::scaled_dot_product_attention;
 using loom::softmax;
 }  // namespace functional
 

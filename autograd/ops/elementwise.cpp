@@ -214,6 +214,13 @@ Tensor gelu(const Tensor& x) {
                 });
 }
 
+Tensor gelu_tanh(const Tensor& x) {
+  return record("gelu_tanh", unary("gelu_tanh", UnaryOp::GeluTanh, x), {x},
+                [sx = save(x, "gelu_tanh")](const Tensor& g) {
+                  return fused_grad(BinaryOp::GeluTanhBackward, g, sx.get());
+                });
+}
+
 Tensor sigmoid(const Tensor& x) {
   Tensor out = unary("sigmoid", UnaryOp::Sigmoid, x);
   return record("sigmoid", out, {x}, [sy = save(out, "sigmoid")](const Tensor& g) {

@@ -30,6 +30,9 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact (erf) form
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): PyTorch's gelu(x, approximate="tanh"),
+// GPT-2's.
+Tensor gelu_tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x)

@@ -1,10 +1,13 @@
 // The neural-network ops in one include: softmax family and losses, convolution and pooling,
-// normalisation, dropout, fused optimizer steps. Each family has its own header.
+// normalisation, dropout, embedding, attention, fused optimizer steps. Each family has its own
+// header.
 // Leaves out: the Modules that hold parameters for them (nn/).
 #pragma once
 
+#include "autograd/ops/attention.h"
 #include "autograd/ops/conv_pool.h"
 #include "autograd/ops/dropout.h"
+#include "autograd/ops/embedding.h"
 #include "autograd/ops/norm.h"
 #include "autograd/ops/optim.h"
 #include "autograd/ops/softmax_loss.h"

@@ -28,6 +28,8 @@ const char* op_label(int op) {
       return "cross_entropy: target";
     case DeviceOp::CrossEntropyBackward:
       return "cross_entropy_backward: target";
+    case DeviceOp::EmbeddingBackward:
+      return "embedding_backward: id";
     default:
       return "a kernel: value";
   }

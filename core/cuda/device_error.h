@@ -23,7 +23,8 @@ enum class DeviceOp : int {
   NllLoss,
   NllLossBackward,
   CrossEntropy,  // the nll_loss kernels, called by cross_entropy: the error names the user's op
-  CrossEntropyBackward
+  CrossEntropyBackward,
+  EmbeddingBackward
 };
 
 struct DeviceErrorSlot {

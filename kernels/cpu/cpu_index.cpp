@@ -1,6 +1,8 @@
 // CPU indexing kernels: index_select and its adjoint index_add (repeated indices accumulate),
-// and dropout, whose mask is drawn from Philox exactly as the CUDA kernel draws it.
+// embedding's deterministic backward, and dropout, whose mask is drawn from Philox exactly as the
+// CUDA kernel draws it.
 // Leaves out: gather/scatter with an index tensor per element, and negative (wrapped) indices.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -102,6 +104,56 @@ Tensor CpuBackend::index_add(const Shape& shape, int64_t dim, const Tensor& inde
                      for (int64_t o = 0; o < s.outer; ++o) add_slab(o, b, e);
                    });
     }
+  });
+  return out;
+}
+
+// Note [Deterministic embedding backward]
+// embedding's gradient adds the rows of grad (N, D) into the rows of a (V, D) table, ids[p] naming
+// the row of position p; a GPT repeats frequent tokens thousands of times in a batch. Atomic adds
+// (CUDA's index_add) sum those repeats in whatever order the threads arrive, so the low bits of
+// the result change from run to run. Here the positions are first put in order of id, stably (a
+// counting sort on the CPU, a radix sort on CUDA), so each row's positions stay in increasing
+// order; then each output row is summed by one thread per column, position after position, in
+// acc_t (float32 for f16/bf16, which is also more accurate than rounding at every add) and
+// rounded once. The order of the additions is thus fixed by the ids alone: the same bits on
+// every run, with any number of threads, and on both backends. A row no id names is zero.
+
+// grad: (N, D), ids: (N) int64 in [0, num_rows) -> (num_rows, D)
+Tensor CpuBackend::embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  LOOM_CHECK(grad.dim() == 2 && ids.dim() == 1 && ids.size(0) == grad.size(0),
+             "embedding_backward: expected grad (N, D) and ids (N), got ", describe(grad), " and ",
+             describe(ids));
+  LOOM_CHECK(num_rows >= 0, "embedding_backward: num_rows ", num_rows, " is negative");
+  std::vector<int64_t> idx = read_index("embedding_backward", ids, 0, num_rows);
+  const int64_t N = grad.size(0), D = grad.size(1), V = num_rows;
+  // Counting sort: start[v] .. start[v + 1] are row v's positions in `order`, increasing.
+  std::vector<int64_t> start(static_cast<size_t>(V) + 1, 0), order(static_cast<size_t>(N));
+  for (int64_t v : idx) ++start[size_t(v) + 1];
+  for (int64_t v = 0; v < V; ++v) start[size_t(v) + 1] += start[size_t(v)];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t p = 0; p < N; ++p) order[size_t(next[size_t(idx[size_t(p)])]++)] = p;
+  }
+  Tensor out = empty({V, D}, {.dtype = grad.dtype()});
+  if (out.numel() == 0) return out;
+  Tensor gc = raw::contiguous(grad);
+  LOOM_DISPATCH_FLOATING(grad.dtype(), "embedding_backward", [&] {
+    using A = acc_t<scalar_t>;
+    const scalar_t* gp = gc.data<scalar_t>();
+    scalar_t* op = out.data<scalar_t>();
+    const int64_t per_row = std::max<int64_t>(1, D * (N / std::max<int64_t>(V, 1) + 1));
+    parallel_for(0, V, std::max<int64_t>(1, kGrainSize / per_row), [&](int64_t b, int64_t e) {
+      std::vector<A> acc(static_cast<size_t>(D));
+      for (int64_t v = b; v < e; ++v) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t k = start[size_t(v)]; k < start[size_t(v) + 1]; ++k) {
+          const scalar_t* row = gp + order[size_t(k)] * D;
+          for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += A(row[c]);
+        }
+        for (int64_t c = 0; c < D; ++c) op[v * D + c] = scalar_t(acc[size_t(c)]);
+      }
+    });
   });
   return out;
 }

@@ -1,10 +1,15 @@
 // CUDA indexing kernels: index_select, its adjoint index_add (atomic adds, so repeated indices
-// accumulate), and dropout, whose mask comes from the same Philox draws as the CPU's (see
+// accumulate), embedding's deterministic backward (a radix sort of the ids, then one ordered sum
+// per row), and dropout, whose mask comes from the same Philox draws as the CPU's (see
 // Note [Dropout mask] in kernels/cpu/cpu_index.cpp): the same seed gives the same mask.
 // index_select moves elements as opaque words of their size (one kernel per size, not per dtype).
-// Leaves out: a deterministic index_add (atomics add repeated indices in any order).
+// Leaves out: a deterministic index_add for any dim (embedding_backward is the one for rows).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "core/cuda/check.h"
 #include "core/cuda/device_error.h"
@@ -94,6 +99,58 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
+// Threads per block of embedding_backward_kernel; a block covers that many columns of one row.
+constexpr int kEmbeddingColumns = 128;
+
+// keys[p] = ids[p * is], or V for an id out of [0, V) (reported; it sorts last and is never
+// summed); pos[p] = p, the payload the sort carries.
+__global__ void __launch_bounds__(kBlockSize)
+    embedding_keys_kernel(const int64_t* ids, int64_t is, int32_t* keys, int32_t* pos, int64_t n,
+                          int64_t V, DeviceErrorSlot* err) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n; p += step) {
+    const int64_t id = ids[p * is];
+    const bool ok = id >= 0 && id < V;
+    if (!ok) report_device_error(err, DeviceOp::EmbeddingBackward, id, p, V);
+    keys[p] = int32_t(ok ? id : V);
+    pos[p] = int32_t(p);
+  }
+}
+
+// The first index of the sorted keys[0, n) whose key is >= v.
+__device__ __forceinline__ int64_t first_at_least(const int32_t* keys, int64_t n, int64_t v) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (int64_t(keys[mid]) < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// out: (V, D). Block (v, tile) finds row v's run in the sorted keys (positions in increasing
+// order, the sort being stable) and each thread sums its column of grad over the run, in order, in
+// acc_t (Note [Deterministic embedding backward] in kernels/cpu/cpu_index.cpp).
+template <typename T>
+__global__ void __launch_bounds__(kEmbeddingColumns)
+    embedding_backward_kernel(const T* grad, const int32_t* keys, const int32_t* pos, T* out,
+                              int64_t n, int64_t D) {
+  using A = acc_t<T>;
+  const int64_t v = blockIdx.x;
+  const int64_t c = int64_t(blockIdx.y) * kEmbeddingColumns + threadIdx.x;
+  __shared__ int64_t run[2];
+  if (threadIdx.x < 2) run[threadIdx.x] = first_at_least(keys, n, v + threadIdx.x);
+  __syncthreads();
+  if (c >= D) return;
+  A acc = A(0);
+#pragma unroll 4
+  for (int64_t k = run[0]; k < run[1]; ++k) acc += A(grad[int64_t(pos[k]) * D + c]);
+  out[v * D + c] = T(acc);
+}
+
 void check_index(const char* op, const Tensor& index, Device d) {
   LOOM_CHECK(index.dtype() == DType::I64 && index.dim() == 1, op,
              ": index must be a 1-d int64 tensor, got ", describe(index));
@@ -162,6 +219,64 @@ Tensor CudaBackend::index_add(const Shape& shape, int64_t dim, const Tensor& ind
         s.n, index.size(0), s.inner, device_error_slot(dev));
   });
   LOOM_CUDA_CHECK_LAUNCH("index_add_kernel");
+  return out;
+}
+
+// grad: (N, D), ids: (N) int64 in [0, num_rows) -> (num_rows, D). An id out of range is reported
+// through the device error slot (Note [Errors found on the device]), not checked on the host,
+// which would copy the ids back and synchronise every step.
+Tensor CudaBackend::embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  LOOM_CHECK(grad.dim() == 2 && ids.dim() == 1 && ids.size(0) == grad.size(0),
+             "embedding_backward: expected grad (N, D) and ids (N), got ", describe(grad), " and ",
+             describe(ids));
+  check_index("embedding_backward", ids, grad.device());
+  const int64_t n = grad.size(0), D = grad.size(1), V = num_rows;
+  LOOM_CHECK(V >= 0 && V < int64_t(INT32_MAX) && n < int64_t(INT32_MAX), "embedding_backward: ", n,
+             " ids over ", V,
+             " rows: the sort takes 32-bit keys and positions (fewer than 2^31 of each)");
+  LOOM_CHECK(D <= int64_t(kEmbeddingColumns) * 65535, "embedding_backward: row width ", D,
+             " is too large for the grid");
+  const Device dev = grad.device();
+  Tensor out = empty({V, D}, {.dtype = grad.dtype(), .device = dev});
+  if (out.numel() == 0) return out;
+  if (n == 0) {
+    fill_(out, 0.0);
+    return out;
+  }
+  Tensor gc = raw::contiguous(grad);
+  const int d = dev.index;
+  DeviceGuard guard(d);
+  cudaStream_t stream = current_stream(d);
+  Tensor keys = empty({n}, {.dtype = DType::I32, .device = dev});
+  Tensor pos = empty({n}, {.dtype = DType::I32, .device = dev});
+  embedding_keys_kernel<<<grid_for(n, d), kBlockSize, 0, stream>>>(
+      ids.data<int64_t>(), ids.stride(0), keys.data<int32_t>(), pos.data<int32_t>(), n, V,
+      device_error_slot(d));
+  LOOM_CUDA_CHECK_LAUNCH("embedding_keys_kernel");
+  // A stable sort of the positions by key, on the bits that keys in [0, V] use.
+  int end_bit = 1;
+  while ((int64_t(1) << end_bit) <= V) ++end_bit;
+  Tensor keys_sorted = empty({n}, {.dtype = DType::I32, .device = dev});
+  Tensor pos_sorted = empty({n}, {.dtype = DType::I32, .device = dev});
+  size_t temp_bytes = 0;
+  // The keys are in [0, V]: sorted as unsigned, the same order.
+  auto* k_in = reinterpret_cast<uint32_t*>(keys.data<int32_t>());
+  auto* k_out = reinterpret_cast<uint32_t*>(keys_sorted.data<int32_t>());
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k_in, k_out,
+                                                  pos.data<int32_t>(), pos_sorted.data<int32_t>(),
+                                                  int(n), 0, end_bit, stream));
+  Tensor temp =
+      empty({std::max<int64_t>(1, int64_t(temp_bytes))}, {.dtype = DType::U8, .device = dev});
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, k_in, k_out,
+                                                  pos.data<int32_t>(), pos_sorted.data<int32_t>(),
+                                                  int(n), 0, end_bit, stream));
+  const dim3 grid(unsigned(V), unsigned((D + kEmbeddingColumns - 1) / kEmbeddingColumns));
+  LOOM_DISPATCH_FLOATING(grad.dtype(), "embedding_backward", [&] {
+    embedding_backward_kernel<scalar_t><<<grid, kEmbeddingColumns, 0, stream>>>(
+        gc.data<scalar_t>(), keys_sorted.data<int32_t>(), pos_sorted.data<int32_t>(),
+        out.data<scalar_t>(), n, D);
+  });
+  LOOM_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
   return out;
 }
 

@@ -33,6 +33,10 @@ OpCase binary_case(const std::string& name, Shape sa, Shape sb, Init init_b,
 
 double relu_ref(double x) { return x > 0 ? x : 0; }
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_ref(double x) {
+  const double pi = 3.14159265358979323846;
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x)));
+}
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 
 }  // namespace
@@ -94,6 +98,7 @@ std::vector<OpCase> elementwise_cases() {
       unary_case("rsqrt", Init::Positive, &rsqrt, [](double x) { return 1 / std::sqrt(x); }));
   cs.push_back(unary_case("relu", Init::Normal, &relu, &relu_ref));
   cs.push_back(unary_case("gelu", Init::Normal, &gelu, &gelu_ref));
+  cs.push_back(unary_case("gelu_tanh", Init::Normal, &gelu_tanh, &gelu_tanh_ref));
   cs.push_back(unary_case("sigmoid", Init::Normal, &sigmoid, &sigmoid_ref));
   cs.push_back(unary_case("tanh", Init::Normal, &tanh, [](double x) { return std::tanh(x); }));
   cs.push_back(

@@ -43,6 +43,7 @@ std::vector<OpCase> linalg_cases();
 std::vector<OpCase> shape_cases();
 std::vector<OpCase> softmax_loss_cases();
 std::vector<OpCase> conv_pool_norm_cases();
+std::vector<OpCase> embedding_attention_cases();
 
 // gtest prints a case by its name.
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <string>
 
 #include "autograd/ops/ops.h"
 #include "kernels/backend.h"
@@ -309,6 +311,33 @@ TEST(Layers, ShapesOfPoolingFlattenActivations) {
   EXPECT_NEAR(g[0], -1 * 0.5 * (1 + std::erf(-1 / std::sqrt(2.0))), 1e-6);
   EXPECT_NEAR(g[2], 2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0))), 1e-6);
   EXPECT_THROW(MaxPool2d(2)(randn({3, 4})), Error);
+}
+
+TEST(Layers, GeluApproximateTanhIsGpt2sFormulaAndOtherNamesAreErrors) {
+  Tensor x = from_vector<double>({-3, -1, -0.25, 0, 0.5, 2}, {6});
+  auto exact = GELU()(x).to_vector<double>(), tanh_form = GELU("tanh")(x).to_vector<double>();
+  const double pi = 3.14159265358979323846;
+  auto xs = x.to_vector<double>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double v = xs[i];
+    EXPECT_NEAR(exact[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-12);
+    EXPECT_NEAR(tanh_form[i],
+                0.5 * v * (1 + std::tanh(std::sqrt(2 / pi) * (v + 0.044715 * v * v * v))), 1e-12);
+  }
+  EXPECT_GT(std::fabs(exact[1] - tanh_form[1]), 1e-5);  // the two forms differ
+  std::ostringstream a, b;
+  a << GELU();
+  b << GELU("tanh");
+  EXPECT_EQ(a.str(), "GELU(approximate='none')");
+  EXPECT_EQ(b.str(), "GELU(approximate='tanh')");
+  try {
+    GELU bad("erf");
+    ADD_FAILURE() << "GELU(\"erf\") was accepted";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("GELU: approximate is 'erf'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'tanh'"), std::string::npos) << m;
+  }
 }
 
 TEST(Loss, ModulesMatchFormulas) {

@@ -48,6 +48,20 @@ TEST_P(DropoutStats, KeptFractionAndScale) {
 
 INSTANTIATE_TEST_SUITE_P(Dropout, DropoutStats, ::testing::Values(0.1, 0.3, 0.5, 0.9));
 
+TEST(Dropout, AGivenGeneratorIsUsedAndTheDefaultOneLeftAlone) {
+  Tensor x = randn({64, 33});
+  manual_seed(42);
+  auto from_default = dropout(x, 0.5, true).to_vector<float>();
+  manual_seed(7);
+  const GeneratorState before = default_generator().state();
+  Generator gen(42);
+  auto from_gen = dropout(x, 0.5, true, &gen).to_vector<float>();
+  EXPECT_EQ(from_gen, from_default);  // the same seed and offset: the same mask
+  EXPECT_EQ(gen.state().offset, uint64_t(x.numel()));
+  EXPECT_EQ(default_generator().state().seed, before.seed);
+  EXPECT_EQ(default_generator().state().offset, before.offset);
+}
+
 TEST(Dropout, SameSeedSameMaskNextCallDiffers) {
   Tensor x = randn({64, 33});
   manual_seed(42);

@@ -1,0 +1,40 @@
+// Scaled dot-product attention (autograd/ops/attention.cpp), as
+// torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, with an
+// optional causal mask and dropout on the attention weights.
+// Leaves out: an arbitrary attn_mask tensor, grouped-query attention (k and v with fewer heads
+// than q) and the fused flash-attention kernel (Note [Fused attention] in attention.cpp).
+#pragma once
+
+#include <limits>
+
+#include "core/generator.h"
+#include "core/tensor.h"
+
+namespace loom {
+
+// The scale argument's default: 1 / sqrt(D), D the head size of q (a NaN stands for "not given").
+inline constexpr double kDefaultScale = std::numeric_limits<double>::quiet_NaN();
+
+// q: (B, H, Tq, D), k: (B, H, Tk, D), v: (B, H, Tk, Dv) -> (B, H, Tq, Dv); or the same without
+// H: (N, Tq, D), (N, Tk, D), (N, Tk, Dv) -> (N, Tq, Dv). q, k and v share one floating dtype and
+// device. causal: query i attends to keys j <= i only (PyTorch's top-left aligned mask, also when
+// Tq != Tk). dropout_p in [0, 1): dropout on the attention weights, drawn from gen (the default
+// generator when null); pass 0 in evaluation. Under autocast the two products run in the scope's
+// dtype and the softmax in float32 (Note [Autocast policy] in autograd/amp/autocast.h); the result
+// is in the scope's dtype.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal = false, double scale = kDefaultScale,
+                                    double dropout_p = 0.0, Generator* gen = nullptr);
+
+// The same, always as the composite of matmul, softmax and dropout: the reference a fused path is
+// tested against, and what runs wherever none applies.
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              bool causal = false, double scale = kDefaultScale,
+                                              double dropout_p = 0.0, Generator* gen = nullptr);
+
+// Whether the fused attention path would take these (already autocast) inputs. False everywhere
+// until that path exists (Note [Fused attention] in autograd/ops/attention.cpp).
+bool sdpa_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                        double dropout_p);
+
+}  // namespace loom
