@@ -58,4 +58,16 @@ if(LOOM_CUDA)
   else()
     message(STATUS "NCCL not found: multi-GPU communication is not built")
   endif()
+  # cuDNN's C++ frontend (optional, header-only): the fused flash attention on CUDA.
+  set(LOOM_CUDNN_FRONTEND_DIR "" CACHE PATH
+      "cuDNN's C++ frontend: the folder holding cudnn_frontend.h (or the folder above it)")
+  loom_find_cudnn_frontend()
+  if(LOOM_CUDNN_FRONTEND_INCLUDE_DIR)
+    message(STATUS "cuDNN frontend ${LOOM_CUDNN_FRONTEND_VERSION}: ${LOOM_CUDNN_FRONTEND_INCLUDE_DIR} "
+                   "(flash attention through cuDNN's SDPA graph)")
+  else()
+    message(STATUS "cuDNN frontend not found: no fused flash attention on CUDA, the attention op "
+                   "runs its composite (scripts/install-deps.sh fetches the headers into "
+                   "third_party/cudnn_frontend, or set -DLOOM_CUDNN_FRONTEND_DIR=...)")
+  endif()
 endif()

@@ -8,6 +8,8 @@
 #   loom_find_openblas()   -> loom::openblas (when found)
 #   loom_find_cuda_libraries()   -> loom::cudnn (required), loom::nccl (when found); call after
 #                                   find_package(CUDAToolkit)
+#   loom_find_cudnn_frontend()   -> LOOM_CUDNN_FRONTEND_INCLUDE_DIR (when found; loom's own build
+#                                   only: the frontend is header-only and compiled into loom)
 
 function(loom_find_gloo)
   if(TARGET loom::gloo)
@@ -68,4 +70,26 @@ function(loom_find_cuda_libraries)
       INTERFACE_LINK_LIBRARIES "${NCCL_LIBRARY}"
       INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_NCCL=1)
   endif()
+endfunction()
+
+# cuDNN's C++ frontend, header-only, with which kernels/cuda/cudnn_sdpa.cpp builds the flash
+# attention graphs (Note [Flash attention through cuDNN] in kernels/cuda/cudnn_sdpa.h). Looked for in
+# LOOM_CUDNN_FRONTEND_DIR (its include folder, or the folder above it) when set, then in
+# third_party/cudnn_frontend/include, where scripts/install-deps.sh unpacks it from the PyPI wheel,
+# then on the system's include path. LOOM_CUDNN_FRONTEND_VERSION: its version, e.g. 1.32.0.
+function(loom_find_cudnn_frontend)
+  find_path(LOOM_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+            HINTS ${LOOM_CUDNN_FRONTEND_DIR} ${LOOM_CUDNN_FRONTEND_DIR}/include
+                  ${PROJECT_SOURCE_DIR}/third_party/cudnn_frontend/include)
+  set(_version "")
+  set(_header "${LOOM_CUDNN_FRONTEND_INCLUDE_DIR}/cudnn_frontend_version.h")
+  if(LOOM_CUDNN_FRONTEND_INCLUDE_DIR AND EXISTS "${_header}")
+    file(STRINGS "${_header}" _lines REGEX "#define CUDNN_FRONTEND_(MAJOR|MINOR|PATCH)_VERSION ")
+    foreach(_part MAJOR MINOR PATCH)
+      string(REGEX REPLACE ".*#define CUDNN_FRONTEND_${_part}_VERSION ([0-9]+).*" "\\1" _n "${_lines}")
+      list(APPEND _version ${_n})
+    endforeach()
+    list(JOIN _version "." _version)
+  endif()
+  set(LOOM_CUDNN_FRONTEND_VERSION "${_version}" PARENT_SCOPE)
 endfunction()

@@ -1,5 +1,8 @@
-// Finding the backend of a device, and the composite linear layer both backends can fall back on.
+// Finding the backend of a device, the composite linear layer both backends can fall back on, and
+// the argument checks several backend methods share.
 #include "kernels/backend.h"
+
+#include <sstream>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/raw_ops.h"
@@ -34,6 +37,57 @@ void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
   LOOM_CHECK(x.size(0) * x.size(2) * x.size(3) > 1, op,
              ": expected more than 1 value per channel when using batch statistics, got input ",
              x.shape());
+}
+
+void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
+             ": expected q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv), got q ", q.shape(),
+             ", k ", k.shape(), ", v ", v.shape());
+  LOOM_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                 v.size(1) == q.size(1) && k.size(3) == q.size(3) && v.size(2) == k.size(2),
+             op, ": q ", q.shape(), ", k ", k.shape(), " and v ", v.shape(),
+             " do not agree on B, H, D (q and k) or Tk (k and v)");
+  LOOM_CHECK(is_floating(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
+             ": q, k and v must share one floating dtype, got ", dtype_name(q.dtype()), ", ",
+             dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
+  LOOM_CHECK(k.device() == q.device() && v.device() == q.device(), op,
+             ": q, k and v must be on one device, got ", describe(q), ", ", describe(k), " and ",
+             describe(v));
+}
+
+Tensor empty_attention_layout(int64_t B, int64_t H, int64_t T, int64_t D, Options opt) {
+  return make_view(empty({B, T, H, D}, opt), {B, H, T, D}, {T * H * D, D, H * D, 1}, 0);
+}
+
+#ifndef LOOM_WITH_CUDNN_SDPA
+namespace {
+constexpr const char* kSdpaInstallHint =
+    "scripts/install-deps.sh puts them in third_party/cudnn_frontend/include, or configure with "
+    "-DLOOM_CUDNN_FRONTEND_DIR=<the folder holding cudnn_frontend.h>; then reconfigure and rebuild";
+}  // namespace
+#endif
+
+std::string sdpa_fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  std::ostringstream why;
+  if (!q.device().is_cuda())
+    why << "q is on " << q.device() << ", not on a CUDA device";
+  else if (q.dtype() != DType::F16 && q.dtype() != DType::BF16)
+    why << "dtype " << dtype_name(q.dtype())
+        << " (cuDNN's flash attention takes float16 and bfloat16 only)";
+  else if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4)
+    why << "q " << q.shape() << ", k " << k.shape() << ", v " << v.shape()
+        << " are not all 4-d (B, H, T, D)";
+  else if (v.size(3) != q.size(3))
+    why << "v's head size " << v.size(3) << " differs from q's " << q.size(3)
+        << " (the fused path takes Dv = D only)";
+  else if (q.size(3) < 8 || q.size(3) > 128 || q.size(3) % 8 != 0)
+    why << "head size D = " << q.size(3)
+        << " (cuDNN's flash attention needs 8 <= D <= 128 and D % 8 == 0)";
+#ifndef LOOM_WITH_CUDNN_SDPA
+  else
+    why << "this loom was built without cuDNN's frontend headers (" << kSdpaInstallHint << ")";
+#endif
+  return why.str();
 }
 
 bool has_backend(DeviceType t) {

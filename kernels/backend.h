@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,12 @@ struct LayerNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // the last two undefined when not asked for
 };
 
+// The gradients of Backend::sdpa_backward, each of its input's shape (and laid out as the
+// forward's output is: Note [Attention layout] in kernels/backend_methods.inc).
+struct SdpaGrads {
+  Tensor dq, dk, dv;
+};
+
 using TensorPair = std::pair<Tensor, Tensor>;
 
 class Backend {
@@ -68,6 +75,21 @@ Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Ten
 // The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.
 void check_batch_norm_pool2_input(const char* op, const Tensor& x);
+
+// The checks both backends' sdpa_forward and sdpa_backward share: q (B, H, Tq, D), k (B, H, Tk, D)
+// and v (B, H, Tk, Dv), one floating dtype, one device.
+void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v);
+
+// An uninitialised (B, H, T, D) tensor laid out (B, T, H, D) in memory: the outputs of sdpa_forward
+// and sdpa_backward (Note [Attention layout] in kernels/backend_methods.inc).
+Tensor empty_attention_layout(int64_t B, int64_t H, int64_t T, int64_t D, Options opt);
+
+// Why CUDA's fused attention (Backend::sdpa_forward and sdpa_backward on a GPU, Note [Flash
+// attention through cuDNN] in kernels/cuda/cudnn_sdpa.h) cannot take q, k, v, in words that name
+// the values; empty when it can: CUDA tensors of float16 or bfloat16, D = Dv, 8 <= D <= 128 and
+// D % 8 == 0, in a loom built with cuDNN's frontend headers. The attention op runs its composite
+// where this is not empty (the CPU backend's methods take any floating input: the naive twin).
+std::string sdpa_fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v);
 
 // The backend of a device: the CPU backend, or the CUDA backend when loom is built with CUDA.
 Backend& backend_for(Device d);

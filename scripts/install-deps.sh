@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what loom needs on Debian 12 / Ubuntu (apt-get) and the Python packages its interop
-# tests read files with (pip). Only missing packages are installed; run as root or with sudo.
+# Installs what loom needs on Debian 12 / Ubuntu (apt-get), the Python packages its interop tests
+# read files with (pip), and cuDNN's C++ frontend headers (third_party/, from PyPI). Only missing
+# packages are installed; run as root or with sudo.
 #   scripts/install-deps.sh                  # what the build, the tests and the examples need
 #   scripts/install-deps.sh --with-libtorch  # also Debian's libtorch (CPU) and OpenBLAS, for the
 #                                            # libtorch twin of the benchmark (scripts/bench-compare.sh)
@@ -31,4 +32,24 @@ if ! python3 -c "import safetensors, numpy, tensorboard" 2>/dev/null; then
   echo "== installing Python packages: ${py[*]}"
   python3 -m pip install -q "${py[@]}" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "${py[@]}"
+fi
+
+# cuDNN's C++ frontend (header-only): the flash attention of the CUDA build (Note [Flash attention
+# through cuDNN] in kernels/cuda/cudnn_sdpa.h). Its PyPI wheel carries the headers under include/;
+# only those are unpacked, into third_party/cudnn_frontend/include (ignored by git). A CPU-only
+# build does not use them; without them a CUDA build runs the attention op's composite.
+cudnn_fe_version=1.32.0
+cudnn_fe_dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/cudnn_frontend"
+if [ ! -f "$cudnn_fe_dir/include/cudnn_frontend.h" ]; then
+  echo "== fetching cuDNN's C++ frontend $cudnn_fe_version (headers) into $cudnn_fe_dir"
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps "nvidia-cudnn-frontend==$cudnn_fe_version" -d "$tmp" &&
+     mkdir -p "$cudnn_fe_dir" &&
+     python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
+       "$(ls "$tmp"/*.whl | head -n 1)" "$cudnn_fe_dir"; then
+    echo "== cuDNN frontend headers: $cudnn_fe_dir/include"
+  else
+    echo "== could not fetch the cuDNN frontend (no network?): CUDA builds run attention as the composite" >&2
+  fi
+  rm -rf "$tmp"
 fi

@@ -15,6 +15,7 @@
 //   cpu_index.cpp        index_select, index_add, dropout
 //   cpu_optim.cpp        adam_step, sgd_step
 //   cpu_amp.cpp          amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
+//   cpu_attention.cpp    sdpa_forward, sdpa_backward (naive float64 loops: CUDA's twin)
 // Leaves out: SIMD intrinsics (loops are written for the compiler to vectorize) and threads
 // other than the one pool.
 #pragma once

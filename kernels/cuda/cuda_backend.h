@@ -15,6 +15,7 @@
 //   cuda_index.cu         index_select, index_add, dropout
 //   cuda_optim.cu         adam_step, sgd_step (one multi-tensor launch)
 //   cuda_amp.cu           amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
+//   cuda_attention.cpp    sdpa_forward, sdpa_backward (cuDNN's flash attention, cudnn_sdpa.cpp)
 // Leaves out: multi-GPU communication (distributed/).
 #pragma once
 

@@ -1,0 +1,186 @@
+// CPU scaled dot-product attention, forward and backward (Backend::sdpa_forward and sdpa_backward,
+// Note [Attention layout] in kernels/backend_methods.inc): the naive loops, one (batch, head) pair
+// per task of the thread pool, every product and sum in float64, any floating dtype, any strides.
+// It is the twin CUDA's fused flash attention is tested against (the attention op itself runs its
+// composite of matmul and softmax on the CPU).
+// Leaves out: dropout, blocking and SIMD: one row of scores (Tk doubles) is all it keeps at a time.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace loom::cpu {
+
+namespace {
+
+// A tensor's element (b, h, t, d) through its strides, read and written as double (half types
+// through float, their accumulate type).
+template <typename T>
+struct Strided4 {
+  T* p;
+  int64_t s0, s1, s2, s3;
+  double get(int64_t b, int64_t h, int64_t t, int64_t d) const {
+    return double(acc_t<T>(p[b * s0 + h * s1 + t * s2 + d * s3]));
+  }
+  void set(int64_t b, int64_t h, int64_t t, int64_t d, double v) const {
+    p[b * s0 + h * s1 + t * s2 + d * s3] = T(acc_t<T>(v));
+  }
+};
+
+template <typename T>
+Strided4<T> strided4(const Tensor& x) {
+  return {x.data<T>(), x.stride(0), x.stride(1), x.stride(2), x.stride(3)};
+}
+
+Tensor empty_bthd(int64_t B, int64_t H, int64_t T, int64_t D, DType dt) {
+  return empty_attention_layout(B, H, T, D, {.dtype = dt});
+}
+
+struct Dims {
+  int64_t B, H, Tq, Tk, D, Dv;
+};
+
+Dims dims_of(const Tensor& q, const Tensor& v) {
+  return {q.size(0), q.size(1), q.size(2), v.size(2), q.size(3), v.size(3)};
+}
+
+// Keys row i attends to: 0 .. n - 1 (top-left causal mask, or all Tk).
+int64_t keys_seen(const Dims& g, bool causal, int64_t i) {
+  return causal ? std::min(i + 1, g.Tk) : g.Tk;
+}
+
+// p[j] = softmax over j < n of scale * q_i . k_j, in float64; returns the row's logsumexp.
+template <typename T>
+double softmax_row(const Strided4<T>& q, const Strided4<T>& k, const Dims& g, int64_t b, int64_t h,
+                   int64_t i, int64_t n, double scale, std::vector<double>& p) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    double s = 0;
+    for (int64_t d = 0; d < g.D; ++d) s += q.get(b, h, i, d) * k.get(b, h, j, d);
+    p[size_t(j)] = s * scale;
+    m = std::max(m, p[size_t(j)]);
+  }
+  double l = 0;
+  for (int64_t j = 0; j < n; ++j) l += std::exp(p[size_t(j)] - m);
+  double lse = m + std::log(l);
+  for (int64_t j = 0; j < n; ++j) p[size_t(j)] = std::exp(p[size_t(j)] - lse);
+  return lse;
+}
+
+template <typename T, typename S>
+void forward_kernel(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& out0,
+                    const Tensor& stats0, bool causal, double scale) {
+  Dims g = dims_of(q0, v0);
+  auto q = strided4<T>(q0), k = strided4<T>(k0), v = strided4<T>(v0), out = strided4<T>(out0);
+  auto stats = strided4<S>(stats0);
+  parallel_for(0, g.B * g.H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> p(size_t(g.Tk));
+    for (int64_t bh = begin; bh < end; ++bh) {
+      int64_t b = bh / g.H, h = bh % g.H;
+      for (int64_t i = 0; i < g.Tq; ++i) {
+        int64_t n = keys_seen(g, causal, i);
+        stats.set(b, h, i, 0, softmax_row(q, k, g, b, h, i, n, scale, p));
+        for (int64_t e = 0; e < g.Dv; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j) acc += p[size_t(j)] * v.get(b, h, j, e);
+          out.set(b, h, i, e, acc);
+        }
+      }
+    }
+  });
+}
+
+// With P = softmax(s) and dP = dO v^T: dv = P^T dO, dS = P * (dP - rowsum(P * dP)),
+// dq = scale * dS k, dk = scale * dS^T q. The row sum is taken from P and dP themselves rather
+// than from dO . out (what flash attention does), and P is recomputed from q and k rather than
+// from the saved stats: the forward's outputs are not read, so a rounded `out` cannot enter the
+// gradients of this reference (the forward's stats are tested on their own).
+template <typename T>
+void backward_kernel(const Tensor& go0, const Tensor& q0, const Tensor& k0, const Tensor& v0,
+                     const SdpaGrads& gr, bool causal, double scale) {
+  Dims g = dims_of(q0, v0);
+  auto go = strided4<T>(go0), q = strided4<T>(q0), k = strided4<T>(k0), v = strided4<T>(v0);
+  auto dq = strided4<T>(gr.dq), dk = strided4<T>(gr.dk), dv = strided4<T>(gr.dv);
+  parallel_for(0, g.B * g.H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> p(size_t(g.Tk)), dp(size_t(g.Tk));
+    std::vector<double> dk_acc(size_t(g.Tk * g.D)), dv_acc(size_t(g.Tk * g.Dv)),
+        dq_row(size_t(g.D));
+    for (int64_t bh = begin; bh < end; ++bh) {
+      int64_t b = bh / g.H, h = bh % g.H;
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+      for (int64_t i = 0; i < g.Tq; ++i) {
+        int64_t n = keys_seen(g, causal, i);
+        softmax_row(q, k, g, b, h, i, n, scale, p);
+        double row = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t e = 0; e < g.Dv; ++e) s += go.get(b, h, i, e) * v.get(b, h, j, e);
+          dp[size_t(j)] = s;
+          row += p[size_t(j)] * s;
+        }
+        std::fill(dq_row.begin(), dq_row.end(), 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          double ds = p[size_t(j)] * (dp[size_t(j)] - row) * scale;
+          for (int64_t d = 0; d < g.D; ++d) {
+            dq_row[size_t(d)] += ds * k.get(b, h, j, d);
+            dk_acc[size_t(j * g.D + d)] += ds * q.get(b, h, i, d);
+          }
+          for (int64_t e = 0; e < g.Dv; ++e)
+            dv_acc[size_t(j * g.Dv + e)] += p[size_t(j)] * go.get(b, h, i, e);
+        }
+        for (int64_t d = 0; d < g.D; ++d) dq.set(b, h, i, d, dq_row[size_t(d)]);
+      }
+      for (int64_t j = 0; j < g.Tk; ++j) {
+        for (int64_t d = 0; d < g.D; ++d) dk.set(b, h, j, d, dk_acc[size_t(j * g.D + d)]);
+        for (int64_t e = 0; e < g.Dv; ++e) dv.set(b, h, j, e, dv_acc[size_t(j * g.Dv + e)]);
+      }
+    }
+  });
+}
+
+DType stats_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
+
+}  // namespace
+
+TensorPair CpuBackend::sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    double scale) {
+  check_sdpa_inputs("sdpa_forward", q, k, v);
+  Dims g = dims_of(q, v);
+  Tensor out = empty_bthd(g.B, g.H, g.Tq, g.Dv, q.dtype());
+  Tensor stats = empty({g.B, g.H, g.Tq, 1}, {.dtype = stats_dtype(q.dtype())});
+  if (out.numel() == 0) return {out, stats};
+  LOOM_CHECK(g.Tk > 0, "sdpa_forward: k ", k.shape(), " has no keys to attend to");
+  LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_forward", [&] {
+    using S = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    forward_kernel<scalar_t, S>(q, k, v, out, stats, causal, scale);
+  });
+  return {out, stats};
+}
+
+SdpaGrads CpuBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& stats,
+                                    bool causal, double scale) {
+  check_sdpa_inputs("sdpa_backward", q, k, v);
+  Dims g = dims_of(q, v);
+  Shape out_shape{g.B, g.H, g.Tq, g.Dv};
+  LOOM_CHECK(
+      grad_out.shape() == out_shape && out.shape() == out_shape && grad_out.dtype() == q.dtype(),
+      "sdpa_backward: grad_out ", describe(grad_out), " and out ", out.shape(),
+      " must be (B, H, Tq, Dv) = ", out_shape, " of q's dtype ", dtype_name(q.dtype()));
+  LOOM_CHECK(stats.shape() == Shape({g.B, g.H, g.Tq, 1}), "sdpa_backward: stats ", stats.shape(),
+             " must be (B, H, Tq, 1) = ", Shape({g.B, g.H, g.Tq, 1}));
+  SdpaGrads gr{empty_bthd(g.B, g.H, g.Tq, g.D, q.dtype()),
+               empty_bthd(g.B, g.H, g.Tk, g.D, q.dtype()),
+               empty_bthd(g.B, g.H, g.Tk, g.Dv, q.dtype())};
+  LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_backward",
+                         [&] { backward_kernel<scalar_t>(grad_out, q, k, v, gr, causal, scale); });
+  return gr;
+}
+
+}  // namespace loom::cpu
