@@ -1,6 +1,7 @@
-// bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide) with their
-// timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3) update,
-// on random inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
+// bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide; gpt and gpt-mini
+// by name) with their timing protocol: one step = zero grads, forward, cross-entropy, backward,
+// Adam(lr 1e-3) update (the GPTs: AdamW, GPT-2's two groups, and gradient clipping at 1), on random
+// inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median, min and max ms/step, the peak device memory and the time from process start
 // to the end of the first step. Strict fp32 (TF32 off), or --amp bf16 (autocast, float32 master
 // weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
@@ -15,6 +16,7 @@
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
 //   ./build/benchmarks/bench_train --workload wide --amp bf16
+//   ./build/benchmarks/bench_train --workload gpt --amp bf16   # GPT-2 124M, B 16, T 1024
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -25,9 +27,11 @@
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
+#include "nn/gpt.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/flags.h"
+#include "train/make_optimizer.h"
 #include "train/step_runner.h"
 
 using namespace loom;
@@ -40,8 +44,47 @@ const Clock::time_point kProcessStart = Clock::now();  // as close to process st
 struct Workload {
   std::string name;
   int64_t batch;
-  std::shared_ptr<nn::Sequential> (*make)();
+  std::shared_ptr<nn::Sequential> (*make)();  // the image classifiers; null for a GPT
+  nn::GPTConfig gpt{};                        // the GPTs' sizes (block_size = the sequence T)
 };
+
+// GPT-2 124M with llm.c's padded vocabulary (50304, a multiple of 128), T = 1024; and a small one
+// for the CPU table.
+const nn::GPTConfig kGpt2{.vocab_size = 50304, .block_size = 1024};
+const nn::GPTConfig kGptMini{
+    .vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 128};
+
+// The model, its optimizer and inputs on the device: (batch, 1, 28, 28) images and labels with
+// Adam(1e-3), or (batch, T) token ids and next tokens with AdamW(6e-4) as GPT-2 trains.
+struct Setup {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  Tensor x, y;
+};
+
+Setup make_setup(const Workload& w, Device dev) {
+  manual_seed(0);
+  Setup s;
+  if (!w.make) {
+    auto m = std::make_shared<nn::GPT>(w.gpt);
+    m->to(dev);
+    train::TrainConfig c;
+    c.optimizer = "adamw", c.lr = 6e-4, c.weight_decay = 0.1;
+    s.opt = train::make_transformer_adamw(c, m->parameters());
+    s.x = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
+    s.y = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
+    s.model = m;
+    return s;
+  }
+  auto m = w.make();
+  nn::fuse(*m);  // the fused Linear + ReLU and BatchNorm2d + ReLU (+ MaxPool2d(2)) modules
+  m->to(dev);
+  s.opt = std::make_unique<optim::Adam>(m->parameters(), optim::AdamOptions{.lr = 1e-3});
+  s.x = randn({w.batch, 1, 28, 28}, {.device = dev});
+  s.y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
+  s.model = m;
+  return s;
+}
 
 std::shared_ptr<nn::Sequential> mlp() { return nn::make_mlp(); }
 std::shared_ptr<nn::Sequential> cnn() { return nn::make_cnn(); }
@@ -57,25 +100,22 @@ double now_synced(Device d) {
 struct Result {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double peak_mib = 0;
-  double first_step_s = 0;  // process start to the end of the first step
+  double first_step_s = 0;     // process start to the end of the first step
+  double flops_per_token = 0;  // a GPT's (nn::GPT::flops_per_token), for the MFU
+  int64_t parameters = 0;
 };
 
 Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph,
            const std::string& amp_mode, bool in_backward) {
-  manual_seed(0);
-  auto model = w.make();
-  nn::fuse(*model);  // the fused Linear + ReLU and BatchNorm2d + ReLU (+ MaxPool2d(2)) modules
-  model->to(dev);
-  optim::Adam opt(model->parameters(), {.lr = 1e-3});
-  Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
-  Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
-  train::StepRunner runner(*model, opt, 0.0, graph);  // eager, or a replayed CUDA graph
+  Setup s = make_setup(w, dev);
+  train::StepRunner runner(*s.model, *s.opt, 0.0, graph);  // eager, or a replayed CUDA graph
+  if (!w.make) runner.set_grad_clip(1.0);
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
   if (amp_mode != "off")
     runner.set_amp(amp_mode == "bf16" ? DType::BF16 : DType::F16,
                    scaler.is_enabled() ? &scaler : nullptr);
   runner.set_optimizer_in_backward(in_backward);
-  auto step = [&] { runner.step(x, y); };
+  auto step = [&] { runner.step(s.x, s.y); };
   step();
   now_synced(dev);
   double first_step_s = std::chrono::duration<double>(Clock::now() - kProcessStart).count();
@@ -92,7 +132,20 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   Result res{ms[ms.size() / 2], ms.front(), ms.back(), 0, first_step_s};
   if (dev.is_cuda())
     res.peak_mib = double(cuda::memory_stats(dev.index).peak_allocated) / (1 << 20);
+  if (auto* gpt = dynamic_cast<nn::GPT*>(s.model.get())) {
+    res.flops_per_token = gpt->flops_per_token(w.gpt.block_size);
+    res.parameters = gpt->num_parameters();
+  }
   return res;
+}
+
+// A GPT row's tokens/s and model FLOPs utilisation (nn::GPT::flops_per_token over the step time)
+// against the H100/H200's dense bf16 peak, 989 TFLOPS (NVIDIA's data sheet, without sparsity).
+void print_throughput(const Workload& w, const Result& r) {
+  double tokens = double(w.batch * w.gpt.block_size), tok_s = tokens / (r.median_ms * 1e-3);
+  std::printf("  %s: %.0f tokens/s, MFU %.1f%% of 989 TFLOPS (dense bf16), %.1fM parameters\n",
+              w.name.c_str(), tok_s, 100.0 * tok_s * r.flops_per_token / 989e12,
+              double(r.parameters) / 1e6);
 }
 
 }  // namespace
@@ -104,8 +157,8 @@ int main(int argc, char** argv) {
   int warmup = 10, steps = 50, repeats = 5;
   bool graph = false;
   std::string amp_mode = "off";
-  app.add_option("--workload", workload, "mlp, cnn, wide or all")
-      ->check(CLI::IsMember({"mlp", "cnn", "wide", "all"}));
+  app.add_option("--workload", workload, "mlp, cnn, wide, all (those three), gpt or gpt-mini")
+      ->check(CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini"}));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
@@ -129,11 +182,16 @@ int main(int argc, char** argv) {
   if (device.empty() && cuda::is_available()) dev = cuda_device(0);
   try {
     if (!device.empty()) dev = Device(device);
-    std::vector<Workload> all = {{"mlp", 256, &mlp}, {"cnn", 256, &cnn}, {"wide", 2048, &wide}};
+    std::vector<Workload> all = {{"mlp", 256, &mlp},
+                                 {"cnn", 256, &cnn},
+                                 {"wide", 2048, &wide},
+                                 {"gpt", 16, nullptr, kGpt2},
+                                 {"gpt-mini", 8, nullptr, kGptMini}};
     std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
-      if (workload != "all" && workload != w.name) continue;
+      // "all" means the image workloads; a GPT row is asked for by name.
+      if (workload != w.name && (workload != "all" || !w.make)) continue;
       Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
                   dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
@@ -141,6 +199,7 @@ int main(int argc, char** argv) {
                   : in_backward ? "in-bwd"
                                 : "eager",
                   long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
+      if (!w.make) print_throughput(w, r);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1

@@ -1,4 +1,4 @@
-// TokenDataset, TokenBatchSampler, TokenEvalLoader. See token_dataset.h.
+// TokenDataset: shards checked and mapped, windows numbered across them. See token_dataset.h.
 #include "data/token_dataset.h"
 
 #include <glob.h>
@@ -114,99 +114,29 @@ void TokenDataset::fill(std::span<const int64_t> windows, const Tensor& x, const
   }
 }
 
-namespace {
-
-TokenBatch make_batch(const TokenDataset& d, std::vector<int64_t> windows, int64_t epoch,
-                      int64_t index) {
-  const Shape s{int64_t(windows.size()), d.seq_len()};
-  TokenBatch b{empty(s, {.dtype = kI64}), empty(s, {.dtype = kI64}), std::move(windows), epoch,
-               index};
-  d.fill(b.windows, b.x, b.y);
-  return b;
+Example TokenDataset::get(int64_t index) const {
+  LOOM_CHECK(index >= 0 && index < num_windows(), "TokenDataset: window ", index,
+             " is outside [0, ", num_windows(), ")");
+  Tensor x = empty({1, opt_.seq_len}, {.dtype = kI64}),
+         y = empty({1, opt_.seq_len}, {.dtype = kI64});
+  fill(std::span<const int64_t>(&index, 1), x, y);
+  return {x.view({opt_.seq_len}), y.view({opt_.seq_len})};
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------- TokenBatchSampler
-
-TokenBatchSampler::TokenBatchSampler(std::shared_ptr<const TokenDataset> data,
-                                     TokenSamplerOptions opt)
-    : data_(std::move(data)),
-      opt_(opt),
-      sampler_(data_ ? data_->num_windows() : 0, {.num_replicas = opt.num_replicas,
-                                                  .rank = opt.rank,
-                                                  .shuffle = true,
-                                                  .seed = opt.seed,
-                                                  .drop_last = true}) {
-  LOOM_CHECK(data_ != nullptr, "TokenBatchSampler: no dataset");
-  LOOM_CHECK(opt.batch_size >= 1, "TokenBatchSampler: batch_size ", opt.batch_size,
-             " must be positive");
-  // Note [Token sampler] (data/token_dataset.h)
-  steps_per_epoch_ = sampler_.size() / opt.batch_size;
-  LOOM_CHECK(steps_per_epoch_ >= 1, "TokenBatchSampler: ", data_->num_windows(),
-             " windows of T = ", data_->seq_len(), " (", data_->num_tokens(), " tokens in ",
-             data_->num_shards(), " shard(s)) give each of ", opt.num_replicas, " rank(s) ",
-             sampler_.size(), ", fewer than one batch of ", opt.batch_size,
-             "; use more data, a smaller batch or a shorter sequence");
+std::optional<ExampleSpec> TokenDataset::spec() const {
+  return ExampleSpec{.data_shape = {opt_.seq_len},
+                     .data_dtype = kI64,
+                     .target_shape = {opt_.seq_len},
+                     .target_dtype = kI64,
+                     .has_target = true};
 }
 
-int64_t TokenBatchSampler::batches_left() const {
-  return steps_per_epoch_ - sampler_.position() / opt_.batch_size;
-}
-
-TokenBatch TokenBatchSampler::next() {
-  const int64_t B = opt_.batch_size;
-  if (sampler_.position() + B > steps_per_epoch_ * B) sampler_.set_epoch(sampler_.epoch() + 1);
-  const int64_t e = sampler_.epoch(), p = sampler_.position();
-  if (order_epoch_ != e) {
-    order_ = sampler_.indices(e);
-    order_epoch_ = e;
-  }
-  std::vector<int64_t> w(order_.begin() + p, order_.begin() + p + B);
-  sampler_.set_position(p + B);
-  return make_batch(*data_, std::move(w), e, p / B);
-}
-
-void TokenBatchSampler::set_epoch(int64_t epoch) { sampler_.set_epoch(epoch); }
-
-void TokenBatchSampler::load_state(const SamplerState& s) {
-  const int64_t B = opt_.batch_size;
-  LOOM_CHECK(s.position >= 0 && s.position % B == 0 && s.position <= steps_per_epoch_ * B,
-             "TokenBatchSampler::load_state: position ", s.position,
-             " is not a whole number of batches of ", B, " within an epoch of ", steps_per_epoch_,
-             " batches (saved with another batch size, world size or dataset?)");
-  sampler_.load_state(s);
-}
-
-// ---------------------------------------------------------------- TokenEvalLoader
-
-TokenEvalLoader::TokenEvalLoader(std::shared_ptr<const TokenDataset> data, int64_t batch_size,
-                                 int64_t num_replicas, int64_t rank, int64_t max_batches)
-    : data_(std::move(data)), batch_size_(batch_size), max_batches_(max_batches) {
-  LOOM_CHECK(data_ != nullptr, "TokenEvalLoader: no dataset");
-  LOOM_CHECK(batch_size >= 1, "TokenEvalLoader: batch_size ", batch_size, " must be positive");
-  LOOM_CHECK(max_batches >= 0, "TokenEvalLoader: max_batches ", max_batches,
-             " is negative (0: all)");
-  DistributedSampler s(
-      data_->num_windows(),
-      {.num_replicas = num_replicas, .rank = rank, .shuffle = false, .exactly_once = true});
-  mine_ = s.indices(0);
-}
-
-int64_t TokenEvalLoader::size() const {
-  int64_t n = (int64_t(mine_.size()) + batch_size_ - 1) / batch_size_;
-  return max_batches_ > 0 ? std::min(n, max_batches_) : n;
-}
-
-std::optional<TokenBatch> TokenEvalLoader::next() {
-  if (batch_ >= size()) {
-    reset();
-    return std::nullopt;
-  }
-  const int64_t b = batch_size_ * batch_;
-  const int64_t e = std::min<int64_t>(b + batch_size_, int64_t(mine_.size()));
-  std::vector<int64_t> w(mine_.begin() + b, mine_.begin() + e);
-  return make_batch(*data_, std::move(w), 0, batch_++);
+void TokenDataset::gather(std::span<const int64_t> indices, const Tensor& data,
+                          const Tensor& target) const {
+  for (int64_t i : indices)
+    LOOM_CHECK(i >= 0 && i < num_windows(), "TokenDataset: window ", i, " is outside [0, ",
+               num_windows(), ")");
+  fill(indices, data, target);
 }
 
 }  // namespace loom::data

@@ -1,8 +1,9 @@
-// The layers: Linear, Conv2d, BatchNorm2d, LayerNorm, Dropout, ReLU, GELU, MaxPool2d, AvgPool2d,
-// AdaptiveAvgPool2d, Flatten and Sequential, named and initialised as in PyTorch. Each is a thin
-// Module around one op of autograd/ops; one .cpp per family (linear, conv, norm, activation,
-// dropout, pooling, container).
-// Leaves out: recurrent layers, attention, padding modes other than zeros.
+// The layers: Linear, Embedding, Conv2d, BatchNorm2d, LayerNorm, Dropout, ReLU, GELU, MaxPool2d,
+// AvgPool2d, AdaptiveAvgPool2d, Flatten and Sequential, named and initialised as in PyTorch. Each
+// is a thin Module around one op of autograd/ops; one .cpp per family (linear, embedding, conv,
+// norm, activation, dropout, pooling, container).
+// Leaves out: recurrent layers, padding modes other than zeros; attention and the transformer
+// blocks are GPT's (nn/gpt.h).
 #pragma once
 
 #include <array>
@@ -67,6 +68,22 @@ class Conv2d : public Module {
   IntPair kernel_size;
   Conv2dOptions options;
   Tensor weight, bias;
+};
+
+// ---------------------------------------------------------------- Embedding (nn/embedding.cpp)
+
+// A lookup table: ids (any shape S, int64) -> rows of weight, S + (embedding_dim). weight:
+// (num_embeddings, embedding_dim) ~ N(0, 1), as PyTorch. Its gradient adds up the rows of
+// repeated ids, deterministically (loom::embedding).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& ids) override;
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  int64_t num_embeddings, embedding_dim;
+  Tensor weight;
 };
 
 // ---------------------------------------------------------------- normalisation (nn/norm.cpp)

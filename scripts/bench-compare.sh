@@ -9,6 +9,7 @@
 #   scripts/bench-compare.sh                        # every workload on the GPU if there is one
 #   DEVICE=cpu WORKLOADS="mlp cnn" STEPS=10 REPEATS=3 scripts/bench-compare.sh
 #   DDP=4 scripts/bench-compare.sh                  # DDP rows on 1 and 4 GPUs as well
+#   WORKLOADS=gpt DDP=1 scripts/bench-compare.sh    # GPT-2 124M: bf16 rows only (GPT_STEPS, GPT_REPEATS)
 #
 # DDP rows (GPU only): loom's bench_ddp under loomrun against PyTorch DDP (benchmarks/pytorch/
 # ddp_bench.py) under torchrun, fp32 and bf16 autocast, on 1 and k GPUs, in a second table: ms/step
@@ -64,13 +65,27 @@ if [ "$DEVICE" = cpu ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 # model device dtype mode batch ms/step min max peak first-step
 common=(--device "$DEVICE" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP")
 rows=$(mktemp)
+gpt_lines=$(mktemp)
+# loom's rows; a GPT row's tokens/s and MFU line (indented) goes to gpt_lines.
+loom_rows() {
+  "$BUILD/benchmarks/bench_train" "$@" | tee -a "$gpt_lines" | awk -v f=loom 'NR>1 && /^[^ ]/ {print f, $0}' >> "$rows"
+}
 for w in $WORKLOADS; do
-  "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
+  if [[ "$w" == gpt* ]]; then  # the transformer: bf16 autocast only on a GPU (docs/workloads.md)
+    g=(--workload "$w" --device "$DEVICE" --steps "${GPT_STEPS:-20}" --repeats "${GPT_REPEATS:-3}" --warmup "$WARMUP")
+    amp=(); tamp=()
+    [ "$DEVICE" != cpu ] && amp=(--amp bf16) && tamp=(--dtype bf16)
+    loom_rows "${g[@]}" "${amp[@]}"
+    [ "$DEVICE" != cpu ] && loom_rows "${g[@]}" "${amp[@]}" --cuda-graph
+    "$BUILD/benchmarks/libtorch/bench_train_torch" "${g[@]}" "${tamp[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
+    continue
+  fi
+  loom_rows --workload "$w" "${common[@]}"
   "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
   if [ "$DEVICE" != cpu ]; then
-    "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" --cuda-graph | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
-    "$BUILD/benchmarks/bench_train" --workload "$w" "${common[@]}" --optimizer-in-backward | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
-    "$BUILD/benchmarks/bench_train" --workload "$w" --amp bf16 "${common[@]}" | awk -v f=loom 'NR>1 {print f, $0}' >> "$rows"
+    loom_rows --workload "$w" "${common[@]}" --cuda-graph
+    loom_rows --workload "$w" "${common[@]}" --optimizer-in-backward
+    loom_rows --workload "$w" --amp bf16 "${common[@]}"
     "$BUILD/benchmarks/libtorch/bench_train_torch" --workload "$w" --dtype bf16 "${common[@]}" | awk -v f=torch 'NR>1 {print f, $0}' >> "$rows"
   fi
 done
@@ -97,6 +112,8 @@ table=$(awk '
 rm -f "$rows"
 log ""
 log "$table"
+grep -E '^  gpt' "$gpt_lines" | while read -r line; do log "loom $line"; done
+rm -f "$gpt_lines"
 log "(ratio = loom / libtorch: below 1 is loom faster or smaller; MiB = peak device memory, 0 on the CPU;"
 log " 1st = seconds from process start to the end of the first step; graph rows replay a CUDA graph and"
 log " in-bwd rows run the optimizer inside backward (loom only; compared with libtorch's eager step))"

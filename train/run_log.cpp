@@ -113,13 +113,23 @@ void RunLog::stopped_at_max_steps(int64_t step) {
   if (run_.main()) std::printf("stopped after %ld steps (--max-steps)\n", long(step));
 }
 
+void RunLog::validated(const Evaluation& eval) {
+  report_.test_loss = eval.loss;
+  report_.test_accuracy = eval.accuracy;
+  report_.evaluated = report_.validation = true;
+}
+
 int RunLog::finish(int64_t steps, const StepProfiler* profiler) {
   if (profiler) std::printf("profile %s\n", profiler->summary(run_.rank).c_str());
   report_.seconds = steady_seconds() - run_.start_seconds;
   report_.steps = steps;
   const TrainReport& r = report_;
   if (run_.main() && !r.stop_signal) {  // one line per job; stopped() printed its own
-    if (r.evaluated)
+    if (r.validation)
+      std::printf(
+          "final validation loss %.4f (next-token accuracy %.2f%%) after %ld steps in %.1f s\n",
+          r.test_loss, 100.0 * r.test_accuracy, long(r.steps), r.seconds);
+    else if (r.evaluated)
       std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * r.test_accuracy,
                   long(r.steps), r.seconds);
     else

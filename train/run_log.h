@@ -27,7 +27,8 @@ struct TrainReport {
   double test_accuracy = 0;  // fraction in [0, 1]
   double seconds = 0;        // whole run
   int64_t steps = 0;
-  bool evaluated = false;  // an epoch ended and the test set was evaluated (test_* are set)
+  bool evaluated = false;   // an epoch ended and the test set was evaluated (test_* are set)
+  bool validation = false;  // test_* are a language model's validation loss and token accuracy
   // SIGTERM or SIGINT that stopped the run early (Note [Preemption] in train/loss_window.h); 0
   // when none.
   int stop_signal = 0;
@@ -61,6 +62,8 @@ class RunLog {
   // "got SIGTERM: stopped after step 12 and saved ckpt/...; run again with --resume ...".
   void stopped(int sig, const std::string& when, const std::string& checkpoint);
   void stopped_at_max_steps(int64_t step);  // "stopped after 21 steps (--max-steps)"
+  // A language model's validation (train_gpt): the final line reports its loss and accuracy.
+  void validated(const Evaluation& eval);
   // Prints the profile (every rank) and the final line (rank 0, unless a signal stopped the run);
   // returns the exit status.
   int finish(int64_t steps, const StepProfiler* profiler);

@@ -1,12 +1,15 @@
 // scaled_dot_product_attention as a composite of differentiable ops (matmul, the causal mask as
-// an added -inf, softmax, dropout, matmul), so its gradient comes from the pieces; the argument
-// checks; and the spot where a fused path will be called (Note [Fused attention]).
-// Leaves out: the fused kernels themselves, and a mask tensor given by the caller.
+// an added most-negative value, softmax, dropout, matmul), so its gradient comes from the pieces;
+// the argument checks; and the fused path on CUDA (Note [Fused attention]). Leaves out: the fused
+// kernels themselves (kernels/), and a mask tensor given by the caller.
 #include "autograd/ops/attention.h"
 
 #include <cmath>
+#include <limits>
 
 #include "autograd/amp/autocast.h"
+#include "autograd/anomaly.h"
+#include "autograd/function.h"
 #include "autograd/ops/checks.h"
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/elementwise.h"
@@ -14,6 +17,7 @@
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/softmax_loss.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
@@ -59,11 +63,27 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
              " (q ", describe(q), ")");
 }
 
-// (Tq, Tk) in `dtype`: 0 where key j may be seen from query i (j <= i), -inf where not.
+// The most negative finite value of a floating dtype.
+double lowest(DType dtype) {
+  switch (dtype) {
+    case DType::F16:
+      return -65504.0;
+    case DType::BF16:
+      return -3.3895313892515355e38;
+    case DType::F32:
+      return -double(std::numeric_limits<float>::max());
+    default:
+      return -std::numeric_limits<double>::max();
+  }
+}
+
+// (Tq, Tk) in `dtype`: 0 where key j may be seen from query i (j <= i), the dtype's most negative
+// finite value where not: after the softmax's max subtraction its exp is exactly 0, as -inf's
+// would be, and anomaly mode (which stops at any inf an op reads) accepts it.
 Tensor causal_mask(int64_t Tq, int64_t Tk, DType dtype, Device device) {
   Tensor rows = arange(0, double(Tq), 1, {.dtype = kI64, .device = device}).view({Tq, 1});
   Tensor cols = arange(0, double(Tk), 1, {.dtype = kI64, .device = device}).view({1, Tk});
-  return where(gt(cols, rows), scalar_tensor(-INFINITY, {.dtype = dtype, .device = device}),
+  return where(gt(cols, rows), scalar_tensor(lowest(dtype), {.dtype = dtype, .device = device}),
                scalar_tensor(0.0, {.dtype = dtype, .device = device}));
 }
 
@@ -72,8 +92,8 @@ Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  double dropout_p, Generator* gen) {
   const int64_t r = q.dim();
   Tensor scores = matmul(q, transpose(k, r - 2, r - 1)) * scale;  // (..., Tq, Tk)
-  // Masked scores become -inf: weight 0 after the softmax, and a zero gradient through it. Every
-  // row keeps key 0, so no row is all -inf.
+  // Masked scores become the most negative finite value: weight 0 after the softmax, and a zero
+  // gradient through it. Every row keeps key 0, so no row is all masked.
   if (causal) scores = scores + causal_mask(q.size(-2), k.size(-2), scores.dtype(), q.device());
   Tensor weights = softmax(scores, -1);  // float32 under autocast
   if (dropout_p > 0.0) weights = dropout(weights, dropout_p, true, gen);
@@ -88,25 +108,35 @@ double resolve_scale(double scale, const Tensor& q) {
 
 bool sdpa_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                         double dropout_p) {
-  // The fused path is added in the cuDNN SDPA file of kernels/cuda/ (Backend::sdpa_forward and
-  // sdpa_backward; Note [Fused attention]); it will decide here from q, k, v's device, dtype and
-  // sizes, causal and dropout_p. Until then the composite runs everywhere.
-  (void)q;
-  (void)k;
-  (void)v;
-  (void)causal;
-  (void)dropout_p;
-  return false;
+  (void)causal;  // both masks run fused
+  // The fused kernels have no dropout; anomaly mode runs the composite, one op per step.
+  return dropout_p == 0.0 && !autograd::is_anomaly_enabled() &&
+         sdpa_fused_unsupported(q, k, v).empty();
 }
+
+namespace {
+// The fused path (Note [Fused attention]): one backend call forward, saving the output and each
+// row's logsumexp, and one backward.
+Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  auto [out, stats] = backend_for(q.device()).sdpa_forward(q, k, v, causal, scale);
+  return record(kOp, out, {q, k, v},
+                [sq = save(q, kOp), sk = save(k, kOp), sv = save(v, kOp), out = out.detach(), stats,
+                 causal, scale](const Tensor& g) {
+                  SdpaGrads r = backend_for(g.device())
+                                    .sdpa_backward(g, sq.get(), sk.get(), sv.get(), out, stats,
+                                                   causal, scale);
+                  return Grads{r.dq, r.dk, r.dv};
+                });
+}
+}  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     bool causal, double scale, double dropout_p, Generator* gen) {
   // Autocast first (the products' dtype), so the fused path sees the dtype it would compute in.
   const Tensor q = amp::cast_lower(q_in), k = amp::cast_lower(k_in), v = amp::cast_lower(v_in);
   check_args(q, k, v, scale, dropout_p);
-  if (sdpa_fused_applies(q, k, v, causal, dropout_p)) {
-    // The fused path is added in the cuDNN SDPA file of kernels/cuda/: it returns here.
-  }
+  if (sdpa_fused_applies(q, k, v, causal, dropout_p))
+    return fused(q, k, v, causal, resolve_scale(scale, q));
   return composite(q, k, v, causal, resolve_scale(scale, q), dropout_p, gen);
 }
 

@@ -32,8 +32,9 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
                                               bool causal = false, double scale = kDefaultScale,
                                               double dropout_p = 0.0, Generator* gen = nullptr);
 
-// Whether the fused attention path would take these (already autocast) inputs. False everywhere
-// until that path exists (Note [Fused attention] in autograd/ops/attention.cpp).
+// Whether the fused attention path takes these (already autocast) inputs: CUDA, bfloat16 or
+// float16, a head size cuDNN supports, no dropout, not in anomaly mode (Note [Fused attention] in
+// autograd/ops/attention.cpp).
 bool sdpa_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                         double dropout_p);
 

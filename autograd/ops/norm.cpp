@@ -222,13 +222,16 @@ Tensor layer_norm_composite(const Tensor& x_in, const Shape& normalized_shape,
 // over (B T, C). The fused op reads x as (M, N) rows, N the product of the normalised dims, and
 // runs one backend call forward (y, and the rows' mean and rstd saved for backward) and one
 // backward (dx, and grad_weight and grad_bias as column sums in a fixed order). float16 and
-// bfloat16 inputs are cast to float32 first (autocast's rule for layer_norm), so the fused op
-// sees float32 or float64 and returns what the composite returns.
+// bfloat16 inputs under autocast are cast to float32 first (autocast's rule for layer_norm), so
+// the fused op sees float32 or float64 and returns what the composite returns; outside autocast
+// they run the composite in their own dtype.
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
                   const Tensor& bias_in, double eps) {
-  if (autograd::is_anomaly_enabled())  // one op per step, so an anomaly is named precisely
-    return layer_norm_composite(x_in, normalized_shape, weight_in, bias_in, eps);
   LayerNormArgs a = layer_norm_args(x_in, normalized_shape, weight_in, bias_in);
+  // Anomaly mode runs one op per step, so an anomaly is named precisely; float16 and bfloat16
+  // outside autocast (which casts them to float32 above) keep their dtype through the composite.
+  if (autograd::is_anomaly_enabled() || (a.x.dtype() != kF32 && a.x.dtype() != kF64))
+    return layer_norm_composite(x_in, normalized_shape, weight_in, bias_in, eps);
   const Shape shape = a.x.shape();
   const int64_t N = numel(normalized_shape), M = N == 0 ? 0 : a.x.numel() / N;
   Tensor x2 = raw::contiguous(a.x.detach()).view({M, N});

@@ -1,7 +1,8 @@
 // data/token_dataset: the windows of Note [Token windows] across shards, the dataset's checks
-// (vocabulary, sequence length, model context) with the values they name, the batch sampler of
-// Note [Token sampler] (slices of the data, y = x shifted by one, ranks disjoint and covering the
-// one-rank epoch, set_epoch, exact resume) and the evaluation loader (every window once).
+// (vocabulary, sequence length, model context) with the values they name, and the dataset in a
+// DataLoader: batches are the sampler's windows with y = x shifted by one, and validation with
+// exactly_once covers every target token once over 1, 2 or 3 ranks. The sampler's own properties
+// (ranks disjoint, set_epoch, exact resume) are DistributedSampler's (tests/data/test_sampler.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/dataloader.h"
+#include "data/sampler.h"
 #include "data/token_dataset.h"
 #include "support/temp_files.h"
 
@@ -57,17 +60,18 @@ std::vector<int64_t> row(const Tensor& t, int64_t b) {
   return std::vector<int64_t>(p, p + T);
 }
 
-// Checks that batch rows are the windows they name: x = window[:T], y = window[1:].
-void expect_rows_are_windows(const TokenDataset& d, const TokenBatch& b) {
-  const int64_t B = int64_t(b.windows.size()), T = d.seq_len();
-  ASSERT_EQ(b.x.dtype(), kI64);
-  ASSERT_EQ(b.y.dtype(), kI64);
-  ASSERT_EQ(b.x.shape(), (Shape{B, T}));
-  ASSERT_EQ(b.y.shape(), (Shape{B, T}));
+// Checks that rows of x, y (B, T) are the windows they name: x = window[:T], y = window[1:].
+void expect_rows_are_windows(const TokenDataset& d, const Tensor& bx, const Tensor& by,
+                             const std::vector<int64_t>& windows) {
+  const int64_t B = int64_t(windows.size()), T = d.seq_len();
+  ASSERT_EQ(bx.dtype(), kI64);
+  ASSERT_EQ(by.dtype(), kI64);
+  ASSERT_EQ(bx.shape(), (Shape{B, T}));
+  ASSERT_EQ(by.shape(), (Shape{B, T}));
   for (int64_t i = 0; i < B; ++i) {
-    TokenDataset::Location l = d.locate(b.windows[size_t(i)]);
+    TokenDataset::Location l = d.locate(windows[size_t(i)]);
     std::span<const uint16_t> shard = d.shard(l.shard).tokens();
-    std::vector<int64_t> x = row(b.x, i), y = row(b.y, i);
+    std::vector<int64_t> x = row(bx, i), y = row(by, i);
     for (int64_t t = 0; t < T; ++t) {
       ASSERT_EQ(x[size_t(t)], shard[size_t(l.start + t)]) << "row " << i << " t " << t;
       ASSERT_EQ(y[size_t(t)], shard[size_t(l.start + t + 1)]) << "row " << i << " t " << t;
@@ -76,16 +80,6 @@ void expect_rows_are_windows(const TokenDataset& d, const TokenBatch& b) {
       }
     }
   }
-}
-
-// All windows that `n` calls of next() hand out.
-std::vector<int64_t> drawn(TokenBatchSampler& s, int64_t n) {
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < n; ++i) {
-    TokenBatch b = s.next();
-    out.insert(out.end(), b.windows.begin(), b.windows.end());
-  }
-  return out;
 }
 
 }  // namespace
@@ -180,182 +174,52 @@ TEST(TokenDataset, GlobIsSortedAndNamesAPatternThatMatchesNothing) {
 
 // ---------------------------------------------------------------- TokenBatchSampler
 
-TEST(TokenBatchSampler, BatchesAreWindowsOfTheDataShiftedByOne) {
-  TempDir dir;
-  auto d = make(write_shards(dir, {101, 77, 40}), /*T=*/6);
-  TokenBatchSampler s(d, {.batch_size = 3, .seed = 5});
-  EXPECT_EQ(d->num_windows(), 16 + 12 + 6);
-  EXPECT_EQ(s.steps_per_epoch(), 34 / 3);
-  for (int i = 0; i < 15; ++i) {  // past the end of the first epoch
-    TokenBatch b = s.next();
-    expect_rows_are_windows(*d, b);
-    EXPECT_EQ(b.epoch, i / 11);
-    EXPECT_EQ(b.index, i % 11);
-  }
-}
+// ---------------------------------------------------------------- as a Dataset, in a DataLoader
 
-TEST(TokenBatchSampler, AnEpochIsAPermutationOfTheWindows) {
+TEST(TokenDataset, ADataLoaderGivesTheSamplersWindowsShiftedByOne) {
   TempDir dir;
-  auto d = make(write_shards(dir, {97, 49}), /*T=*/4);  // 24 + 12 = 36 windows
-  TokenBatchSampler s(d, {.batch_size = 4, .seed = 1});
-  EXPECT_EQ(s.steps_per_epoch(), 9);
-  std::vector<int64_t> e0 = drawn(s, 9), sorted = e0;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<int64_t> all(36);
-  std::iota(all.begin(), all.end(), int64_t(0));
-  EXPECT_EQ(sorted, all);
-  EXPECT_NE(e0, all);                        // shuffled
-  EXPECT_EQ(e0, random_permutation(36, 1));  // seeded with seed + epoch
-  EXPECT_EQ(s.batches_left(), 0);
-  EXPECT_EQ(drawn(s, 9), random_permutation(36, 2));  // epoch 1
-}
-
-TEST(TokenBatchSampler, RanksAreDisjointAndCoverTheOneRankEpoch) {
-  TempDir dir;
-  // 48 windows: B = 4 divides each of 2 ranks' 24. 50 windows with 3 ranks: 16 each, 4 steps,
-  // 48 in all, as one rank's 12 steps of 4.
-  for (auto [n, R] : {std::pair<int64_t, int64_t>{48, 2}, {50, 3}}) {
-    SCOPED_TRACE(testing::Message() << n << " windows, " << R << " ranks");
-    auto d = make(write_shards(dir, {n * 5 + 1}, "w" + std::to_string(n)), /*T=*/5);
-    ASSERT_EQ(d->num_windows(), n);
-    for (int64_t epoch : {0, 3}) {
-      TokenBatchSampler one(d, {.batch_size = 4, .seed = 9});
-      one.set_epoch(epoch);
-      std::vector<int64_t> single = drawn(one, one.steps_per_epoch());
-      std::set<int64_t> ranks;
-      size_t total = 0;
-      for (int64_t r = 0; r < R; ++r) {
-        TokenBatchSampler s(d, {.batch_size = 4, .num_replicas = R, .rank = r, .seed = 9});
-        EXPECT_EQ(s.steps_per_epoch(), n / R / 4);
-        s.set_epoch(epoch);
-        std::vector<int64_t> mine = drawn(s, s.steps_per_epoch());
-        total += mine.size();
-        ranks.insert(mine.begin(), mine.end());
-      }
-      EXPECT_EQ(ranks.size(), total);  // disjoint
-      EXPECT_EQ(ranks, std::set<int64_t>(single.begin(), single.end()));
+  auto d = make(write_shards(dir, {101, 77, 40}), /*T=*/6);  // 16 + 12 + 6 windows
+  EXPECT_EQ(d->size(), 34);
+  // Rank 1 of 2, shuffled (seed + epoch), batches of 3: the rows are the sampler's windows.
+  auto sampler = std::make_shared<DistributedSampler>(
+      d->size(), DistributedSamplerOptions{
+                     .num_replicas = 2, .rank = 1, .shuffle = true, .seed = 5, .drop_last = true});
+  DataLoader loader(d, sampler, DataLoaderOptions{.batch_size = 3, .drop_last = true});
+  for (int64_t epoch : {0, 1}) {
+    std::vector<int64_t> order = sampler->indices(epoch);
+    int64_t b = 0;
+    while (auto batch = loader.next()) {
+      std::vector<int64_t> w(order.begin() + 3 * b, order.begin() + 3 * b + 3);
+      expect_rows_are_windows(*d, batch->data, batch->target, w);
+      ++b;
     }
+    EXPECT_EQ(b, 17 / 3);
   }
+  // get() is the same window as the batch path.
+  Example e = d->get(20);
+  expect_rows_are_windows(*d, e.data.view({1, 6}), e.target.view({1, 6}), {20});
+  EXPECT_THROW(d->get(34), Error);
 }
 
-TEST(TokenBatchSampler, SetEpochAndSeedChangeTheOrder) {
+TEST(TokenDataset, ValidationWindowsEachOnceOverTheRanks) {
   TempDir dir;
-  auto d = make(write_shards(dir, {801}), /*T=*/8);  // 100 windows
-  TokenBatchSampler a(d, {.batch_size = 10, .seed = 3});
-  std::vector<int64_t> e0 = a.windows(0);
-  const std::vector<int64_t> e1 = a.windows(1);
-  EXPECT_NE(e0, e1);
-  a.set_epoch(1);
-  EXPECT_EQ(a.next().windows, std::vector<int64_t>(e1.begin(), e1.begin() + 10));
-  a.set_epoch(1);  // the current epoch keeps its position
-  EXPECT_EQ(a.state(), (SamplerState{1, 10}));
-  a.set_epoch(0);
-  EXPECT_EQ(a.state(), (SamplerState{0, 0}));
-  EXPECT_EQ(a.next().windows, std::vector<int64_t>(e0.begin(), e0.begin() + 10));
-  TokenBatchSampler b(d, {.batch_size = 10, .seed = 4});
-  EXPECT_NE(b.windows(0), e0);
-  EXPECT_EQ(b.windows(0), e1);  // seed + epoch
-}
-
-TEST(TokenBatchSampler, ARestoredPositionGivesTheSameNextBatches) {
-  TempDir dir;
-  auto d = make(write_shards(dir, {301, 150}), /*T=*/6);  // 50 + 24 windows
-  const TokenSamplerOptions opt{.batch_size = 4, .num_replicas = 2, .rank = 1, .seed = 11};
-  for (int64_t stop : {0, 3, 8, 9, 20}) {  // 9 steps per epoch: 9 is the end of epoch 0
-    SCOPED_TRACE(stop);
-    TokenBatchSampler a(d, opt);
-    ASSERT_EQ(a.steps_per_epoch(), 9);
-    drawn(a, stop);
-    SamplerState saved = a.state();
-    TokenBatchSampler b(d, opt);
-    b.load_state(saved);
-    EXPECT_EQ(b.state(), saved);
-    for (int i = 0; i < 12; ++i) {
-      TokenBatch x = a.next(), y = b.next();
-      ASSERT_EQ(x.windows, y.windows) << "batch " << i << " after the restore";
-      EXPECT_EQ(x.epoch, y.epoch);
-      EXPECT_EQ(x.index, y.index);
-      EXPECT_EQ(row(x.x, 3), row(y.x, 3));
-      EXPECT_EQ(row(x.y, 0), row(y.y, 0));
-    }
-  }
-  TokenBatchSampler c(d, opt);
-  std::string e = error_of([&] { c.load_state({0, 6}); });
-  EXPECT_NE(e.find("position 6 is not a whole number of batches of 4 within an epoch of 9"),
-            std::string::npos)
-      << e;
-  e = error_of([&] { c.load_state({0, 40}); });
-  EXPECT_NE(e.find("position 40"), std::string::npos) << e;
-}
-
-TEST(TokenBatchSampler, TooFewWindowsForOneBatchPerRank) {
-  TempDir dir;
-  auto d = make(write_shards(dir, {41}), /*T=*/8);  // 5 windows
-  std::string e = error_of([&] { TokenBatchSampler(d, {.batch_size = 2, .num_replicas = 3}); });
-  EXPECT_NE(e.find("5 windows of T = 8 (41 tokens in 1 shard(s)) give each of 3 rank(s) 1, fewer "
-                   "than one batch of 2"),
-            std::string::npos)
-      << e;
-  e = error_of([&] { TokenBatchSampler(d, {.batch_size = 2, .num_replicas = 2, .rank = 2}); });
-  EXPECT_NE(e.find("rank 2 is outside [0, 2)"), std::string::npos) << e;
-}
-
-// ---------------------------------------------------------------- TokenEvalLoader
-
-TEST(TokenEvalLoader, CoversTheValidationDataOnce) {
-  TempDir dir;
-  auto files = write_shards(dir, {131, 46}, "val");  // T = 5: 26 + 9 = 35 windows
-  auto d = make(files, 5);
+  auto d = make(write_shards(dir, {131, 46}, "val"), 5);  // 26 + 9 = 35 windows
   for (int64_t R : {1, 2, 3}) {
     SCOPED_TRACE(R);
-    std::multiset<int64_t> windows, targets;
+    std::multiset<int64_t> targets;
     for (int64_t r = 0; r < R; ++r) {
-      TokenEvalLoader val(d, /*batch_size=*/4, R, r);
-      const int64_t mine = (35 - r + R - 1) / R;
-      EXPECT_EQ(val.size(), (mine + 3) / 4);
-      int64_t batches = 0;
-      for (TokenBatch& b : val) {
-        expect_rows_are_windows(*d, b);
-        EXPECT_EQ(b.index, batches++);
-        for (size_t i = 0; i < b.windows.size(); ++i) {
-          EXPECT_EQ(b.windows[i] % R, r);
-          windows.insert(b.windows[i]);
-          std::vector<int64_t> y = row(b.y, int64_t(i));
-          targets.insert(y.begin(), y.end());
-        }
+      auto s = std::make_shared<DistributedSampler>(
+          d->size(), DistributedSamplerOptions{
+                         .num_replicas = R, .rank = r, .shuffle = false, .exactly_once = true});
+      DataLoader val(d, s, DataLoaderOptions{.batch_size = 4});
+      for (auto& b : val) {
+        std::vector<int64_t> y = b.target.to_vector<int64_t>();
+        targets.insert(y.begin(), y.end());
       }
-      EXPECT_EQ(batches, val.size());
     }
-    std::multiset<int64_t> all_windows, all_targets;
-    for (int64_t w = 0; w < 35; ++w) all_windows.insert(w);
-    for (int64_t i = 1; i <= 130; ++i) all_targets.insert(i);  // shard 0: its tail 0
-    for (int64_t i = 1; i <= 45; ++i) all_targets.insert(1000 + i);
-    EXPECT_EQ(windows, all_windows);
-    EXPECT_EQ(targets, all_targets);
+    std::multiset<int64_t> all;
+    for (int64_t i = 1; i <= 130; ++i) all.insert(i);  // shard 0: every token but its first
+    for (int64_t i = 1; i <= 45; ++i) all.insert(1000 + i);
+    EXPECT_EQ(targets, all);
   }
-}
-
-TEST(TokenEvalLoader, MaxBatchesAndRewind) {
-  TempDir dir;
-  auto d = make(write_shards(dir, {201}), /*T=*/4);  // 50 windows
-  TokenEvalLoader val(d, 3, /*num_replicas=*/2, /*rank=*/0, /*max_batches=*/2);
-  EXPECT_EQ(val.size(), 2);
-  std::optional<TokenBatch> a = val.next(), b = val.next();
-  ASSERT_TRUE(a && b);
-  EXPECT_EQ(a->windows, (std::vector<int64_t>{0, 2, 4}));
-  EXPECT_EQ(b->windows, (std::vector<int64_t>{6, 8, 10}));
-  EXPECT_FALSE(val.next());  // the end, then a rewind
-  std::optional<TokenBatch> again = val.next();
-  ASSERT_TRUE(again);
-  EXPECT_EQ(again->windows, a->windows);
-  // The last batch of a whole pass is smaller: 25 windows on rank 1, 8 batches of 3 and 1.
-  TokenEvalLoader all(d, 3, 2, 1);
-  EXPECT_EQ(all.size(), 9);
-  int64_t n = 0, last = 0;
-  for (TokenBatch& x : all) {
-    ++n;
-    last = int64_t(x.windows.size());
-  }
-  EXPECT_EQ(n, 9);
-  EXPECT_EQ(last, 1);
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "autograd/amp/autocast.h"
+#include "autograd/anomaly.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops/ops.h"
 
@@ -94,13 +95,29 @@ TEST(Attention, CausalFirstQuerySeesOnlyTheFirstKey) {
   EXPECT_TRUE(bit_equal(y.select(2, 0), v.select(2, 0)));  // weight exactly 1 on key 0
 }
 
-TEST(Attention, NoFusedPathYetSoTheCompositeRunsEverywhere) {
+TEST(Attention, TheFusedPathIsCudasSoTheCpuRunsTheComposite) {
   Tensor q = leaf({1, 2, 5, 8}, 13, kBF16), k = leaf({1, 2, 5, 8}, 14, kBF16),
          v = leaf({1, 2, 5, 8}, 15, kBF16);
-  EXPECT_FALSE(sdpa_fused_applies(q, k, v, true, 0.0));
+  EXPECT_FALSE(sdpa_fused_applies(q, k, v, true, 0.0));  // CPU tensors (tests/autograd/ops/
+                                                         // test_cuda_attention.cpp: CUDA's)
   EXPECT_TRUE(bit_equal(scaled_dot_product_attention(q, k, v, true),
                         scaled_dot_product_attention_composite(q, k, v, true)));
 }
 
 }  // namespace
+// The causal mask is finite (the dtype's most negative value), so anomaly mode, which stops at any
+// inf an op reads, runs a causal attention and its backward; the result is the same.
+TEST(Attention, CausalRunsInAnomalyModeWithTheSameResult) {
+  for (DType dt : {kF32, kBF16}) {
+    Tensor q = leaf({1, 2, 6, 8}, 16, dt), k = leaf({1, 2, 6, 8}, 17, dt),
+           v = leaf({1, 2, 6, 8}, 18, dt);
+    Tensor plain = scaled_dot_product_attention(q, k, v, true);
+    autograd::DetectAnomalyGuard anomaly(true);
+    Tensor checked = scaled_dot_product_attention(q, k, v, true);
+    checked.sum().backward();
+    EXPECT_TRUE(bit_equal(plain, checked));
+    EXPECT_TRUE(q.grad().defined());
+  }
+}
+
 }  // namespace loom

@@ -1,0 +1,199 @@
+// GPT-2's modules: attention, MLP, block and the model (nn/gpt.h), with GPT-2's sizes and init.
+// Leaves out: generation (nn/gpt_sample.cpp) and the training loop (examples/train_gpt.cpp).
+#include "nn/gpt.h"
+
+#include <cmath>
+
+#include "autograd/ops/attention.h"
+#include "autograd/ops/factory.h"
+#include "autograd/ops/ops.h"
+#include "nn/init.h"
+
+namespace loom::nn {
+
+// ---------------------------------------------------------------- config
+
+GPTConfig GPTConfig::gpt2(const std::string& depth) {
+  GPTConfig c;
+  if (depth == "d12") {
+    c.n_layer = 12, c.n_head = 12, c.n_embd = 768;
+  } else if (depth == "d24") {
+    c.n_layer = 24, c.n_head = 16, c.n_embd = 1024;
+  } else if (depth == "d36") {
+    c.n_layer = 36, c.n_head = 20, c.n_embd = 1280;
+  } else if (depth == "d48") {
+    c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
+  } else {
+    LOOM_FAIL("GPTConfig::gpt2: unknown depth \"", depth, "\" (d12, d24, d36 or d48)");
+  }
+  return c;
+}
+
+void GPTConfig::check() const {
+  LOOM_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0,
+             "GPTConfig: every size must be positive (vocab_size ", vocab_size, ", block_size ",
+             block_size, ", n_layer ", n_layer, ", n_head ", n_head, ", n_embd ", n_embd, ")");
+  LOOM_CHECK(n_embd % n_head == 0, "GPTConfig: n_embd ", n_embd, " is not divisible by n_head ",
+             n_head);
+  LOOM_CHECK(dropout >= 0.0 && dropout < 1.0, "GPTConfig: dropout ", dropout, " is not in [0, 1)");
+}
+
+// ---------------------------------------------------------------- attention
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg)
+    : Module("CausalSelfAttention"), n_head(cfg.n_head), n_embd(cfg.n_embd), dropout(cfg.dropout) {
+  c_attn = register_module("c_attn", make<Linear>(n_embd, 3 * n_embd, cfg.bias));
+  c_proj = register_module("c_proj", make<Linear>(n_embd, n_embd, cfg.bias));
+  resid_dropout = register_module("resid_dropout", make<Dropout>(cfg.dropout));
+}
+
+// q, k, v: (B, H, T, D) -> (B, T, C), then the output projection.
+Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  double p = is_training() ? dropout : 0.0;
+  Tensor y = scaled_dot_product_attention(q, k, v, causal, kDefaultScale, p);
+  int64_t B = q.size(0), T = q.size(2);
+  y = reshape(transpose(y, 1, 2), {B, T, n_embd});  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+  return resid_dropout->forward(c_proj->forward(y));
+}
+
+namespace {
+// qkv: (B, T, 3C) -> q, k, v as (B, H, T, D) views of it.
+std::vector<Tensor> split_heads(const Tensor& qkv, int64_t n_head) {
+  int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  Tensor five = view(qkv, {B, T, 3, n_head, C / n_head});
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < 3; ++i) out.push_back(transpose(select(five, 2, i), 1, 2));
+  return out;
+}
+}  // namespace
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  LOOM_CHECK(x.dim() == 3 && x.size(2) == n_embd, "CausalSelfAttention(n_embd=", n_embd,
+             "): input ", describe(x), " should be (B, T, ", n_embd, ")");
+  auto qkv = split_heads(c_attn->forward(x), n_head);
+  return attend(qkv[0], qkv[1], qkv[2], /*causal=*/true);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache, size_t layer) {
+  LOOM_CHECK(cache.length == 0 || x.size(1) == 1, "CausalSelfAttention: with ", cache.length,
+             " cached positions the input must be one position, got ", x.size(1));
+  auto qkv = split_heads(c_attn->forward(x), n_head);
+  if (cache.k.size() <= layer) cache.k.resize(layer + 1), cache.v.resize(layer + 1);
+  Tensor& k = cache.k[layer];
+  Tensor& v = cache.v[layer];
+  k = k.defined() ? cat({k, qkv[1]}, 2) : contiguous(qkv[1]);  // (B, H, length + T, D)
+  v = v.defined() ? cat({v, qkv[2]}, 2) : contiguous(qkv[2]);
+  return attend(qkv[0], k, v, /*causal=*/cache.length == 0);
+}
+
+// ---------------------------------------------------------------- MLP and block
+
+MLP::MLP(const GPTConfig& cfg) : Module("MLP") {
+  c_fc = register_module("c_fc", make<Linear>(cfg.n_embd, 4 * cfg.n_embd, cfg.bias));
+  gelu = register_module("gelu", make<GELU>("tanh"));
+  c_proj = register_module("c_proj", make<Linear>(4 * cfg.n_embd, cfg.n_embd, cfg.bias));
+  dropout = register_module("dropout", make<Dropout>(cfg.dropout));
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
+}
+
+TransformerBlock::TransformerBlock(const GPTConfig& cfg) : Module("TransformerBlock") {
+  LayerNormOptions ln{.bias = cfg.bias};
+  ln_1 = register_module("ln_1", make<LayerNorm>(cfg.n_embd, ln));
+  attn = register_module("attn", make<CausalSelfAttention>(cfg));
+  ln_2 = register_module("ln_2", make<LayerNorm>(cfg.n_embd, ln));
+  mlp = register_module("mlp", make<MLP>(cfg));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor r = x + attn->forward(ln_1->forward(x));
+  return r + mlp->forward(ln_2->forward(r));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, KVCache& cache, size_t layer) {
+  Tensor r = x + attn->forward(ln_1->forward(x), cache, layer);
+  return r + mlp->forward(ln_2->forward(r));
+}
+
+// ---------------------------------------------------------------- GPT
+
+GPT::GPT(GPTConfig cfg) : Module("GPT"), config(cfg) {
+  config.check();
+  wte = register_module("wte", make<Embedding>(cfg.vocab_size, cfg.n_embd));
+  wpe = register_module("wpe", make<Embedding>(cfg.block_size, cfg.n_embd));
+  drop = register_module("drop", make<Dropout>(cfg.dropout));
+  h = register_module("h", make<Sequential>());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(make<TransformerBlock>(cfg));
+  ln_f = register_module("ln_f", make<LayerNorm>(cfg.n_embd, LayerNormOptions{.bias = cfg.bias}));
+  lm_head = register_module("lm_head", make<Linear>(cfg.n_embd, cfg.vocab_size, false));
+  lm_head->weight = wte->weight;  // Note [Tied embedding]: one tensor, listed under wte.weight
+  init_weights();
+}
+
+void GPT::init_weights() {
+  double proj_std = 0.02 / std::sqrt(2.0 * double(config.n_layer));
+  for (const auto& [name, p] : named_parameters()) {
+    bool is_proj = name.ends_with("c_proj.weight");
+    if (name.ends_with(".bias"))
+      init::zeros_(p);
+    else if (name.starts_with("ln_") || name.find(".ln_") != std::string::npos)
+      init::ones_(p);  // LayerNorm weights
+    else
+      init::normal_(p, 0.0, is_proj ? proj_std : 0.02);
+  }
+}
+
+std::vector<std::shared_ptr<TransformerBlock>> GPT::blocks() const {
+  std::vector<std::shared_ptr<TransformerBlock>> out;
+  for (size_t i = 0; i < h->size(); ++i) out.push_back(h->at<TransformerBlock>(i));
+  return out;
+}
+
+Tensor GPT::embed(const Tensor& idx, int64_t start) {
+  LOOM_CHECK(idx.dim() == 2 && idx.dtype() == kI64, "GPT: input ", describe(idx),
+             " should be (B, T) int64 token ids");
+  int64_t T = idx.size(1);
+  LOOM_CHECK(start + T <= config.block_size, "GPT: ", start + T,
+             " positions exceed the context of ", config.block_size, " (block_size)");
+  Tensor pos =
+      arange(double(start), double(start + T), 1.0, {.dtype = kI64, .device = idx.device()});
+  return drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
+}
+
+Tensor GPT::forward(const Tensor& idx) {
+  Tensor x = embed(idx, 0);
+  for (const auto& block : blocks()) x = block->forward(x);
+  return lm_head->forward(ln_f->forward(x));  // (B, T, V)
+}
+
+Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
+  Tensor x = embed(idx, cache.length);
+  auto bs = blocks();
+  for (size_t i = 0; i < bs.size(); ++i) x = bs[i]->forward(x, cache, i);
+  cache.length += idx.size(1);
+  return lm_head->forward(ln_f->forward(x));
+}
+
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
+  Tensor logits = forward(idx);
+  LOOM_CHECK(targets.shape() == idx.shape(), "GPT::loss: targets ", describe(targets),
+             " should have the input's shape ", idx.shape());
+  return cross_entropy(flatten(logits, 0, 1), flatten(targets), Reduction::Mean, 0.0, -1);
+}
+
+int64_t GPT::num_parameters(bool include_position_table) const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return include_position_table ? n : n - wpe->weight.numel();
+}
+
+double GPT::flops_per_token(int64_t T) const {
+  double N = double(num_parameters(false));
+  double L = double(config.n_layer), H = double(config.n_head);
+  double D = double(config.n_embd / config.n_head);
+  return 6.0 * N + 12.0 * L * H * D * double(T);
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,122 @@
+// GPT-2 (Radford et al., 2019) as nanoGPT and llm.c write it: token and position embeddings,
+// n_layer pre-norm transformer blocks (LayerNorm, causal self-attention, residual add; LayerNorm,
+// MLP with the tanh GELU, residual add), a final LayerNorm, and the output head whose weight IS
+// the token embedding's (Note [Tied embedding]). Parameter names follow nanoGPT without its
+// "transformer." prefix: wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight, ...,
+// ln_f.weight. A KV cache makes generation cost one position per new token (nn/gpt_sample.h).
+// Leaves out: loading OpenAI's released weights, and rotary/ALiBi position schemes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/layers.h"
+
+namespace loom::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 50257;  // GPT-2's BPE; llm.c pads it to 50304 (a multiple of 128)
+  int64_t block_size = 1024;   // the longest context (the position table's rows)
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;  // C; each head has C / n_head channels
+  double dropout = 0.0;  // on the attention weights, after each residual branch and the input
+  bool bias = true;      // in the Linears and LayerNorms
+
+  // GPT-2's sizes by depth, as llm.c names them: "d12" (124M), "d24" (350M), "d36" (774M),
+  // "d48" (1558M). An unknown name is an error listing these.
+  static GPTConfig gpt2(const std::string& depth);
+  // Checks the sizes (all positive, n_embd divisible by n_head); errors name the field.
+  void check() const;
+};
+
+// Keys and values of every position seen so far, per layer: (B, H, length, D) each.
+struct KVCache {
+  std::vector<Tensor> k, v;
+  int64_t length = 0;  // positions held
+};
+
+// x: (B, T, C) -> (B, T, C). One Linear makes q, k and v for all heads at once (c_attn, C -> 3C);
+// the heads are views of its output (B, T, 3, H, D), never copies.
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const GPTConfig& cfg);
+  Tensor forward(const Tensor& x) override;
+  // With a cache: x holds the positions after the cached ones; its k and v are appended to
+  // layer `layer` of the cache. Either the cache is empty (a prompt: causal) or x is one position
+  // (it attends to everything cached).
+  Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
+
+  int64_t n_head, n_embd;
+  double dropout;
+  ModuleHolder<Linear> c_attn, c_proj;
+  ModuleHolder<Dropout> resid_dropout;
+
+ private:
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+};
+
+// x: (B, T, C) -> (B, T, C): Linear(C, 4C), GELU(tanh), Linear(4C, C), dropout.
+class MLP : public Module {
+ public:
+  explicit MLP(const GPTConfig& cfg);
+  Tensor forward(const Tensor& x) override;
+
+  ModuleHolder<Linear> c_fc, c_proj;
+  ModuleHolder<GELU> gelu;
+  ModuleHolder<Dropout> dropout;
+};
+
+// Pre-norm: x + attn(ln_1(x)), then + mlp(ln_2(.)). (B, T, C) -> (B, T, C).
+class TransformerBlock : public Module {
+ public:
+  explicit TransformerBlock(const GPTConfig& cfg);
+  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
+
+  ModuleHolder<LayerNorm> ln_1, ln_2;
+  ModuleHolder<CausalSelfAttention> attn;
+  ModuleHolder<MLP> mlp;
+};
+
+// Note [Tied embedding]
+// GPT-2 uses one (V, C) matrix twice: as the token embedding (row lookup) and as the output head
+// (logits = x @ W^T). Here lm_head.weight and wte.weight are the same Tensor (one TensorImpl), so
+// parameters() and state_dict() list it once, under wte.weight; its gradient is the sum of the two
+// uses (autograd accumulates both into the one .grad); an optimizer updates it once, and DDP
+// reduces it once. Saving, loading and to() see one tensor.
+class GPT : public Module {
+ public:
+  explicit GPT(GPTConfig cfg);
+  // idx: (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size).
+  Tensor forward(const Tensor& idx) override;
+  // The same from position cache.length on, appending to the cache (nn/gpt_sample.h).
+  Tensor forward(const Tensor& idx, KVCache& cache);
+  // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored).
+  Tensor loss(const Tensor& idx, const Tensor& targets);
+
+  // GPT-2's init: every Linear and Embedding weight ~ N(0, 0.02), biases 0, LayerNorms 1 and 0,
+  // and the residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
+  void init_weights();
+  // Parameters counted once (the tied matrix once); without the position table if asked, as
+  // GPT-2's paper counts (124M for d12 with V = 50257).
+  int64_t num_parameters(bool include_position_table = true) const;
+  // Floating-point operations of one training step per token at context T (forward and backward,
+  // as PaLM's appendix counts them: 6 N + 12 L H D T, N without the position table); MFU divides
+  // tokens/s times this by the hardware's peak.
+  double flops_per_token(int64_t T) const;
+
+  GPTConfig config;
+  ModuleHolder<Embedding> wte, wpe;
+  ModuleHolder<Dropout> drop;
+  ModuleHolder<Sequential> h;  // n_layer TransformerBlocks, named h.0, h.1, ...
+  ModuleHolder<LayerNorm> ln_f;
+  ModuleHolder<Linear> lm_head;  // weight tied to wte.weight; no bias
+
+ private:
+  Tensor embed(const Tensor& idx, int64_t start);  // (B, T) -> (B, T, C), positions from start
+  std::vector<std::shared_ptr<TransformerBlock>> blocks() const;
+};
+
+}  // namespace loom::nn

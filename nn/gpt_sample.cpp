@@ -1,0 +1,75 @@
+// Sampling from a GPT (nn/gpt_sample.h): the logits of the last position come to the host, where
+// temperature, top-k and the draw are a few lines of plain C++.
+// Leaves out: sampling on the device (one (V) read-back per token is small next to the forward).
+#include "nn/gpt_sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/ops.h"
+
+namespace loom::nn {
+
+int64_t sample_token(const Tensor& logits, double temperature, int64_t top_k, double u) {
+  LOOM_CHECK(logits.dim() == 1 && logits.numel() > 0, "sample_token: logits ", describe(logits),
+             " should be one row (V)");
+  LOOM_CHECK(temperature >= 0.0, "sample_token: temperature ", temperature, " is negative");
+  Tensor host = contiguous(to(to(logits, kF64), kCPU));
+  const double* l = host.data<double>();
+  int64_t V = host.numel();
+  if (temperature == 0.0) return int64_t(std::max_element(l, l + V) - l);
+  // The top_k largest logits (all when top_k is 0 or >= V), then softmax over them in float64.
+  std::vector<int64_t> ids(static_cast<size_t>(V), 0);
+  for (int64_t i = 0; i < V; ++i) ids[size_t(i)] = i;
+  int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+  std::vector<double> p(static_cast<size_t>(k));
+  double top = l[ids[0]], sum = 0.0;
+  for (int64_t i = 0; i < k; ++i)
+    sum += p[size_t(i)] = std::exp((l[ids[size_t(i)]] - top) / temperature);
+  double target = u * sum, acc = 0.0;
+  for (int64_t i = 0; i < k; ++i)
+    if ((acc += p[size_t(i)]) > target) return ids[size_t(i)];
+  return ids[size_t(k - 1)];  // u * sum rounded up to the total
+}
+
+std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
+                              const SampleOptions& o) {
+  const GPTConfig& c = model.config;
+  LOOM_CHECK(!prompt.empty(), "generate: the prompt is empty");
+  LOOM_CHECK(int64_t(prompt.size()) + o.max_new_tokens <= c.block_size, "generate: the prompt (",
+             prompt.size(), " tokens) and ", o.max_new_tokens, " new tokens exceed the context of ",
+             c.block_size);
+  for (int64_t id : prompt)
+    LOOM_CHECK(id >= 0 && id < c.vocab_size, "generate: prompt token ", id,
+               " is outside the vocabulary [0, ", c.vocab_size, ")");
+  Device dev = model.wte->weight.device();
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  auto ids_tensor = [&](const std::vector<int64_t>& ids) {
+    Tensor t = empty({1, int64_t(ids.size())}, {.dtype = kI64});
+    std::copy(ids.begin(), ids.end(), t.data<int64_t>());
+    return to(t, dev);
+  };
+  std::vector<int64_t> all = prompt, out;
+  KVCache cache;
+  Tensor logits = o.use_cache ? model.forward(ids_tensor(prompt), cache) : Tensor();
+  for (int64_t n = 0; n < o.max_new_tokens; ++n) {
+    if (!o.use_cache) logits = model.forward(ids_tensor(all));          // the whole prefix again
+    Tensor last = select(select(logits, 0, 0), 0, logits.size(1) - 1);  // (V)
+    int64_t next = sample_token(last, o.temperature, o.top_k, uniform(rng));
+    out.push_back(next);
+    all.push_back(next);
+    if (o.use_cache && n + 1 < o.max_new_tokens) logits = model.forward(ids_tensor({next}), cache);
+  }
+  model.train(was_training);
+  return out;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# gpu-gpt-check.sh: the GPT work on one GPU in one short call (scripts/gpu-check.sh is the whole
+# suite): builds what it needs (sm_90, and the libtorch twin against the installed PyTorch), runs
+# the gpt benchmark of loom and of its twin (bf16, GPT-2 124M, B 16, T 1024), the CUDA tests of
+# the GPT ops (layer norm, embedding, attention, GELU tanh, the op table), and train_gpt on the
+# KJV corpus for a bounded time, most important first, each step's output in $OUT (or
+# build-gpt/logs) as it finishes, so a call cut short keeps what ran. Needs third_party/ (cuDNN's
+# frontend headers) and .data/kjv.txt (scripts/gpt-corpus.sh) carried to the GPU machine.
+# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-$HOME/build-gpt}
+LOG=${OUT:-build-gpt/logs}
+mkdir -p "$LOG"
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$LOG/summary.txt"; }
+
+torch_prefix=$(python3 -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null || true)
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_LIBTORCH="$([ -n "$torch_prefix" ] && echo ON || echo OFF)" \
+  ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} > "$LOG/configure.log" 2>&1 \
+  || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
+targets="train_gpt bench_train test_cuda"
+[ -n "$torch_prefix" ] && targets="$targets bench_train_torch"
+if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target $targets > "$LOG/build.log" 2>&1; then
+  grep -E "error" "$LOG/build.log" | head -30
+  stamp "build FAILED"
+  exit 1
+fi
+stamp "built $targets"
+
+steps=(--steps "${STEPS:-10}" --repeats 3 --warmup 5)
+"$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 "${steps[@]}" 2>&1 | tee "$LOG/bench-loom.txt"
+stamp "loom gpt bf16: $(grep -E '^gpt ' "$LOG/bench-loom.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
+if [ -x "$BUILD/benchmarks/libtorch/bench_train_torch" ]; then
+  "$BUILD/benchmarks/libtorch/bench_train_torch" --workload gpt --dtype bf16 "${steps[@]}" 2>&1 | tee "$LOG/bench-torch.txt"
+  stamp "libtorch gpt bf16: $(grep -E '^gpt ' "$LOG/bench-torch.txt" | awk '{print $6 " ms/step, peak " $9 " MiB"}')"
+fi
+
+"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*' > "$LOG/test_cuda.txt" 2>&1
+stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr '\n' ' ')"
+
+if [ -f .data/kjv.txt ]; then
+  timeout -k 5 "${TRAIN_SECONDS:-60}" "$BUILD/examples/train_gpt" --text .data/kjv.txt --amp bf16 \
+    ${TRAIN_ARGS:---n-layer 6 --n-head 6 --n-embd 384 --seq-len 256 --batch-size 64 --lr 1e-3 --warmup 100 --max-steps 1200 --eval-every 300 --eval-windows 512 --sample 300 --prompt "And Jesus said"} \
+    > "$LOG/train_gpt.txt" 2>&1
+  stamp "train_gpt: $(grep -E '^step|final' "$LOG/train_gpt.txt" | tail -2 | tr '\n' ' ')"
+fi
+cat "$LOG/summary.txt"

@@ -1,0 +1,176 @@
+// train_gpt (examples/train_gpt.cpp) as a program, on the CPU: 200 steps on a small generated text
+// reach a validation loss well below the text's unigram entropy (what a model that ignores context
+// can reach at best); a run killed with SIGKILL and resumed ends with the straight run's weights
+// bit for bit; 2 Gloo processes under loomrun end with one process's weights for the same global
+// batch; and the sample it prints is text. Every run is bounded by `timeout`.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+
+#include "autograd/ops/ops.h"
+#include "nn/checkpoint.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int status = -1;
+  std::string output;
+};
+
+Outcome run_cmd(const std::string& cmd, int seconds = 300) {
+  std::string line = "timeout -k 5 " + std::to_string(seconds) + " sh -c '" + cmd + "' 2>&1";
+  Outcome r;
+  FILE* p = popen(line.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("loom_gpt_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// About 60 KB of sentences from a small grammar (seeded): local structure a model can learn, so
+// its loss falls well below the unigram entropy.
+std::string generated_text() {
+  std::vector<std::string> who{"the cat", "a dog", "my friend", "the old man", "our teacher"};
+  std::vector<std::string> did{"saw", "liked", "followed", "called", "found"};
+  std::vector<std::string> what{"the river", "a red ball", "the small house", "an apple tree"};
+  std::vector<std::string> when{"in the morning", "at night", "after school", "on sunday"};
+  std::mt19937 rng(11);
+  std::string s;
+  while (s.size() < 60000) {
+    s += who[rng() % who.size()] + " " + did[rng() % did.size()] + " " + what[rng() % what.size()] +
+         " " + when[rng() % when.size()] + ".\n";
+  }
+  return s;
+}
+
+// Entropy in nats of the byte frequencies of s.
+double unigram_entropy(const std::string& s) {
+  std::map<unsigned char, double> count;
+  for (unsigned char c : s) count[c] += 1;
+  double h = 0;
+  for (auto& [c, n] : count) h -= n / double(s.size()) * std::log(n / double(s.size()));
+  return h;
+}
+
+std::string write_text(const fs::path& dir) {
+  std::string path = (dir / "text.txt").string();
+  std::ofstream(path) << generated_text();
+  return path;
+}
+
+// A 2 x 64 GPT on 64-token windows, 16 per step, on the CPU.
+std::string gpt(int procs, const std::string& text, const std::string& args) {
+  std::string prog = std::string(TRAIN_GPT_BIN) + " --device cpu --workers 0 --text " + text +
+                     " --n-layer 2 --n-embd 64 --n-head 4 --seq-len 64 --batch-size 16 "
+                     "--lr 3e-3 --warmup 20 --eval-windows 64 --seed 5 " +
+                     args;
+  if (procs == 1) return prog;
+  return std::string(LOOMRUN_BIN) + " --standalone --nproc_per_node=" + std::to_string(procs) +
+         " " + prog;
+}
+
+std::vector<double> val_losses(const std::string& out) {
+  std::vector<double> v;
+  std::regex re("val loss ([0-9.]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    v.push_back(std::stod((*it)[1]));
+  return v;
+}
+
+// The largest difference between the model tensors of two checkpoints.
+double max_weight_difference(const fs::path& a, const fs::path& b) {
+  auto sa = load_checkpoint(a.string()), sb = load_checkpoint(b.string());
+  EXPECT_EQ(sa.model.size(), sb.model.size());
+  double worst = 0;
+  for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i) {
+    EXPECT_EQ(sa.model[i].first, sb.model[i].first);
+    worst = std::max(worst, max(abs(sa.model[i].second - sb.model[i].second)).item());
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(TrainGpt, TwoHundredStepsGoWellBelowTheUnigramEntropy) {
+  fs::path dir = temp_dir("learns");
+  std::string text = write_text(dir);
+  double h1 = unigram_entropy(generated_text());
+  Outcome r =
+      run_cmd(gpt(1, text, "--max-steps 200 --eval-every 100 --sample 50 --prompt \"the \""));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto v = val_losses(r.output);
+  ASSERT_EQ(v.size(), 2u) << r.output;
+  EXPECT_LT(v[1], 0.6 * h1) << "unigram entropy " << h1 << " nats\n" << r.output;
+  EXPECT_LT(v[1], v[0]) << r.output;
+  EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("final validation loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--- sample (50 tokens"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(TrainGpt, KilledAndResumedRunEqualsTheStraightRunBitForBit) {
+  fs::path dir = temp_dir("resume"), a = dir / "a", b = dir / "b";
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 160 --eval-every 80 --checkpoint-every 10 --checkpoint-dir ";
+  Outcome straight = run_cmd(gpt(1, text, common + a.string()));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  // The same run, killed with SIGKILL once its step-60 checkpoint exists, then resumed.
+  std::string ckpt = (b / "ckpt-00000060.safetensors").string();
+  Outcome killed = run_cmd(gpt(1, text, common + b.string()) + " & pid=$!; while [ ! -e " + ckpt +
+                           " ]; do sleep 0.02; done; kill -9 $pid; wait $pid");
+  EXPECT_EQ(killed.status, 137) << "the run must die by SIGKILL before it ends\n" << killed.output;
+  Outcome resumed = run_cmd(gpt(1, text, common + b.string() + " --resume"));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_EQ(max_weight_difference(a / "ckpt-00000160.safetensors", b / "ckpt-00000160.safetensors"),
+            0.0);
+  EXPECT_EQ(val_losses(resumed.output).back(), val_losses(straight.output).back());
+  fs::remove_all(dir);
+}
+
+TEST(TrainGpt, TwoGlooProcessesEndWithOneProcesssWeights) {
+  fs::path dir = temp_dir("ddp"), one = dir / "one", two = dir / "two";
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 30 --eval-every 30 --checkpoint-dir ";
+  Outcome a = run_cmd(gpt(1, text, common + one.string()));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(gpt(2, text, common + two.string()));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("x 2 processes (gloo)"), std::string::npos) << b.output;
+  EXPECT_LE(
+      max_weight_difference(one / "ckpt-00000030.safetensors", two / "ckpt-00000030.safetensors"),
+      1e-5);
+  fs::remove_all(dir);
+}
+
+TEST(TrainGpt, BadInputsAreErrorsNamingThem) {
+  Outcome r = run_cmd(std::string(TRAIN_GPT_BIN) + " --device cpu --text /nonexistent/book.txt");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/book.txt"), std::string::npos) << r.output;
+  fs::path dir = temp_dir("bad");
+  std::string text = write_text(dir);
+  r = run_cmd(std::string(TRAIN_GPT_BIN) + " --device cpu --text " + text + " --shards " +
+              dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("exactly one of them"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}

@@ -1,0 +1,77 @@
+// The token loaders of a language-model run. See token_data.h.
+#include "train/token_data.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <tuple>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+
+namespace loom::train {
+
+namespace {
+using Split = std::shared_ptr<const data::TokenDataset>;
+
+// The training and validation splits: the shards in `t.shards`, or `t.text` tokenized as bytes
+// into shards in a temporary folder, mapped, and the folder removed (the mappings stay valid).
+std::pair<Split, Split> load_splits(const TokenDataConfig& t) {
+  data::TokenDatasetOptions o{.vocab_size = t.vocab_size,
+                              .seq_len = t.seq_len,
+                              .max_context = t.max_context > 0 ? t.max_context : t.seq_len};
+  if (!t.shards.empty())
+    return {std::make_shared<const data::TokenDataset>(
+                data::glob_token_files(t.shards + "/train_*.bin"), o),
+            std::make_shared<const data::TokenDataset>(
+                data::glob_token_files(t.shards + "/val_*.bin"), o)};
+  LOOM_CHECK(t.vocab_size >= data::ByteTokenizer::kVocabSize, "--text: bytes are the tokens, ",
+             "so the vocabulary must hold 256 of them, not --vocab-size ", t.vocab_size);
+  char tmpl[] = "/tmp/loom_text_tokens_XXXXXX";
+  LOOM_CHECK(::mkdtemp(tmpl) != nullptr, "--text: cannot make a temporary folder in /tmp");
+  std::string dir = tmpl;
+  struct Remove {
+    std::string d;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } remove{dir};
+  data::TextShards ts = data::text_to_shards(t.text, dir, t.val_fraction);
+  return {std::make_shared<const data::TokenDataset>(std::vector{ts.train_path}, o),
+          std::make_shared<const data::TokenDataset>(std::vector{ts.val_path}, o)};
+}
+}  // namespace
+
+TokenData::TokenData(const TrainConfig& cfg, const RunSetup& run, const TokenDataConfig& t) {
+  LOOM_CHECK(t.text.empty() != t.shards.empty(),
+             "give the training text as --text FILE or --shards DIR (exactly one of them)");
+  std::tie(train_set, val_set) = load_splits(t);
+  // Rank r takes the positions = r mod N of each global batch (Note [Data-parallel training loop]).
+  auto train_sampler = std::make_shared<data::DistributedSampler>(
+      train_set->size(), data::DistributedSamplerOptions{.num_replicas = run.world,
+                                                         .rank = run.rank,
+                                                         .shuffle = true,
+                                                         .seed = cfg.seed,
+                                                         .drop_last = true});
+  train = std::make_unique<data::DataLoader>(train_set, train_sampler,
+                                             data::DataLoaderOptions{.batch_size = run.local_batch,
+                                                                     .drop_last = true,
+                                                                     .num_workers = cfg.workers,
+                                                                     .device = run.device,
+                                                                     .seed = cfg.seed});
+  int64_t n_val = t.val_windows > 0 ? std::min(t.val_windows, val_set->size()) : val_set->size();
+  auto val_sampler = std::make_shared<data::DistributedSampler>(
+      n_val,
+      data::DistributedSamplerOptions{
+          .num_replicas = run.world, .rank = run.rank, .shuffle = false, .exactly_once = true});
+  val = std::make_unique<data::DataLoader>(
+      val_set, val_sampler,
+      data::DataLoaderOptions{
+          .batch_size = run.local_batch, .num_workers = 0, .device = run.device});
+  LOOM_CHECK(train->size() > 0, "no training step: ", train_set->size(),
+             " training windows make no full batch of --batch-size ", cfg.batch_size);
+}
+
+}  // namespace loom::train
