@@ -130,18 +130,18 @@ TEST(TrainGpt, TwoHundredStepsGoWellBelowTheUnigramEntropy) {
 TEST(TrainGpt, KilledAndResumedRunEqualsTheStraightRunBitForBit) {
   fs::path dir = temp_dir("resume"), a = dir / "a", b = dir / "b";
   std::string text = write_text(dir);
-  std::string common = "--max-steps 160 --eval-every 80 --checkpoint-every 10 --checkpoint-dir ";
+  std::string common = "--max-steps 80 --eval-every 40 --checkpoint-every 10 --checkpoint-dir ";
   Outcome straight = run_cmd(gpt(1, text, common + a.string()));
   ASSERT_EQ(straight.status, 0) << straight.output;
-  // The same run, killed with SIGKILL once its step-60 checkpoint exists, then resumed.
-  std::string ckpt = (b / "ckpt-00000060.safetensors").string();
+  // The same run, killed with SIGKILL once its step-30 checkpoint exists, then resumed.
+  std::string ckpt = (b / "ckpt-00000030.safetensors").string();
   Outcome killed = run_cmd(gpt(1, text, common + b.string()) + " & pid=$!; while [ ! -e " + ckpt +
                            " ]; do sleep 0.02; done; kill -9 $pid; wait $pid");
   EXPECT_EQ(killed.status, 137) << "the run must die by SIGKILL before it ends\n" << killed.output;
   Outcome resumed = run_cmd(gpt(1, text, common + b.string() + " --resume"));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
-  EXPECT_EQ(max_weight_difference(a / "ckpt-00000160.safetensors", b / "ckpt-00000160.safetensors"),
+  EXPECT_EQ(max_weight_difference(a / "ckpt-00000080.safetensors", b / "ckpt-00000080.safetensors"),
             0.0);
   EXPECT_EQ(val_losses(resumed.output).back(), val_losses(straight.output).back());
   fs::remove_all(dir);
