@@ -5,8 +5,8 @@
 //
 //   ./build/examples/train_gpt --text $(scripts/gpt-corpus.sh)   # the KJV Bible, the "mini" model
 //   ./build/examples/train_gpt --text book.txt --max-steps 2000 --sample 300 --prompt "And "
-//   ./build/examples/train_gpt --shards data/ --vocab-size 50257 --model d12 --seq-len 1024 \
-//       --batch-size 16 --amp bf16                      # llm.c / nanoGPT .bin shards
+//   ./build/examples/train_gpt --shards data/ --vocab-size 50257 --model d12 --seq-len 1024
+//       --batch-size 16 --amp bf16                      # (one line) llm.c / nanoGPT .bin shards
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_gpt
 //
 // The loop is in main below: steps -> the loss window -> every --eval-every steps the
@@ -36,7 +36,7 @@ namespace {
 struct GptFlags {
   std::string model = "mini";                   // mini (4 x 128), or GPT-2's d12, d24, d36, d48
   int64_t n_layer = 0, n_head = 0, n_embd = 0;  // override the preset's (0: keep)
-  train::TokenDataConfig data{.seq_len = 128};
+  train::TokenDataConfig data{.text = "", .shards = "", .seq_len = 128};
   int64_t eval_every = 100;
   int64_t warmup = 100;
   double min_lr_ratio = 0.1;  // the cosine schedule ends at lr * this

@@ -118,7 +118,9 @@ namespace {
 // The fused path (Note [Fused attention]): one backend call forward, saving the output and each
 // row's logsumexp, and one backward.
 Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  auto [out, stats] = backend_for(q.device()).sdpa_forward(q, k, v, causal, scale);
+  TensorPair fwd = backend_for(q.device()).sdpa_forward(q, k, v, causal, scale);
+  const Tensor& out = fwd.first;     // (B, H, Tq, D)
+  const Tensor& stats = fwd.second;  // (B, H, Tq, 1) logsumexp, float32
   return record(kOp, out, {q, k, v},
                 [sq = save(q, kOp), sk = save(k, kOp), sv = save(v, kOp), out = out.detach(), stats,
                  causal, scale](const Tensor& g) {

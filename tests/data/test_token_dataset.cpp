@@ -40,7 +40,7 @@ std::vector<std::string> write_shards(const TempDir& dir, const std::vector<int6
                                       const std::string& prefix = "train") {
   std::vector<std::string> paths;
   for (size_t s = 0; s < sizes.size(); ++s) {
-    std::vector<uint16_t> t(size_t(sizes[s]));
+    std::vector<uint16_t> t(static_cast<size_t>(sizes[s]));
     for (size_t i = 0; i < t.size(); ++i) t[i] = uint16_t(1000 * s + i);
     paths.push_back(dir.file(prefix + "_00000" + std::to_string(s) + ".bin"));
     write_token_shard(paths.back(), t);
