@@ -1,7 +1,8 @@
 // train_gpt: trains a GPT (nn/gpt.h) on a text, next-token prediction, on the GPU if there is one,
 // else on the CPU; prints train and validation loss, tokens/s and MFU; checkpoints with exact
-// resume, TensorBoard, --amp bf16, --cuda-graph, and unchanged under loomrun with DDP. --sample N
-// then prints N tokens of text generated from --prompt (with a KV cache: nn/gpt_sample.h).
+// resume, TensorBoard, --amp bf16, --cuda-graph, --grad-accum, and unchanged under loomrun with
+// DDP. --sample N then prints N tokens of text generated from --prompt (with a KV cache:
+// nn/gpt_sample.h).
 //
 //   ./build/examples/train_gpt --text $(scripts/gpt-corpus.sh)   # the KJV Bible, the "mini" model
 //   ./build/examples/train_gpt --text book.txt --max-steps 2000 --sample 300 --prompt "And "
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
     train::StepRunner runner(net, *opt, 0.0, cfg.cuda_graph);
     runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
     runner.set_grad_clip(g.grad_clip);
+    runner.set_grad_accum(cfg.grad_accum);  // micro-batches of (B/N/K, T), one update per step
     const int64_t tokens_per_step = cfg.batch_size * g.data.seq_len;
     const double flops_per_step = model->flops_per_token(g.data.seq_len) * double(tokens_per_step);
 

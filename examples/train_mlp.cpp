@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     if (cfg.detect_anomaly) anomaly.emplace(true);
     train::LossWindow window(cfg, run);  // read-backs, divergence, SIGTERM (Note [Preemption])
     train::StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
+    runner.set_grad_accum(cfg.grad_accum);  // --grad-accum: micro-batches, one update
     runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
     auto prof = train::attach_profiler(cfg, run, runner, ddp.get());
 

@@ -30,13 +30,16 @@ void RunLog::start(const std::string& model_name, int64_t train_examples) {
   if (!run_.main()) return;
   const int world = run_.world;
   std::printf(
-      "training %s on %s%s: %ld examples, batch %ld%s, %s lr %g%s\n", model_name.c_str(),
+      "training %s on %s%s: %ld examples, batch %ld%s%s, %s lr %g%s\n", model_name.c_str(),
       run_.device.str().c_str(),
       world > 1
           ? (" x " + std::to_string(world) + " processes (" + run_.pg->backend() + ")").c_str()
           : "",
       long(train_examples), long(cfg_.batch_size),
       world > 1 ? (" (" + std::to_string(run_.local_batch) + " per process)").c_str() : "",
+      cfg_.grad_accum > 1
+          ? (" as " + std::to_string(cfg_.grad_accum) + " accumulated micro-batches").c_str()
+          : "",
       cfg_.optimizer.c_str(), cfg_.lr, cfg_.amp != "off" ? (", amp " + cfg_.amp).c_str() : "");
   std::fflush(stdout);  // these lines survive a kill (the output may be a file)
 }

@@ -84,6 +84,10 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
              " is the global batch and must "
              "be divisible by the ",
              world, " processes");
+  LOOM_CHECK(cfg.grad_accum >= 1 && (cfg.batch_size / world) % cfg.grad_accum == 0, "--grad-accum ",
+             cfg.grad_accum, " must divide each process's batch of ", cfg.batch_size / world,
+             " examples (--batch-size ", cfg.batch_size, " over ", world,
+             " processes) into equal micro-batches");
 }
 
 int64_t checked_local_batch(const TrainConfig& cfg, Device dev, int world) {

@@ -7,6 +7,7 @@
 
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
+#include "distributed/ddp/ddp.h"
 #include "nn/clip.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
@@ -24,6 +25,7 @@ struct StepRunner::Graph {
 StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph)
     : graph_(std::make_unique<Graph>()),
       model_(model),
+      ddp_(dynamic_cast<distributed::DistributedDataParallel*>(&model)),
       opt_(opt),
       smoothing_(label_smoothing),
       use_graph_(graph) {}
@@ -55,7 +57,22 @@ void StepRunner::set_optimizer_in_backward(bool on) {
   LOOM_CHECK(clip_ == 0.0,
              "StepRunner: clipping needs every gradient before the first update, which the "
              "optimizer inside backward does not wait for");
+  LOOM_CHECK(accum_ == 1, "StepRunner: --grad-accum ", accum_,
+             " adds each micro-batch's gradients into .grad, which the optimizer inside backward "
+             "frees as soon as it has applied them; use one or the other");
   if (!in_backward_) in_backward_ = std::make_unique<optim::OptimizerInBackward>(opt_);
+}
+
+void StepRunner::set_grad_accum(int64_t k) {
+  LOOM_CHECK(k >= 1, "StepRunner::set_grad_accum: --grad-accum ", k,
+             " must be at least 1 (micro-batches per step)");
+  LOOM_CHECK(k == 1 || !in_backward_, "StepRunner: --grad-accum ", k,
+             " adds each micro-batch's gradients into .grad, which the optimizer inside backward "
+             "frees as soon as it has applied them; use one or the other");
+  LOOM_CHECK(!graph_->static_loss.defined(),
+             "StepRunner::set_grad_accum: the CUDA graph is already captured; set --grad-accum "
+             "before the first step");
+  accum_ = k;
 }
 
 Tensor classification_loss(const Tensor& logits, const Tensor& target, Reduction r,
@@ -101,24 +118,18 @@ void StepRunner::optimizer_step() {
 }
 
 Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
-  if (!use_graph_ && profiler_) {
-    opt_.zero_grad();
-    Tensor loss = forward_loss(x, y);
-    profiler_->mark(StepProfiler::ForwardEnd);
-    backward(loss);
-    if (!profiler_->marked(StepProfiler::BackwardComputed))
-      profiler_->mark(StepProfiler::BackwardComputed);
-    profiler_->mark(StepProfiler::BackwardEnd);
-    optimizer_step();
-    profiler_->mark(StepProfiler::OptimizerEnd);
-    return loss.detach();
-  }
-  if (!use_graph_) {
-    opt_.zero_grad();
-    Tensor loss = forward_backward(x, y);
-    optimizer_step();
-    return loss;
-  }
+  return use_graph_ ? graph_step(x, y) : eager_step(x, y);
+}
+
+Tensor StepRunner::eager_step(const Tensor& x, const Tensor& y) {
+  opt_.zero_grad();
+  Tensor loss = accumulate(x, y);
+  optimizer_step();
+  if (profiler_) profiler_->mark(StepProfiler::OptimizerEnd);
+  return loss;
+}
+
+Tensor StepRunner::graph_step(const Tensor& x, const Tensor& y) {
 #ifdef LOOM_WITH_CUDA
   LOOM_CHECK(x.device().is_cuda(), "--cuda-graph: the step's inputs are on ", x.device(),
              "; a CUDA graph needs a CUDA device");
@@ -131,13 +142,42 @@ Tensor StepRunner::step(const Tensor& x, const Tensor& y) {
   graph_->graph.replay();  // the whole step, optimizer included (Note in step_runner.h)
   return graph_->static_loss;
 #else
+  (void)x;
+  (void)y;
   LOOM_FAIL("--cuda-graph: this build of loom has no CUDA support");
 #endif
 }
 
-Tensor StepRunner::forward_backward(const Tensor& x, const Tensor& y) {
+// Note [Gradient accumulation] in train/step_runner.h. k = 1 is the plain step: no slicing, no
+// scaling of the loss.
+Tensor StepRunner::accumulate(const Tensor& x, const Tensor& y) {
+  if (accum_ == 1) return forward_backward(x, y, true);
+  const int64_t n = x.dim() > 0 ? x.size(0) : 0;
+  LOOM_CHECK(n % accum_ == 0 && y.dim() > 0 && y.size(0) == n, "StepRunner: --grad-accum ", accum_,
+             " splits the batch into equal micro-batches, but the batch has ", n, " examples (x ",
+             describe(x), ", y ", describe(y), "), not a multiple of ", accum_);
+  const int64_t m = n / accum_;
+  Tensor total;
+  for (int64_t i = 0; i < accum_; ++i) {
+    const bool last = i + 1 == accum_;
+    std::optional<distributed::DistributedDataParallel::NoSync> no_sync;
+    if (ddp_ && !last) no_sync.emplace(*ddp_);  // only the last backward all-reduces
+    Tensor loss =
+        forward_backward(x.slice(0, i * m, (i + 1) * m), y.slice(0, i * m, (i + 1) * m), last);
+    total = total.defined() ? total + loss : loss;
+  }
+  return total;
+}
+
+Tensor StepRunner::forward_backward(const Tensor& x, const Tensor& y, bool last) {
   Tensor loss = forward_loss(x, y);
+  if (accum_ > 1) loss = loss / double(accum_);
+  const bool mark = profiler_ && last && !use_graph_;
+  if (mark) profiler_->mark(StepProfiler::ForwardEnd);
   backward(loss);
+  if (mark && !profiler_->marked(StepProfiler::BackwardComputed))
+    profiler_->mark(StepProfiler::BackwardComputed);  // unless DDP's reducer already did
+  if (mark) profiler_->mark(StepProfiler::BackwardEnd);
   return loss.detach();
 }
 
@@ -150,7 +190,7 @@ void StepRunner::capture(const Tensor& x, const Tensor& y) {
   std::vector<std::pair<Tensor, Tensor>> saved;
   for (auto& [name, b] : model_.named_buffers()) saved.push_back({b, b.clone()});
   opt_.zero_grad();
-  forward_backward(g.static_x, g.static_y);
+  accumulate(g.static_x, g.static_y);
   {
     NoGradGuard ng;
     for (auto& [b, copy] : saved) b.copy_(copy);
@@ -158,7 +198,7 @@ void StepRunner::capture(const Tensor& x, const Tensor& y) {
   opt_.make_capturable();  // creates the optimizer's state outside the graph
   opt_.zero_grad();        // the captured backward assigns fresh gradients
   g.graph.capture_begin();
-  g.static_loss = forward_backward(g.static_x, g.static_y);
+  g.static_loss = accumulate(g.static_x, g.static_y);  // all k micro-batches (views)
   optimizer_step();
   g.graph.capture_end();
 #else

@@ -1,6 +1,6 @@
 // StepRunner: one training step (zero grads, forward, cross-entropy, backward, optimizer
-// update), run eagerly or as a replayed CUDA graph. Used by the example programs and bench_train.
-// Leaves out: gradient accumulation (a program splits its batch itself).
+// update), run eagerly or as a replayed CUDA graph, optionally over k accumulated micro-batches.
+// Used by the example programs and bench_train. Leaves out: micro-batches of unequal sizes.
 #pragma once
 
 #include <memory>
@@ -12,6 +12,10 @@
 #include "nn/optim/in_backward.h"
 #include "nn/optim/optimizer.h"
 #include "train/step_profile.h"
+
+namespace loom::distributed {
+class DistributedDataParallel;
+}
 
 namespace loom::train {
 
@@ -35,7 +39,24 @@ Tensor classification_loss(const Tensor& logits, const Tensor& target, Reduction
 // are rewritten by each replay, so zero_grad is part of the captured step, not called between
 // replays. With mixed precision (set_amp) the captured forward runs under autocast and the
 // backward starts from the scaled loss (its scale is read from the scaler's device tensor); the
-// scaler's skip decision stays on the device (Note [GradScaler]).
+// scaler's skip decision stays on the device (Note [GradScaler]). With gradient accumulation
+// (set_grad_accum) the graph holds all k micro-batches: the static buffers are the whole batch
+// and the micro-batches are views of them (Note [Gradient accumulation]).
+//
+// Note [Gradient accumulation]
+// set_grad_accum(k) splits each step's batch x: (N, ...), y: (N, ...) along dim 0 into k equal
+// micro-batches of N/k rows (N % k != 0 is an error naming both). Each runs forward, loss and
+// backward with its mean loss divided by k, so the gradients add up in .grad to the gradient of
+// the whole batch's mean loss; then clipping (if set) and one optimizer update, as PyTorch's
+// recipe does. Peak activation memory is that of one micro-batch. step() returns the sum of the
+// k scaled losses: the batch's mean loss (with ignored targets, -1, each micro-batch's mean is
+// over its own counted targets, as in PyTorch's recipe). Under DistributedDataParallel (the model
+// given to the constructor is one) the first k - 1 backwards run under no_sync(): only the last
+// one all-reduces, and it reduces the sum of all k. With a GradScaler each micro-batch's loss is
+// scaled, and unscale, the inf check, step and update happen once. The profiler's marks are the
+// last micro-batch's: the earlier micro-batches' forward and backward count as forward. The
+// optimizer inside backward frees each gradient as it completes, so it cannot accumulate: an
+// error.
 class StepRunner {
  public:
   // graph = true replays a CUDA graph (an error at the first step in a build without CUDA, when
@@ -47,8 +68,14 @@ class StepRunner {
 
   // One training step on x: (N, ...) and class indices y: (N) (or a sequence model's (N, T)
   // against logits (N, T, C): classification_loss); returns the loss (a scalar on the device,
-  // not synchronised).
+  // not synchronised), the mean over the batch also when it runs as k micro-batches.
   Tensor step(const Tensor& x, const Tensor& y);
+
+  // Gradient accumulation (--grad-accum): each step runs as k micro-batches of N/k rows and one
+  // update (Note [Gradient accumulation]); k = 1 (the default) is one forward and backward. An
+  // error for k < 1, with the optimizer inside backward, or after the CUDA graph was captured.
+  void set_grad_accum(int64_t k);
+  int64_t grad_accum() const { return accum_; }
 
   // Mixed precision for the following steps: forward and loss under amp::Autocast(dtype)
   // (float16 or bfloat16; nullopt = off); with a scaler (float16), backward starts from
@@ -58,7 +85,8 @@ class StepRunner {
 
   // Applies the optimizer inside backward, each parameter as soon as its gradient is complete,
   // and frees that gradient (nn/optim/in_backward.h): lower peak memory, the same updates. Eager
-  // steps only, and not with a GradScaler (both are errors here or at the first step).
+  // steps only, not with a GradScaler, not with gradient accumulation (errors here or at the
+  // first step).
   void set_optimizer_in_backward(bool on);
 
   // Clips the gradients to a global 2-norm of at most max_norm before each update (after
@@ -72,7 +100,12 @@ class StepRunner {
   void set_profiler(StepProfiler* p) { profiler_ = p; }
 
  private:
-  Tensor forward_backward(const Tensor& x, const Tensor& y);
+  Tensor eager_step(const Tensor& x, const Tensor& y);
+  Tensor graph_step(const Tensor& x, const Tensor& y);
+  // Forward, loss and backward of all k micro-batches; returns the batch's mean loss (detached).
+  Tensor accumulate(const Tensor& x, const Tensor& y);
+  // One micro-batch: its loss / k (detached); `last` marks the profiler and lets DDP reduce.
+  Tensor forward_backward(const Tensor& x, const Tensor& y, bool last);
   Tensor forward_loss(const Tensor& x, const Tensor& y);  // under autocast when set
   void backward(const Tensor& loss);                      // from the scaled loss with a scaler
   void optimizer_step();                                  // through the scaler when there is one
@@ -81,6 +114,7 @@ class StepRunner {
   struct Graph;  // the captured step and its static buffers (CUDA builds only)
   std::unique_ptr<Graph> graph_;
   nn::Module& model_;
+  distributed::DistributedDataParallel* ddp_;  // model_ when it is one (no_sync), else null
   optim::Optimizer& opt_;
   double smoothing_;
   bool use_graph_;
@@ -89,6 +123,7 @@ class StepRunner {
   amp::GradScaler* scaler_ = nullptr;
   std::unique_ptr<optim::OptimizerInBackward> in_backward_;
   double clip_ = 0.0;
+  int64_t accum_ = 1;
   Tensor grad_norm_;
 };
 

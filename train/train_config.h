@@ -13,6 +13,7 @@ struct TrainConfig {
   std::string device;  // cpu, cuda, cuda:N; empty = cuda if present
   int64_t epochs = 10;
   int64_t batch_size = 128;  // global: each of N processes takes batch_size / N
+  int64_t grad_accum = 1;    // micro-batches per step: each process runs batch_size / N / this
   double lr = 1e-3;
   std::string optimizer = "adam";  // sgd (momentum 0.9), adam, adamw
   double weight_decay = 0.0;

@@ -21,6 +21,11 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--batch-size", c.batch_size,
                  "examples per step over all processes (each of N processes takes 1/N)")
       ->check(int_range(1, 1 << 24));
+  app.add_option("--grad-accum", c.grad_accum,
+                 "gradient accumulation: each step runs K micro-batches of --batch-size / K "
+                 "examples (per process: / N), then one update, so the effective batch stays "
+                 "--batch-size and activation memory is that of a micro-batch")
+      ->check(int_range(1, 1 << 20));
   app.add_option("--lr", c.lr, "learning rate")->check(real_range(0, 1e3, true));
   app.add_option("--optimizer", c.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));

@@ -44,6 +44,8 @@ for p in train_mlp train_cnn; do
   expect 1 "--checkpoint-dir" $p --device cpu --checkpoint-dir "$tmp/a-file/ckpt"
   expect 1 "--log-dir" $p --device cpu --log-dir "$tmp/a-file/runs"
   expect 1 "error:" $p --device cpu --data-dir "$tmp/no-data"
+  expect 2 "--grad-accum" $p --grad-accum 0
+  expect 1 "--grad-accum 3 must divide each process's batch of 128" $p --device cpu --grad-accum 3
 done
 expect 2 "--hidden" train_mlp --hidden 99999999999
 expect 0 "--batch-size" train_mlp --help

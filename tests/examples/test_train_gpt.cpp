@@ -2,7 +2,8 @@
 // reach a validation loss well below the text's unigram entropy (what a model that ignores context
 // can reach at best); a run killed with SIGKILL and resumed ends with the straight run's weights
 // bit for bit; 2 Gloo processes under loomrun end with one process's weights for the same global
-// batch; and the sample it prints is text. Every run is bounded by `timeout`.
+// batch; --grad-accum 2 ends with the one-batch run's weights and loss; and the sample it prints
+// is text. Every run is bounded by `timeout`.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -87,9 +88,10 @@ std::string gpt(int procs, const std::string& text, const std::string& args) {
          " " + prog;
 }
 
-std::vector<double> val_losses(const std::string& out) {
+// The numbers after each "<what> loss " ("val", "train") in the output, in order.
+std::vector<double> losses(const std::string& out, const std::string& what) {
   std::vector<double> v;
-  std::regex re("val loss ([0-9.]+)");
+  std::regex re(what + " loss ([0-9.]+)");
   for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
        ++it)
     v.push_back(std::stod((*it)[1]));
@@ -117,7 +119,7 @@ TEST(TrainGpt, TwoHundredStepsGoWellBelowTheUnigramEntropy) {
   Outcome r =
       run_cmd(gpt(1, text, "--max-steps 200 --eval-every 100 --sample 50 --prompt \"the \""));
   ASSERT_EQ(r.status, 0) << r.output;
-  auto v = val_losses(r.output);
+  auto v = losses(r.output, "val");
   ASSERT_EQ(v.size(), 2u) << r.output;
   EXPECT_LT(v[1], 0.6 * h1) << "unigram entropy " << h1 << " nats\n" << r.output;
   EXPECT_LT(v[1], v[0]) << r.output;
@@ -143,7 +145,7 @@ TEST(TrainGpt, KilledAndResumedRunEqualsTheStraightRunBitForBit) {
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
   EXPECT_EQ(max_weight_difference(a / "ckpt-00000080.safetensors", b / "ckpt-00000080.safetensors"),
             0.0);
-  EXPECT_EQ(val_losses(resumed.output).back(), val_losses(straight.output).back());
+  EXPECT_EQ(losses(resumed.output, "val").back(), losses(straight.output, "val").back());
   fs::remove_all(dir);
 }
 
@@ -159,6 +161,35 @@ TEST(TrainGpt, TwoGlooProcessesEndWithOneProcesssWeights) {
   EXPECT_LE(
       max_weight_difference(one / "ckpt-00000030.safetensors", two / "ckpt-00000030.safetensors"),
       1e-5);
+  fs::remove_all(dir);
+}
+
+// --grad-accum 2: each step's 16 windows run as 2 micro-batches of 8 and one update, so the run
+// ends with the weights of the one-batch run, up to float32 rounding of the gradient sums
+// (unit roundoff 6e-8, grown over 10 AdamW steps of lr 3e-3: 1e-5 on weights of size ~0.1).
+TEST(TrainGpt, GradAccumEndsWithTheOneBatchRunsWeights) {
+  fs::path dir = temp_dir("accum"), one = dir / "one", two = dir / "two";
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 10 --eval-every 10 --checkpoint-dir ";
+  Outcome a = run_cmd(gpt(1, text, common + one.string()));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(gpt(1, text, common + two.string() + " --grad-accum 2"));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("batch 16 as 2 accumulated micro-batches"), std::string::npos)
+      << b.output;
+  EXPECT_LE(
+      max_weight_difference(one / "ckpt-00000010.safetensors", two / "ckpt-00000010.safetensors"),
+      1e-5);
+  // The printed train loss is the whole batch's mean (4 decimals), not k times it.
+  auto la = losses(a.output, "train"), lb = losses(b.output, "train");
+  ASSERT_EQ(la.size(), 1u) << a.output;
+  ASSERT_EQ(lb.size(), 1u) << b.output;
+  EXPECT_NEAR(lb[0], la[0], 2e-4);
+  Outcome bad = run_cmd(gpt(1, text, "--max-steps 1 --grad-accum 3"));
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--grad-accum 3 must divide each process's batch of 16"),
+            std::string::npos)
+      << bad.output;
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
 // --cuda-graph: a training step replayed as a CUDA graph (the optimizer update included; for the
 // MLP with a learning rate that changes every step) computes what the eager step computes (same
-// losses, same weights after several steps), for the MLP and for the CNN with BatchNorm.
+// losses, same weights after several steps), for the MLP and for the CNN with BatchNorm, and for
+// the MLP with 4 accumulated micro-batches per step (--grad-accum: all 4 in the one graph).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,8 +26,9 @@ struct Run {
   std::vector<std::vector<float>> params;
 };
 
-// Runs 6 steps on fixed random batches; returns the losses and the final parameters.
-Run run(bool cnn, bool graph) {
+// Runs 6 steps on fixed random batches, each as `accum` micro-batches; returns the losses and the
+// final parameters.
+Run run(bool cnn, bool graph, int64_t accum = 1) {
   const int steps = 6;
   manual_seed(3);
   std::shared_ptr<nn::Module> model =
@@ -36,6 +38,7 @@ Run run(bool cnn, bool graph) {
   model->to(dev);
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   train::StepRunner runner(*model, opt, 0.0, graph);
+  runner.set_grad_accum(accum);
   std::vector<double> losses;
   Generator gen(11);
   for (int i = 0; i < steps; ++i) {
@@ -79,9 +82,9 @@ std::pair<double, double> max_diff(const Run& a, const Run& b) {
 // alone: the weights' bound is 8 times the eager spread, at least 2e-3 (a third of the largest
 // 6-step move, 6e-3). The losses carry the test: a graph that lost or repeated part of a step's
 // update changes them by far more than 1e-4 (8 times the eager spread when that is larger).
-void expect_same(bool cnn) {
-  run(cnn, false);  // warm-up: algorithm choice and caches, so the runs below all reuse them
-  Run eager = run(cnn, false), again = run(cnn, false), graph = run(cnn, true);
+void expect_same(bool cnn, int64_t accum = 1) {
+  run(cnn, false, accum);  // warm-up: algorithm choice and caches, so the runs below reuse them
+  Run eager = run(cnn, false, accum), again = run(cnn, false, accum), graph = run(cnn, true, accum);
   ASSERT_EQ(graph.params.size(), eager.params.size());
   auto [noise_loss, noise_param] = max_diff(eager, again);
   double tol_loss = 1e-5, tol_param = 1e-5;
@@ -106,6 +109,13 @@ void expect_same(bool cnn) {
 TEST(CudaGraphStep, MlpMatchesEager) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   expect_same(false);
+}
+
+// The graph holds the 4 micro-batches (views of the static batch) and one update: a replay that
+// ran one micro-batch, or updated after each, changes the losses by far more than 1e-5.
+TEST(CudaGraphStep, MlpWithFourMicroBatchesMatchesEager) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  expect_same(false, 4);
 }
 
 TEST(CudaGraphStep, CnnWithBatchNormMatchesEager) {

@@ -73,6 +73,11 @@ TEST(RunSetup, FlagsThatDoNotFitAreErrorsBeforeAnythingRuns) {
       error_of([&] { RunSetup run(c); }).find("--cuda-graph needs a CUDA device, got --device cpu"),
       std::string::npos);
   c.cuda_graph = false;
+  c.grad_accum = 3;  // 128 rows cannot make 3 equal micro-batches
+  std::string e = error_of([&] { RunSetup run(c); });
+  EXPECT_NE(e.find("--grad-accum 3 must divide each process's batch of 128"), std::string::npos)
+      << e;
+  c.grad_accum = 4;
   RunSetup run(c);  // the failed ones left no process group behind
   EXPECT_EQ(run.world, 1);
   EXPECT_EQ(run.local_batch, 128);

@@ -45,6 +45,7 @@ TEST(Flags, NumbersOutOfRangeNameTheFlagTheValueAndTheRange) {
   expect_refused({"--lr", "0"}, {"--lr", "(0, 1000]", "'0'"});
   expect_refused({"--lr", "-1e-3"}, {"--lr", "-1e-3"});
   expect_refused({"--label-smoothing", "1.5"}, {"--label-smoothing", "[0, 0.99]"});
+  expect_refused({"--grad-accum", "0"}, {"--grad-accum", "[1, 1048576]", "'0'"});
   expect_refused({"--epochs", "2x"}, {"--epochs", "'2x'"});
   EXPECT_EQ(parse_error({"--epochs", "3", "--lr", "0.01", "--workers", "1"}), "");
 }
