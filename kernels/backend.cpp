@@ -22,12 +22,13 @@ Backend& backend_for(Device d) {
 #endif
 }
 
-Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
-                        LinearActivation act) {
+LinearOut linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           LinearActivation act) {
   Tensor y = be.mm(x, raw::transpose(w, 0, 1));  // (M, K) @ (K, N), w^T as a view
   if (bias.defined()) be.binary_(BinaryOp::Add, y, bias);
-  if (act == LinearActivation::Relu) y = be.unary(UnaryOp::Relu, y);
-  return y;
+  if (act == LinearActivation::Relu) return {be.unary(UnaryOp::Relu, y), Tensor()};
+  if (act == LinearActivation::GeluTanh) return {be.unary(UnaryOp::GeluTanh, y), y};
+  return {y, Tensor()};
 }
 
 void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
@@ -37,6 +38,32 @@ void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
   LOOM_CHECK(x.size(0) * x.size(2) * x.size(3) > 1, op,
              ": expected more than 1 value per channel when using batch statistics, got input ",
              x.shape());
+}
+
+DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev) {
+  const DType dt = tensors.empty() ? DType::F32 : tensors[0].dtype();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    LOOM_CHECK(t.defined() && (t.dtype() == DType::F32 || t.dtype() == DType::F64) &&
+                   t.dtype() == dt && t.device() == dev && t.is_contiguous(),
+               op, ": tensor ", i, " (", t.defined() ? describe(t) : std::string("undefined"),
+               ") must be contiguous, float32 or float64 like tensor 0 (", dtype_name(dt), "), on ",
+               dev);
+  }
+  return dt;
+}
+
+void check_sdpa_into(const char* op, const SdpaGrads& into, const Tensor& q, const Tensor& k,
+                     const Tensor& v) {
+  if (!into.dq.defined() && !into.dk.defined() && !into.dv.defined()) return;
+  const std::pair<const Tensor*, const Tensor*> pairs[] = {
+      {&into.dq, &q}, {&into.dk, &k}, {&into.dv, &v}};
+  for (const auto& [d, x] : pairs)
+    LOOM_CHECK(d->defined() && d->shape() == x->shape() && d->dtype() == x->dtype() &&
+                   d->device() == x->device() && d->stride(-1) == 1,
+               op, ": the gradients to write into must match q ", describe(q), ", k ", describe(k),
+               " and v ", describe(v), " with a contiguous last dim, got ",
+               d->defined() ? describe(*d) : std::string("undefined"));
 }
 
 void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {

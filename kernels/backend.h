@@ -29,13 +29,19 @@ struct BatchNormOut {
 
 // Fused cross-entropy (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp).
 struct CrossEntropyOut {
-  Tensor loss;   // 0-d (Mean, Sum) or (N) (None), the logits' dtype
+  Tensor loss;   // 0-d (Mean, Sum) or (N) (None), float32 (float64 for f64 logits)
   Tensor lse;    // (N) log-sum-exp of each row, float32 (float64 for f64 logits); for backward
   Tensor scale;  // 0-d float64: 1 / (rows counted) for Mean, 1 otherwise; for backward
 };
 
 struct BatchNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // weight/bias grads undefined when weight undefined
+};
+
+// Fused linear (Note [Fused linear] in autograd/ops/linalg.cpp).
+struct LinearOut {
+  Tensor y;    // (M, N) = act(x @ w^T + bias)
+  Tensor pre;  // (M, N) x @ w^T + bias, kept for backward: GeluTanh only (undefined otherwise)
 };
 
 // Fused layer norm over the last dim (Note [Fused layer norm] in autograd/ops/norm.cpp).
@@ -67,18 +73,28 @@ class Backend {
 #undef LOOM_BACKEND_METHOD
 };
 
-// Backend::linear as three of the backend's own calls (mm, the bias added in place, relu): the
-// CPU's implementation, and CUDA's for float64 (cuBLASLt's epilogues are not used there).
-Tensor linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
-                        LinearActivation act);
+// Backend::linear as the backend's own calls (mm, the bias added in place, the activation): the
+// CPU's implementation, and CUDA's where cuBLASLt's epilogues do not apply (float64, a GELU
+// output whose width is not a multiple of 8).
+LinearOut linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           LinearActivation act);
 
 // The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.
 void check_batch_norm_pool2_input(const char* op, const Tensor& x);
 
+// The lists sum_of_squares and scale_by_ take (Note [Fused gradient norm]): every tensor defined,
+// contiguous, of one dtype (float32 or float64), on `dev`; an error names `op` and the first bad
+// tensor. Returns the dtype (float32 for an empty list).
+DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev);
+
 // The checks both backends' sdpa_forward and sdpa_backward share: q (B, H, Tq, D), k (B, H, Tk, D)
 // and v (B, H, Tk, Dv), one floating dtype, one device.
 void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v);
+// sdpa_backward's `into`: all undefined, or dq, dk, dv of q's, k's and v's shapes, dtype and
+// device with a contiguous last dim.
+void check_sdpa_into(const char* op, const SdpaGrads& into, const Tensor& q, const Tensor& k,
+                     const Tensor& v);
 
 // An uninitialised (B, H, T, D) tensor laid out (B, T, H, D) in memory: the outputs of sdpa_forward
 // and sdpa_backward (Note [Attention layout] in kernels/backend_methods.inc).

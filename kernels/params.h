@@ -13,7 +13,7 @@ namespace loom {
 
 enum class ReduceOp { Sum, Mean, Max, Min };
 // What a fused linear layer applies after its bias (Backend::linear).
-enum class LinearActivation { None, Relu };
+enum class LinearActivation { None, Relu, GeluTanh };  // GeluTanh: GELU, tanh approximation
 enum class Reduction { None, Mean, Sum };
 enum class RandomKind {
   Uniform,

@@ -13,8 +13,14 @@ namespace loom::nn {
 // |g|); every gradient is scaled by min(1, max_norm / (total + 1e-6)). Parameters without a
 // gradient are skipped. Returns total as a 0-d tensor on the gradients' device (no host sync
 // unless error_if_nonfinite, which raises when total is NaN or infinite).
+// The 2-norm of float32/float64 gradients is fused (one pass over all of them, deterministic).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
+
+// The same with one norm per gradient and then the norm of the norms, written with tensor ops:
+// what every norm other than the fused 2-norm runs, and the fused path's test oracle.
+Tensor clip_grad_norm_composite(const std::vector<Tensor>& params, double max_norm,
+                                double norm_type = 2.0, bool error_if_nonfinite = false);
 
 constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 

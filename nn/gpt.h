@@ -57,7 +57,8 @@ class CausalSelfAttention : public Module {
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
 };
 
-// x: (B, T, C) -> (B, T, C): Linear(C, 4C), GELU(tanh), Linear(4C, C), dropout.
+// x: (B, T, C) -> (B, T, C): Linear(C, 4C) and GELU(tanh) as one fused linear, Linear(4C, C),
+// dropout.
 class MLP : public Module {
  public:
   explicit MLP(const GPTConfig& cfg);

@@ -6,7 +6,9 @@
 # KJV corpus for a bounded time, most important first, each step's output in $OUT (or
 # build-gpt/logs) as it finishes, so a call cut short keeps what ran. Needs third_party/ (cuDNN's
 # frontend headers) and .data/kjv.txt (scripts/gpt-corpus.sh) carried to the GPU machine.
-# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS.
+# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS; NCU=1 also times every
+# kernel of a few gpt steps under Nsight Compute (gpu__time_duration, to $LOG/ncu-gpt.csv;
+# scripts/kernel-breakdown.py sums it per kernel class).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-$HOME/build-gpt}
@@ -38,8 +40,15 @@ if [ -x "$BUILD/benchmarks/libtorch/bench_train_torch" ]; then
   stamp "libtorch gpt bf16: $(grep -E '^gpt ' "$LOG/bench-torch.txt" | awk '{print $6 " ms/step, peak " $9 " MiB"}')"
 fi
 
-"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*' > "$LOG/test_cuda.txt" 2>&1
+"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:CudaGraphStep.*' > "$LOG/test_cuda.txt" 2>&1
 stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr '\n' ' ')"
+
+if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
+  timeout -k 5 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --warmup 1 --steps 2 --repeats 1 \
+    > "$LOG/ncu-gpt.csv" 2> "$LOG/ncu-gpt.err"
+  stamp "ncu: $(grep -c gpu__time_duration "$LOG/ncu-gpt.csv") kernels timed"
+fi
 
 if [ -f .data/kjv.txt ]; then
   timeout -k 5 "${TRAIN_SECONDS:-60}" "$BUILD/examples/train_gpt" --text .data/kjv.txt --amp bf16 \

@@ -32,6 +32,16 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
                                               bool causal = false, double scale = kDefaultScale,
                                               double dropout_p = 0.0, Generator* gen = nullptr);
 
+// Self-attention on a packed projection, as a GPT computes it: qkv (B, T, 3C) holds q, k and v
+// side by side along the last dim, each split into n_head heads of D = C / n_head -> (B, T, C),
+// the heads side by side again. The same values and gradients as splitting qkv into (B, H, T, D)
+// views and calling scaled_dot_product_attention, but where the fused path applies its backward
+// writes the three gradients straight into one (B, T, 3C) tensor (Note [Packed attention] in
+// autograd/ops/attention_packed.cpp).
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bool causal = false,
+                                           double scale = kDefaultScale, double dropout_p = 0.0,
+                                           Generator* gen = nullptr);
+
 // Whether the fused attention path takes these (already autocast) inputs: CUDA, bfloat16 or
 // float16, a head size cuDNN supports, no dropout, not in anomaly mode (Note [Fused attention] in
 // autograd/ops/attention.cpp).

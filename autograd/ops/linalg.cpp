@@ -84,13 +84,30 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 // Note [Fused linear]
-// linear is one op, not matmul + add (+ relu): forward is one Backend::linear call (on CUDA a
-// single cuBLASLt GEMM whose epilogue adds the bias and applies the ReLU), and backward is
-//   g' = relu ? g * (y > 0) : g       (y > 0 exactly where the pre-activation is, so y is saved)
+// linear is one op, not matmul + add (+ activation): forward is one Backend::linear call (on
+// CUDA a single cuBLASLt GEMM whose epilogue adds the bias and applies the ReLU or the GELU), and
+// backward is
+//   g' = g * (y > 0)               ReLU: y > 0 exactly where the pre-activation is, so y is saved
+//   g' = g * gelu_tanh'(pre)       GELU (tanh): the pre-activation, which the GEMM's "aux" output
+//                                  wrote in the same pass, is saved (y is not)
+//   g' = g                         no activation
 //   dx = g' W,  dW = g'^T x,  db = sum of g' over rows
 // with the two products reading transposed views (no copies). Two launches fewer forward per
-// Linear + ReLU pair than the composite, one node in the graph instead of three. Input dims
-// before the last are folded into rows (a view when the strides allow it).
+// Linear + activation pair than the composite, one node in the graph instead of three. GPT-2's
+// MLP (nn/gpt.cpp) runs its first Linear this way. Input dims before the last are folded into
+// rows (a view when the strides allow it). Left out: cuBLASLt's DGELU epilogue, which would fold
+// g' into the GEMM that makes g, in the next layer's backward (a fusion across two nodes).
+namespace {
+
+// The activation's backward, g (M, N) -> g' (see the Note); `kept` is y (ReLU) or pre (GELU).
+Tensor activation_grad(Backend& be, LinearActivation act, const Tensor& g, const Tensor& kept) {
+  if (act == LinearActivation::Relu) return be.binary(BinaryOp::ReluBackward, g, kept);
+  if (act == LinearActivation::GeluTanh) return be.binary(BinaryOp::GeluTanhBackward, g, kept);
+  return g;
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
               LinearActivation act) {
   const Tensor x = amp::cast_lower(x_in), weight = amp::cast_lower(weight_in),
@@ -108,17 +125,20 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   }
   const int64_t K = weight.size(1), N = weight.size(0);
   const Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, K});  // (M, K)
-  Tensor y = be.linear(x2, weight, bias, act);               // (M, N)
-  const bool relu = act == LinearActivation::Relu;
+  LinearOut out = be.linear(x2, weight, bias, act);          // y, pre: (M, N)
+  const Tensor kept = act == LinearActivation::Relu       ? out.y
+                      : act == LinearActivation::GeluTanh ? out.pre
+                                                          : Tensor();
   std::vector<Tensor> inputs{x2, weight};
   if (bias.defined()) inputs.push_back(bias);
-  y = record("linear", y, inputs,
+  Tensor y =
+      record("linear", out.y, inputs,
              [sx = save(x2, "linear"), sw = save(weight, "linear"),
-              sy = relu ? save(y, "linear") : autograd::Saved(), relu,
+              sk = kept.defined() ? save(kept, "linear") : autograd::Saved(), act,
               has_bias = bias.defined()](const Tensor& g) {
                const Tensor &xs = sx.get(), &w = sw.get();
                Backend& be = backend_for(g.device());
-               const Tensor gp = relu ? be.binary(BinaryOp::ReluBackward, g, sy.get()) : g;
+               const Tensor gp = activation_grad(be, act, g, sk.defined() ? sk.get() : Tensor());
                Grads grads{needs_input_grad(0) ? be.mm(gp, w) : Tensor(),
                            needs_input_grad(1) ? be.mm(raw::transpose(gp, 0, 1), xs) : Tensor()};
                if (has_bias)

@@ -1,6 +1,6 @@
 // Differentiable softmax, log_softmax and the losses: nll_loss, cross_entropy, mse_loss.
 // softmax/log_softmax/nll_loss have fused kernels (forward and backward side by side here);
-// cross_entropy is the composite of log_softmax and nll_loss, with fused kernels as an option
+// cross_entropy is fused for many classes and the composite of log_softmax and nll_loss for few
 // (Note [Fused cross-entropy]); mse_loss is a composite whose gradient comes from its parts.
 // Leaves out: class weights, soft (probability) targets, and K-dimensional (N, C, d1, ...) losses.
 #include "autograd/ops/softmax_loss.h"
@@ -124,27 +124,48 @@ Tensor cross_entropy_composite(const Tensor& logits, const Tensor& target, Reduc
 // Composed, cross_entropy is log_softmax then nll_loss (and the smoothing term): on CUDA two
 // forward kernels and three backward ones (softmax, nll; the Mean's row count, nll's gradient,
 // softmax's gradient) and two autograd nodes, the (N, C) log-probabilities kept for backward.
-// Fused (Backend::cross_entropy) it is one kernel each way and one node, and it keeps only each
-// row's log-sum-exp: backward recomputes softmax = exp(logit - lse) and writes
+// Fused (Backend::cross_entropy) it is one pass over the logits each way and one node, and it
+// keeps only each row's log-sum-exp: backward recomputes softmax = exp(logit - lse) and writes
 //   dL/dlogit_ic = g_i * scale * (softmax_ic - (1 - ls) [c == t_i] - ls / C)
 // (0 on ignored rows; scale = 1 / rows counted for Mean). A Mean or Sum adds the rows' losses in
-// one CUDA block, in a fixed order (deterministic), so on CUDA a Mean/Sum over more than
-// kFusedMaxElements logits always runs composed.
-// Measured, it did not pay, so the composite is the default and the fused kernels are opt-in
-// (set_fused_cross_entropy(true), or LOOM_FUSED_CROSS_ENTROPY=1), kept and tested against it.
-// On an H200 (2026-12-01, bench_train mlp, the two alternating in one call) the whole step as a
-// CUDA graph took 0.157-0.158 ms fused against 0.151-0.152 ms composed, and eager 0.171-0.177
-// against 0.166-0.170 ms: at 256 x 10 logits one block walking its rows in sequence is
-// latency-bound, where the composite's kernels spread over the GPU and the three launches it
-// saves are not what the eager step waits on. On the 2-core CPU the mlp step did not move
-// (23.5-24.7 against 23.3-24.3 ms): the loss is a few microseconds of a 24 ms step.
+// a fixed order (deterministic). Fused, float16/bfloat16 logits are read as they are (float32
+// sums), where the composite under autocast first copies them to float32.
+// Which runs: the fused kernels for C >= kFusedMinClasses classes, always with
+// set_fused_cross_entropy(true) (or LOOM_FUSED_CROSS_ENTROPY=1), the composite otherwise.
+// - Many classes: a language model's (B*T, V) logits. For GPT-2's B*T = 16384 rows of V = 50304
+//   in bfloat16 the composite moves about 30 GB (the float32 copy, log-probabilities, their
+//   gradient, the softmax gradient, the cast back) and holds 3.3 GB of log-probabilities; fused,
+//   about 5 GB, and nothing of (N, C) but the logits (docs/perf.md has the step it saved).
+// - Few classes: on an H200 (2026-12-01, bench_train mlp, 256 x 10 logits, the two alternating in
+//   one call) the whole step as a CUDA graph took 0.157-0.158 ms fused against 0.151-0.152 ms
+//   composed, and eager 0.171-0.177 against 0.166-0.170 ms: tiny rows are latency-bound, and the
+//   launches fusion saves are not what the step waits on. On the 2-core CPU the mlp step did not
+//   move (23.5-24.7 against 23.3-24.3 ms).
 namespace {
-constexpr int64_t kFusedMaxElements = int64_t(1) << 20;
+constexpr int64_t kFusedMinClasses = 1024;
 // LOOM_FUSED_CROSS_ENTROPY=1 in the environment starts with the fused kernels (for A/B timings).
 std::atomic<bool> g_fused{[] {
   const char* v = std::getenv("LOOM_FUSED_CROSS_ENTROPY");
   return v && std::string_view(v) == "1";
 }()};
+
+Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target, Reduction r,
+                           double label_smoothing, int64_t ignore_index) {
+  CrossEntropyOut out =
+      backend_for(logits.device()).cross_entropy(logits, target, r, label_smoothing, ignore_index);
+  Tensor loss =
+      record("cross_entropy", out.loss, {logits},
+             [sx = save(logits, "cross_entropy"), st = save(target, "cross_entropy"), lse = out.lse,
+              scale = out.scale, r, label_smoothing, ignore_index](const Tensor& g) {
+               return Grads{backend_for(g.device())
+                                .cross_entropy_backward(g, sx.get(), st.get(), lse, scale, r,
+                                                        label_smoothing, ignore_index)};
+             });
+  // The composite's dtype: float32 under autocast, else the logits' own.
+  const bool low = logits.dtype() == DType::F16 || logits.dtype() == DType::BF16;
+  return low && !amp::is_autocast_enabled() ? loss.to(logits.dtype()) : loss;
+}
+
 }  // namespace
 
 void set_fused_cross_entropy(bool on) { g_fused.store(on); }
@@ -152,24 +173,13 @@ bool fused_cross_entropy() { return g_fused.load(); }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction r,
                      double label_smoothing, int64_t ignore_index) {
-  const Tensor logits = amp::cast_fp32(logits_in);
-  check_class_target("cross_entropy", "logits", logits, target);
+  check_class_target("cross_entropy", "logits", logits_in, target);
   LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
              "cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
-  const bool too_big_for_one_block =
-      logits.device().is_cuda() && r != Reduction::None && logits.numel() > kFusedMaxElements;
-  if (!fused_cross_entropy() || too_big_for_one_block)
-    return cross_entropy_composite(logits, target, r, label_smoothing, ignore_index);
-  CrossEntropyOut out =
-      backend_for(logits.device()).cross_entropy(logits, target, r, label_smoothing, ignore_index);
-  return record(
-      "cross_entropy", out.loss, {logits},
-      [sx = save(logits, "cross_entropy"), st = save(target, "cross_entropy"), lse = out.lse,
-       scale = out.scale, r, label_smoothing, ignore_index](const Tensor& g) {
-        return Grads{backend_for(g.device())
-                         .cross_entropy_backward(g, sx.get(), st.get(), lse, scale, r,
-                                                 label_smoothing, ignore_index)};
-      });
+  if (fused_cross_entropy() || logits_in.size(1) >= kFusedMinClasses)
+    return cross_entropy_fused(logits_in, target, r, label_smoothing, ignore_index);
+  return cross_entropy_composite(amp::cast_fp32(logits_in), target, r, label_smoothing,
+                                 ignore_index);
 }
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction r) {

@@ -18,8 +18,9 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r = Reductio
 // logits: (N, C), target: (N) int64. label_smoothing in [0, 1) mixes in the uniform distribution.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r = Reduction::Mean,
                      double label_smoothing = 0.0, int64_t ignore_index = -100);
-// cross_entropy runs as log_softmax + nll_loss (default) or with its fused kernels (Note [Fused
-// cross-entropy] in autograd/ops/softmax_loss.cpp: measured no faster on the benchmarks).
+// cross_entropy runs with its fused kernels for 1024 classes or more (a language model's
+// vocabulary) and as log_softmax + nll_loss below that, unless set_fused_cross_entropy(true) fuses
+// every size (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp).
 void set_fused_cross_entropy(bool on);
 bool fused_cross_entropy();
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean);

@@ -165,7 +165,7 @@ TensorPair CpuBackend::sdpa_forward(const Tensor& q, const Tensor& k, const Tens
 
 SdpaGrads CpuBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& stats,
-                                    bool causal, double scale) {
+                                    bool causal, double scale, const SdpaGrads& into) {
   check_sdpa_inputs("sdpa_backward", q, k, v);
   Dims g = dims_of(q, v);
   Shape out_shape{g.B, g.H, g.Tq, g.Dv};
@@ -175,9 +175,11 @@ SdpaGrads CpuBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, con
       " must be (B, H, Tq, Dv) = ", out_shape, " of q's dtype ", dtype_name(q.dtype()));
   LOOM_CHECK(stats.shape() == Shape({g.B, g.H, g.Tq, 1}), "sdpa_backward: stats ", stats.shape(),
              " must be (B, H, Tq, 1) = ", Shape({g.B, g.H, g.Tq, 1}));
-  SdpaGrads gr{empty_bthd(g.B, g.H, g.Tq, g.D, q.dtype()),
-               empty_bthd(g.B, g.H, g.Tk, g.D, q.dtype()),
-               empty_bthd(g.B, g.H, g.Tk, g.Dv, q.dtype())};
+  check_sdpa_into("sdpa_backward", into, q, k, v);
+  SdpaGrads gr = into.dq.defined() ? into
+                                   : SdpaGrads{empty_bthd(g.B, g.H, g.Tq, g.D, q.dtype()),
+                                               empty_bthd(g.B, g.H, g.Tk, g.D, q.dtype()),
+                                               empty_bthd(g.B, g.H, g.Tk, g.Dv, q.dtype())};
   LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_backward",
                          [&] { backward_kernel<scalar_t>(grad_out, q, k, v, gr, causal, scale); });
   return gr;

@@ -83,8 +83,8 @@ Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
-Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
-                          LinearActivation act) {
+LinearOut CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                             LinearActivation act) {
   return linear_composite(*this, x, w, bias, act);
 }
 

@@ -204,15 +204,15 @@ Tensor CpuBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, con
 // (softmax - (1 - ls) onehot - ls / C) times the row's gradient. The Mean/Sum total is added
 // serially in double, so it does not depend on the threads.
 
-// logits: (N, C), target: (N) int64 -> loss 0-d (Mean, Sum) or (N) (None; 0 at ignored rows),
-// lse (N), scale 0-d
+// logits: (N, C), target: (N) int64 -> loss 0-d (Mean, Sum) or (N) (None; 0 at ignored rows) and
+// lse (N), both float32 (float64 for f64 logits), scale 0-d float64
 CrossEntropyOut CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, Reduction r,
                                           double label_smoothing, int64_t ignore_index) {
   check_targets("cross_entropy", "", logits, target, ignore_index, "logits");
   const int64_t N = logits.size(0), C = logits.size(1), s0 = logits.stride(0),
                 s1 = logits.stride(1);
   const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  CrossEntropyOut out{empty(r == Reduction::None ? Shape{N} : Shape{}, {.dtype = logits.dtype()}),
+  CrossEntropyOut out{empty(r == Reduction::None ? Shape{N} : Shape{}, {.dtype = acc}),
                       empty({N}, {.dtype = acc}), empty({}, {.dtype = DType::F64})};
   const double ls = label_smoothing;
   std::vector<double> row_loss(size_t(N), 0.0);
@@ -243,16 +243,16 @@ CrossEntropyOut CpuBackend::cross_entropy(const Tensor& logits, const Tensor& ta
         lse[i] = A(l);
       }
     });
-    scalar_t* o = out.loss.data<scalar_t>();
+    A* o = out.loss.data<A>();
     double total = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < N; ++i) {
       total += row_loss[size_t(i)];
       count += read_i64(target, i) != ignore_index;
-      if (r == Reduction::None) o[i] = scalar_t(A(row_loss[size_t(i)]));
+      if (r == Reduction::None) o[i] = A(row_loss[size_t(i)]);
     }
-    if (r == Reduction::Sum) o[0] = scalar_t(A(total));
-    if (r == Reduction::Mean) o[0] = scalar_t(A(total / double(count)));  // NaN with no rows
+    if (r == Reduction::Sum) o[0] = A(total);
+    if (r == Reduction::Mean) o[0] = A(total / double(count));  // NaN with no rows
     out.scale.data<double>()[0] = r == Reduction::Mean ? 1.0 / double(count) : 1.0;
   });
   return out;

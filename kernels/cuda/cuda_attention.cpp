@@ -90,8 +90,9 @@ TensorPair CudaBackend::sdpa_forward(const Tensor& q, const Tensor& k, const Ten
 
 SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& out, const Tensor& stats,
-                                     bool causal, double scale) {
+                                     bool causal, double scale, const SdpaGrads& into) {
   check_fused("sdpa_backward", q, k, v);
+  check_sdpa_into("sdpa_backward", into, q, k, v);
 #ifdef LOOM_WITH_CUDNN_SDPA
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   const Shape out_shape{B, H, Tq, D}, stats_shape{B, H, Tq, 1};
@@ -103,8 +104,10 @@ SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, co
   LOOM_CHECK(stats.shape() == stats_shape && stats.device() == q.device(), "sdpa_backward: stats ",
              describe(stats), " must be (B, H, Tq, 1) = ", stats_shape, " on ", q.device());
   Options opt{.dtype = q.dtype(), .device = q.device()};
-  SdpaGrads g{empty_attention_layout(B, H, Tq, D, opt), empty_attention_layout(B, H, Tk, D, opt),
-              empty_attention_layout(B, H, Tk, D, opt)};
+  SdpaGrads g = into.dq.defined() ? into
+                                  : SdpaGrads{empty_attention_layout(B, H, Tq, D, opt),
+                                              empty_attention_layout(B, H, Tk, D, opt),
+                                              empty_attention_layout(B, H, Tk, D, opt)};
   if (g.dq.numel() == 0 || Tk == 0) {  // no queries: nothing reached k and v
     fill_(g.dk, 0.0);
     fill_(g.dv, 0.0);
@@ -122,7 +125,7 @@ SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, co
   run_or_retry_contiguous("sdpa_backward", t, causal, scale, run_sdpa_backward);
   return g;
 #else
-  (void)grad_out, (void)out, (void)stats, (void)causal, (void)scale;
+  (void)grad_out, (void)out, (void)stats, (void)causal, (void)scale, (void)into;
   LOOM_FAIL("sdpa_backward on CUDA: ", sdpa_fused_unsupported(q, k, v));
 #endif
 }

@@ -56,9 +56,10 @@ LtOperand operand_of(const Tensor& t, Tensor& keep) {
   return *as_operand(keep, R, C, keep.stride(1), keep.stride(2), keep.stride(0), B);
 }
 
-// out (B, M, N) contiguous = a (B, M, K) @ b (B, K, N), with an optional epilogue.
+// out (B, M, N) contiguous = a (B, M, K) @ b (B, K, N), with an optional epilogue; aux (M, N)
+// contiguous (B = 1) receives the pre-activation with the *Aux epilogues.
 void gemm(const Tensor& out, const Tensor& a, const Tensor& b, LtEpilogue epi = LtEpilogue::None,
-          const Tensor& bias = Tensor()) {
+          const Tensor& bias = Tensor(), const Tensor& aux = Tensor()) {
   int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
   if (out.numel() == 0) return;
   if (K == 0) {  // an empty sum; epilogues only come from linear_fused, which rejects K == 0
@@ -80,6 +81,8 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, LtEpilogue epi = 
   args.batch_stride_d = M * N;
   args.epilogue = epi;
   args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  args.aux = aux.defined() ? aux.data_ptr() : nullptr;
+  args.ld_aux = aux.defined() ? N : 0;
   lt_matmul(args);
 }
 
@@ -108,17 +111,28 @@ Tensor CudaBackend::bmm(const Tensor& a, const Tensor& b) {
 }
 
 // x: (M, K), w: (N, K), bias: (N) or undefined -> (M, N)
-Tensor CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
-                           LinearActivation act) {
+// (GELU's pre-activation comes from cuBLASLt's aux output, whose leading dimension must be a
+// multiple of 8: other widths compose.)
+LinearOut CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                              LinearActivation act) {
   check_cuda_floating("linear", x);
-  if (x.dtype() == DType::F64 || x.size(1) == 0 || x.size(0) == 0 || w.size(0) == 0)
+  const bool gelu = act == LinearActivation::GeluTanh;
+  if (x.dtype() == DType::F64 || x.size(1) == 0 || x.size(0) == 0 || w.size(0) == 0 ||
+      (gelu && w.size(0) % 8 != 0))
     return linear_composite(*this, x, w, bias, act);
-  return linear_fused(x, w, bias,
-                      act == LinearActivation::Relu ? Activation::Relu : Activation::None);
+  if (gelu) {
+    LinearOut out;
+    out.y = linear_fused(x, w, bias, Activation::GeluTanh, &out.pre);
+    return out;
+  }
+  return {
+      linear_fused(x, w, bias, act == LinearActivation::Relu ? Activation::Relu : Activation::None),
+      Tensor()};
 }
 
-// x: (..., K), w: (N, K), bias: (N) or undefined -> (..., N)
-Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act) {
+// x: (..., K), w: (N, K), bias: (N) or undefined -> (..., N); *pre (..., N) with GeluTanh
+Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
+                    Tensor* pre) {
   LOOM_CHECK(x.defined() && w.defined(), "linear_fused: input and weight must be defined");
   LOOM_CHECK(x.device().is_cuda(), "linear_fused: expected CUDA tensors, got input ", describe(x));
   LOOM_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F16 || x.dtype() == DType::BF16,
@@ -154,6 +168,10 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activa
   } else {
     x2 = raw::view(raw::contiguous(x), {M, K});
   }
+  const bool aux = pre != nullptr && act == Activation::GeluTanh;
+  LOOM_CHECK(!aux || N % 8 == 0,
+             "linear_fused: the GELU pre-activation needs N % 8 == 0, got N = ", N);
+  if (aux) *pre = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
   LtEpilogue epi = LtEpilogue::None;
   switch (act) {
     case Activation::None:
@@ -163,11 +181,12 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Activa
       epi = b.defined() ? LtEpilogue::ReluBias : LtEpilogue::Relu;
       break;
     case Activation::GeluTanh:
-      epi = b.defined() ? LtEpilogue::GeluTanhBias : LtEpilogue::GeluTanh;
+      epi = aux ? (b.defined() ? LtEpilogue::GeluTanhAuxBias : LtEpilogue::GeluTanhAux)
+                : (b.defined() ? LtEpilogue::GeluTanhBias : LtEpilogue::GeluTanh);
       break;
   }
   gemm(raw::view(out, {1, M, N}), raw::unsqueeze(x2, 0), raw::unsqueeze(raw::transpose(w, 0, 1), 0),
-       epi, b);
+       epi, b, aux ? raw::view(*pre, {M, N}) : Tensor());
   return out;
 }
 

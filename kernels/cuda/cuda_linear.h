@@ -15,7 +15,9 @@ enum class Activation { None, Relu, GeluTanh };
 
 // x: (..., K), w: (N, K), bias: (N) or undefined -> (..., N). All on one CUDA device, one dtype
 // (float32, float16 or bfloat16). Float32 follows allow_tf32() (kernels/cuda/math_mode.h).
+// With GeluTanh and `pre`, *pre gets the pre-activation x @ w^T + bias (..., N) from the same
+// product (cuBLASLt's GELU_AUX epilogue; N must be a multiple of 8): what GELU's backward needs.
 Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias,
-                    Activation act = Activation::None);
+                    Activation act = Activation::None, Tensor* pre = nullptr);
 
 }  // namespace loom::cuda

@@ -26,8 +26,9 @@ namespace {
 // one key: every argument that can change the choice (device, dtype, math mode, shapes, leading
 // dimensions, batch strides, epilogue, and the alignment of each pointer, since the fastest
 // kernels need 16-byte or better alignment). Pointers themselves are not in the key: A, B and D
-// are passed per call, and the bias pointer is set on the plan's descriptor under its mutex just
-// before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul only).
+// are passed per call, and the bias and aux pointers are set on the plan's descriptor under its
+// mutex just before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul
+// only).
 
 constexpr int kKeyLen = 26;
 using PlanKey = PlanKeyOf<kKeyLen>;
@@ -37,7 +38,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
-  std::mutex mu;  // guards the bias pointer attribute from set to launch
+  std::mutex mu;  // guards the bias and aux pointer attributes from set to launch
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -90,12 +91,31 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
       return CUBLASLT_EPILOGUE_RELU_BIAS;
     case LtEpilogue::GeluTanhBias:
       return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case LtEpilogue::GeluTanhAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case LtEpilogue::GeluTanhAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 bool has_bias(LtEpilogue e) {
-  return e == LtEpilogue::Bias || e == LtEpilogue::ReluBias || e == LtEpilogue::GeluTanhBias;
+  return e == LtEpilogue::Bias || e == LtEpilogue::ReluBias || e == LtEpilogue::GeluTanhBias ||
+         e == LtEpilogue::GeluTanhAuxBias;
+}
+
+bool has_aux(LtEpilogue e) {
+  return e == LtEpilogue::GeluTanhAux || e == LtEpilogue::GeluTanhAuxBias;
+}
+
+// The bias and aux pointers of this call on the plan's descriptor (under the plan's mutex).
+void set_pointers(cublasLtMatmulDesc_t op, const LtMatmulArgs& x) {
+  if (has_bias(x.epilogue))
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias,
+                                                     sizeof(x.bias)));
+  if (has_aux(x.epilogue))
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                     &x.aux, sizeof(x.aux)));
 }
 
 // The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address.
@@ -141,11 +161,11 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
   cublasLtEpilogue_t epi = lt_epilogue(x.epilogue);
   LOOM_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (has_bias(x.epilogue)) {
-    // The heuristic reads the bias pointer's alignment; its type defaults to D's.
-    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &x.bias, sizeof(x.bias)));
-  }
+  // The heuristic reads the bias and aux pointers' alignment; their types default to D's.
+  set_pointers(plan->op, x);
+  if (has_aux(x.epilogue))
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                     &x.ld_aux, sizeof(x.ld_aux)));
   plan->a = make_layout(type, x.a.rows, x.a.cols, x.a.ld, x.batch, x.a.batch_stride);
   plan->b = make_layout(type, x.b.rows, x.b.cols, x.b.ld, x.batch, x.b.batch_stride);
   plan->d = make_layout(type, x.m, x.n, x.ldd, x.batch, x.batch_stride_d);
@@ -210,8 +230,8 @@ PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
                  alignment_of(x.b.ptr),
                  alignment_of(x.d),
                  bias ? alignment_of(bias) : 0,
-                 0,
-                 0};
+                 has_aux(x.epilogue) ? alignment_of(x.aux) : 0,
+                 has_aux(x.epilogue) ? x.ld_aux : 0};
 }
 
 }  // namespace
@@ -220,6 +240,10 @@ void lt_matmul(const LtMatmulArgs& x) {
   LOOM_CHECK(x.m > 0 && x.n > 0 && x.k > 0 && x.batch > 0, "lt_matmul: empty product m=", x.m,
              " n=", x.n, " k=", x.k, " batch=", x.batch, " (callers handle empty shapes)");
   LOOM_CHECK(!has_bias(x.epilogue) || x.bias != nullptr, "lt_matmul: a bias epilogue needs a bias");
+  LOOM_CHECK(!has_aux(x.epilogue) ||
+                 (x.aux != nullptr && x.ld_aux >= x.m && x.ld_aux % 8 == 0 && x.batch == 1),
+             "lt_matmul: an aux epilogue needs an aux output with a leading dimension >= m = ", x.m,
+             " and a multiple of 8 (and batch 1), got ", x.ld_aux, " (batch ", x.batch, ")");
   bool tf32 = x.dtype == DType::F32 && allow_tf32();
   DeviceGuard guard(x.device);
 
@@ -245,11 +269,10 @@ void lt_matmul(const LtMatmulArgs& x) {
   const void* beta = x.dtype == DType::F64 ? static_cast<const void*>(&beta_d) : &beta_f;
   cudaStream_t stream = current_stream(x.device);
 
-  std::unique_lock<std::mutex> bias_lock(plan->mu, std::defer_lock);
-  if (has_bias(x.epilogue)) {
-    bias_lock.lock();
-    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &x.bias, sizeof(x.bias)));
+  std::unique_lock<std::mutex> pointer_lock(plan->mu, std::defer_lock);
+  if (has_bias(x.epilogue) || has_aux(x.epilogue)) {
+    pointer_lock.lock();
+    set_pointers(plan->op, x);
   }
   LOOM_CUBLAS_CHECK(cublasLtMatmul(lt_handle(x.device), plan->op, alpha, x.a.ptr, plan->a, x.b.ptr,
                                    plan->b, beta, x.d, plan->d, x.d, plan->d, &plan->algo,

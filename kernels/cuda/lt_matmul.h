@@ -11,8 +11,18 @@
 namespace loom::cuda {
 
 // The epilogues cuBLASLt fuses into the product. Its GELU is the tanh approximation
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not loom's exact erf form.
-enum class LtEpilogue : uint8_t { None, Relu, GeluTanh, Bias, ReluBias, GeluTanhBias };
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not loom's exact erf form. The *Aux forms
+// also write the pre-activation (the product plus bias) to LtMatmulArgs::aux, for the backward.
+enum class LtEpilogue : uint8_t {
+  None,
+  Relu,
+  GeluTanh,
+  Bias,
+  ReluBias,
+  GeluTanhBias,
+  GeluTanhAux,
+  GeluTanhAuxBias
+};
 
 // One operand as cuBLAS sees it: the stored matrix is `rows` x `cols`, column-major, with leading
 // dimension `ld`; with `transpose` the product uses its transpose.
@@ -33,6 +43,8 @@ struct LtMatmulArgs {
   int64_t ldd = 0, batch_stride_d = 0;
   LtEpilogue epilogue = LtEpilogue::None;
   const void* bias = nullptr;  // m values, one per row of D; only with the *Bias epilogues
+  void* aux = nullptr;         // m x n like D, leading dimension ld_aux (a multiple of 8): *Aux
+  int64_t ld_aux = 0;
 };
 
 // Launches the product on the current stream of args.device. Float32 follows allow_tf32()

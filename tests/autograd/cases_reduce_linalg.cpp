@@ -21,14 +21,17 @@ double vvar(const std::vector<double>& g) {
 // relu. x holds rows x in_f values (or in_f x rows when x_transposed), w out_f x in_f; b: out_f
 // values or null.
 A linear_ref(const A& x, const A& w, const A* b, Shape shape, int64_t rows, int64_t in_f,
-             int64_t out_f, bool relu, bool x_transposed = false) {
+             int64_t out_f, LinearActivation act, bool x_transposed = false) {
   A o = ref::zeros(shape);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < out_f; ++j) {
       double s = b ? b->v[j] : 0.0;
       for (int64_t k = 0; k < in_f; ++k)
         s += x.v[x_transposed ? k * rows + i : i * in_f + k] * w.v[j * in_f + k];
-      o.v[i * out_f + j] = relu && !(s > 0) ? 0.0 : s;
+      if (act == LinearActivation::Relu) s = s > 0 ? s : 0.0;
+      if (act == LinearActivation::GeluTanh)  // 0.5 s (1 + tanh(sqrt(2/pi) (s + 0.044715 s^3)))
+        s = 0.5 * s * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (s + 0.044715 * s * s * s)));
+      o.v[i * out_f + j] = s;
     }
   return o;
 }
@@ -177,7 +180,7 @@ std::vector<OpCase> linalg_cases() {
                 {{{6, 4}}, {{3, 4}}, {{3}}},
                 [](auto& x) { return linear(x[0], x[1], x[2]); },
                 [](auto& r) {
-                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, false);
+                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, LinearActivation::None);
                 }});
   // The fused forms (Note [Fused linear]): the ReLU epilogue, no bias, a 3-d input folded into
   // rows, and a transposed (non-contiguous) input.
@@ -185,21 +188,37 @@ std::vector<OpCase> linalg_cases() {
                 {{{6, 4}}, {{3, 4}}, {{3}}},
                 [](auto& x) { return linear(x[0], x[1], x[2], LinearActivation::Relu); },
                 [](auto& r) {
-                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, true);
-                }});
-  cs.push_back({"linear_relu_3d_no_bias",
-                {{{2, 5, 4}}, {{3, 4}}},
-                [](auto& x) { return linear(x[0], x[1], Tensor(), LinearActivation::Relu); },
-                [](auto& r) {
-                  return linear_ref(r[0], r[1], nullptr, {2, 5, 3}, 10, 4, 3, true);
+                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, LinearActivation::Relu);
                 }});
   cs.push_back(
-      {"linear_transposed_input",
-       {{{4, 6}}, {{3, 4}}, {{3}}},
-       [](auto& x) { return linear(x[0].t(), x[1], x[2]); },
+      {"linear_relu_3d_no_bias",
+       {{{2, 5, 4}}, {{3, 4}}},
+       [](auto& x) { return linear(x[0], x[1], Tensor(), LinearActivation::Relu); },
        [](auto& r) {
-         return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, false, /*x_transposed=*/true);
+         return linear_ref(r[0], r[1], nullptr, {2, 5, 3}, 10, 4, 3, LinearActivation::Relu);
        }});
+  // GELU (tanh) in the epilogue: 8 outputs, so that on CUDA the pre-activation comes from
+  // cuBLASLt's aux output (a multiple of 8 wide), and 3 outputs, where CUDA composes.
+  cs.push_back({"linear_gelu_tanh",
+                {{{6, 4}}, {{8, 4}}, {{8}}},
+                [](auto& x) { return linear(x[0], x[1], x[2], LinearActivation::GeluTanh); },
+                [](auto& r) {
+                  return linear_ref(r[0], r[1], &r[2], {6, 8}, 6, 4, 8, LinearActivation::GeluTanh);
+                }});
+  cs.push_back(
+      {"linear_gelu_tanh_3d_no_bias",
+       {{{2, 5, 4}}, {{3, 4}}},
+       [](auto& x) { return linear(x[0], x[1], Tensor(), LinearActivation::GeluTanh); },
+       [](auto& r) {
+         return linear_ref(r[0], r[1], nullptr, {2, 5, 3}, 10, 4, 3, LinearActivation::GeluTanh);
+       }});
+  cs.push_back({"linear_transposed_input",
+                {{{4, 6}}, {{3, 4}}, {{3}}},
+                [](auto& x) { return linear(x[0].t(), x[1], x[2]); },
+                [](auto& r) {
+                  return linear_ref(r[0], r[1], &r[2], {6, 3}, 6, 4, 3, LinearActivation::None,
+                                    /*x_transposed=*/true);
+                }});
   return cs;
 }
 

@@ -59,6 +59,41 @@ TEST(CudaAttentionOp, FusedPathMatchesTheComposite) {
     }
 }
 
+// The packed op (autograd/ops/attention_packed.cpp) on a GPT's (B, T, 3C) projection: one node
+// whose backward writes dq, dk, dv into one tensor, against the float64 composite on the CPU (the
+// same bf16 values), and against splitting qkv into views for the unpacked fused op on the GPU.
+TEST(CudaAttentionOp, PackedQkvMatchesTheCompositeAndTheUnpackedOp) {
+  SKIP_WITHOUT_CUDA();
+  if (!sdpa_fused_unsupported(leaf({1, 1, 8, 64}, 1, kBF16), leaf({1, 1, 8, 64}, 1, kBF16),
+                              leaf({1, 1, 8, 64}, 1, kBF16))
+           .empty())
+    GTEST_SKIP() << "built without cuDNN's frontend headers";
+  const int64_t B = 2, T = 96, H = 3, D = 64, C = H * D;
+  Tensor qkv = leaf({B, T, 3 * C}, 7, kBF16);
+  Tensor y = scaled_dot_product_attention_packed(qkv, H, /*causal=*/true);
+  ASSERT_EQ(y.shape(), Shape({B, T, C}));
+  EXPECT_STREQ(y.grad_fn()->name, "scaled_dot_product_attention_packed");
+  manual_seed(8);
+  Tensor up = randn({B, T, C}).to(kBF16).to(cuda_device(0));
+  (y * up).sum().backward();
+  Tensor g = qkv.grad();
+  // float64 reference on the CPU: the composite on views of the same values
+  Tensor q64 = qkv.detach().to(kCPU).to(kF64).requires_grad_(true);
+  Tensor y64 = scaled_dot_product_attention_packed(q64, H, true);
+  (y64 * up.to(kCPU).to(kF64)).sum().backward();
+  EXPECT_LE(max_abs(y.to(kCPU) - y64), 3e-2 * (1 + max_abs(y64)));
+  EXPECT_LE(max_abs(g.to(kCPU) - q64.grad()), 3e-2 * (1 + max_abs(q64.grad())));
+  // the unpacked fused op on views of the same tensor: the same kernels, other output strides
+  Tensor qkv2 = qkv.detach().requires_grad_(true);
+  Tensor five = qkv2.view({B, T, 3, H, D});
+  Tensor y2 = scaled_dot_product_attention(five.select(2, 0).transpose(1, 2),
+                                           five.select(2, 1).transpose(1, 2),
+                                           five.select(2, 2).transpose(1, 2), true);
+  (y2.transpose(1, 2).reshape({B, T, C}) * up).sum().backward();
+  EXPECT_LE(max_abs(y2.transpose(1, 2).reshape({B, T, C}) - y), 1e-2 * (1 + max_abs(y)));
+  EXPECT_LE(max_abs(qkv2.grad() - g), 1e-2 * (1 + max_abs(g)));
+}
+
 TEST(CudaAttentionOp, TheCompositeRunsWhereTheFusedPathDoesNot) {
   SKIP_WITHOUT_CUDA();
   Tensor q = leaf({1, 2, 16, 64}, 6, kF32), k = leaf({1, 2, 16, 64}, 7, kF32),

@@ -1,7 +1,9 @@
-// The fused cross_entropy kernels (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp, an
-// option) against the composite of log_softmax and nll_loss (the default): losses and gradients for
-// every reduction, with and without label smoothing, ignored rows, strided logits, float32 and
-// float64; one autograd node; Mean over no counted row is NaN in both. The op table
+// The fused cross_entropy kernels (Note [Fused cross-entropy] in autograd/ops/softmax_loss.cpp: by
+// default for 1024 classes or more) against the composite of log_softmax and nll_loss: losses and
+// gradients for every reduction, with and without label smoothing, ignored rows, strided logits,
+// float32 and float64; a vocabulary-sized row fused by default; bfloat16 logits read as they are
+// under autocast (float32 loss) and outside it (the logits' dtype, as composed); one autograd
+// node; Mean over no counted row is NaN in both. The op table
 // (cases_softmax_loss.cpp) checks the composite against float64 references and finite differences,
 // and CudaFusedCrossEntropy the GPU kernels against these CPU ones.
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <string>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops/ops.h"
 #include "autograd/ops/softmax_loss.h"
@@ -97,4 +100,49 @@ TEST(FusedCrossEntropy, OneNodeAndNanWhenNoRowCounts) {
   loss.backward();
   // Each row's gradient sums to zero (softmax minus a one-hot, both summing to one).
   EXPECT_LT(max(abs(sum(logits.grad(), {1}))).item(), 1e-6);
+}
+
+// 1500 classes: fused without being asked, and equal to nll_loss(log_softmax(x)) in float64.
+TEST(FusedCrossEntropy, ManyClassesAreFusedByDefault) {
+  ASSERT_FALSE(fused_cross_entropy());
+  Generator gen(5);
+  Tensor x = (randn({9, 1500}, {.dtype = kF64}, &gen) * 2.0).requires_grad_(true);
+  Tensor target = randint(0, 1500, {9}, {.dtype = kI64}, &gen);
+  target.data<int64_t>()[3] = -100;
+  Tensor loss = cross_entropy(x, target);
+  ASSERT_TRUE(loss.grad_fn());
+  EXPECT_EQ(std::string(loss.grad_fn()->name), "cross_entropy") << "fused: one node";
+  loss.backward();
+  Tensor x2 = x.detach().clone().requires_grad_(true);
+  Tensor want = nll_loss(log_softmax(x2, 1), target);
+  want.backward();
+  EXPECT_NEAR(loss.item(), want.item(), 1e-12);
+  EXPECT_LT(max_abs_diff(x.grad(), x2.grad()), 1e-15);
+}
+
+// bfloat16 logits of a language model: under autocast the fused op reads them as they are and
+// returns a float32 loss (the composite would copy them to float32 first); the gradient is
+// bfloat16. The reference is the float64 composite on the same (bfloat16-rounded) values.
+TEST(FusedCrossEntropy, BFloat16LogitsUnderAutocast) {
+  Generator gen(6);
+  Tensor x64 = (randn({12, 1100}, {.dtype = kF64}, &gen) * 3.0).to(kBF16).to(kF64);
+  Tensor target = randint(0, 1100, {12}, {.dtype = kI64}, &gen);
+  Tensor xb = x64.to(kBF16).requires_grad_(true);
+  Tensor loss;
+  {
+    amp::Autocast ac(kBF16);
+    loss = cross_entropy(xb, target);
+  }
+  EXPECT_EQ(loss.dtype(), kF32);
+  loss.backward();
+  ASSERT_EQ(xb.grad().dtype(), kBF16);
+  Tensor xr = x64.clone().requires_grad_(true);
+  Tensor want = nll_loss(log_softmax(xr, 1), target);
+  want.backward();
+  EXPECT_NEAR(loss.item(), want.item(), 1e-5 * std::abs(want.item()));
+  // bfloat16 keeps 8 bits: each gradient within 2^-8 of its size, plus float32 noise
+  Tensor err = abs(xb.grad().to(kF64) - xr.grad());
+  EXPECT_LT(max(err - abs(xr.grad()) * (1.0 / 256)).item(), 1e-7);
+  // Outside autocast the loss keeps the logits' dtype, as the composite's does.
+  EXPECT_EQ(cross_entropy(xb.detach(), target).dtype(), kBF16);
 }

@@ -219,6 +219,39 @@ TEST(CudaLinearFused, MatchesReferenceAndUnfusedOps) {
         }
 }
 
+// GELU's aux epilogue (what loom::linear's GeluTanh runs on CUDA): one product writes y =
+// gelu_tanh(x w^T + b) and the pre-activation x w^T + b, both against the float64 reference; the
+// 3-d input folds into rows; a width that is not a multiple of 8 is refused.
+TEST(CudaLinearFused, GeluTanhAuxEpilogue) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t K = 64, N = 48;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (bool with_bias : {true, false})
+      for (Shape xs : {Shape{70, K}, Shape{2, 35, K}}) {
+        Tensor x = random_tensor(xs, dt, 4, gpu()), w = random_tensor({N, K}, dt, 5, gpu());
+        Tensor b = with_bias ? random_tensor({N}, dt, 6, gpu()) : Tensor();
+        Tensor pre;
+        Tensor y = cuda::linear_fused(x, w, b, cuda::Activation::GeluTanh, &pre);
+        ASSERT_TRUE(pre.defined());
+        ASSERT_EQ(pre.shape(), y.shape());
+        std::vector<double> want_pre = mm_ref(x.reshape({-1, K}), w.t()), want_y(want_pre.size());
+        std::vector<double> bv = with_bias ? host(b) : std::vector<double>(size_t(N), 0.0);
+        for (size_t i = 0; i < want_pre.size(); ++i) {
+          want_pre[i] += bv[i % size_t(N)];
+          want_y[i] = gelu_tanh(want_pre[i]);
+        }
+        const std::string what = std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias") +
+                                 " rank " + std::to_string(xs.size());
+        EXPECT_LT(rel_err(pre, want_pre), mm_tol(dt)) << what << " pre-activation";
+        EXPECT_LT(rel_err(y, want_y), mm_tol(dt)) << what << " output";
+      }
+  Tensor pre;
+  EXPECT_THROW(cuda::linear_fused(random_tensor({4, 8}, kF32, 1, gpu()),
+                                  random_tensor({6, 8}, kF32, 2, gpu()), Tensor(),
+                                  cuda::Activation::GeluTanh, &pre),
+               Error);
+}
+
 TEST(CudaLinearFused, RejectsBadArguments) {
   SKIP_WITHOUT_CUDA();
   Tensor x = random_tensor({4, 8}, kF32, 1, gpu()), w = random_tensor({3, 7}, kF32, 2, gpu());

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/amp/autocast.h"
 #include "kernels/backend.h"
 #include "support/cuda_test_util.h"
 #ifdef LOOM_WITH_CUDA
@@ -196,8 +197,8 @@ TEST(CudaLoss, NllLossWithIgnoredRowsMatchesCpu) {
 
 // The fused cross-entropy kernels (kernels/cuda/cuda_cross_entropy.cu) against the CPU ones and
 // the GPU composite: every reduction, label smoothing, ignored rows, strided and float64 logits,
-// more rows than a block has warps; a Mean over more logits than one block takes runs composed
-// and still agrees. (Targets out of range: CudaDeviceErrors in test_cuda_runtime.cpp.)
+// more rows than a block has warps; a large Mean (4096 rows); bfloat16 logits of a GPT-2-sized
+// vocabulary. (Targets out of range: CudaDeviceErrors in test_cuda_runtime.cpp.)
 TEST(CudaFusedCrossEntropy, MatchesCpuAndComposite) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   Generator gen(17);
@@ -229,13 +230,46 @@ TEST(CudaFusedCrossEntropy, MatchesCpuAndComposite) {
           EXPECT_TRUE(all_close(composite.second, gpu.second, tol));
         }
   }
-  // Larger than one block's share: the op composes it even when fused is asked for.
+  // Many rows: the rows' losses in parallel, then one block adds them.
   const bool saved = fused_cross_entropy();
   set_fused_cross_entropy(true);
   Tensor big = randn({4096, 300}, {}, &gen);
   Tensor bt = randint(0, 300, {4096}, {.dtype = DType::I64}, &gen);
   EXPECT_TRUE(all_close(cross_entropy(big, bt), cross_entropy(big.to(kGpu), bt.to(kGpu)), 1e-5));
   set_fused_cross_entropy(saved);
+}
+
+// GPT-2's vocabulary in bfloat16 under autocast (fused by default: 50304 >= 1024 classes): the GPU
+// loss (float32) and gradient (bfloat16) against the CPU's fused kernels on the same values, and
+// against the float64 composite. Online log-sum-exp over 50304 logits per row in float32.
+TEST(CudaFusedCrossEntropy, GptVocabularyInBFloat16) {
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(29);
+  const int64_t N = 64, V = 50304;
+  Tensor x = (randn({N, V}, {.dtype = DType::F32}, &gen) * 2.0).to(DType::BF16);
+  Tensor target = randint(0, V, {N}, {.dtype = DType::I64}, &gen);
+  target.data<int64_t>()[5] = -100;
+  auto run = [&](Device dev) {
+    Tensor leaf = x.to(dev).detach().requires_grad_(true);
+    Tensor loss;
+    {
+      amp::Autocast ac(DType::BF16);
+      loss = cross_entropy(leaf, target.to(dev));
+    }
+    loss.backward();
+    return std::make_pair(loss.detach().to(kCPU), leaf.grad().to(kCPU));
+  };
+  auto cpu = run(kCPU), gpu = run(kGpu);
+  EXPECT_EQ(gpu.first.dtype(), DType::F32);
+  EXPECT_EQ(gpu.second.dtype(), DType::BF16);
+  EXPECT_NEAR(gpu.first.item(), cpu.first.item(), 1e-5 * std::abs(cpu.first.item()));
+  Tensor x64 = x.to(DType::F64).requires_grad_(true);
+  Tensor want = nll_loss(log_softmax(x64, 1), target);
+  want.backward();
+  EXPECT_NEAR(gpu.first.item(), want.item(), 1e-5 * std::abs(want.item()));
+  // each gradient within bfloat16's rounding (2^-8 relative) of the float64 one, plus float32 noise
+  Tensor err = abs(gpu.second.to(DType::F64) - x64.grad()) - abs(x64.grad()) * (1.0 / 256);
+  EXPECT_LT(max(err).item(), 1e-8);
 }
 
 TEST(CudaIndex, IndexSelectAndIndexAddMatchCpu) {
