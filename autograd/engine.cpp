@@ -17,6 +17,7 @@ namespace {
 
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 thread_local const Node* t_running = nullptr;  // the node whose backward runs now
+thread_local bool t_retain = false;            // that backward's retain_graph
 
 struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
@@ -57,6 +58,8 @@ bool in_backward() { return t_callbacks != nullptr; }
 bool needs_input_grad(size_t i) {
   return t_running == nullptr || (i < t_running->next.size() && t_running->next[i].node != nullptr);
 }
+
+bool saved_tensors_freed_after() { return t_running != nullptr && !t_retain; }
 
 void queue_callback(std::function<void()> cb) {
   LOOM_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");
@@ -109,6 +112,7 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
   // 2. Run nodes whose gradients are complete, latest first.
   std::vector<std::function<void()>> callbacks;
   t_callbacks = &callbacks;
+  t_retain = retain_graph;
   std::unordered_map<Node*, Tensor> pending{{root_node.get(), g0}};
   std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
   ready.push(root_node.get());

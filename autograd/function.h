@@ -36,6 +36,11 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // backward functions (mm, conv2d) skip the products nobody will use.
 bool needs_input_grad(size_t i);
 
+// Inside a backward function: true when the engine frees the running node's saved tensors as soon
+// as it returns (a backward without retain_graph). A backward may then write its gradient over a
+// saved tensor that nothing else holds (cross_entropy's logits: Note [Fused cross-entropy]).
+bool saved_tensors_freed_after();
+
 // Attaches a node for `op` to `out`, with one edge per input. Returns `out`.
 Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
 
@@ -47,4 +52,5 @@ inline autograd::Saved save(const Tensor& t, const char* op) { return autograd::
 using autograd::Grads;
 using autograd::needs_input_grad;
 using autograd::record;
+using autograd::saved_tensors_freed_after;
 }  // namespace loom

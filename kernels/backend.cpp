@@ -40,6 +40,14 @@ void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
              x.shape());
 }
 
+void check_ce_into(const Tensor& into, const Tensor& logits) {
+  LOOM_CHECK(
+      !into.defined() || (into.shape() == logits.shape() && into.is_contiguous() &&
+                          into.dtype() == logits.dtype() && into.device() == logits.device()),
+      "cross_entropy_backward: the gradient's destination ", into.defined() ? describe(into) : "",
+      " must be contiguous and like the logits ", describe(logits));
+}
+
 DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev) {
   const DType dt = tensors.empty() ? DType::F32 : tensors[0].dtype();
   for (size_t i = 0; i < tensors.size(); ++i) {

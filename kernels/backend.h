@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,9 +47,16 @@ struct LinearOut {
 
 // Fused layer norm over the last dim (Note [Fused layer norm] in autograd/ops/norm.cpp).
 struct LayerNormOut {
-  Tensor y;     // (M, N), x's dtype
+  Tensor y;     // (M, N), x's dtype or LayerNormExtras::y_dtype
   Tensor mean;  // (M), x's dtype (float32 or float64)
   Tensor rstd;  // (M): 1 / sqrt(biased variance + eps)
+  Tensor sum;   // (M, N) x + residual in x's dtype, what was normalised: with a residual only
+};
+// The optional parts of Backend::layer_norm (Note [Layer norm with the residual add] in
+// autograd/ops/norm.cpp).
+struct LayerNormExtras {
+  Tensor residual;               // (M, N) contiguous, any floating dtype: normalise x + residual
+  std::optional<DType> y_dtype;  // y in this dtype (a following Linear's autocast dtype)
 };
 struct LayerNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // the last two undefined when not asked for
@@ -82,6 +90,10 @@ LinearOut linear_composite(Backend& be, const Tensor& x, const Tensor& w, const 
 // The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.
 void check_batch_norm_pool2_input(const char* op, const Tensor& x);
+
+// cross_entropy_backward's `into`: undefined, or (N, C) contiguous like the logits (same dtype and
+// device).
+void check_ce_into(const Tensor& into, const Tensor& logits);
 
 // The lists sum_of_squares and scale_by_ take (Note [Fused gradient norm]): every tensor defined,
 // contiguous, of one dtype (float32 or float64), on `dev`; an error names `op` and the first bad

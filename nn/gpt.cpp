@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/factory.h"
 #include "autograd/ops/ops.h"
@@ -114,14 +115,31 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg) : Module("TransformerBl
   mlp = register_module("mlp", make<MLP>(cfg));
 }
 
+// Under autocast both layer norms write the Linear's dtype themselves, and each does the residual
+// add before it (Note [Layer norm with the residual add] in autograd/ops/layer_norm.cpp): ln_2
+// the attention's, ln_1 the previous block's MLP's. The values of x + attn(ln_1(x)), then
+// + mlp(ln_2(.)), in fewer passes.
+std::pair<Tensor, Tensor> TransformerBlock::forward_parts(const Tensor& x_in,
+                                                          const Tensor& pending) {
+  const std::optional<DType> low = amp::autocast_dtype();
+  Tensor x = x_in, h;
+  if (pending.defined())
+    std::tie(x, h) = ln_1->forward_add(x_in, pending, low);  // x = x_in + pending
+  else
+    h = ln_1->forward(x_in, low);
+  auto [r, h2] = ln_2->forward_add(x, attn->forward(h), low);
+  return {r, mlp->forward(h2)};
+}
+
 Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor r = x + attn->forward(ln_1->forward(x));
-  return r + mlp->forward(ln_2->forward(r));
+  auto [r, m] = forward_parts(x, Tensor());
+  return r + m;
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, KVCache& cache, size_t layer) {
-  Tensor r = x + attn->forward(ln_1->forward(x), cache, layer);
-  return r + mlp->forward(ln_2->forward(r));
+  const std::optional<DType> low = amp::autocast_dtype();
+  auto [r, h] = ln_2->forward_add(x, attn->forward(ln_1->forward(x, low), cache, layer), low);
+  return r + mlp->forward(h);
 }
 
 // ---------------------------------------------------------------- GPT
@@ -169,10 +187,13 @@ Tensor GPT::embed(const Tensor& idx, int64_t start) {
   return drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
 }
 
+// Each block's last residual add is done by the next layer norm (TransformerBlock::forward_parts).
 Tensor GPT::forward(const Tensor& idx) {
-  Tensor x = embed(idx, 0);
-  for (const auto& block : blocks()) x = block->forward(x);
-  return lm_head->forward(ln_f->forward(x));  // (B, T, V)
+  Tensor x = embed(idx, 0), pending;  // (B, T, C)
+  for (const auto& block : blocks()) std::tie(x, pending) = block->forward_parts(x, pending);
+  Tensor h = pending.defined() ? ln_f->forward_add(x, pending, amp::autocast_dtype()).second
+                               : ln_f->forward(x, amp::autocast_dtype());
+  return lm_head->forward(h);  // (B, T, V)
 }
 
 Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
@@ -180,7 +201,7 @@ Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
   auto bs = blocks();
   for (size_t i = 0; i < bs.size(); ++i) x = bs[i]->forward(x, cache, i);
   cache.length += idx.size(1);
-  return lm_head->forward(ln_f->forward(x));
+  return lm_head->forward(ln_f->forward(x, amp::autocast_dtype()));
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {

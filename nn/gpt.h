@@ -75,6 +75,11 @@ class TransformerBlock : public Module {
   explicit TransformerBlock(const GPTConfig& cfg);
   Tensor forward(const Tensor& x) override;
   Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
+  // The block with its last residual add left to the caller: returns {r, m} with the output
+  // r + m, r the residual stream after attention and m the MLP's output. `pending` (or undefined)
+  // is the previous block's m, added to x here by ln_1 in the same pass as its norm (Note [Layer
+  // norm with the residual add] in autograd/ops/layer_norm.cpp). GPT::forward chains blocks so.
+  std::pair<Tensor, Tensor> forward_parts(const Tensor& x, const Tensor& pending);
 
   ModuleHolder<LayerNorm> ln_1, ln_2;
   ModuleHolder<CausalSelfAttention> attn;

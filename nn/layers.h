@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/shape.h"
 #include "kernels/params.h"
@@ -129,6 +130,13 @@ class LayerNorm : public Module {
   explicit LayerNorm(int64_t normalized_size, LayerNormOptions options = {})
       : LayerNorm(Shape{normalized_size}, options) {}
   Tensor forward(const Tensor& x) override;
+  // The result in y_dtype, cast in the normalising pass (loom::layer_norm's y_dtype): what a
+  // transformer block asks for when a Linear under autocast reads it.
+  Tensor forward(const Tensor& x, std::optional<DType> y_dtype);
+  // {x + branch, this norm of it} in one forward pass (loom::add_layer_norm): a pre-norm block's
+  // residual add and its next layer norm.
+  std::pair<Tensor, Tensor> forward_add(const Tensor& x, const Tensor& branch,
+                                        std::optional<DType> y_dtype = std::nullopt);
   void reset_parameters();
   std::string extra_repr() const override;
 

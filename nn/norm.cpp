@@ -103,14 +103,28 @@ void LayerNorm::reset_parameters() {
   if (bias.defined()) init::zeros_(bias);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
+namespace {
+void check_layer_norm_input(const Shape& normalized_shape, const Tensor& x) {
   size_t k = normalized_shape.size();
   bool ok = x.defined() && size_t(x.dim()) >= k;
   for (size_t i = 0; ok && i < k; ++i) ok = x.size(int64_t(x.dim() - k + i)) == normalized_shape[i];
   LOOM_CHECK(ok, "LayerNorm(", normalized_shape, "): input ",
              x.defined() ? describe(x) : std::string("undefined"), " should end in ",
              normalized_shape);
-  return layer_norm(x, normalized_shape, weight, bias, options.eps);
+}
+}  // namespace
+
+Tensor LayerNorm::forward(const Tensor& x) { return forward(x, std::nullopt); }
+
+Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> y_dtype) {
+  check_layer_norm_input(normalized_shape, x);
+  return layer_norm(x, normalized_shape, weight, bias, options.eps, y_dtype);
+}
+
+std::pair<Tensor, Tensor> LayerNorm::forward_add(const Tensor& x, const Tensor& branch,
+                                                 std::optional<DType> y_dtype) {
+  check_layer_norm_input(normalized_shape, x);
+  return add_layer_norm(x, branch, normalized_shape, weight, bias, options.eps, y_dtype);
 }
 
 std::string LayerNorm::extra_repr() const {

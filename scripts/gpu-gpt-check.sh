@@ -35,12 +35,14 @@ stamp "built $targets"
 steps=(--steps "${STEPS:-10}" --repeats 3 --warmup 5)
 "$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 "${steps[@]}" 2>&1 | tee "$LOG/bench-loom.txt"
 stamp "loom gpt bf16: $(grep -E '^gpt ' "$LOG/bench-loom.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
+"$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --cuda-graph "${steps[@]}" 2>&1 | tee "$LOG/bench-loom-graph.txt"
+stamp "loom gpt bf16 graph: $(grep -E '^gpt ' "$LOG/bench-loom-graph.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
 if [ -x "$BUILD/benchmarks/libtorch/bench_train_torch" ]; then
   "$BUILD/benchmarks/libtorch/bench_train_torch" --workload gpt --dtype bf16 "${steps[@]}" 2>&1 | tee "$LOG/bench-torch.txt"
   stamp "libtorch gpt bf16: $(grep -E '^gpt ' "$LOG/bench-torch.txt" | awk '{print $6 " ms/step, peak " $9 " MiB"}')"
 fi
 
-"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:CudaGraphStep.*' > "$LOG/test_cuda.txt" 2>&1
+"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:CudaGraphStep.*:CudaGradNorm.*' > "$LOG/test_cuda.txt" 2>&1
 stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr '\n' ' ')"
 
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then

@@ -1,7 +1,6 @@
 // Differentiable normalisation: batch_norm (fused backend kernels in training; an elementwise
 // backward in eval), batch_norm_relu_max_pool2d (batch norm, ReLU and MaxPool2d(2) as one op on
-// CUDA) and layer_norm (one fused backend op per pass, its composite of mean, square and rsqrt
-// kept as the oracle).
+// CUDA). layer_norm is in autograd/ops/layer_norm.cpp.
 // Leaves out: group/instance norm, and the modules that own the parameters and running stats (nn/).
 #include "autograd/ops/norm.h"
 
@@ -168,87 +167,6 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const T
             backend_for(g.device())
                 .batch_norm_relu_max_pool2_backward(g, sx.get(), sw.get(), sb.get(), mean, invstd);
         return Grads{r.grad_input, r.grad_weight, r.grad_bias};
-      });
-}
-
-namespace {
-
-// The inputs of a layer norm, cast as autocast asks (float32) and checked; errors name the op.
-struct LayerNormArgs {
-  Tensor x, weight, bias;
-  std::vector<int64_t> dims;  // the normalised (trailing) dims of x
-};
-
-LayerNormArgs layer_norm_args(const Tensor& x_in, const Shape& normalized_shape,
-                              const Tensor& weight_in, const Tensor& bias_in) {
-  LayerNormArgs a{amp::cast_fp32(x_in), amp::cast_fp32(weight_in), amp::cast_fp32(bias_in), {}};
-  const Tensor& x = a.x;
-  detail::check_defined("layer_norm", x);
-  detail::check_floating("layer_norm", x);
-  const int64_t k = int64_t(normalized_shape.size());
-  LOOM_CHECK(k >= 1, "layer_norm: normalized_shape must name at least one dim");
-  bool tail_matches = x.dim() >= k;
-  for (int64_t i = 0; tail_matches && i < k; ++i)
-    tail_matches = x.size(x.dim() - k + i) == normalized_shape[i];
-  LOOM_CHECK(tail_matches, "layer_norm: input ", x.shape(), " does not end with normalized_shape ",
-             normalized_shape);
-  for (const Tensor* t : {&a.weight, &a.bias}) {
-    if (!t->defined()) continue;
-    const char* what = t == &a.weight ? "weight" : "bias";
-    detail::check_pair("layer_norm", x, *t);
-    LOOM_CHECK(t->shape() == normalized_shape, "layer_norm: ", what, " ", t->shape(),
-               " should have normalized_shape ", normalized_shape);
-  }
-  for (int64_t i = 0; i < k; ++i) a.dims.push_back(x.dim() - k + i);
-  return a;
-}
-
-}  // namespace
-
-Tensor layer_norm_composite(const Tensor& x_in, const Shape& normalized_shape,
-                            const Tensor& weight_in, const Tensor& bias_in, double eps) {
-  LayerNormArgs a = layer_norm_args(x_in, normalized_shape, weight_in, bias_in);
-  // Biased variance, as PyTorch: mean of squared deviations.
-  Tensor centered = a.x - mean(a.x, a.dims, true);
-  Tensor y = centered * rsqrt(mean(square(centered), a.dims, true) + eps);
-  if (a.weight.defined()) y = y * a.weight;
-  if (a.bias.defined()) y = y + a.bias;
-  return y;
-}
-
-// Note [Fused layer norm]
-// The composite runs about eight kernels forward (mean, subtract, square, mean, add, rsqrt, two
-// multiplies, the bias) and as many backward, each a pass over x; a GPT block has two layer norms
-// over (B T, C). The fused op reads x as (M, N) rows, N the product of the normalised dims, and
-// runs one backend call forward (y, and the rows' mean and rstd saved for backward) and one
-// backward (dx, and grad_weight and grad_bias as column sums in a fixed order). float16 and
-// bfloat16 inputs under autocast are cast to float32 first (autocast's rule for layer_norm), so
-// the fused op sees float32 or float64 and returns what the composite returns; outside autocast
-// they run the composite in their own dtype.
-Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
-                  const Tensor& bias_in, double eps) {
-  LayerNormArgs a = layer_norm_args(x_in, normalized_shape, weight_in, bias_in);
-  // Anomaly mode runs one op per step, so an anomaly is named precisely; float16 and bfloat16
-  // outside autocast (which casts them to float32 above) keep their dtype through the composite.
-  if (autograd::is_anomaly_enabled() || (a.x.dtype() != kF32 && a.x.dtype() != kF64))
-    return layer_norm_composite(x_in, normalized_shape, weight_in, bias_in, eps);
-  const Shape shape = a.x.shape();
-  const int64_t N = numel(normalized_shape), M = N == 0 ? 0 : a.x.numel() / N;
-  Tensor x2 = raw::contiguous(a.x.detach()).view({M, N});
-  Tensor w = a.weight.defined() ? a.weight.detach().reshape({N}) : Tensor();
-  Tensor b = a.bias.defined() ? a.bias.detach().reshape({N}) : Tensor();
-  LayerNormOut o = backend_for(a.x.device()).layer_norm(x2, w, b, eps);
-  return record(
-      "layer_norm", o.y.view(shape), {a.x, a.weight, a.bias},
-      [sx = save(x2, "layer_norm"), w, mean = o.mean, rstd = o.rstd, shape, normalized_shape,
-       has_w = a.weight.defined(), has_b = a.bias.defined()](const Tensor& g) {
-        const Tensor& x = sx.get();
-        Tensor g2 = raw::contiguous(g).view(x.shape());
-        LayerNormGrads r =
-            backend_for(g.device()).layer_norm_backward(g2, x, w, mean, rstd, has_w, has_b);
-        return Grads{r.grad_input.view(shape),
-                     has_w ? r.grad_weight.view(normalized_shape) : Tensor(),
-                     has_b ? r.grad_bias.view(normalized_shape) : Tensor()};
       });
 }
 

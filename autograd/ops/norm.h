@@ -1,6 +1,10 @@
-// Normalisation: batch_norm and layer_norm (autograd/ops/norm.cpp).
+// Normalisation: batch_norm (autograd/ops/norm.cpp), layer_norm and add_layer_norm
+// (autograd/ops/layer_norm.cpp).
 // Leaves out: the Modules that hold the affine parameters and running statistics (nn/layers.h).
 #pragma once
+
+#include <optional>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -21,10 +25,21 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const T
                                   const Tensor& running_mean, const Tensor& running_var,
                                   bool training, double momentum = 0.1, double eps = 1e-5);
 // Normalises over the trailing dims of `normalized_shape`; weight/bias of that shape or undefined.
-// Runs as one fused op (Backend::layer_norm, Note [Fused layer norm] in autograd/ops/norm.cpp);
-// in anomaly mode, and as the fused op's test oracle, as layer_norm_composite.
+// Runs as one fused op (Backend::layer_norm, Note [Fused layer norm] in
+// autograd/ops/layer_norm.cpp); in anomaly mode, and as the fused op's test oracle, as
+// layer_norm_composite. y_dtype: the result in that dtype, cast in the same pass (e.g. the
+// autocast dtype of the Linear that reads it); nullopt keeps x's (float32 under autocast).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
-                  const Tensor& bias = Tensor(), double eps = 1e-5);
+                  const Tensor& bias = Tensor(), double eps = 1e-5,
+                  std::optional<DType> y_dtype = std::nullopt);
+// r = x + branch and y = layer_norm(r, ...), returned as {r, y}: a pre-norm transformer block's
+// residual add and its next layer norm in one forward pass (Note [Layer norm with the residual
+// add] in autograd/ops/layer_norm.cpp); the values and gradients of the two ops composed.
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& branch,
+                                         const Shape& normalized_shape,
+                                         const Tensor& weight = Tensor(),
+                                         const Tensor& bias = Tensor(), double eps = 1e-5,
+                                         std::optional<DType> y_dtype = std::nullopt);
 // The same from mean, square and rsqrt, its gradient from the pieces.
 Tensor layer_norm_composite(const Tensor& x, const Shape& normalized_shape,
                             const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),

@@ -129,7 +129,8 @@ Tensor cross_entropy_composite(const Tensor& logits, const Tensor& target, Reduc
 //   dL/dlogit_ic = g_i * scale * (softmax_ic - (1 - ls) [c == t_i] - ls / C)
 // (0 on ignored rows; scale = 1 / rows counted for Mean). A Mean or Sum adds the rows' losses in
 // a fixed order (deterministic). Fused, float16/bfloat16 logits are read as they are (float32
-// sums), where the composite under autocast first copies them to float32.
+// sums), where the composite under autocast first copies them to float32. When nothing else holds
+// the logits and the graph is not retained, backward writes the gradient over them (reusable).
 // Which runs: the fused kernels for C >= kFusedMinClasses classes, always with
 // set_fused_cross_entropy(true) (or LOOM_FUSED_CROSS_ENTROPY=1), the composite otherwise.
 // - Many classes: a language model's (B*T, V) logits. For GPT-2's B*T = 16384 rows of V = 50304
@@ -149,18 +150,28 @@ std::atomic<bool> g_fused{[] {
   return v && std::string_view(v) == "1";
 }()};
 
+// Whether backward may write the logits' gradient over the saved logits x: the graph is freed
+// after this backward (no retain_graph), and nothing but the saved alias holds x's memory (the
+// user dropped the logits, no view of them is alive). Then a language model's (B T, V) gradient
+// needs no memory of its own: 1.6 GB for GPT-2 at B = 16, T = 1024.
+bool reusable(const Tensor& x) {
+  return saved_tensors_freed_after() && x.is_contiguous() && x.impl_ptr().use_count() == 1 &&
+         x.storage().use_count() == 1;
+}
+
 Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target, Reduction r,
                            double label_smoothing, int64_t ignore_index) {
   CrossEntropyOut out =
       backend_for(logits.device()).cross_entropy(logits, target, r, label_smoothing, ignore_index);
-  Tensor loss =
-      record("cross_entropy", out.loss, {logits},
-             [sx = save(logits, "cross_entropy"), st = save(target, "cross_entropy"), lse = out.lse,
-              scale = out.scale, r, label_smoothing, ignore_index](const Tensor& g) {
-               return Grads{backend_for(g.device())
-                                .cross_entropy_backward(g, sx.get(), st.get(), lse, scale, r,
-                                                        label_smoothing, ignore_index)};
-             });
+  Tensor loss = record(
+      "cross_entropy", out.loss, {logits},
+      [sx = save(logits, "cross_entropy"), st = save(target, "cross_entropy"), lse = out.lse,
+       scale = out.scale, r, label_smoothing, ignore_index](const Tensor& g) {
+        const Tensor& x = sx.get();
+        return Grads{backend_for(g.device())
+                         .cross_entropy_backward(g, x, st.get(), lse, scale, r, label_smoothing,
+                                                 ignore_index, reusable(x) ? x : Tensor())};
+      });
   // The composite's dtype: float32 under autocast, else the logits' own.
   const bool low = logits.dtype() == DType::F16 || logits.dtype() == DType::BF16;
   return low && !amp::is_autocast_enabled() ? loss.to(logits.dtype()) : loss;

@@ -2,13 +2,16 @@
 // of kernels/backend_methods.inc): plain loops, one row at a time, rows in parallel; sums in
 // double. The column sums of the backward (grad_weight, grad_bias) run over the rows in order,
 // each thread owning a block of columns, so the result does not depend on the thread count.
-// Leaves out: float16/bfloat16 inputs (the op casts them to float32 first, as autocast does).
+// The residual add and a 16-bit y or dy (LayerNormExtras) are composed around the loops: the sum
+// and the casts as separate passes, the reference for CUDA's fused kernel.
+// Leaves out: float16/bfloat16 x (the op casts it to float32 first, as autocast does).
 #include <cmath>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/raw_ops.h"
 
 namespace loom::cpu {
 
@@ -89,11 +92,19 @@ const T* data_or_null(const Tensor& t) {
 
 }  // namespace
 
-LayerNormOut CpuBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-  check_layer_norm_input("layer_norm", x);
+// x: (M, N) contiguous f32/f64; extras: residual (M, N), y's dtype -> y, mean, rstd (, sum)
+LayerNormOut CpuBackend::layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b,
+                                    double eps, const LayerNormExtras& extras) {
+  check_layer_norm_input("layer_norm", x_in);
+  const Tensor& res = extras.residual;
+  LOOM_CHECK(!res.defined() || (res.shape() == x_in.shape() && res.device() == kCPU),
+             "layer_norm: residual ", res.defined() ? describe(res) : std::string(),
+             " should be shaped like x ", describe(x_in));
+  const Tensor x =
+      res.defined() ? binary(BinaryOp::Add, x_in, raw::cast(res, x_in.dtype())) : x_in;  // (M, N)
   const int64_t M = x.size(0), N = x.size(1);
   LayerNormOut o{empty({M, N}, {.dtype = x.dtype()}), empty({M}, {.dtype = x.dtype()}),
-                 empty({M}, {.dtype = x.dtype()})};
+                 empty({M}, {.dtype = x.dtype()}), res.defined() ? x : Tensor()};
   LOOM_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
     if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
       parallel_for(0, M, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(N, 1)),
@@ -105,16 +116,19 @@ LayerNormOut CpuBackend::layer_norm(const Tensor& x, const Tensor& w, const Tens
                    });
     }
   });
+  if (extras.y_dtype && *extras.y_dtype != x.dtype()) o.y = raw::cast(o.y, *extras.y_dtype);
   return o;
 }
 
-LayerNormGrads CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                               const Tensor& mean, const Tensor& rstd,
-                                               bool need_weight, bool need_bias) {
+// dy: (M, N) contiguous, x's dtype or 16-bit; x, mean, rstd: the forward's -> dx, dw, db
+LayerNormGrads CpuBackend::layer_norm_backward(const Tensor& dy_in, const Tensor& x,
+                                               const Tensor& w, const Tensor& mean,
+                                               const Tensor& rstd, bool need_weight,
+                                               bool need_bias) {
   check_layer_norm_input("layer_norm_backward", x);
-  LOOM_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype() && dy.is_contiguous(),
-             "layer_norm_backward: grad ", describe(dy), " should be contiguous like x ",
-             describe(x));
+  const Tensor dy = raw::cast(dy_in, x.dtype());  // the same tensor when it already is
+  LOOM_CHECK(dy.shape() == x.shape() && dy.is_contiguous(), "layer_norm_backward: grad ",
+             describe(dy), " should be contiguous like x ", describe(x));
   const int64_t M = x.size(0), N = x.size(1);
   LayerNormGrads g;
   g.grad_input = empty({M, N}, {.dtype = x.dtype()});

@@ -262,14 +262,15 @@ CrossEntropyOut CpuBackend::cross_entropy(const Tensor& logits, const Tensor& ta
 Tensor CpuBackend::cross_entropy_backward(const Tensor& grad, const Tensor& logits,
                                           const Tensor& target, const Tensor& lse,
                                           const Tensor& scale, Reduction r, double label_smoothing,
-                                          int64_t ignore_index) {
+                                          int64_t ignore_index, const Tensor& into) {
   check_targets("cross_entropy", "_backward", logits, target, ignore_index, "logits");
   const int64_t N = logits.size(0), C = logits.size(1), s0 = logits.stride(0),
                 s1 = logits.stride(1);
   LOOM_CHECK(r == Reduction::None ? (grad.dim() == 1 && grad.size(0) == N) : grad.numel() == 1,
              "cross_entropy_backward: grad ", describe(grad), " does not fit the reduction of ", N,
              " rows");
-  Tensor out = empty({N, C}, {.dtype = logits.dtype()});
+  check_ce_into(into, logits);
+  Tensor out = into.defined() ? into : empty({N, C}, {.dtype = logits.dtype()});
   const Tensor g = raw::contiguous(raw::cast(grad, DType::F64));
   const double* gp = g.data<double>();
   const double sc = scale.data<double>()[0], ls = label_smoothing, off = ls / double(C);

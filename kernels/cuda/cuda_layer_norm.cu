@@ -3,8 +3,10 @@
 // one warp per row. Forward: the row's mean, then its squared deviations (two passes over the
 // row, the second from L1), then y. Backward: dx per row from two row sums; grad_weight and
 // grad_bias as column sums in two deterministic stages (Note [Layer norm column sums]).
-// Leaves out: float16/bfloat16 storage (the op casts to float32 first, as autocast does) and the
-// residual add (the transformer block adds it itself).
+// With a residual the forward first adds it (x + residual, written out as `sum`) and normalises
+// that; y may be written in a 16-bit type and dy read in one (Note [Layer norm with the residual
+// add] in autograd/ops/norm.cpp). Leaves out: float16/bfloat16 x (the op casts it to float32
+// first, as autocast does).
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/dispatch.h"
@@ -30,10 +32,13 @@ __device__ __forceinline__ T inv_sqrt(T v) {
   return T(1) / sqrt(v);
 }
 
-// y = (x - mean) rstd w + b for row blockIdx.x * 8 + warp.
-template <typename T>
-__global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                          const T* __restrict__ b, T* __restrict__ y,
+// y = (x' - mean) rstd w + b for row blockIdx.x * 8 + warp, where x' = x + residual (written to
+// sum) when a residual is given, else x. T: x, w, b, the statistics (float32 or float64); R: the
+// residual; Y: y (T, or a 16-bit type when the cast to a Linear's dtype is fused).
+template <typename T, typename R, typename Y>
+__global__ void layer_norm_forward_kernel(const T* __restrict__ x, const R* __restrict__ res,
+                                          const T* __restrict__ w, const T* __restrict__ b,
+                                          T* __restrict__ sum, Y* __restrict__ y,
                                           T* __restrict__ mean, T* __restrict__ rstd, int64_t M,
                                           int64_t N, double eps) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
@@ -41,7 +46,18 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __re
   if (row >= M) return;
   const T* r = x + row * N;
   T s = 0;
-  for (int64_t j = lane; j < N; j += kWarpSize) s += r[j];
+  if (res) {  // each lane re-reads only what it wrote itself: no synchronisation needed
+    T* o = sum + row * N;
+    const R* a = res + row * N;
+    for (int64_t j = lane; j < N; j += kWarpSize) {
+      const T v = r[j] + T(a[j]);
+      o[j] = v;
+      s += v;
+    }
+    r = o;
+  } else {
+    for (int64_t j = lane; j < N; j += kWarpSize) s += r[j];
+  }
   const T mu = warp_reduce(s, Add{}) / T(N);
   T q = 0;
   for (int64_t j = lane; j < N; j += kWarpSize) q += (r[j] - mu) * (r[j] - mu);
@@ -50,14 +66,15 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __re
     T v = (r[j] - mu) * rs;
     if (w) v = v * w[j];
     if (b) v = v + b[j];
-    y[row * N + j] = v;
+    y[row * N + j] = Y(v);
   }
   if (lane == 0) mean[row] = mu, rstd[row] = rs;
 }
 
-// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, for row blockIdx.x * 8 + warp.
-template <typename T>
-__global__ void layer_norm_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, for row blockIdx.x * 8 + warp. Y: dy's
+// type (T, or the 16-bit type of a fused cast's gradient).
+template <typename T, typename Y>
+__global__ void layer_norm_dx_kernel(const Y* __restrict__ dy, const T* __restrict__ x,
                                      const T* __restrict__ w, const T* __restrict__ mean,
                                      const T* __restrict__ rstd, T* __restrict__ dx, int64_t M,
                                      int64_t N) {
@@ -65,17 +82,18 @@ __global__ void layer_norm_dx_kernel(const T* __restrict__ dy, const T* __restri
   const int lane = threadIdx.x % kWarpSize;
   if (row >= M) return;
   const T mu = mean[row], rs = rstd[row];
-  const T *d = dy + row * N, *r = x + row * N;
+  const Y* d = dy + row * N;
+  const T* r = x + row * N;
   T sg = 0, sgx = 0;
   for (int64_t j = lane; j < N; j += kWarpSize) {
-    T g = w ? d[j] * w[j] : d[j];
+    T g = w ? T(d[j]) * w[j] : T(d[j]);
     sg += g;
     sgx += g * (r[j] - mu) * rs;
   }
   sg = warp_reduce(sg, Add{}) / T(N);
   sgx = warp_reduce(sgx, Add{}) / T(N);
   for (int64_t j = lane; j < N; j += kWarpSize) {
-    T g = w ? d[j] * w[j] : d[j];
+    T g = w ? T(d[j]) * w[j] : T(d[j]);
     dx[row * N + j] = rs * (g - sg - (r[j] - mu) * rs * sgx);
   }
 }
@@ -88,10 +106,10 @@ __global__ void layer_norm_dx_kernel(const T* __restrict__ dy, const T* __restri
 // in shared memory in ty order, into partial[chunk][column]. Stage 2: one thread per column adds
 // its chunks' partials in chunk order. Every sum has a fixed order: the result is the same on
 // every run, unlike atomics.
-constexpr int kChunkRows = 256;
+constexpr int kChunkRows = 512;  // 32 chunks at GPT-2 size: stage 2 reads 32 partials, not 64
 
-template <typename T>
-__global__ void layer_norm_param_partials_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+template <typename T, typename Y>
+__global__ void layer_norm_param_partials_kernel(const Y* __restrict__ dy, const T* __restrict__ x,
                                                  const T* __restrict__ mean,
                                                  const T* __restrict__ rstd, T* __restrict__ pw,
                                                  T* __restrict__ pb, int64_t M, int64_t N) {
@@ -103,7 +121,7 @@ __global__ void layer_norm_param_partials_kernel(const T* __restrict__ dy, const
   T aw = 0, ab = 0;
   if (col < N)
     for (int64_t i = lo + ty; i < hi; i += kRowsPerBlock) {
-      T d = dy[i * N + col];
+      T d = T(dy[i * N + col]);
       aw += d * (x[i * N + col] - mean[i]) * rstd[i];
       ab += d;
     }
@@ -139,36 +157,65 @@ const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// f(tag) with tag a value of the C++ type of `d` among T (x's type), BFloat16 and Half: the types
+// a residual, a fused cast's y or its gradient may have.
+template <typename T, typename F>
+void with_io_type(DType d, const char* op, const F& f) {
+  if (d == DTypeOf<T>::value) return f(T{});
+  if (d == DType::BF16) return f(BFloat16{});
+  if (d == DType::F16) return f(Half{});
+  LOOM_FAIL(op, ": dtype ", dtype_name(d), " is not supported here (expected ",
+            dtype_name(DTypeOf<T>::value), ", bfloat16 or float16)");
+}
+
 }  // namespace
 
-LayerNormOut CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor& b,
-                                     double eps) {
+// x: (M, N) contiguous f32/f64; extras: residual (M, N), y's dtype -> y, mean, rstd (, sum)
+LayerNormOut CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps,
+                                     const LayerNormExtras& extras) {
   check_input("layer_norm", x);
+  const Tensor& res = extras.residual;
+  LOOM_CHECK(!res.defined() ||
+                 (res.shape() == x.shape() && res.is_contiguous() && res.device() == x.device()),
+             "layer_norm: residual ", res.defined() ? describe(res) : std::string(),
+             " should be contiguous like x ", describe(x));
   const int64_t M = x.size(0), N = x.size(1);
   const Options o{.dtype = x.dtype(), .device = x.device()};
-  LayerNormOut out{empty({M, N}, o), empty({M}, o), empty({M}, o)};
+  LayerNormOut out{
+      empty({M, N}, {.dtype = extras.y_dtype.value_or(x.dtype()), .device = x.device()}),
+      empty({M}, o), empty({M}, o), res.defined() ? empty({M, N}, o) : Tensor()};
   if (M == 0) return out;
   const int dev = x.device().index;
   DeviceGuard g(dev);
   const auto blocks = unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock);
-  LOOM_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
-    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
-      layer_norm_forward_kernel<scalar_t>
-          <<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
-              x.data<scalar_t>(), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
-              out.y.data<scalar_t>(), out.mean.data<scalar_t>(), out.rstd.data<scalar_t>(), M, N,
-              eps);
-    }
-  });
+  auto run = [&](auto t) {
+    using T = decltype(t);
+    with_io_type<T>(res.defined() ? res.dtype() : x.dtype(), "layer_norm", [&](auto r) {
+      using R = decltype(r);
+      with_io_type<T>(out.y.dtype(), "layer_norm", [&](auto yt) {
+        using Y = decltype(yt);
+        layer_norm_forward_kernel<T, R, Y>
+            <<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
+                x.data<T>(), ptr_or_null<R>(res), ptr_or_null<T>(w), ptr_or_null<T>(b),
+                res.defined() ? out.sum.data<T>() : nullptr, out.y.data<Y>(), out.mean.data<T>(),
+                out.rstd.data<T>(), M, N, eps);
+      });
+    });
+  };
+  if (x.dtype() == DType::F64)
+    run(double{});
+  else
+    run(float{});
   LOOM_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
   return out;
 }
 
+// dy: (M, N) contiguous, x's dtype or 16-bit; x, mean, rstd: the forward's -> dx, dw, db
 LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
                                                 const Tensor& mean, const Tensor& rstd,
                                                 bool need_weight, bool need_bias) {
   check_input("layer_norm_backward", x);
-  LOOM_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype() && dy.is_contiguous(),
+  LOOM_CHECK(dy.shape() == x.shape() && dy.is_contiguous() && dy.device() == x.device(),
              "layer_norm_backward: grad ", describe(dy), " should be contiguous like x ",
              describe(x));
   const int64_t M = x.size(0), N = x.size(1);
@@ -182,27 +229,31 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& 
   const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
   Tensor pw = empty({std::max<int64_t>(chunks, 1), N}, o),
          pb = empty({std::max<int64_t>(chunks, 1), N}, o);
-  LOOM_DISPATCH_FLOATING(x.dtype(), "layer_norm_backward", [&] {
-    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+  auto run = [&](auto t) {
+    using T = decltype(t);
+    with_io_type<T>(dy.dtype(), "layer_norm_backward", [&](auto yt) {
+      using Y = decltype(yt);
       cudaStream_t s = current_stream(dev);
       if (M > 0)
-        layer_norm_dx_kernel<scalar_t><<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock),
-                                         kRowsPerBlock * kWarpSize, 0, s>>>(
-            dy.data<scalar_t>(), x.data<scalar_t>(), ptr_or_null<scalar_t>(w),
-            mean.data<scalar_t>(), rstd.data<scalar_t>(), r.grad_input.data<scalar_t>(), M, N);
+        layer_norm_dx_kernel<T, Y>
+            <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
+               s>>>(dy.data<Y>(), x.data<T>(), ptr_or_null<T>(w), mean.data<T>(), rstd.data<T>(),
+                    r.grad_input.data<T>(), M, N);
       if (!need_weight && !need_bias) return;
       if (M > 0)
-        layer_norm_param_partials_kernel<scalar_t>
+        layer_norm_param_partials_kernel<T, Y>
             <<<dim3(unsigned((N + kWarpSize - 1) / kWarpSize), unsigned(chunks)),
-               kRowsPerBlock * kWarpSize, 0, s>>>(dy.data<scalar_t>(), x.data<scalar_t>(),
-                                                  mean.data<scalar_t>(), rstd.data<scalar_t>(),
-                                                  pw.data<scalar_t>(), pb.data<scalar_t>(), M, N);
-      layer_norm_param_finish_kernel<scalar_t><<<unsigned((N + 255) / 256), 256, 0, s>>>(
-          pw.data<scalar_t>(), pb.data<scalar_t>(),
-          need_weight ? r.grad_weight.data<scalar_t>() : nullptr,
-          need_bias ? r.grad_bias.data<scalar_t>() : nullptr, M > 0 ? chunks : 0, N);
-    }
-  });
+               kRowsPerBlock * kWarpSize, 0, s>>>(dy.data<Y>(), x.data<T>(), mean.data<T>(),
+                                                  rstd.data<T>(), pw.data<T>(), pb.data<T>(), M, N);
+      layer_norm_param_finish_kernel<T><<<unsigned((N + 255) / 256), 256, 0, s>>>(
+          pw.data<T>(), pb.data<T>(), need_weight ? r.grad_weight.data<T>() : nullptr,
+          need_bias ? r.grad_bias.data<T>() : nullptr, M > 0 ? chunks : 0, N);
+    });
+  };
+  if (x.dtype() == DType::F64)
+    run(double{});
+  else
+    run(float{});
   LOOM_CUDA_CHECK_LAUNCH("layer_norm_backward kernels");
   return r;
 }

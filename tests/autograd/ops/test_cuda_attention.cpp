@@ -81,8 +81,8 @@ TEST(CudaAttentionOp, PackedQkvMatchesTheCompositeAndTheUnpackedOp) {
   Tensor q64 = qkv.detach().to(kCPU).to(kF64).requires_grad_(true);
   Tensor y64 = scaled_dot_product_attention_packed(q64, H, true);
   (y64 * up.to(kCPU).to(kF64)).sum().backward();
-  EXPECT_LE(max_abs(y.to(kCPU) - y64), 3e-2 * (1 + max_abs(y64)));
-  EXPECT_LE(max_abs(g.to(kCPU) - q64.grad()), 3e-2 * (1 + max_abs(q64.grad())));
+  EXPECT_LE(max_abs(y.to(kCPU).to(kF64) - y64), 3e-2 * (1 + max_abs(y64)));
+  EXPECT_LE(max_abs(g.to(kCPU).to(kF64) - q64.grad()), 3e-2 * (1 + max_abs(q64.grad())));
   // the unpacked fused op on views of the same tensor: the same kernels, other output strides
   Tensor qkv2 = qkv.detach().requires_grad_(true);
   Tensor five = qkv2.view({B, T, 3, H, D});

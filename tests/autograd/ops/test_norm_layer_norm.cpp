@@ -1,4 +1,4 @@
-// The fused layer_norm (Note [Fused layer norm] in autograd/ops/norm.cpp) against its composite
+// The fused layer_norm (Note [Fused layer norm] in autograd/ops/layer_norm.cpp) against its composite
 // (layer_norm_composite, mean/square/rsqrt with autograd): outputs and the gradients of x, weight
 // and bias for float32 and float64, with and without the affine parameters, one and two
 // normalised dims, a non-contiguous input, large row means (the variance taken around the mean),

@@ -146,3 +146,29 @@ TEST(FusedCrossEntropy, BFloat16LogitsUnderAutocast) {
   // Outside autocast the loss keeps the logits' dtype, as the composite's does.
   EXPECT_EQ(cross_entropy(xb.detach(), target).dtype(), kBF16);
 }
+
+// With nothing else holding the logits and the graph freed after backward, the gradient is written
+// over the logits (Note [Fused cross-entropy]): the weights' gradient is still the composite's;
+// logits the caller holds keep their values; with retain_graph a second backward sees the same
+// logits (the gradient doubles).
+TEST(FusedCrossEntropy, GradientOverTheLogitsKeepsEveryValueRight) {
+  Generator gen(8);
+  Tensor x = randn({5, 6}, {.dtype = kF64}, &gen), t = randint(0, 1500, {5}, {.dtype = kI64}, &gen);
+  Tensor w0 = randn({6, 1500}, {.dtype = kF64}, &gen);
+  auto leaf = [&] { return w0.clone().requires_grad_(true); };
+  Tensor w = leaf(), wc = leaf();
+  Tensor l = cross_entropy(mm(x, w), t);  // the logits are dropped: backward reuses them
+  l.backward();
+  nll_loss(log_softmax(mm(x, wc), 1), t).backward();
+  EXPECT_LT(max_abs_diff(w.grad(), wc.grad()), 1e-14);
+  Tensor wh = leaf();
+  Tensor held = mm(x, wh), copy = held.detach().clone();
+  cross_entropy(held, t).backward();
+  EXPECT_EQ(max_abs_diff(held, copy), 0.0) << "logits the caller holds are not overwritten";
+  EXPECT_LT(max_abs_diff(wh.grad(), wc.grad()), 1e-14);
+  Tensor wr = leaf();
+  Tensor loss = cross_entropy(mm(x, wr), t);
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  loss.backward();
+  EXPECT_LT(max_abs_diff(wr.grad(), wc.grad() * 2.0), 1e-14);
+}

@@ -1,7 +1,8 @@
 // The CUDA layer norm kernels (kernels/cuda/cuda_layer_norm.cu) against the CPU ones at the gpt
-// workload's size (16384 rows of 768: 64 row chunks in the column sums) and at odd sizes (rows
+// workload's size (16384 rows of 768: 32 row chunks in the column sums) and at odd sizes (rows
 // not a multiple of the block's 8, widths not a multiple of 32, one row): y, mean, rstd, dx,
-// grad_weight and grad_bias in float32 and float64, and the backward bit-identical run to run.
+// grad_weight and grad_bias in float32 and float64, and the backward bit-identical run to run; the
+// residual add and 16-bit y and dy (LayerNormExtras) against the CPU's composed version.
 // Skipped without a GPU; compiles to nothing without LOOM_WITH_CUDA.
 #ifdef LOOM_WITH_CUDA
 
@@ -62,6 +63,39 @@ TEST(CudaLayerNorm, MatchesTheCpuAtOddSizes) {
   for (DType dt : {kF32, kF64})
     for (auto [M, N] : {std::pair<int64_t, int64_t>{1, 5}, {13, 33}, {257, 100}, {1000, 1}})
       for (bool affine : {false, true}) compare(M, N, dt, affine);
+}
+
+// A bfloat16 (and a float16) residual added in the kernel, y written in 16 bits, a 16-bit dy read
+// as it is: against the CPU, which composes the add and the casts around its loops. The sum is
+// the same float32 additions (bit for bit); y within one 16-bit rounding; dx and the column sums
+// as in the float32 comparison.
+TEST(CudaLayerNorm, ResidualAndBf16Io) {
+  SKIP_WITHOUT_CUDA();
+  Backend& cpu = backend_for(kCPU);
+  Backend& gpu = backend_for(cuda_device(0));
+  for (DType low : {kBF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(low));
+    manual_seed(77);
+    const int64_t M = 1000, N = 768;
+    Tensor x = randn({M, N}) * 2.0, res = randn({M, N}).to(low), dy = randn({M, N}).to(low);
+    Tensor w = randn({N}), b = randn({N});
+    LayerNormExtras e{.residual = res, .y_dtype = low};
+    LayerNormOut c = cpu.layer_norm(x, w, b, 1e-5, e);
+    LayerNormExtras eg{.residual = res.to(cuda_device(0)), .y_dtype = low};
+    LayerNormOut g =
+        gpu.layer_norm(x.to(cuda_device(0)), w.to(cuda_device(0)), b.to(cuda_device(0)), 1e-5, eg);
+    ASSERT_EQ(g.y.dtype(), low);
+    EXPECT_TRUE(all_equal(c.sum, g.sum.to(kCPU)));
+    Tensor yc = c.y.to(kF64), yg = g.y.to(kCPU).to(kF64);
+    EXPECT_LT(max(abs(yc - yg) - abs(yc) / 128).item(), 1e-3);
+    EXPECT_TRUE(all_close(c.rstd, g.rstd.to(kCPU), 1e-4));
+    LayerNormGrads cg = cpu.layer_norm_backward(dy, c.sum, w, c.mean, c.rstd, true, true);
+    LayerNormGrads gg = gpu.layer_norm_backward(dy.to(cuda_device(0)), g.sum, w.to(cuda_device(0)),
+                                                g.mean, g.rstd, true, true);
+    EXPECT_TRUE(all_close(cg.grad_input, gg.grad_input.to(kCPU), 1e-4));
+    EXPECT_TRUE(all_close(cg.grad_weight, gg.grad_weight.to(kCPU), 2e-3));
+    EXPECT_TRUE(all_close(cg.grad_bias, gg.grad_bias.to(kCPU), 2e-3));
+  }
 }
 
 #endif  // LOOM_WITH_CUDA
