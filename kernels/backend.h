@@ -45,7 +45,7 @@ struct LinearOut {
   Tensor pre;  // (M, N) x @ w^T + bias, kept for backward: GeluTanh only (undefined otherwise)
 };
 
-// Fused layer norm over the last dim (Note [Fused layer norm] in autograd/ops/norm.cpp).
+// Fused layer norm over the last dim (Note [Fused layer norm] in autograd/ops/layer_norm.cpp).
 struct LayerNormOut {
   Tensor y;     // (M, N), x's dtype or LayerNormExtras::y_dtype
   Tensor mean;  // (M), x's dtype (float32 or float64)
@@ -53,7 +53,7 @@ struct LayerNormOut {
   Tensor sum;   // (M, N) x + residual in x's dtype, what was normalised: with a residual only
 };
 // The optional parts of Backend::layer_norm (Note [Layer norm with the residual add] in
-// autograd/ops/norm.cpp).
+// autograd/ops/layer_norm.cpp).
 struct LayerNormExtras {
   Tensor residual;               // (M, N) contiguous, any floating dtype: normalise x + residual
   std::optional<DType> y_dtype;  // y in this dtype (a following Linear's autocast dtype)

@@ -5,7 +5,7 @@
 // grad_bias as column sums in two deterministic stages (Note [Layer norm column sums]).
 // With a residual the forward first adds it (x + residual, written out as `sum`) and normalises
 // that; y may be written in a 16-bit type and dy read in one (Note [Layer norm with the residual
-// add] in autograd/ops/norm.cpp). Leaves out: float16/bfloat16 x (the op casts it to float32
+// add] in autograd/ops/layer_norm.cpp). Leaves out: float16/bfloat16 x (the op casts it to float32
 // first, as autocast does).
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"

@@ -26,7 +26,7 @@ struct Outputs {
 // {r, y} by add_layer_norm (fused) or by x + branch and layer_norm_composite, then
 // sum(r u1) + sum(y u2) backward.
 Outputs run(bool fused, const Tensor& x0, const Tensor& br0, const Tensor& w0, const Tensor& b0,
-        std::optional<DType> low) {
+            std::optional<DType> low) {
   Tensor x = x0.detach().clone().requires_grad_(true),
          br = br0.detach().clone().requires_grad_(true);
   Tensor w = w0.detach().clone().requires_grad_(true), b = b0.detach().clone().requires_grad_(true);

@@ -1,6 +1,6 @@
-// The fused layer_norm (Note [Fused layer norm] in autograd/ops/layer_norm.cpp) against its composite
-// (layer_norm_composite, mean/square/rsqrt with autograd): outputs and the gradients of x, weight
-// and bias for float32 and float64, with and without the affine parameters, one and two
+// The fused layer_norm (Note [Fused layer norm] in autograd/ops/layer_norm.cpp) against its
+// composite (layer_norm_composite, mean/square/rsqrt with autograd): outputs and the gradients of
+// x, weight and bias for float32 and float64, with and without the affine parameters, one and two
 // normalised dims, a non-contiguous input, large row means (the variance taken around the mean),
 // autocast's bfloat16 input, anomaly mode's composite, and bit-identical gradients run to run.
 // The op table (cases_conv_pool_norm.cpp) checks layer_norm against float64 loops and finite
