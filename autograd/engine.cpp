@@ -74,6 +74,10 @@ void register_post_accumulate_grad_hook(const Tensor& leaf, Hook hook) {
   leaf.ensure_autograd_meta().post_accumulate_hooks.push_back(std::move(hook));
 }
 
+namespace {
+void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph);
+}  // namespace
+
 void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
   LOOM_CHECK(root.defined(), "backward: the tensor is undefined");
   LOOM_CHECK(root.requires_grad(), "backward: ", describe(root),
@@ -90,6 +94,40 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
   LOOM_CHECK(g0.shape() == root.shape(), "backward: gradient ", describe(g0), " does not match ",
              describe(root));
 
+  std::vector<std::function<void()>> callbacks;
+  t_callbacks = &callbacks;
+  try {
+    run_graph(root, g0, retain_graph);
+  } catch (...) {
+    t_callbacks = nullptr;
+    throw;
+  }
+  t_callbacks = nullptr;
+  for (auto& cb : callbacks) cb();
+}
+
+void backward_nested(const Tensor& root, const Tensor& grad_root) {
+  LOOM_CHECK(t_callbacks != nullptr && t_running != nullptr,
+             "backward_nested: only a node's backward function may call it");
+  LOOM_CHECK(root.defined() && root.requires_grad() && grad_root.shape() == root.shape(),
+             "backward_nested: root ", root.defined() ? describe(root) : std::string("undefined"),
+             " needs a gradient of its shape, got ", describe(grad_root));
+  const Node* outer = t_running;
+  const bool outer_retain = t_retain;
+  try {
+    run_graph(root, grad_root, false);
+  } catch (...) {
+    t_running = outer, t_retain = outer_retain;
+    throw;
+  }
+  t_running = outer, t_retain = outer_retain;
+}
+
+namespace {
+
+// Steps 1 and 2 of a pass from root with gradient g0 (Note at the top of engine.h); the caller
+// owns t_callbacks.
+void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph) {
   NoGradGuard no_grad;                      // the backward functions themselves are not recorded
   amp::Autocast no_autocast(std::nullopt);  // nor autocast (Note [Autocast policy])
   std::shared_ptr<Node> root_node = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
@@ -110,8 +148,6 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
   }
 
   // 2. Run nodes whose gradients are complete, latest first.
-  std::vector<std::function<void()>> callbacks;
-  t_callbacks = &callbacks;
   t_retain = retain_graph;
   std::unordered_map<Node*, Tensor> pending{{root_node.get(), g0}};
   std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
@@ -172,13 +208,12 @@ void backward(const Tensor& root, const Tensor& grad_root, bool retain_graph) {
       }
     }
   } catch (...) {
-    t_callbacks = nullptr;
     t_running = nullptr;
     throw;
   }
-  t_callbacks = nullptr;
-  for (auto& cb : callbacks) cb();
 }
+
+}  // namespace
 
 }  // namespace loom::autograd
 

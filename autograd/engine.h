@@ -14,6 +14,13 @@ namespace loom::autograd {
 // Computes gradients of `root` (grad_root defaults to ones for a one-element root).
 void backward(const Tensor& root, const Tensor& grad_root = Tensor(), bool retain_graph = false);
 
+// A pass inside a running backward function, from `root` (a graph that function built, with
+// grad mode on, from detached inputs) with gradient grad_root: leaves it reaches get their .grad
+// and hooks as in any pass; callbacks it queues join the outer pass's, run at its end. What
+// activation checkpointing (autograd/checkpoint.h) recomputes its block's backward with. The
+// recomputed graph is freed as it runs (no retain_graph).
+void backward_nested(const Tensor& root, const Tensor& grad_root);
+
 // Registers a hook that runs after a backward pass has added into this leaf's .grad.
 // DDP starts a bucket's all-reduce from these hooks.
 void register_post_accumulate_grad_hook(const Tensor& leaf, Hook hook);

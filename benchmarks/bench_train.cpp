@@ -9,7 +9,8 @@
 // train/step_runner.h). Under autocast on CUDA the convolutions run channels-last (docs/amp.md);
 // --channels-last off keeps them NCHW, as the libtorch twin's are. --optimizer-in-backward updates
 // each parameter as soon as backward has its gradient and frees the gradient (mode column
-// "in-bwd"; nn/optim/in_backward.h): the same updates, a lower peak.
+// "in-bwd"; nn/optim/in_backward.h): the same updates, a lower peak. --activation-checkpointing
+// (the GPTs) recomputes each transformer block in backward (mode column "ckpt").
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
 // scripts/bench-compare.sh runs both side by side.
 //
@@ -106,8 +107,10 @@ struct Result {
 };
 
 Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph,
-           const std::string& amp_mode, bool in_backward) {
+           const std::string& amp_mode, bool in_backward, bool checkpointing) {
   Setup s = make_setup(w, dev);
+  if (auto* gpt = dynamic_cast<nn::GPT*>(s.model.get()))
+    gpt->set_activation_checkpointing(checkpointing);
   train::StepRunner runner(*s.model, *s.opt, 0.0, graph);  // eager, or a replayed CUDA graph
   if (!w.make) runner.set_grad_clip(1.0);
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
@@ -177,6 +180,9 @@ int main(int argc, char** argv) {
   bool in_backward = false;
   app.add_flag("--optimizer-in-backward", in_backward,
                "update each parameter inside backward and free its gradient (lower peak memory)");
+  bool checkpointing = false;
+  app.add_flag("--activation-checkpointing", checkpointing,
+               "the GPTs: recompute each transformer block in backward (lower peak memory)");
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
   amp::set_channels_last_convolutions(channels_last == "on");
 
@@ -194,12 +200,13 @@ int main(int argc, char** argv) {
     for (const Workload& w : all) {
       // "all" means the image workloads; a GPT row is asked for by name.
       if (workload != w.name && (workload != "all" || !w.make)) continue;
-      Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward);
+      Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward, checkpointing);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
                   dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
-                  graph         ? "graph"
-                  : in_backward ? "in-bwd"
-                                : "eager",
+                  graph           ? "graph"
+                  : in_backward   ? "in-bwd"
+                  : checkpointing ? "ckpt"
+                                  : "eager",
                   long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
       if (!w.make) print_throughput(w, r);
       std::fflush(stdout);

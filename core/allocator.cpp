@@ -16,7 +16,30 @@ namespace loom {
 
 namespace {
 
-std::atomic<uint64_t> g_cpu_allocations{0}, g_cpu_bytes{0};
+std::atomic<uint64_t> g_cpu_allocations{0}, g_cpu_bytes{0}, g_cpu_live{0}, g_cpu_peak{0};
+
+// The bytes the C library gave for p (0 where it cannot say).
+uint64_t usable_size(void* p) {
+#ifdef __GLIBC__
+  return malloc_usable_size(p);
+#else
+  (void)p;
+  return 0;
+#endif
+}
+
+void count_live(void* p) {
+  const uint64_t now =
+      g_cpu_live.fetch_add(usable_size(p), std::memory_order_relaxed) + usable_size(p);
+  uint64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void free_counted(void* q) {
+  g_cpu_live.fetch_sub(usable_size(q), std::memory_order_relaxed);
+  std::free(q);
+}
 
 // Note [CPU memory reuse]
 // glibc serves blocks over 128 KiB with fresh mmap()s and returns them on free, so every large
@@ -38,7 +61,8 @@ class CpuAllocator final : public Allocator {
     LOOM_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes");
     g_cpu_allocations.fetch_add(1, std::memory_order_relaxed);
     g_cpu_bytes.fetch_add(nbytes, std::memory_order_relaxed);
-    return DataPtr(p, [](void* q) { std::free(q); });
+    count_live(p);
+    return DataPtr(p, &free_counted);
   }
 };
 
@@ -51,7 +75,12 @@ Allocator& cpu_allocator() {
 
 CpuAllocStats cpu_alloc_stats() {
   return {g_cpu_allocations.load(std::memory_order_relaxed),
-          g_cpu_bytes.load(std::memory_order_relaxed)};
+          g_cpu_bytes.load(std::memory_order_relaxed), g_cpu_live.load(std::memory_order_relaxed),
+          g_cpu_peak.load(std::memory_order_relaxed)};
+}
+
+void reset_cpu_peak() {
+  g_cpu_peak.store(g_cpu_live.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 Allocator& allocator_for(Device d) {

@@ -29,11 +29,17 @@ Allocator& cpu_allocator();
 // Counts of the CPU allocator's work since the program started: an instrumentation hook for tests
 // that check an optimisation skips work (e.g. mm's backward not computing a product nobody needs
 // allocates nothing the size of that product). Relaxed atomics: exact when one thread allocates.
+// live_bytes and peak_live_bytes count what the C library hands out (malloc_usable_size, glibc;
+// 0 elsewhere): the memory tensors hold now, and the most they held at once since the start or
+// the last reset_cpu_peak() (activation checkpointing's test reads it).
 struct CpuAllocStats {
   uint64_t allocations = 0;  // calls that returned memory (nbytes > 0)
   uint64_t bytes = 0;        // sum of the requested sizes
+  uint64_t live_bytes = 0;
+  uint64_t peak_live_bytes = 0;
 };
 CpuAllocStats cpu_alloc_stats();
+void reset_cpu_peak();
 
 // The allocator for a device: the CPU one, or the CUDA caching allocator
 // (core/cuda/allocator.cpp, compiled only when loom is built with CUDA).

@@ -42,6 +42,7 @@ struct GptFlags {
   int64_t warmup = 100;
   double min_lr_ratio = 0.1;  // the cosine schedule ends at lr * this
   double grad_clip = 1.0;
+  bool activation_checkpointing = false;
   double peak_tflops = 989.0;  // H100/H200 dense bf16, for the MFU column
   int64_t sample = 0;
   std::string prompt = "\n";
@@ -73,6 +74,9 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
       ->check(train::real_range(0, 1));
   app.add_option("--grad-clip", g.grad_clip, "clip the global gradient norm (0: off)")
       ->check(train::real_range(0, 1e6));
+  app.add_flag("--activation-checkpointing", g.activation_checkpointing,
+               "keep only each block's input in forward and recompute the block in backward "
+               "(less memory, one more forward)");
   app.add_option("--peak-tflops", g.peak_tflops, "the device's peak, for MFU")
       ->check(train::real_range(0, 1e6, true));
   app.add_option("--sample", g.sample, "after training, print N generated tokens")
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
   return train::run_main("train_gpt", [&] {
     manual_seed(cfg.seed);
     auto model = std::make_shared<nn::GPT>(model_config(g));
+    model->set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup run(cfg);
     train::TokenData data(cfg, run, g.data);  // windows (B, T) of token ids, sharded by rank
     data::DataLoader& loader = *data.train;

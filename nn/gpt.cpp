@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "autograd/amp/autocast.h"
+#include "autograd/checkpoint.h"
+#include "autograd/grad_mode.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/factory.h"
 #include "autograd/ops/ops.h"
@@ -190,10 +192,19 @@ Tensor GPT::embed(const Tensor& idx, int64_t start) {
 // Each block's last residual add is done by the next layer norm (TransformerBlock::forward_parts).
 Tensor GPT::forward(const Tensor& idx) {
   Tensor x = embed(idx, 0), pending;  // (B, T, C)
+  if (checkpoint_blocks_ && autograd::is_grad_enabled()) return forward_checkpointed(x);
   for (const auto& block : blocks()) std::tie(x, pending) = block->forward_parts(x, pending);
   Tensor h = pending.defined() ? ln_f->forward_add(x, pending, amp::autocast_dtype()).second
                                : ln_f->forward(x, amp::autocast_dtype());
   return lm_head->forward(h);  // (B, T, V)
+}
+
+// x: (B, T, C) -> logits; each block one checkpoint node (its input kept, the rest recomputed).
+Tensor GPT::forward_checkpointed(Tensor x) {
+  for (const auto& block : blocks())
+    x = autograd::checkpoint(
+        [b = block.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
+  return lm_head->forward(ln_f->forward(x, amp::autocast_dtype()));
 }
 
 Tensor GPT::forward(const Tensor& idx, KVCache& cache) {

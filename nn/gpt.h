@@ -112,6 +112,11 @@ class GPT : public Module {
   // as PaLM's appendix counts them: 6 N + 12 L H D T, N without the position table); MFU divides
   // tokens/s times this by the hardware's peak.
   double flops_per_token(int64_t T) const;
+  // Activation checkpointing per transformer block (Note [Activation checkpointing] in
+  // autograd/checkpoint.h): training forwards keep only each block's input and recompute the
+  // block in backward. The same gradients, a lower peak, one more forward of the blocks.
+  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  bool activation_checkpointing() const { return checkpoint_blocks_; }
 
   GPTConfig config;
   ModuleHolder<Embedding> wte, wpe;
@@ -122,6 +127,8 @@ class GPT : public Module {
 
  private:
   Tensor embed(const Tensor& idx, int64_t start);  // (B, T) -> (B, T, C), positions from start
+  Tensor forward_checkpointed(Tensor x);           // the blocks and ln_f, each block checkpointed
+  bool checkpoint_blocks_ = false;
   std::vector<std::shared_ptr<TransformerBlock>> blocks() const;
 };
 

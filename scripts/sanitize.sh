@@ -122,6 +122,10 @@ if [ "$what" = ci ]; then
   # test_launcher 21 s, the rest 2-12 s), so that two at a time finish together.
   ASAN_BINARIES="test_examples test_distributed test_kernels test_launcher test_data test_train
     test_core test_autograd test_nn"
+  # Under ASan three train_gpt program runs took 407 of test_examples' 490 s (CI, 2026-12-02:
+  # 200 steps 211 s, kill and resume 155 s, two Gloo processes 41 s); the optimised build runs
+  # them, and the ops and loop they drive run under ASan in the other binaries.
+  ASAN_GTEST_FILTER="-TrainGpt.TwoHundredSteps*:TrainGpt.KilledAndResumed*:TrainGpt.TwoGloo*"
   what=all
 fi
 case $what in asan | tsan | all) ;; *) echo "sanitize.sh: unknown mode '$what' (asan, tsan, all, ci)" >&2; exit 2 ;; esac
@@ -140,7 +144,8 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:log_path=$root/build-asan/sanitizer-logs/asan
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$root/scripts/sanitizers/ubsan.supp:log_path=$root/build-asan/sanitizer-logs/ubsan
   run_ctest build-asan "$ASAN_TESTS" "$ASAN_EXCLUDE" || rc=1
-  run_binaries_whole build-asan "ASan+UBSan" ${ASAN_BINARIES:-} || rc=1
+  GTEST_FILTER="${ASAN_GTEST_FILTER:-*}" run_binaries_whole build-asan "ASan+UBSan" ${ASAN_BINARIES:-} ||
+    rc=1
   check_logs build-asan || rc=1
   stage_time "ASan+UBSan build" $((t1 - t0))
   stage_time "ASan+UBSan tests" $(( $(date +%s) - t1 ))
