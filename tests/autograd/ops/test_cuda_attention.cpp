@@ -27,14 +27,17 @@ Tensor leaf(const Shape& s, uint64_t seed, DType dt) {
 
 double max_abs(const Tensor& a) { return max(abs(a.to(kF64))).item(); }
 
+// Whether this build has the fused path (cuDNN's frontend headers) for a plain bf16 head.
+bool fused_attention_built() {
+  Tensor t = leaf({1, 1, 8, 64}, 1, kBF16);
+  return sdpa_fused_unsupported(t, t, t).empty();
+}
+
 }  // namespace
 
 TEST(CudaAttentionOp, FusedPathMatchesTheComposite) {
   SKIP_WITHOUT_CUDA();
-  if (!sdpa_fused_unsupported(leaf({1, 1, 8, 64}, 1, kBF16), leaf({1, 1, 8, 64}, 1, kBF16),
-                              leaf({1, 1, 8, 64}, 1, kBF16))
-           .empty())
-    GTEST_SKIP() << "built without cuDNN's frontend headers";
+  if (!fused_attention_built()) GTEST_SKIP() << "built without cuDNN's frontend headers";
   for (DType dt : {kBF16, DType::F16})
     for (bool causal : {false, true}) {
       SCOPED_TRACE(str(dtype_name(dt), causal ? " causal" : ""));
@@ -64,10 +67,7 @@ TEST(CudaAttentionOp, FusedPathMatchesTheComposite) {
 // same bf16 values), and against splitting qkv into views for the unpacked fused op on the GPU.
 TEST(CudaAttentionOp, PackedQkvMatchesTheCompositeAndTheUnpackedOp) {
   SKIP_WITHOUT_CUDA();
-  if (!sdpa_fused_unsupported(leaf({1, 1, 8, 64}, 1, kBF16), leaf({1, 1, 8, 64}, 1, kBF16),
-                              leaf({1, 1, 8, 64}, 1, kBF16))
-           .empty())
-    GTEST_SKIP() << "built without cuDNN's frontend headers";
+  if (!fused_attention_built()) GTEST_SKIP() << "built without cuDNN's frontend headers";
   const int64_t B = 2, T = 96, H = 3, D = 64, C = H * D;
   Tensor qkv = leaf({B, T, 3 * C}, 7, kBF16);
   Tensor y = scaled_dot_product_attention_packed(qkv, H, /*causal=*/true);
