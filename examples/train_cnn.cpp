@@ -21,6 +21,7 @@
 #include "nn/models.h"
 #include "train/checkpointing.h"
 #include "train/classifier_data.h"
+#include "train/data_parallel.h"
 #include "train/loss_window.h"
 #include "train/make_optimizer.h"
 #include "train/run_log.h"
@@ -95,21 +96,24 @@ int main(int argc, char** argv) {
     std::optional<DType> amp_dtype;  // docs/amp.md: autocast, and loss scaling for float16
     if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
     amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
-    train::Checkpointer ckpt(cfg, run, {*model, *opt, scaler, loader});
+    // The replica: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md);
+    // with --zero the optimizer state (and gradients) sharded over them (docs/sharding.md).
+    train::DataParallel dp(cfg, run, model, *opt);
+    distributed::DistributedDataParallel* ddp = dp.ddp();
+    nn::Module& net = dp.net();
+    train::Checkpointer ckpt(cfg, run, {*model, dp.optimizer(), scaler, loader});
     int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
-    // The replica: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md).
-    std::shared_ptr<distributed::DistributedDataParallel> ddp;
-    if (run.world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, run.pg);
-    nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
     train::RunLog log(cfg, run);
     log.start(model->type_name(), data.train_set->size());
     std::optional<autograd::DetectAnomalyGuard> anomaly;
     if (cfg.detect_anomaly) anomaly.emplace(true);
     train::LossWindow window(cfg, run);  // read-backs, divergence, SIGTERM (Note [Preemption])
-    train::StepRunner runner(net, *opt, cfg.label_smoothing, cfg.cuda_graph);
+    train::StepRunner runner(net, dp.optimizer(), cfg.label_smoothing, cfg.cuda_graph);
+    train::MemoryProbe memory(run.device);  // each rank's bytes, printed after the first step
+    bool memory_reported = false;
     runner.set_grad_accum(cfg.grad_accum);  // --grad-accum: micro-batches, one update
     runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
-    auto prof = train::attach_profiler(cfg, run, runner, ddp.get());
+    auto prof = train::attach_profiler(cfg, run, runner, ddp);
 
     // The loop. The loader counts epochs: it moves to the next one when an epoch's batches end.
     for (int64_t epoch = loader.epoch(); epoch < cfg.epochs; epoch = loader.epoch()) {
@@ -117,6 +121,10 @@ int main(int argc, char** argv) {
                                     run.progress_options());
       while (auto batch = train::next_batch(loader, prof.get())) {
         Tensor loss = runner.step(batch->data, batch->target);  // a scalar, left on the device
+        if (!memory_reported) {
+          memory.report(run, *model, dp);
+          memory_reported = true;
+        }
         if (prof) prof->end_step();
         ++step;
         bool last = loader.batches_left() == 0 || cfg.max_steps_reached(step);

@@ -23,6 +23,7 @@
 #include "nn/gpt_sample.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/checkpointing.h"
+#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/loss_window.h"
 #include "train/make_optimizer.h"
@@ -137,23 +138,26 @@ int main(int argc, char** argv) {
     int64_t total = cfg.max_steps > 0 ? cfg.max_steps : cfg.epochs * loader.size();
     cfg.epochs =
         std::max(cfg.epochs, (total + loader.size() - 1) / loader.size());  // --max-steps rules
-    optim::CosineWithWarmup sched(*opt, {.warmup_steps = std::min(g.warmup, total - 1),
-                                         .total_steps = total,
-                                         .eta_min = cfg.lr * g.min_lr_ratio});
+    // DDP (or ZeRO with --zero) before the Checkpointer, which must restore the sharded state.
+    train::DataParallel dp(cfg, run, model, *opt);
+    optim::Optimizer& opt_run = dp.optimizer();  // the ZeroOptimizer under --zero, else *opt
+    optim::CosineWithWarmup sched(opt_run, {.warmup_steps = std::min(g.warmup, total - 1),
+                                            .total_steps = total,
+                                            .eta_min = cfg.lr * g.min_lr_ratio});
     std::optional<DType> amp_dtype;
     if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
     amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
-    train::Checkpointer ckpt(cfg, run, {*model, *opt, scaler, loader, &sched});
+    train::Checkpointer ckpt(cfg, run, {*model, opt_run, scaler, loader, &sched});
     int64_t step = ckpt.resume();
-    std::shared_ptr<distributed::DistributedDataParallel> ddp;
-    if (run.world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, run.pg);
-    nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+    nn::Module& net = dp.net();
     train::RunLog log(cfg, run);
     log.start(str("GPT ", model->config.n_layer, "x", model->config.n_embd, " (",
                   model->num_parameters(), " parameters)"),
               data.train_set->num_tokens());
     train::LossWindow window(cfg, run);
-    train::StepRunner runner(net, *opt, 0.0, cfg.cuda_graph);
+    train::StepRunner runner(net, opt_run, 0.0, cfg.cuda_graph);
+    train::MemoryProbe memory(run.device);  // each rank's bytes, printed after the first step
+    bool memory_reported = false;
     runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
     runner.set_grad_clip(g.grad_clip);
     runner.set_grad_accum(cfg.grad_accum);  // micro-batches of (B/N/K, T), one update per step
@@ -170,6 +174,10 @@ int main(int argc, char** argv) {
         auto batch = train::next_batch(loader, nullptr);
         if (!batch) batch = train::next_batch(loader, nullptr);  // the next epoch's first
         Tensor loss = runner.step(batch->data, batch->target);   // x, y: (B/N, T) int64
+        if (!memory_reported) {
+          memory.report(run, *model, dp);
+          memory_reported = true;
+        }
         sched.step();
         ++step;
         if (auto mean = window.add(loss, step, i + 1 == n, progress, tokens_per_step))

@@ -75,6 +75,22 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   return total;
 }
 
+Tensor clip_grad_norm_sharded_(const std::vector<Tensor>& grads, double max_norm, DType dtype,
+                               Device device, const std::function<void(Tensor&)>& sum_over_ranks) {
+  check_args(max_norm, 2.0);
+  NoGradGuard guard;
+  LOOM_CHECK(grads.empty() || fusable(grads, 2.0),
+             "clip_grad_norm_sharded_: the gradients must be contiguous float32 or float64 of one "
+             "dtype, got ",
+             describe(grads[0]));
+  Tensor sq = grads.empty() ? zeros({}, {.dtype = dtype, .device = device})
+                            : backend_for(device).sum_of_squares(grads);
+  sum_over_ranks(sq);
+  Tensor total = sqrt(sq);
+  if (!grads.empty()) clip_by(grads, total, max_norm, false, /*fused=*/true);
+  return total;
+}
+
 Tensor clip_grad_norm_composite(const std::vector<Tensor>& params, double max_norm,
                                 double norm_type, bool error_if_nonfinite) {
   check_args(max_norm, norm_type);

@@ -2,6 +2,7 @@
 // Leaves out: clip_grad_value_, per-parameter clipping.
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -21,6 +22,13 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 // what every norm other than the fused 2-norm runs, and the fused path's test oracle.
 Tensor clip_grad_norm_composite(const std::vector<Tensor>& params, double max_norm,
                                 double norm_type = 2.0, bool error_if_nonfinite = false);
+
+// The 2-norm clip of gradients split between ranks (ZeRO: each holds a disjoint share):
+// sum_over_ranks adds the local sum of squares up over the ranks (an all-reduce), so every rank
+// scales its share by the same coefficient. dtype and device are those of the gradients (a rank
+// may hold none). Float32/float64 contiguous gradients (the fused path only).
+Tensor clip_grad_norm_sharded_(const std::vector<Tensor>& grads, double max_norm, DType dtype,
+                               Device device, const std::function<void(Tensor&)>& sum_over_ranks);
 
 constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 

@@ -81,10 +81,12 @@ int64_t Checkpointer::resume() {
 std::string Checkpointer::save(int64_t epoch, int64_t global_position, int64_t step) {
   if (cfg_.checkpoint_dir.empty()) return "";
   std::string path;
+  nn::StateDict sharded;  // a sharded optimizer gathers its state: a collective, every rank
+  if (s_.optimizer.sharded()) sharded = s_.optimizer.state_dict();
   if (run_.main()) {
     TrainingState st;
     st.model = s_.model.state_dict();
-    st.optimizer = s_.optimizer.state_dict();
+    st.optimizer = s_.optimizer.sharded() ? std::move(sharded) : s_.optimizer.state_dict();
     if (s_.scaler.is_enabled()) st.scaler = s_.scaler.state_dict();
     st.set_extra("epoch", epoch);
     st.set_extra("position", global_position);

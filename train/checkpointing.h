@@ -46,7 +46,8 @@ class Checkpointer {
   // position the processes cannot split.
   int64_t resume();
 
-  // Saves at `step`, `epoch` with `global_position` samples of it done (rank 0; all ranks then
+  // Saves at `step`, `epoch` with `global_position` samples of it done (rank 0, after a sharded
+  // optimizer's state was gathered from every rank into the unsharded layout; all ranks then
   // wait at a barrier so that nobody reads or overwrites it before it is complete); returns the
   // file ("" without --checkpoint-dir, and on ranks > 0).
   std::string save(int64_t epoch, int64_t global_position, int64_t step);

@@ -106,8 +106,8 @@ void StepRunner::set_grad_clip(double max_norm) {
 void StepRunner::optimizer_step() {
   if (in_backward_) return;  // every parameter was updated as backward produced its gradient
   if (clip_ > 0.0) {
-    if (scaler_) scaler_->unscale_(opt_);  // clip the true gradients, not the scaled ones
-    grad_norm_ = nn::clip_grad_norm_(opt_.all_params(), clip_);
+    if (scaler_) scaler_->unscale_(opt_);      // clip the true gradients, not the scaled ones
+    grad_norm_ = opt_.clip_grad_norm_(clip_);  // over every rank when sharded
   }
   if (!scaler_) {
     opt_.step();

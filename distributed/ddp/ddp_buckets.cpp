@@ -54,7 +54,7 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<Par
 
 std::vector<Bucket> make_buckets(const std::vector<Tensor>& params,
                                  const std::vector<std::vector<size_t>>& assignment,
-                                 std::optional<DType> comm_dtype) {
+                                 std::optional<DType> comm_dtype, int64_t pad_to) {
   autograd::NoGradGuard no_grad;
   std::vector<Bucket> buckets;
   for (const auto& members : assignment) {
@@ -70,17 +70,25 @@ std::vector<Bucket> make_buckets(const std::vector<Tensor>& params,
       b.offsets.push_back(total);
       total += p.numel();
     }
-    b.flat = zeros({total}, {.dtype = first.dtype(), .device = first.device()});
-    for (size_t k = 0; k < members.size(); ++k) {
-      const Tensor& p = params[members[k]];
-      b.views.push_back(make_view(b.flat, p.shape(), contiguous_strides(p.shape()),
-                                  b.flat.offset() + b.offsets[k]));
-    }
+    b.numel = (total + pad_to - 1) / pad_to * pad_to;
+    allocate_flat(b, params);
     if (comm_dtype && *comm_dtype != first.dtype())
-      b.comm = zeros({total}, {.dtype = *comm_dtype, .device = first.device()});
+      b.comm = zeros({b.numel}, {.dtype = *comm_dtype, .device = first.device()});
     buckets.push_back(std::move(b));
   }
   return buckets;
+}
+
+void allocate_flat(Bucket& b, const std::vector<Tensor>& params) {
+  autograd::NoGradGuard no_grad;
+  const Tensor& first = params[b.params.front()];
+  b.flat = zeros({b.numel}, {.dtype = first.dtype(), .device = first.device()});
+  b.views.clear();
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const Tensor& p = params[b.params[k]];
+    b.views.push_back(make_view(b.flat, p.shape(), contiguous_strides(p.shape()),
+                                b.flat.offset() + b.offsets[k]));
+  }
 }
 
 }  // namespace loom::distributed

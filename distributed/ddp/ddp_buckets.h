@@ -37,15 +37,21 @@ struct Bucket {
   std::vector<int64_t> offsets;  // element offset of each parameter in flat
   std::vector<Tensor> views;     // flat's slice for each parameter, in the parameter's shape
   Tensor flat;                   // (numel,) in the parameters' dtype and device
+  int64_t numel = 0;             // flat's size: the parameters', padded (ZeRO)
+  Tensor shard;                  // ZeRO: (numel / N,) this rank's reduced part of flat
+  Tensor incoming;               // ZeRO: a reduce-scatter's output to add into shard
   Tensor comm;                   // (numel,) in the communication dtype, when compressing
   size_t pending = 0;            // gradients not yet ready in this iteration
   std::shared_ptr<Work> work;    // the all-reduce in flight, if launched
 };
 
 // Allocates the buckets of `assignment` for `params` (all of one dtype and device per bucket);
-// comm_dtype, when set and different from a bucket's dtype, adds the low-precision copy.
+// comm_dtype, when set and different from a bucket's dtype, adds the low-precision copy;
+// pad_to > 1 rounds each flat buffer up to a multiple of it (zeros: ZeRO's N equal shards).
 std::vector<Bucket> make_buckets(const std::vector<Tensor>& params,
                                  const std::vector<std::vector<size_t>>& assignment,
-                                 std::optional<DType> comm_dtype);
+                                 std::optional<DType> comm_dtype, int64_t pad_to = 1);
+// (Re)allocates b.flat (zeros, b.numel) and the parameters' views into it.
+void allocate_flat(Bucket& b, const std::vector<Tensor>& params);
 
 }  // namespace loom::distributed

@@ -42,6 +42,14 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
                "DistributedDataParallel: the gradient communication dtype must be bfloat16, "
                "float16 or float32, got ",
                dtype_name(*opt_.comm_dtype));
+  if (opt_.zero_stage != 0) {
+    LOOM_CHECK(opt_.zero_stage == 1 || opt_.zero_stage == 2, "DistributedDataParallel: ZeRO stage ",
+               opt_.zero_stage, " is not 1 or 2 (stage 3 shards the parameters: not built yet)");
+    LOOM_CHECK(!opt_.comm_dtype && !opt_.find_unused_parameters,
+               "DistributedDataParallel: ZeRO stage ", opt_.zero_stage,
+               " does not support comm_dtype or find_unused_parameters");
+    opt_.rebuild_buckets = false;  // the optimizer's shards are laid out on these buckets
+  }
   ready_.assign(params_.size(), false);
   locally_used_.assign(params_.size(), 0);
   std::vector<size_t> order;
@@ -63,7 +71,14 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   for (const Tensor& p : params_) layout.push_back({p.numel(), p.dtype(), p.device()});
   auto assignment =
       compute_bucket_assignment(layout, order, opt_.first_bucket_cap_bytes, opt_.bucket_cap_bytes);
-  buckets_ = make_buckets(params_, assignment, opt_.comm_dtype);
+  const int64_t n = opt_.zero_stage ? pg_->size() : 1;
+  buckets_ = make_buckets(params_, assignment, opt_.comm_dtype, n);
+  autograd::NoGradGuard no_grad;
+  for (Bucket& b : buckets_)
+    if (opt_.zero_stage) {
+      b.shard = zeros({b.numel / n}, {.dtype = b.flat.dtype(), .device = b.flat.device()});
+      if (opt_.zero_stage == 2) b.flat = Tensor(), b.views.clear();  // allocated as grads come
+    }
   bucket_of_.assign(params_.size(), 0);
   slot_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -88,8 +103,18 @@ std::vector<Tensor> Reducer::bucket_tensors() const {
   return out;
 }
 
+int64_t Reducer::gradient_bytes() const {
+  int64_t n = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.flat.defined()) n += int64_t(b.flat.numel() * b.flat.element_size());
+    if (b.shard.defined()) n += int64_t(b.shard.numel() * b.shard.element_size());
+  }
+  return n;
+}
+
 // See Note [Gradients as bucket views].
 void Reducer::bind_grads() {
+  if (opt_.zero_stage == 2) return;  // Note [ZeRO gradient shards]: no full-size gradient
   autograd::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     std::vector<size_t> to_zero;
@@ -152,7 +177,7 @@ void Reducer::prepare_for_forward(bool sync) {
     rebuilt_ = true;
   }
   bind_grads();
-  expect_hooks_ = sync;
+  expect_hooks_ = sync || opt_.zero_stage == 2;  // stage 2 reduces every backward
   started_ = false;
   ready_.assign(params_.size(), false);
   next_bucket_ = 0;
@@ -210,11 +235,15 @@ void Reducer::mark_ready(size_t i) {
   ready_[i] = true;
   if (!order_recorded_) arrival_.push_back(i);
   Bucket& b = buckets_[bucket_of_[i]];
+  if (!b.flat.defined()) allocate_flat(b, params_);  // ZeRO-2: at the bucket's first gradient
   Tensor view = b.views[slot_of_[i]];
   Tensor g = params_[i].grad();
   {
     autograd::NoGradGuard no_grad;
-    if (!g.defined()) {
+    if (opt_.zero_stage == 2) {  // into the bucket, and the full-size gradient is dropped
+      if (g.defined()) view.copy_(g);
+      params_[i].set_grad(Tensor());
+    } else if (!g.defined()) {
       view.zero_();
       params_[i].set_grad(view);
     } else if (!same_memory(g, view)) {
@@ -228,16 +257,45 @@ void Reducer::mark_ready(size_t i) {
 void Reducer::launch_ready_buckets() {
   autograd::NoGradGuard no_grad;
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& b = buckets_[next_bucket_++];
-    if (pg_->size() == 1) continue;  // a world of one: the gradients are already the mean
-    b.flat.mul_(1.0 / double(pg_->size()));
-    if (b.comm.defined()) {
-      b.comm.copy_(b.flat);
-      b.work = pg_->all_reduce(b.comm, ReduceOp::Sum);
-    } else {
-      b.work = pg_->all_reduce(b.flat, ReduceOp::Sum);
-    }
+    launch(buckets_[next_bucket_++]);
+    // ZeRO-2: the bucket launched two before is done by now (or nearly): free its buffer.
+    if (opt_.zero_stage == 2 && next_bucket_ >= 3) finish(buckets_[next_bucket_ - 3]);
   }
+}
+
+void Reducer::launch(Bucket& b) {
+  if (opt_.zero_stage) {                                   // Note [ZeRO gradient shards]
+    if (!shards_fresh_) b.incoming = zeros_like(b.shard);  // added into the shard by finish
+    Tensor& out = shards_fresh_ ? b.shard : b.incoming;
+    if (pg_->size() == 1) {
+      out.copy_(b.flat);
+      return;
+    }
+    b.flat.mul_(1.0 / double(pg_->size()));
+    b.work = pg_->reduce_scatter(out, b.flat, ReduceOp::Sum);
+    return;
+  }
+  if (pg_->size() == 1) return;  // a world of one: the gradients are already the mean
+  b.flat.mul_(1.0 / double(pg_->size()));
+  if (b.comm.defined()) {
+    b.comm.copy_(b.flat);
+    b.work = pg_->all_reduce(b.comm, ReduceOp::Sum);
+  } else {
+    b.work = pg_->all_reduce(b.flat, ReduceOp::Sum);
+  }
+}
+
+void Reducer::finish(Bucket& b) {
+  if (b.work) {
+    b.work->wait();
+    b.work.reset();
+  }
+  if (b.comm.defined()) b.flat.copy_(b.comm);
+  if (b.incoming.defined()) {
+    b.shard.add_(b.incoming);
+    b.incoming = Tensor();
+  }
+  if (opt_.zero_stage == 2) b.flat = Tensor(), b.views.clear();
 }
 
 void Reducer::finalize() {
@@ -248,11 +306,10 @@ void Reducer::finalize() {
   if (on_backward_computed_) on_backward_computed_();
   autograd::NoGradGuard no_grad;
   double t0 = now_s();
-  for (Bucket& b : buckets_) {
-    if (!b.work) continue;
-    b.work->wait();
-    b.work.reset();
-    if (b.comm.defined()) b.flat.copy_(b.comm);
+  for (Bucket& b : buckets_) finish(b);
+  if (opt_.zero_stage) {  // the .grad left hold unreduced gradients: release them
+    for (Tensor& p : params_) p.set_grad(Tensor());
+    shards_fresh_ = false;
   }
   if (opt_.find_unused_parameters && !params_.empty()) {
     // Parameters no rank used keep no gradient (as in a single process), so the optimizer skips
@@ -268,6 +325,7 @@ void Reducer::finalize() {
   locally_used_.assign(params_.size(), 0);
   order_recorded_ = true;
   require_finalize_ = false;
+  if (opt_.zero_stage && on_shards_ready_) on_shards_ready_();
 }
 
 // Note [Join]
@@ -276,6 +334,8 @@ void Reducer::finalize() {
 // all-reduce in order (with zeros: it contributes nothing) and find_unused_parameters' usage
 // count. The active ranks divide by the whole world size, as PyTorch does by default.
 void Reducer::shadow_iteration() {
+  LOOM_CHECK(opt_.zero_stage == 0, "DistributedDataParallel::join: not supported with ZeRO stage ",
+             opt_.zero_stage);
   if (opt_.rebuild_buckets && order_recorded_ && !rebuilt_) {
     require_finalize_ = false;
     prepare_for_forward(false);

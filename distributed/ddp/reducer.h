@@ -23,7 +23,28 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   bool rebuild_buckets = true;      // once, after the first iteration, in arrival order
   std::optional<DType> comm_dtype;  // kBF16 / kF16: all-reduce a rounded copy
+  // ZeRO (Note [ZeRO gradient shards]): 0 = all-reduce (DDP); 1 = each bucket reduce-scattered
+  // into this rank's shard, the full-size buckets kept; 2 = the same, and each full-size bucket
+  // freed as soon as it is reduced. Set by distributed/zero/zero_optimizer.h's users through
+  // DDPOptions; buckets are then padded to a multiple of the world size and never rebuilt.
+  int zero_stage = 0;
 };
+
+// Note [ZeRO gradient shards]
+// With zero_stage > 0 a bucket's flat buffer (padded with zeros to N * S elements, N ranks) is
+// SUM-reduce-scattered after the same 1/N scaling, so rank r receives the mean gradient of
+// elements [r * S, (r + 1) * S) of the bucket in Bucket::shard (S elements): the part of the
+// gradient its ZeRO optimizer updates. A parameter may straddle two ranks' shards (the partition
+// ignores parameter boundaries: Note [ZeRO partition] in distributed/zero/zero_partition.h).
+// The shards add up over the synchronised backwards until zero_shards() (the optimizer's
+// zero_grad), like .grad. After the reduction the parameters' .grad are released (they held
+// this rank's unreduced gradient, which nothing may read). Stage 1 keeps each bucket's buffer
+// between steps (and so honours no_sync: micro-batches accumulate locally and one
+// reduce-scatter sends the sum). Stage 2 binds no .grad at forward: when a gradient arrives it is
+// copied into its bucket, allocated then, and dropped; a bucket's buffer is freed once its
+// reduce-scatter is done (at the latest two buckets later), so the full-size gradient never
+// exists at once; it reduces in every backward, no_sync included (the full gradient that
+// no_sync would keep is what stage 2 removes), and the micro-batches add up in the shards.
 
 // Note [Gradients as bucket views]
 // Each parameter's .grad is a view into its bucket's flat buffer. At a training forward every
@@ -67,6 +88,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // benchmark times them alone to see how much of the communication backward hides.
   std::vector<Tensor> bucket_tensors() const;
   const std::vector<Tensor>& params() const { return params_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  // ---- ZeRO (Note [ZeRO gradient shards]) ----
+  int zero_stage() const { return opt_.zero_stage; }
+  // Called at the end of every synchronised backward once the shards hold the reduced gradient.
+  void set_shards_ready_hook(std::function<void()> f) { on_shards_ready_ = std::move(f); }
+  // The next reduction overwrites the shards instead of adding to them.
+  void zero_shards() { shards_fresh_ = true; }
+  // Bytes of gradient memory this rank holds now: full-size buckets allocated plus shards.
+  int64_t gradient_bytes() const;
 
  private:
   Reducer(std::vector<Tensor> params, std::vector<std::string> names,
@@ -78,6 +109,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void mark_ready(size_t i);
   void launch_ready_buckets();
   void finalize();
+  void launch(Bucket& b);
+  void finish(Bucket& b);  // waits for b's reduction; ZeRO: adds it into the shard, frees
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
@@ -99,6 +132,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<size_t> arrival_;  // first iteration: the order gradients arrived in
   bool order_recorded_ = false, rebuilt_ = false;
   std::function<void()> on_backward_computed_;
+  std::function<void()> on_shards_ready_;
+  bool shards_fresh_ = true;
   double last_wait_s_ = 0;
 };
 

@@ -61,6 +61,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   }
   NoGradGuard no_grad;
   amp_unscale_(grads, found_inf_, scale_);
+  opt.sum_over_shards(found_inf_);  // ZeRO: an inf in any rank's shard skips the step everywhere
   unscaled_ = true;
 }
 

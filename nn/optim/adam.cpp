@@ -44,6 +44,15 @@ AdamOptions& Adam::options(size_t group) {
   return options_[group];
 }
 
+std::unique_ptr<Optimizer> Adam::make_like(std::vector<std::vector<Tensor>> groups) const {
+  LOOM_CHECK(groups.size() == options_.size(), name(), ".make_like: ", groups.size(),
+             " groups given, this optimizer has ", options_.size());
+  std::unique_ptr<Adam> out(new Adam(name(), decoupled_));  // AdamW is Adam with decoupled_
+  for (size_t g = 0; g < groups.size(); ++g)
+    out->add_param_group(std::move(groups[g]), options_[g]);
+  return out;
+}
+
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : Adam("AdamW", true) {
   add_param_group(std::move(params), options);
 }

@@ -4,7 +4,9 @@
 // Leaves out: maximize, capturable (device-side step counts for CUDA graphs), foreach flags.
 #pragma once
 
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "nn/optim/optimizer.h"
 
@@ -38,6 +40,7 @@ class Adam : public Optimizer {
   void add_param_group(std::vector<Tensor> params, AdamOptions options);
   void step() override;
   AdamOptions& options(size_t group = 0);
+  std::unique_ptr<Optimizer> make_like(std::vector<std::vector<Tensor>> groups) const override;
 
  protected:
   Adam(std::string name, bool decoupled_weight_decay);

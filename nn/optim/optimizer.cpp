@@ -10,6 +10,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/factory.h"
+#include "nn/clip.h"
 
 namespace loom::optim {
 
@@ -127,6 +128,17 @@ void Optimizer::zero_grad() {
   for (auto& g : groups_)
     for (auto& p : g)
       if (p.grad().defined()) p.set_grad(Tensor());
+}
+
+std::unique_ptr<Optimizer> Optimizer::make_like(std::vector<std::vector<Tensor>> groups) const {
+  (void)groups;
+  LOOM_FAIL(name_,
+            ".make_like: this optimizer cannot be rebuilt over other parameters (a sharded "
+            "optimizer needs it; SGD, Adam and AdamW can)");
+}
+
+Tensor Optimizer::clip_grad_norm_(double max_norm) {
+  return nn::clip_grad_norm_(all_params(), max_norm);
 }
 
 double Optimizer::lr(size_t group) const {

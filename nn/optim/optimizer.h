@@ -15,6 +15,10 @@
 #include "kernels/params.h"
 #include "nn/state_dict.h"
 
+namespace loom::distributed {
+class ZeroOptimizer;
+}
+
 namespace loom::optim {
 
 using nn::StateDict;
@@ -68,7 +72,7 @@ class Optimizer {
   // is one per group and step()).
   void step_one(const Tensor& p);
   // Clears every parameter's gradient (undefined, as set_to_none=True).
-  void zero_grad();
+  virtual void zero_grad();
 
   const std::string& name() const { return name_; }
   size_t num_param_groups() const { return groups_.size(); }
@@ -81,10 +85,25 @@ class Optimizer {
   void set_lr(size_t group, double lr);
   void set_lr(double lr);
 
-  StateDict state_dict() const;
+  virtual StateDict state_dict() const;
   // Restores state and hyper-parameters saved by an optimizer of the same kind over parameters of
   // the same shapes (copied onto each parameter's device and dtype).
-  void load_state_dict(const StateDict& sd);
+  virtual void load_state_dict(const StateDict& sd);
+
+  // ---- sharded optimizers (ZeRO: distributed/zero/zero_optimizer.h) ----
+  // An optimizer of the same kind, with each group's options, over `groups` (one list per group
+  // of this one) and no state: how ZeRO builds the optimizer of its shard. Errors for a kind
+  // that cannot (SGD, Adam and AdamW can).
+  virtual std::unique_ptr<Optimizer> make_like(std::vector<std::vector<Tensor>> groups) const;
+  // Whether this optimizer updates only this rank's share of the parameters; its gradients are
+  // then that share's, and a sum over all gradients (GradScaler's inf flag, the clipping norm)
+  // must be completed by sum_over_shards, which adds t up over the ranks (nothing here).
+  virtual bool sharded() const { return false; }
+  virtual void sum_over_shards(Tensor& t) const { (void)t; }
+  // Clips the gradients step() will apply to a global 2-norm of max_norm and returns the norm
+  // before clipping (nn::clip_grad_norm_ over the parameters; a sharded optimizer's over all
+  // ranks). StepRunner's --grad-clip calls it.
+  virtual Tensor clip_grad_norm_(double max_norm);
 
   // ---- a step that a CUDA graph can capture (Note [Capturable optimizer]) ----
   // Moves learning rates and step counts to the parameters' device and creates all state now.
@@ -130,6 +149,7 @@ class Optimizer {
   ParamState& state_of(size_t param_index) { return state_[param_index]; }
 
  private:
+  friend class distributed::ZeroOptimizer;  // forwards its hyper-parameters to the shard's
   // Capturable: copies the device step counts into state_ (a sync).
   void pull_device_steps() const;
 

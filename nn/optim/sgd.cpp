@@ -25,6 +25,15 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer("SGD") {
   add_param_group(std::move(params), options);
 }
 
+std::unique_ptr<Optimizer> SGD::make_like(std::vector<std::vector<Tensor>> groups) const {
+  LOOM_CHECK(groups.size() == options_.size() && !groups.empty(), name(),
+             ".make_like: ", groups.size(), " groups given, this optimizer has ", options_.size());
+  auto out = std::make_unique<SGD>(std::move(groups[0]), options_[0]);
+  for (size_t g = 1; g < groups.size(); ++g)
+    out->add_param_group(std::move(groups[g]), options_[g]);
+  return out;
+}
+
 void SGD::add_param_group(std::vector<Tensor> params, SGDOptions options) {
   check_options(options);
   add_group_params(std::move(params));

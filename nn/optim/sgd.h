@@ -2,6 +2,9 @@
 // Leaves out: maximize, differentiable steps.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "nn/optim/optimizer.h"
 
 namespace loom::optim {
@@ -25,6 +28,7 @@ class SGD : public Optimizer {
   void add_param_group(std::vector<Tensor> params, SGDOptions options);
   void step() override;
   SGDOptions& options(size_t group = 0);
+  std::unique_ptr<Optimizer> make_like(std::vector<std::vector<Tensor>> groups) const override;
 
  protected:
   std::vector<std::pair<std::string, double>> hyper_parameters(size_t group) const override;

@@ -167,6 +167,46 @@ TEST(TrainGpt, TwoGlooProcessesEndWithOneProcesssWeights) {
   fs::remove_all(dir);
 }
 
+// --zero 2 on two Gloo processes: the weights of one process (float32 rounding of the gradient
+// sums), each rank's memory printed after the first step (optimizer state halved against the
+// one process's), and a checkpoint written by the two sharded ranks, resumed by one process
+// without ZeRO, ends where the uninterrupted run ends.
+TEST(TrainGpt, ZeroTwoOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZero) {
+#ifndef LOOM_WITH_GLOO
+  GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
+#endif
+  fs::path dir = temp_dir("zero"), one = dir / "one", two = dir / "two", half = dir / "half";
+  fs::create_directories(half);
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 10 --eval-every 5 --checkpoint-dir ";
+  Outcome a = run_cmd(gpt(1, text, common + one.string()));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --zero 2"));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_LE(
+      max_weight_difference(one / "ckpt-00000010.safetensors", two / "ckpt-00000010.safetensors"),
+      1e-5);
+  // "rank 0: parameters 0.5 MiB, gradients ..., optimizer state S MiB": S halves under ZeRO-2.
+  auto state = [](const std::string& out, int rank) {
+    std::smatch m;
+    std::regex re("rank " + std::to_string(rank) + ": .*optimizer state ([0-9.]+) MiB");
+    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
+  };
+  ASSERT_GT(state(a.output, 0), 0) << a.output;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NEAR(state(b.output, r), state(a.output, 0) / 2, 0.05) << b.output;
+  // The two sharded ranks' checkpoint of step 5 (written after the evaluation), finished by one
+  // process without ZeRO (the same schedule: --max-steps 10 again).
+  fs::copy_file(two / "ckpt-00000005.safetensors", half / "ckpt-00000005.safetensors");
+  Outcome d = run_cmd(gpt(1, text, common + half.string() + " --resume"));
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("written by 2 process(es), now 1"), std::string::npos) << d.output;
+  EXPECT_LE(
+      max_weight_difference(one / "ckpt-00000010.safetensors", half / "ckpt-00000010.safetensors"),
+      1e-5);
+  fs::remove_all(dir);
+}
+
 // --grad-accum 2: each step's 16 windows run as 2 micro-batches of 8 and one update, so the run
 // ends with the weights of the one-batch run, up to float32 rounding of the gradient sums
 // (unit roundoff 6e-8, grown over 10 AdamW steps of lr 3e-3: 1e-5 on weights of size ~0.1).
