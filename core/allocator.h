@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 
@@ -40,6 +41,20 @@ struct CpuAllocStats {
 };
 CpuAllocStats cpu_alloc_stats();
 void reset_cpu_peak();
+
+// A ceiling on the CPU allocator's live bytes (0: none, the default): an allocation that would
+// take live_bytes above it throws loom::OutOfMemoryError (core/out_of_memory.h) with the CPU's
+// numbers (requested, live, peak, the limit) instead of allocating. It simulates running out of
+// memory, e.g. to see a program's error path. The environment variable LOOM_CPU_MEMORY_LIMIT
+// sets it when the CPU allocator is first used (bytes, or with the suffix K, M or G: 512M);
+// set_cpu_memory_limit overrides it. Counted as live_bytes is, so only with glibc; elsewhere only
+// a single request larger than the limit fails. Without a limit, an aligned_alloc that fails
+// throws the same error.
+void set_cpu_memory_limit(size_t bytes);
+size_t cpu_memory_limit();
+// LOOM_CPU_MEMORY_LIMIT's syntax: "1048576", "64K", "512M", "2G" (binary units); an error
+// naming the text for anything else or a size over 64 bits.
+size_t parse_memory_size(const std::string& text);
 
 // The allocator for a device: the CPU one, or the CUDA caching allocator
 // (core/cuda/allocator.cpp, compiled only when loom is built with CUDA).

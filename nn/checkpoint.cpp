@@ -18,6 +18,7 @@
 
 #include "core/atomic_file.h"
 #include "core/crc32c.h"
+#include "core/out_of_memory.h"
 #include "nn/serialize.h"
 
 namespace loom {
@@ -268,6 +269,8 @@ std::optional<TrainingState> load_latest_checkpoint(const std::string& dir) {
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
       return load_checkpoint(it->second);
+    } catch (const OutOfMemoryError&) {
+      throw;  // the file is fine: the run does not fit, and must not start anew over it
     } catch (const Error& e) {
       std::cerr << "loom: warning: skipping checkpoint " << it->second << ": " << e.what() << "\n";
     }

@@ -65,7 +65,8 @@ void restore_default_rng(const TrainingState& state);
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
 
 // The newest checkpoint in `dir` that loads and passes every check. A newer one that fails
-// (truncated, corrupt) is skipped with a warning on stderr. nullopt when there is none.
+// (truncated, corrupt) is skipped with a warning on stderr. nullopt when there is none. Running
+// out of memory while loading is not the file's fault: that OutOfMemoryError is thrown.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 // The same, returning the loaded state (reads the file once).
 std::optional<TrainingState> load_latest_checkpoint(const std::string& dir);

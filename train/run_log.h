@@ -41,7 +41,9 @@ struct TrainReport {
 int exit_status(const TrainReport& r);
 
 // Runs main_body, turning loom::Error and any std::exception into one line on stderr
-// ("<program>: error: ...") and exit code 1.
+// ("<program>: error: ...") and exit code 1. Running out of memory is such an error
+// (loom::OutOfMemoryError, Note [Out of memory] in core/out_of_memory.cpp): its line says what
+// to try, and nothing is saved on the way out (a checkpoint written earlier stays as it was).
 int run_main(const char* program, const std::function<int()>& main_body);
 
 class RunLog {

@@ -14,6 +14,7 @@
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
+#include "core/out_of_memory.h"
 #include "kernels/raw_ops.h"
 
 namespace loom {
@@ -98,6 +99,8 @@ Tensor cross_entropy_composite(const Tensor& logits, const Tensor& target, Reduc
   Tensor nll;
   try {
     nll = nll_loss_as("cross_entropy", logp, target, r, ignore_index);
+  } catch (const OutOfMemoryError&) {
+    throw;  // keeps its type (and says nothing of logp)
   } catch (const Error& e) {
     // The backend checked log_softmax(logits), which it calls logp: say logits, as the user did.
     std::string msg = e.what();

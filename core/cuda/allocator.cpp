@@ -5,17 +5,17 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
-#include <iomanip>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <sstream>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/cuda/stream.h"
 #include "core/error.h"
+#include "core/out_of_memory.h"
 
 namespace loom {
 namespace cuda {
@@ -36,8 +36,10 @@ namespace {
 // returns to its pool only once those events have completed (polled at the next allocation).
 //
 // Out of memory: if cudaMalloc fails, the allocator waits for the pending events, returns every
-// wholly free cached segment to CUDA and tries once more; if that fails too the error names the
-// request, the bytes allocated and reserved by loom, and the device's free and total memory.
+// wholly free cached segment to CUDA and tries once more; if that fails too it throws
+// loom::OutOfMemoryError naming the request, the bytes allocated and reserved by loom, the
+// largest free cached block, the peak, the device's free and total memory, and what to try
+// (Note [Out of memory] in core/out_of_memory.cpp).
 //
 // CUDA graphs: during a capture, allocations on the capturing stream come from a private pool
 // (begin_pool_capture). A graph replays fixed addresses, so its memory must never be handed to
@@ -61,12 +63,6 @@ size_t segment_size(size_t size) {
   if (size <= kSmallSize) return kSmallSegment;
   if (size < kMinLargeAlloc) return kLargeSegment;
   return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
-}
-
-std::string mib(size_t bytes) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << double(bytes) / double(1 << 20) << " MiB";
-  return os.str();
 }
 
 struct Pool;
@@ -253,19 +249,13 @@ class DeviceAllocator final : public Allocator {
       release_cached();
       err = raw_malloc(&p, seg);
     }
-    if (err != cudaSuccess) {
-      if (err == cudaErrorMemoryAllocation) ++stats_.num_ooms;
-      size_t free_b = 0, total_b = 0;
-      if (captures_.empty()) cudaMemGetInfo(&free_b, &total_b);
-      LOOM_FAIL("CUDA out of memory on cuda:", device_, ": tried to allocate ", mib(nbytes),
-                " (a segment of ", mib(seg), "); loom has ", mib(stats_.allocated),
-                " allocated and ", mib(stats_.reserved), " reserved (cached ",
-                mib(stats_.reserved - stats_.allocated), "); the device has ",
-                captures_.empty() ? mib(free_b) : std::string("?"), " free of ",
-                captures_.empty() ? mib(total_b) : std::string("?"),
-                " (cudaMalloc: ", cudaGetErrorName(err),
-                captures_.empty() ? ")" : "; the cache is not emptied during CUDA graph capture)");
+    if (err == cudaErrorMemoryAllocation) {
+      ++stats_.num_ooms;
+      out_of_memory(pool, nbytes, seg);
     }
+    LOOM_CHECK(err == cudaSuccess, "cudaMalloc of a ", format_bytes(seg),
+               " segment on cuda:", device_, " (to allocate ", format_bytes(nbytes),
+               "): ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
     Block* b = new Block;
     b->stream = s;
     b->size = seg;
@@ -277,6 +267,43 @@ class DeviceAllocator final : public Allocator {
     stats_.reserved += seg;
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     return b;
+  }
+
+  // Throws the OutOfMemoryError for a request of nbytes whose segment of seg bytes cudaMalloc
+  // refused (after the retry, which is not made during a capture).
+  [[noreturn]] void out_of_memory(const Pool& pool, size_t nbytes, size_t seg) {
+    OutOfMemoryNumbers n;
+    n.device = "cuda:" + std::to_string(device_);
+    n.requested = nbytes;
+    n.allocated = stats_.allocated;
+    n.reserved = stats_.reserved;
+    n.largest_free_block = largest_free_block(pool);
+    n.peak_allocated = stats_.peak_allocated;
+    if (captures_.empty()) device_memory(&n.device_free, &n.device_total);
+    n.cause = "cudaMalloc of a " + format_bytes(seg) + " segment: cudaErrorMemoryAllocation" +
+              (captures_.empty() ? ", after emptying the cache"
+                                 : "; the cache is not emptied during a CUDA graph capture");
+    throw OutOfMemoryError(n);
+  }
+
+  // cudaMemGetInfo of this allocator's device (0 and 0 if it fails).
+  void device_memory(size_t* free_b, size_t* total_b) {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    if (prev != device_) cudaSetDevice(device_);
+    if (cudaMemGetInfo(free_b, total_b) != cudaSuccess) {
+      cudaGetLastError();
+      *free_b = *total_b = 0;
+    }
+    if (prev != device_ && prev >= 0) cudaSetDevice(prev);
+  }
+
+  // The largest free block cached in the pool, on any stream (0 when none).
+  static size_t largest_free_block(const Pool& pool) {
+    size_t largest = 0;
+    for (const auto* set : {&pool.small, &pool.large})
+      for (const Block* b : *set) largest = std::max(largest, b->size);
+    return largest;
   }
 
   // Cuts `size` bytes off the front of b; the rest goes back to the free set.

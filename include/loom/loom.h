@@ -16,6 +16,7 @@
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "core/generator.h"
+#include "core/out_of_memory.h"
 #include "core/tensor.h"
 // Modules, fusion (nn::fuse), losses, initialisation, clipping, the reference models.
 #include "nn/clip.h"

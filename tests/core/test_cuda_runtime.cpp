@@ -14,6 +14,7 @@
 #include "core/cuda/graph.h"
 #include "core/cuda/host_allocator.h"
 #include "core/cuda/stream.h"
+#include "core/out_of_memory.h"
 
 namespace loom::testing {
 namespace {
@@ -200,19 +201,47 @@ TEST(CudaAllocator, RecordStreamDelaysReuseUntilThatStreamsWorkIsDone) {
 
 TEST(CudaAllocator, OutOfMemoryErrorNamesTheNumbers) {
   if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  uint64_t ooms = cuda::memory_stats(0).num_ooms;
+  FreshStream fresh;
+  // A cached whole segment (the retry returns it to CUDA) and a partly used one (its free
+  // blocks stay: the largest is at least the freed 4 MiB).
+  Tensor whole = empty({(int64_t(100) << 20) / 4}, {.device = kGpu});
+  Tensor a = empty({(int64_t(4) << 20) / 4}, {.device = kGpu});
+  Tensor b = empty({(int64_t(4) << 20) / 4}, {.device = kGpu});
+  whole = Tensor();
+  a = Tensor();
+  const cuda::MemoryStats before = cuda::memory_stats(0);
   try {
-    Tensor t = empty({int64_t(1) << 40}, {.device = kGpu});  // 4 TiB
-    FAIL() << "allocated 4 TiB";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("CUDA out of memory on cuda:0"), std::string::npos) << m;
-    EXPECT_NE(m.find("tried to allocate 4194304.0 MiB"), std::string::npos) << m;
-    EXPECT_NE(m.find("allocated"), std::string::npos) << m;
-    EXPECT_NE(m.find("reserved"), std::string::npos) << m;
-    EXPECT_NE(m.find("free of"), std::string::npos) << m;
+    Tensor t = empty({int64_t(1) << 38}, {.device = kGpu});  // 1 TiB: more than any card has
+    FAIL() << "allocated 1 TiB";
+  } catch (const OutOfMemoryError& e) {
+    const OutOfMemoryNumbers& n = e.numbers();
+    const cuda::MemoryStats s = cuda::memory_stats(0);
+    EXPECT_EQ(n.device, "cuda:0");
+    EXPECT_EQ(n.requested, size_t(1) << 40);
+    EXPECT_EQ(n.allocated, s.allocated);
+    EXPECT_EQ(n.reserved, s.reserved);
+    EXPECT_EQ(n.peak_allocated, s.peak_allocated);
+    EXPECT_GE(n.largest_free_block, size_t(4) << 20);
+    EXPECT_LE(n.largest_free_block, n.reserved - n.allocated);
+    EXPECT_GT(n.device_total, size_t(0));
+    EXPECT_LE(n.device_free, n.device_total);
+    EXPECT_GT(s.num_frees_to_cuda, before.num_frees_to_cuda) << "the cache was not emptied";
+    EXPECT_EQ(s.num_ooms, before.num_ooms + 2) << "one failure, one failed retry";
+    const std::string m = e.what();
+    EXPECT_EQ(
+        m.rfind("CUDA out of memory on cuda:0: tried to allocate 1.00 TiB; the caching "
+                "allocator holds " +
+                    format_bytes(n.allocated) + " allocated, " + format_bytes(n.reserved) +
+                    " reserved (largest free block " + format_bytes(n.largest_free_block) +
+                    "), peak " + format_bytes(n.peak_allocated) + " in this run; the device has " +
+                    format_bytes(n.device_free) + " free of " + format_bytes(n.device_total),
+                0),
+        0u)
+        << m;
+    for (const char* flag : {"--batch-size", "--grad-accum K", "--amp bf16",
+                             "--activation-checkpointing", "--zero 1|2|3"})
+      EXPECT_NE(m.find(flag), std::string::npos) << "no " << flag << " in: " << m;
   }
-  EXPECT_GT(cuda::memory_stats(0).num_ooms, ooms);
   Tensor ok = ones({1000}, {.device = kGpu});  // the device is still usable
   EXPECT_EQ(ok.sum().item(), 1000.0);
 }

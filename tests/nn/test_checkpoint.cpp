@@ -1,5 +1,6 @@
 // nn/checkpoint and nn/serialize: training state round trips (bit-exact), any device/layout in,
-// keep-last-K, fallback past a corrupt newest file, and a writer killed mid-write.
+// keep-last-K, fallback past a corrupt newest file (but not past running out of memory), and a
+// writer killed mid-write.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,7 +13,9 @@
 #include <thread>
 
 #include "autograd/ops/ops.h"
+#include "core/allocator.h"
 #include "core/atomic_file.h"
+#include "core/out_of_memory.h"
 #include "nn/checkpoint.h"
 #include "nn/serialize.h"
 #ifdef LOOM_WITH_CUDA
@@ -222,6 +225,27 @@ TEST(Checkpoint, LatestSkipsACorruptOrTruncatedNewest) {
   testing::internal::CaptureStderr();
   EXPECT_FALSE(latest_checkpoint(dir.path).has_value());
   testing::internal::GetCapturedStderr();
+}
+
+// Note [Out of memory]: a run that cannot load its checkpoint for lack of memory must stop, not
+// skip the checkpoint and start a new run that would then rotate it away.
+TEST(Checkpoint, OutOfMemoryWhileLoadingIsAnErrorNotASkip) {
+  TempDir dir;
+  TrainingState s = sample_state();
+  s.model.push_back({"big", zeros({1 << 18})});  // 1 MiB
+  const std::string path = save_checkpoint(dir.path, 1, s, 0);
+  const std::string bytes = read_bytes(path);
+  const size_t before = cpu_memory_limit();
+  set_cpu_memory_limit(cpu_alloc_stats().live_bytes + (64 << 10));  // less than "big"
+  testing::internal::CaptureStderr();
+  EXPECT_THROW(load_latest_checkpoint(dir.path), OutOfMemoryError);
+  const std::string warn = testing::internal::GetCapturedStderr();
+  set_cpu_memory_limit(before);
+  EXPECT_EQ(warn.find("skipping"), std::string::npos) << warn;
+  EXPECT_EQ(read_bytes(path), bytes);
+  auto st = load_latest_checkpoint(dir.path);  // with the memory back it loads
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(same_bits(*find(st->model, "big"), zeros({1 << 18})));
 }
 
 TEST(Checkpoint, ForeignFilesAreErrorsNamingTheFile) {
