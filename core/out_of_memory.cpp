@@ -20,8 +20,8 @@ namespace {
 
 constexpr const char* kAdvice =
     "To fit: a smaller --batch-size, --grad-accum K (the same batch as K micro-batches, 1/K of "
-    "the activations), --amp bf16, --activation-checkpointing (train_gpt), --zero 1|2|3 (under "
-    "loomrun)";
+    "the activations), --amp bf16, --activation-checkpointing (train_gpt), --zero 2 (under "
+    "loomrun: optimizer state and gradients sharded over the processes)";
 
 std::string cuda_message(const OutOfMemoryNumbers& n) {
   std::string m = "CUDA out of memory on " + n.device + ": tried to allocate " +

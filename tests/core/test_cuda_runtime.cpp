@@ -239,7 +239,7 @@ TEST(CudaAllocator, OutOfMemoryErrorNamesTheNumbers) {
         0u)
         << m;
     for (const char* flag : {"--batch-size", "--grad-accum K", "--amp bf16",
-                             "--activation-checkpointing", "--zero 1|2|3"})
+                             "--activation-checkpointing", "--zero 2"})
       EXPECT_NE(m.find(flag), std::string::npos) << "no " << flag << " in: " << m;
   }
   Tensor ok = ones({1000}, {.device = kGpu});  // the device is still usable

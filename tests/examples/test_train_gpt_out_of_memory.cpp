@@ -112,7 +112,7 @@ TEST(OutOfMemoryExit, ResumedRunOverTheLimitExitsWithOneErrorAndLeavesTheCheckpo
       << oom.output;
   for (const char* part :
        {"live, peak ", "the CPU memory limit is 6.00 MiB", "--batch-size", "--grad-accum K",
-        "--amp bf16", "--activation-checkpointing", "--zero 1|2|3"})
+        "--amp bf16", "--activation-checkpointing", "--zero 2"})
     EXPECT_NE(oom.output.find(part), std::string::npos) << "no '" << part << "' in " << oom.output;
   EXPECT_EQ(read_bytes(saved), bytes) << "the checkpoint changed";
   EXPECT_EQ(files(), files_before) << "a file was written or removed";
