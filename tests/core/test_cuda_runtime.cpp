@@ -238,8 +238,8 @@ TEST(CudaAllocator, OutOfMemoryErrorNamesTheNumbers) {
                 0),
         0u)
         << m;
-    for (const char* flag : {"--batch-size", "--grad-accum K", "--amp bf16",
-                             "--activation-checkpointing", "--zero 2"})
+    for (const char* flag :
+         {"--batch-size", "--grad-accum K", "--amp bf16", "--activation-checkpointing", "--zero 2"})
       EXPECT_NE(m.find(flag), std::string::npos) << "no " << flag << " in: " << m;
   }
   Tensor ok = ones({1000}, {.device = kGpu});  // the device is still usable
