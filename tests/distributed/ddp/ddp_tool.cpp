@@ -6,18 +6,22 @@
 //   consistency                rank 1 changes a weight behind DDP's back
 //   join <out_dir>             rank r has 3 + 2r steps, inside DistributedDataParallel::join
 //   scaler <out_dir>           fp16 autocast + GradScaler; rank 1's input holds an inf at step 2
+//   buffers <0|1> <out_dir>    a BatchNorm model, each rank on its own data, broadcast_buffers
+//   collectives                counts the collectives of no_sync and of the synchronised backward
 // Writes <out_dir>/<what>_rank<r>.safetensors; exit 0 = ran, 3 = the expected error was thrown
 // (its message on stderr), anything else = failure.
 #include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "autograd/amp/autocast.h"
 #include "ddp_case.h"
 #include "distributed/ddp/ddp.h"
 #include "distributed/env.h"
+#include "distributed/store/store.h"
 #include "distributed/world.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/serialize.h"
@@ -187,6 +191,7 @@ int join(char** argv) {
       cross_entropy(ddp(x.to(g_device)), y.to(g_device)).backward();
       sgd->step();
     }
+    save(dir, "join_own", ddp);  // this rank's weights after its last step, before the others end
   });
   save(dir, "join", ddp);
   std::cout << "rank " << g_rank << " ran " << steps << " steps and joined\n";
@@ -221,11 +226,125 @@ int scaler(char** argv) {
   std::cout << "decisions " << decisions << " scale " << gs.get_scale() << "\n";
   return 0;
 }
+
+// Each training forward syncs rank 0's BatchNorm statistics (with broadcast_buffers), then
+// updates them with this rank's own batch; the evaluation forward syncs them once more. Saves the
+// parameters and buffers (bn_state) and the evaluation output (bn_eval).
+int buffers(char** argv) {
+  bool broadcast = std::string(argv[2]) == "1";
+  std::string dir = argv[3];
+  auto model = test::ddp_bn_model(20 + uint64_t(g_rank));  // rank 0's weights win
+  model->to(g_device);
+  DDPOptions opt;
+  opt.broadcast_buffers = broadcast;
+  DistributedDataParallel ddp(model, nullptr, opt);
+  auto sgd = test::ddp_case_optimizer(ddp);
+  for (int s = 0; s < 4; ++s) {
+    auto [x, y] = test::ddp_bn_batch(s, g_rank);
+    sgd->zero_grad();
+    cross_entropy(ddp(x.to(g_device)), y.to(g_device)).backward();
+    sgd->step();
+  }
+  ddp.train(false);
+  NamedTensors state = ddp.named_parameters();
+  NamedTensors eval;
+  {
+    NoGradGuard g;
+    eval.emplace_back("out", ddp(test::ddp_bn_batch(0, -1).first.to(g_device)));
+  }
+  for (auto& nb : ddp.named_buffers()) state.push_back(nb);
+  std::string suffix = "_rank" + std::to_string(g_rank) + ".safetensors";
+  save_safetensors(dir + "/bn_state" + suffix, state);
+  save_safetensors(dir + "/bn_eval" + suffix, eval);
+  return 0;
+}
+
+// Passes every collective on to the world group and counts them, so a test sees which ones a
+// DistributedDataParallel built on it makes. Its own store keys go under "counting/".
+class CountingGroup : public ProcessGroup {
+ public:
+  explicit CountingGroup(std::shared_ptr<ProcessGroup> inner)
+      : ProcessGroup(inner->rank(), inner->size(),
+                     std::make_shared<PrefixStore>("counting", inner->store()), inner->timeout()),
+        inner_(std::move(inner)) {}
+  std::string backend() const override { return inner_->backend(); }
+  int all_reduces = 0, others = 0;
+
+ protected:
+  std::shared_ptr<Work> do_all_reduce(Tensor& t, distributed::ReduceOp op,
+                                      const OpRecord&) override {
+    ++all_reduces;
+    return inner_->all_reduce(t, op);
+  }
+  std::shared_ptr<Work> do_broadcast(Tensor& t, int root, const OpRecord&) override {
+    ++others;
+    return inner_->broadcast(t, root);
+  }
+  std::shared_ptr<Work> do_all_gather(Tensor& out, const Tensor& in, const OpRecord&) override {
+    ++others;
+    return inner_->all_gather(out, in);
+  }
+  std::shared_ptr<Work> do_reduce_scatter(Tensor& out, const Tensor& in, distributed::ReduceOp op,
+                                          const OpRecord&) override {
+    ++others;
+    return inner_->reduce_scatter(out, in, op);
+  }
+  std::shared_ptr<Work> do_barrier(const OpRecord&) override {
+    ++others;
+    return inner_->barrier();
+  }
+  std::shared_ptr<Work> do_send(const Tensor& t, int dst, int tag, const OpRecord&) override {
+    return inner_->send(t, dst, tag);
+  }
+  std::shared_ptr<Work> do_recv(Tensor& t, int src, int tag, const OpRecord&) override {
+    return inner_->recv(t, src, tag);
+  }
+  void check_device(const char*, const Tensor&) const override {}  // the world group checks
+
+ private:
+  std::shared_ptr<ProcessGroup> inner_;
+};
+
+// Two micro-batches under no_sync, then one synchronised: prints
+// "no_sync: <all_reduces> all_reduces <others> other; synchronised: <all_reduces> all_reduces
+// <others> other; buckets <n>".
+int collectives() {
+  auto pg = std::make_shared<CountingGroup>(world());
+  auto model = test::ddp_case_model(kF32, 13);
+  model->to(g_device);
+  DDPOptions opt;
+  opt.reducer.first_bucket_cap_bytes = opt.reducer.bucket_cap_bytes = 512;
+  opt.reducer.rebuild_buckets = false;  // a rebuild would add its broadcast to the next forward
+  DistributedDataParallel ddp(model, pg, opt);
+  auto sgd = test::ddp_case_optimizer(ddp);
+  auto batch = test::ddp_case_batch(0, 12, kF32);
+  Tensor x = batch.first, y = batch.second;  // named: clang 14 cannot capture a binding
+  auto micro = [&](int k) {
+    Tensor xk = x.slice(0, k * 4, k * 4 + 4).to(g_device);
+    Tensor yk = y.slice(0, k * 4, k * 4 + 4).to(g_device);
+    (cross_entropy(ddp(xk), yk) * (1.0 / 3)).backward();
+  };
+  sgd->zero_grad();
+  pg->all_reduces = pg->others = 0;  // construction broadcast the weights
+  {
+    auto guard = ddp.no_sync();
+    micro(0);
+    micro(1);
+  }
+  std::cout << "no_sync: " << pg->all_reduces << " all_reduces " << pg->others << " other; ";
+  pg->all_reduces = pg->others = 0;
+  micro(2);
+  std::cout << "synchronised: " << pg->all_reduces << " all_reduces " << pg->others
+            << " other; buckets " << ddp.reducer().bucket_names().size() << "\n";
+  sgd->step();
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: ddp_tool train|unused|mismatch|consistency|join ...\n";
+    std::cerr << "usage: ddp_tool "
+                 "train|unused|mismatch|consistency|join|scaler|buffers|collectives ...\n";
     return 2;
   }
   try {
@@ -253,6 +372,10 @@ int main(int argc, char** argv) {
       rc = join(argv);
     else if (mode == "scaler")
       rc = scaler(argv);
+    else if (mode == "buffers")
+      rc = buffers(argv);
+    else if (mode == "collectives")
+      rc = collectives();
     else
       std::cerr << "ddp_tool: unknown mode " << mode << "\n";
     destroy_process_group();

@@ -1,7 +1,9 @@
 // DistributedDataParallel in real multi-process jobs over Gloo (ddp_tool.cpp is the worker): the
 // same weights on every rank after construction and after 20 steps (bitwise), equal to one
-// process on the concatenated batches, no_sync, unused parameters, errors, join; the bucket
-// assignment; a world of one. NCCL: the same equivalence on two GPUs (skipped below two).
+// process on the concatenated batches, no_sync (its gradients and its collectives: none),
+// unused parameters, errors, join (the state of the rank that ran the most steps), BatchNorm
+// buffers broadcast from rank 0; the bucket assignment; a world of one (a gradient cleared between
+// steps). NCCL: the same equivalence on two GPUs (skipped below two).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,6 +146,60 @@ namespace {
       << "inside no_sync the ranks' gradients must still differ";
 }
 
+// The BatchNorm run of `ddp_tool buffers 1` on two ranks, in one process: the gradient of the
+// mean of both ranks' losses (each rank's batch normalised by its own statistics), and rank 0's
+// running statistics alone (rank 1's forward starts from them and its update is overwritten by
+// the next forward's broadcast). Returns the parameters then the buffers; *eval gets the output
+// on the shared evaluation batch.
+[[maybe_unused]] NamedTensors bn_reference(Tensor* eval) {
+  auto model = test::ddp_bn_model(20);
+  auto sgd = test::ddp_case_optimizer(*model);
+  for (int s = 0; s < 4; ++s) {
+    auto [x0, y0] = test::ddp_bn_batch(s, 0);
+    auto [x1, y1] = test::ddp_bn_batch(s, 1);
+    sgd->zero_grad();
+    std::vector<Tensor> before;
+    for (auto& [n, b] : model->named_buffers()) before.push_back(b.clone());
+    Tensor l1 = cross_entropy((*model)(x1), y1);
+    {
+      NoGradGuard g;
+      auto bufs = model->named_buffers();
+      for (size_t i = 0; i < bufs.size(); ++i) bufs[i].second.copy_(before[i]);
+    }
+    Tensor l0 = cross_entropy((*model)(x0), y0);
+    ((l0 + l1) * 0.5).backward();
+    sgd->step();
+  }
+  model->train(false);
+  {
+    NoGradGuard g;
+    *eval = (*model)(test::ddp_bn_batch(0, -1).first);
+  }
+  NamedTensors out = model->named_parameters();
+  for (auto& nb : model->named_buffers()) out.push_back(nb);
+  return out;
+}
+
+// `ddp_tool join` in one process: at step s every rank r with 3 + 2r > s contributes its batch,
+// and the sum is divided by the whole world (3), as the joined ranks' zeros make it.
+[[maybe_unused]] NamedTensors join_reference() {
+  auto model = test::ddp_case_model(kF32, 9);
+  auto sgd = test::ddp_case_optimizer(*model);
+  for (int s = 0; s < 7; ++s) {
+    sgd->zero_grad();
+    Tensor loss;
+    for (int r = 0; r < 3; ++r) {
+      if (s >= 3 + 2 * r) continue;
+      auto [x, y] = test::ddp_case_batch(s * 10 + r, 4, kF32);
+      Tensor l = cross_entropy((*model)(x), y);
+      loss = loss.defined() ? loss + l : l;
+    }
+    (loss * (1.0 / 3)).backward();
+    sgd->step();
+  }
+  return model->named_parameters();
+}
+
 #ifdef LOOM_WITH_GLOO
 struct Case {
   int world;
@@ -166,6 +222,21 @@ INSTANTIATE_TEST_SUITE_P(Processes, DDPGloo,
 
 TEST(DDPGlooNoSync, FourMicroStepsEqualOneLargeBatch) {
   check_training("gloo", 2, kF64, 4, 5, {"cap=512"}, 1e-12, check_no_sync_grads);
+}
+
+// Counted by a process group that passes each collective on to Gloo (ddp_tool collectives): the
+// two backwards under no_sync make none at all, the next one exactly one all_reduce per bucket.
+// 512-byte buckets over the ddp_case model in float32 (reverse registration order): 4.bias 16 B
+// + 4.weight 512 B, 2.bias 128 B + 2.weight 4096 B, 0.bias 128 B + 0.weight 1024 B: 3 buckets.
+TEST(DDPGlooNoSync, NoSyncMakesNoCollectiveAndTheNextBackwardOnePerBucket) {
+  auto run = test::run_workers(LOOM_DDP_TOOL, {"collectives"}, 2, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
+  expect_all_ok(run);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(run.output[size_t(r)].find("no_sync: 0 all_reduces 0 other; synchronised: 3 "
+                                         "all_reduces 0 other; buckets 3"),
+              std::string::npos)
+        << "rank " << r << ": " << run.summary();
 }
 
 TEST(DDPGlooCompression, Bf16GradientsStayCloseAndIdenticalAcrossRanks) {
@@ -241,6 +312,78 @@ TEST(DDPGlooJoin, UnevenInputsFinishAndAgree) {
     expect_bitwise_equal(load(dir, "join", r), a, "join rank " + std::to_string(r));
   std::filesystem::remove_all(dir);
 }
+
+// Rank r runs 3 + 2r steps: rank 2 runs the most (7), and every rank must end with its weights:
+// bitwise those rank 2 held when its own loop ended (join_own), and within float32 rounding of
+// the uneven schedule run in one process. Rank 0's weights (3 steps) must differ from them, or
+// the check could not tell the ranks apart.
+TEST(DDPGlooJoin, EveryRankEndsWithTheWeightsOfTheRankThatRanTheMostSteps) {
+  std::string dir = temp_dir();
+  auto run = test::run_workers(LOOM_DDP_TOOL, {"join", dir}, 3, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
+  expect_all_ok(run);
+  NamedTensors most = load(dir, "join_own", 2), fewest = load(dir, "join_own", 0);
+  for (int r = 0; r < 3; ++r)
+    expect_bitwise_equal(load(dir, "join", r), most,
+                         "rank " + std::to_string(r) + " vs rank 2 (most steps)");
+  NamedTensors ref = join_reference();
+  ASSERT_EQ(ref.size(), most.size());
+  double worst = 0, apart = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    worst = std::max(worst, max_abs_diff(most[i].second, ref[i].second));
+    apart = std::max(apart, max_abs_diff(most[i].second, fewest[i].second));
+  }
+  // 7 float32 SGD steps of weights below 1: the ranks' gradients are summed in another order than
+  // the one process sums its losses', an ulp or so a step (measured: 3e-8).
+  EXPECT_LE(worst, 1e-6) << "rank 2's weights vs the uneven schedule in one process";
+  EXPECT_GT(apart, 1e-3) << "rank 0 stopped 4 steps earlier: its weights must differ";
+  std::filesystem::remove_all(dir);
+}
+
+// Each rank trains on its own data (mean r, spread 1 + r), so its local BatchNorm statistics
+// differ; with broadcast_buffers every forward starts from rank 0's, so after the evaluation
+// forward every rank holds rank 0's statistics and gives the same output, bit for bit, and both
+// match one process that keeps rank 0's statistics. Without broadcast_buffers (the control) the
+// ranks' statistics differ: the data reaches the buffers.
+TEST(DDPGlooBuffers, BatchNormStatisticsAndEvalOutputsAreRankZerosOnEveryRank) {
+  std::string dir = temp_dir();
+  auto run = test::run_workers(LOOM_DDP_TOOL, {"buffers", "1", dir}, 2, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
+  expect_all_ok(run);
+  NamedTensors state0 = load(dir, "bn_state", 0), eval0 = load(dir, "bn_eval", 0);
+  expect_bitwise_equal(load(dir, "bn_state", 1), state0, "parameters and buffers, rank 1");
+  expect_bitwise_equal(load(dir, "bn_eval", 1), eval0, "evaluation output, rank 1");
+  auto find = [](const NamedTensors& t, const std::string& name) {
+    for (auto& [n, v] : t)
+      if (n == name) return v;
+    ADD_FAILURE() << "no " << name;
+    return zeros({0});
+  };
+  Tensor ref_eval;
+  NamedTensors ref = bn_reference(&ref_eval);
+  ASSERT_EQ(ref.size(), state0.size());
+  // Float32, 4 steps. The mean of two gradients scales each by 0.5 (exact) and adds them in
+  // either order, so they agree bit for bit here (measured); 1e-6 (a few ulps of values near 1)
+  // leaves room for the engine summing the two forwards' contributions in another order.
+  for (auto& [name, want] : ref) {
+    EXPECT_LE(max_abs_diff(find(state0, name), want), 1e-6) << name;
+  }
+  EXPECT_LE(max_abs_diff(eval0[0].second, ref_eval), 1e-6) << "evaluation output";
+  // The statistics moved off their start (mean 0, variance 1), and num_batches_tracked counts 4.
+  EXPECT_GT(max_abs_diff(find(state0, "1.running_mean"), zeros({3})), 0.05);
+  EXPECT_EQ(find(state0, "1.num_batches_tracked").item(), 4.0);
+  std::filesystem::remove_all(dir);
+
+  std::string control = temp_dir();
+  auto off = test::run_workers(LOOM_DDP_TOOL, {"buffers", "0", control}, 2, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 120);
+  expect_all_ok(off);
+  EXPECT_GT(max_abs_diff(find(load(control, "bn_state", 0), "1.running_mean"),
+                         find(load(control, "bn_state", 1), "1.running_mean")),
+            0.05)
+      << "without broadcast_buffers each rank keeps its own statistics";
+  std::filesystem::remove_all(control);
+}
 #endif
 
 TEST(DDPNccl, TwentyStepsEqualOneProcessOnTwoGpus) {
@@ -302,6 +445,48 @@ TEST(DDPWorldOfOne, SameNamesAndTheSameTrainingAsThePlainModel) {
   expect_bitwise_equal(ddp->named_parameters(), plain->named_parameters(), "world of one");
   ddp.reset();
   destroy_process_group();
+}
+
+// Note [Gradients as bucket views]: a parameter whose .grad was cleared between two steps (the
+// others keep theirs and accumulate) gets its bucket view zero-filled at the next forward, so its
+// gradient is the new step's alone, as in the plain model; the view still holds the earlier
+// steps' gradient, which must not be added in. One bucket holds all six parameters. The clearing
+// comes before the third step: the second forward rebuilds the buckets (fresh memory), so only
+// from then on do the views hold a stale gradient.
+TEST(DDPWorldOfOne, AGradientClearedBetweenStepsStartsFromZero) {
+  auto pg = std::make_shared<LocalProcessGroup>(std::chrono::seconds(10));
+  auto plain = test::ddp_case_model(kF64, 3);
+  DistributedDataParallel ddp(test::ddp_case_model(kF64, 3), pg);
+  ASSERT_EQ(ddp.reducer().bucket_names().size(), 1u);
+  ASSERT_EQ(ddp.named_parameters()[2].first, "2.weight");
+  auto grads = [](const NamedTensors& params) {
+    NamedTensors g;
+    for (auto& [n, p] : params) g.emplace_back(n, p.grad());
+    return g;
+  };
+  for (int s = 0; s < 3; ++s) {
+    auto [x, y] = test::ddp_case_batch(s, 8, kF64);
+    if (s == 2) {  // clear 2.weight's gradient alone, in both models
+      plain->named_parameters()[2].second.set_grad(Tensor());
+      ddp.named_parameters()[2].second.set_grad(Tensor());
+    }
+    cross_entropy((*plain)(x), y).backward();
+    cross_entropy(ddp(x), y).backward();
+  }
+  EXPECT_TRUE(ddp.reducer().buckets_rebuilt());
+  expect_bitwise_equal(grads(ddp.named_parameters()), grads(plain->named_parameters()),
+                       "gradients after clearing 2.weight's");
+  // In the plain model 2.weight's gradient is the third step's alone and the others hold the sum
+  // of all three: the test reaches both kinds of view.
+  auto once = test::ddp_case_model(kF64, 3);
+  auto [x2, y2] = test::ddp_case_batch(2, 8, kF64);
+  cross_entropy((*once)(x2), y2).backward();
+  EXPECT_EQ(max_abs_diff(plain->named_parameters()[2].second.grad(),
+                         once->named_parameters()[2].second.grad()),
+            0.0);
+  EXPECT_GT(max_abs_diff(plain->named_parameters()[0].second.grad(),
+                         once->named_parameters()[0].second.grad()),
+            1e-3);
 }
 
 // DDPOptions::reducer reaches the Reducer as it is: both caps shape the buckets, rebuild_buckets

@@ -1,6 +1,6 @@
 // amp::GradScaler: the fused unscale (values and the inf flag), a forced overflow that skips the
-// step bit for bit and halves the scale, growth after the interval, and its state through a
-// checkpoint (and an old checkpoint without it).
+// step bit for bit and halves the scale, growth after the interval (counted again from zero after
+// a skipped step), and its state through a checkpoint (and an old checkpoint without it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -142,6 +142,40 @@ TEST(GradScaler, GrowsAfterTheIntervalOfGoodSteps) {
   for (int i = 0; i < 3; ++i) one_step();
   EXPECT_EQ(scaler.get_scale(), 16.0);
   EXPECT_EQ(scaler.skipped_steps(), 0);
+}
+
+// A skipped step resets the count of good steps: with interval 3, two good steps, a skip (the
+// scale halves) and two more good steps leave the scale halved; only the third good step after
+// the skip doubles it. Counting on from before the skip would grow it one step early.
+TEST(GradScaler, ASkippedStepRestartsTheGrowthInterval) {
+  manual_seed(4);
+  nn::Linear lin(2, 2);
+  optim::SGD opt(lin.parameters(), {.lr = 0.01});
+  amp::GradScaler scaler({.init_scale = 8.0, .growth_interval = 3});
+  Tensor x = randn({3, 2});
+  auto one_step = [&](bool overflow) {
+    opt.zero_grad();
+    scaler.scale(sum(lin.forward(x))).backward();
+    if (overflow) lin.weight.grad().data<float>()[1] = kInf;
+    bool stepped = scaler.step(opt);
+    scaler.update();
+    return stepped;
+  };
+  EXPECT_TRUE(one_step(false));
+  EXPECT_TRUE(one_step(false));
+  EXPECT_EQ(scaler.growth_tracker(), 2);
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+  EXPECT_FALSE(one_step(true));
+  EXPECT_EQ(scaler.growth_tracker(), 0) << "the skipped step restarts the count";
+  EXPECT_EQ(scaler.get_scale(), 4.0);
+  EXPECT_TRUE(one_step(false));
+  EXPECT_TRUE(one_step(false));
+  EXPECT_EQ(scaler.growth_tracker(), 2);
+  EXPECT_EQ(scaler.get_scale(), 4.0) << "two good steps since the skip: no growth yet";
+  EXPECT_TRUE(one_step(false));
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+  EXPECT_EQ(scaler.get_scale(), 8.0) << "the third good step since the skip grows the scale";
+  EXPECT_EQ(scaler.skipped_steps(), 1);
 }
 
 TEST(GradScaler, StateRoundTripsThroughACheckpoint) {
