@@ -15,18 +15,50 @@
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
+#include "distributed/explain_nccl.h"
 
-#define LOOM_NCCL_CHECK(call)                                             \
-  do {                                                                    \
-    ncclResult_t loom_nccl_ = (call);                                     \
-    if (loom_nccl_ != ncclSuccess)                                        \
-      LOOM_FAIL(#call, " failed: ", ncclGetErrorString(loom_nccl_), " (", \
-                ncclGetLastError(nullptr), ")");                          \
+// Every NCCL call: on failure, the message of Note [Explaining NCCL errors]. comm: the
+// communicator the call used (nullptr before one exists), for ncclGetLastError.
+#define LOOM_NCCL_CHECK(call, comm)                                                                \
+  do {                                                                                             \
+    ncclResult_t loom_nccl_ = (call);                                                              \
+    if (loom_nccl_ != ncclSuccess)                                                                 \
+      ::loom::distributed::throw_nccl_error(#call, loom_nccl_, (comm), this->rank(), this->size(), \
+                                            device_);                                              \
   } while (0)
 
 namespace loom::distributed {
 
 using Clock = std::chrono::steady_clock;
+
+static_assert(kNcclUnhandledCudaError == int(ncclUnhandledCudaError) &&
+              kNcclSystemError == int(ncclSystemError) &&
+              kNcclInternalError == int(ncclInternalError) &&
+              kNcclInvalidArgument == int(ncclInvalidArgument) &&
+              kNcclInvalidUsage == int(ncclInvalidUsage) &&
+              kNcclRemoteError == int(ncclRemoteError) && kNcclInProgress == int(ncclInProgress));
+
+namespace {
+std::string nccl_failure_text(const std::string& call, ncclResult_t r, ncclComm_t comm, int rank,
+                              int world, int device) {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+  const char* last = ncclGetLastError(comm);
+  return explain_nccl_error({.call = call,
+                             .result = int(r),
+                             .error_string = ncclGetErrorString(r),
+                             .last_error = last ? last : "",
+                             .rank = rank,
+                             .world = world,
+                             .device = device,
+                             .nccl_version = version});
+}
+
+[[noreturn]] void throw_nccl_error(const char* call, ncclResult_t r, ncclComm_t comm, int rank,
+                                   int world, int device) {
+  throw Error(nccl_failure_text(call, r, comm, rank, world, device));
+}
+}  // namespace
 
 void ensure_nvls_disabled() {
   const char* v = std::getenv("NCCL_NVLS_ENABLE");
@@ -216,7 +248,7 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> st
   cuda::DeviceGuard g(device_);
   ncclUniqueId id;
   if (rank == 0) {
-    LOOM_NCCL_CHECK(ncclGetUniqueId(&id));
+    LOOM_NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
     const uint8_t* p = reinterpret_cast<const uint8_t*>(&id);
     store->set("nccl_id", Bytes(p, p + sizeof(id)));
   } else {
@@ -226,7 +258,7 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> st
     std::memcpy(&id, b.data(), sizeof(id));
   }
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_->stream, cudaStreamNonBlocking));
-  LOOM_NCCL_CHECK(ncclCommInitRank(&comm_->comm, size, id, rank));
+  LOOM_NCCL_CHECK(ncclCommInitRank(&comm_->comm, size, id, rank), nullptr);
   barrier_buf_ = empty({1}, {.dtype = DType::F32, .device = cuda_device(device_)});
   barrier_buf_.fill_(0.0);
   watchdog_ = std::thread([this] { watchdog(); });
@@ -279,7 +311,11 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
   cuda::Event ready;
   ready.record(compute);
   ready.wait(comm);
-  body(comm_->comm, comm);
+  try {
+    body(comm_->comm, comm);
+  } catch (const Error& e) {  // the NCCL call's explanation, prefixed with the op
+    throw Error(str(rec.describe(), ": ", e.what()));
+  }
   for (const Tensor& t : tensors)
     if (t.numel() > 0) cuda::record_stream(t, comm);
   LOOM_CUDA_CHECK(cudaEventRecord(work->end(), comm));
@@ -292,7 +328,8 @@ std::shared_ptr<Work> NcclProcessGroup::do_all_reduce(Tensor& t, ReduceOp op, co
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
     LOOM_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()),
-                                  nccl_dtype(t.dtype()), nccl_op(op, t.dtype()), c, s));
+                                  nccl_dtype(t.dtype()), nccl_op(op, t.dtype()), c, s),
+                    c);
   });
 }
 
@@ -300,7 +337,8 @@ std::shared_ptr<Work> NcclProcessGroup::do_broadcast(Tensor& t, int root, const 
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
     LOOM_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()),
-                                  nccl_dtype(t.dtype()), root, c, s));
+                                  nccl_dtype(t.dtype()), root, c, s),
+                    c);
   });
 }
 
@@ -309,7 +347,8 @@ std::shared_ptr<Work> NcclProcessGroup::do_all_gather(Tensor& out, const Tensor&
   return launch(rec, {out, in}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (in.numel() == 0) return;
     LOOM_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()),
-                                  nccl_dtype(in.dtype()), c, s));
+                                  nccl_dtype(in.dtype()), c, s),
+                    c);
   });
 }
 
@@ -318,14 +357,15 @@ std::shared_ptr<Work> NcclProcessGroup::do_reduce_scatter(Tensor& out, const Ten
   return launch(rec, {out, in}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (out.numel() == 0) return;
     LOOM_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()),
-                                      nccl_dtype(in.dtype()), nccl_op(op, in.dtype()), c, s));
+                                      nccl_dtype(in.dtype()), nccl_op(op, in.dtype()), c, s),
+                    c);
   });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_barrier(const OpRecord& rec) {
   Tensor b = barrier_buf_;
   return launch(rec, {b}, true, [&](ncclComm_t c, cudaStream_t s) {
-    LOOM_NCCL_CHECK(ncclAllReduce(b.data_ptr(), b.data_ptr(), 1, ncclFloat32, ncclSum, c, s));
+    LOOM_NCCL_CHECK(ncclAllReduce(b.data_ptr(), b.data_ptr(), 1, ncclFloat32, ncclSum, c, s), c);
   });
 }
 
@@ -336,10 +376,10 @@ std::shared_ptr<Work> NcclProcessGroup::do_send(const Tensor& t, int dst, int ta
   (void)tag;  // NCCL matches by order per peer, not by tag
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
-    LOOM_NCCL_CHECK(ncclGroupStart());
+    LOOM_NCCL_CHECK(ncclGroupStart(), c);
     LOOM_NCCL_CHECK(
-        ncclSend(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, dst, c, s));
-    LOOM_NCCL_CHECK(ncclGroupEnd());
+        ncclSend(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, dst, c, s), c);
+    LOOM_NCCL_CHECK(ncclGroupEnd(), c);
   });
 }
 
@@ -347,10 +387,10 @@ std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor& t, int src, int tag, con
   (void)tag;
   return launch(rec, {t}, false, [&](ncclComm_t c, cudaStream_t s) {
     if (t.numel() == 0) return;
-    LOOM_NCCL_CHECK(ncclGroupStart());
+    LOOM_NCCL_CHECK(ncclGroupStart(), c);
     LOOM_NCCL_CHECK(
-        ncclRecv(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, src, c, s));
-    LOOM_NCCL_CHECK(ncclGroupEnd());
+        ncclRecv(t.data_ptr(), size_t(t.numel()) * t.element_size(), ncclUint8, src, c, s), c);
+    LOOM_NCCL_CHECK(ncclGroupEnd(), c);
   });
 }
 
@@ -382,8 +422,8 @@ void NcclProcessGroup::watchdog() {
     if (async != ncclSuccess && async != ncclInProgress) {
       const OpRecord& r = outstanding_.empty() ? OpRecord{"nccl", 0, 0, DType::U8, -1}
                                                : outstanding_.front()->rec();
-      msg = str(r.describe(), " failed on rank ", rank(), ": NCCL reported ",
-                ncclGetErrorString(async), " (did a peer exit?)");
+      msg = nccl_failure_text(str(r.describe(), ", as ncclCommGetAsyncError reported,"), async,
+                              comm_->comm, rank(), size(), device_);
     } else if (!outstanding_.empty() && Clock::now() - outstanding_.front()->start() > timeout()) {
       std::shared_ptr<NcclWork> late = outstanding_.front();
       lock.unlock();  // reading the store takes a moment; ops issued meanwhile queue behind

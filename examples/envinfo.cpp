@@ -1,15 +1,19 @@
 // envinfo: the first program to run on a new machine. Prints loom's version and build options,
 // the CUDA runtime, driver, cuDNN and NCCL versions, and every GPU with its memory and compute
-// capability -- or, on a machine without a GPU (or a CPU-only build), says so plainly.
+// capability -- or, on a machine without a GPU (or a CPU-only build), says so plainly -- and the
+// NCCL_* variables that change NCCL's behaviour (run it on every node: the versions should match).
+// Leaves out: the network (which interfaces reach the other nodes).
 //
 //   ./build/examples/envinfo
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "core/cuda/available.h"
 #include "core/cuda/device_info.h"
 #include "core/parallel.h"
+#include "distributed/explain_nccl.h"
 
 namespace {
 
@@ -42,9 +46,8 @@ void print_build() {
 #endif
 }
 
-void print_cuda() {
+void print_cuda(const loom::cuda::CudaInfo& info) {
   using namespace loom::cuda;
-  CudaInfo info = cuda_info();
   std::printf("CUDA\n");
   std::printf("  runtime            %s\n", cuda_version_string(info.runtime_version).c_str());
   if (info.driver_version > 0)
@@ -53,8 +56,6 @@ void print_cuda() {
   else
     std::printf("  driver             none installed\n");
   std::printf("  cuDNN              %s\n", cudnn_version_string(info.cudnn_version).c_str());
-  if (info.nccl_version > 0)
-    std::printf("  NCCL               %s\n", nccl_version_string(info.nccl_version).c_str());
   std::printf("  available          %s\n", yes_no(info.device_count > 0));
   std::printf("  devices            %d\n", info.device_count);
   if (info.device_count == 0)
@@ -67,15 +68,42 @@ void print_cuda() {
   }
 }
 
+// NCCL's version and the variables that change what it does (set or not), then any other
+// NCCL_* variable set.
+void print_nccl(int version) {
+  namespace dist = loom::distributed;
+  std::printf("NCCL\n");
+  if (version > 0)
+    std::printf("  version            %s\n", loom::cuda::nccl_version_string(version).c_str());
+  else
+    std::printf("  version            not compiled in\n");
+  auto env = dist::nccl_environment();
+  const auto& keys = dist::nccl_key_variables();
+  for (const std::string& k : keys) {
+    auto it = std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == k; });
+    const char* unset =
+        k == "NCCL_NVLS_ENABLE" ? "(not set; loom's communicators set it to 0)" : "(not set)";
+    std::printf("  %-18s %s\n", k.c_str(), it == env.end() ? unset : it->second.c_str());
+  }
+  for (const auto& [k, v] : env)
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      std::printf("  %-18s %s\n", k.c_str(), v.c_str());
+}
+
 }  // namespace
 
 int main() {
   try {
     print_build();
-    if (loom::cuda::compiled_with_cuda())
-      print_cuda();
-    else
+    int nccl_version = 0;
+    if (loom::cuda::compiled_with_cuda()) {
+      loom::cuda::CudaInfo info = loom::cuda::cuda_info();
+      print_cuda(info);
+      nccl_version = info.nccl_version;
+    } else {
       std::printf("CUDA\n  available          no (this build of loom has no CUDA support)\n");
+    }
+    print_nccl(nccl_version);
     return 0;
   } catch (const std::exception& e) {  // loom::Error and anything else: one line, exit code 1
     std::fprintf(stderr, "envinfo: error: %s\n", e.what());
