@@ -1,10 +1,9 @@
-// ZeroOptimizer: the shard's optimizer over views of this rank's slices, the all-gather after
-// each step, and the state dict gathered into (and sliced out of) the unsharded layout.
-// See Note [ZeRO stages] in distributed/zero/zero_optimizer.h.
+// ZeroOptimizer: the shard's optimizer over views of this rank's slices, the gradients bound to
+// the reduced shards, the all-gather after each step, the sums over ranks and the memory count.
+// See Note [ZeRO stages] in distributed/zero/zero_optimizer.h; the state dict is in
+// zero_state_dict.cpp.
 #include "distributed/zero/zero_optimizer.h"
 
-#include <algorithm>
-#include <map>
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
