@@ -44,7 +44,11 @@ void GPTConfig::check() const {
 // ---------------------------------------------------------------- attention
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg)
-    : Module("CausalSelfAttention"), n_head(cfg.n_head), n_embd(cfg.n_embd), dropout(cfg.dropout) {
+    : Module(cfg.causal ? "CausalSelfAttention" : "SelfAttention"),
+      n_head(cfg.n_head),
+      n_embd(cfg.n_embd),
+      dropout(cfg.dropout),
+      causal(cfg.causal) {
   c_attn = register_module("c_attn", make<Linear>(n_embd, 3 * n_embd, cfg.bias));
   c_proj = register_module("c_proj", make<Linear>(n_embd, n_embd, cfg.bias));
   resid_dropout = register_module("resid_dropout", make<Dropout>(cfg.dropout));
@@ -76,12 +80,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // One node from the packed projection to the heads' outputs (Note [Packed attention] in
   // autograd/ops/attention_packed.cpp): on CUDA the backward writes dq, dk, dv into one tensor.
   const double p = is_training() ? dropout : 0.0;
-  Tensor y = scaled_dot_product_attention_packed(c_attn->forward(x), n_head, /*causal=*/true,
-                                                 kDefaultScale, p);  // (B, T, C)
+  Tensor y = scaled_dot_product_attention_packed(c_attn->forward(x), n_head, causal, kDefaultScale,
+                                                 p);  // (B, T, C)
   return resid_dropout->forward(c_proj->forward(y));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache, size_t layer) {
+  LOOM_CHECK(causal,
+             "SelfAttention: a KV cache needs causal attention (GPTConfig::causal is false)");
   LOOM_CHECK(cache.length == 0 || x.size(1) == 1, "CausalSelfAttention: with ", cache.length,
              " cached positions the input must be one position, got ", x.size(1));
   auto qkv = split_heads(c_attn->forward(x), n_head);
@@ -97,20 +103,23 @@ Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache, size_t laye
 
 MLP::MLP(const GPTConfig& cfg) : Module("MLP") {
   c_fc = register_module("c_fc", make<Linear>(cfg.n_embd, 4 * cfg.n_embd, cfg.bias));
-  gelu = register_module("gelu", make<GELU>("tanh"));
+  gelu = register_module("gelu", make<GELU>(cfg.gelu_approximate));
   c_proj = register_module("c_proj", make<Linear>(4 * cfg.n_embd, cfg.n_embd, cfg.bias));
   dropout = register_module("dropout", make<Dropout>(cfg.dropout));
 }
 
-// c_fc and the GELU are one fused op (Note [Fused linear] in autograd/ops/linalg.cpp: on CUDA the
-// bias and GELU in cuBLASLt's epilogue); `gelu` stays a child (the printed model, the composite
-// that test_gpt's reference writes out) but does not run here.
+// With the tanh GELU, c_fc and the GELU are one fused op (Note [Fused linear] in
+// autograd/ops/linalg.cpp: on CUDA the bias and GELU in cuBLASLt's epilogue), and `gelu` stays a
+// child (the printed model, the composite that test_gpt's reference writes out) but does not run
+// here. The exact GELU has no fused epilogue: it runs after c_fc.
 Tensor MLP::forward(const Tensor& x) {
-  return dropout->forward(c_proj->forward(c_fc->forward(x, LinearActivation::GeluTanh)));
+  Tensor h = gelu->approximate == "tanh" ? c_fc->forward(x, LinearActivation::GeluTanh)
+                                         : gelu->forward(c_fc->forward(x));  // (B, T, 4C)
+  return dropout->forward(c_proj->forward(h));
 }
 
 TransformerBlock::TransformerBlock(const GPTConfig& cfg) : Module("TransformerBlock") {
-  LayerNormOptions ln{.bias = cfg.bias};
+  LayerNormOptions ln{.eps = cfg.ln_eps, .bias = cfg.bias};
   ln_1 = register_module("ln_1", make<LayerNorm>(cfg.n_embd, ln));
   attn = register_module("attn", make<CausalSelfAttention>(cfg));
   ln_2 = register_module("ln_2", make<LayerNorm>(cfg.n_embd, ln));

@@ -23,6 +23,10 @@ struct GPTConfig {
   int64_t n_embd = 768;  // C; each head has C / n_head channels
   double dropout = 0.0;  // on the attention weights, after each residual branch and the input
   bool bias = true;      // in the Linears and LayerNorms
+  // The blocks' options that a Vision Transformer (nn/vit.h) sets otherwise; GPT keeps these.
+  bool causal = true;                     // false: every position attends to every position
+  std::string gelu_approximate = "tanh";  // the MLP's GELU, as nn::GELU: "tanh" or "none" (erf)
+  double ln_eps = 1e-5;                   // the blocks' LayerNorms
 
   // GPT-2's sizes by depth, as llm.c names them: "d12" (124M), "d24" (350M), "d36" (774M),
   // "d48" (1558M). An unknown name is an error listing these.
@@ -38,7 +42,8 @@ struct KVCache {
 };
 
 // x: (B, T, C) -> (B, T, C). One Linear makes q, k and v for all heads at once (c_attn, C -> 3C);
-// the heads are views of its output (B, T, 3, H, D), never copies.
+// the heads are views of its output (B, T, 3, H, D), never copies. With cfg.causal false it is
+// plain self-attention (no mask; printed as SelfAttention), as a Vision Transformer's.
 class CausalSelfAttention : public Module {
  public:
   explicit CausalSelfAttention(const GPTConfig& cfg);
@@ -50,6 +55,7 @@ class CausalSelfAttention : public Module {
 
   int64_t n_head, n_embd;
   double dropout;
+  bool causal;
   ModuleHolder<Linear> c_attn, c_proj;
   ModuleHolder<Dropout> resid_dropout;
 
@@ -58,7 +64,7 @@ class CausalSelfAttention : public Module {
 };
 
 // x: (B, T, C) -> (B, T, C): Linear(C, 4C) and GELU(tanh) as one fused linear, Linear(4C, C),
-// dropout.
+// dropout. With cfg.gelu_approximate "none" the exact GELU runs as its own op after c_fc.
 class MLP : public Module {
  public:
   explicit MLP(const GPTConfig& cfg);

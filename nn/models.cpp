@@ -1,4 +1,5 @@
-// The workload models.
+// The workload models and the ResNet/ViT configurations of nn/models.h.
+// Leaves out: the blocks (nn/resnet.cpp, nn/vit.cpp).
 #include "nn/models.h"
 
 namespace loom::nn {
@@ -45,6 +46,40 @@ std::shared_ptr<Sequential> make_wide(int64_t classes) {
   }
   s->push_back(make<Linear>(4096, classes));
   return s;
+}
+
+namespace {
+std::shared_ptr<ResNet> make_resnet(ResNetBlock block, std::array<int64_t, 4> layers,
+                                    const ResNetOptions& o) {
+  return make<ResNet>(ResNetConfig{.block = block,
+                                   .layers = layers,
+                                   .num_classes = o.num_classes,
+                                   .in_channels = o.in_channels,
+                                   .small_stem = o.small_stem,
+                                   .zero_init_residual = o.zero_init_residual});
+}
+}  // namespace
+
+std::shared_ptr<ResNet> make_resnet18(const ResNetOptions& o) {
+  return make_resnet(ResNetBlock::Basic, {2, 2, 2, 2}, o);
+}
+
+std::shared_ptr<ResNet> make_resnet34(const ResNetOptions& o) {
+  return make_resnet(ResNetBlock::Basic, {3, 4, 6, 3}, o);
+}
+
+std::shared_ptr<ResNet> make_resnet50(const ResNetOptions& o) {
+  return make_resnet(ResNetBlock::Bottleneck, {3, 4, 6, 3}, o);
+}
+
+std::shared_ptr<VisionTransformer> make_vit_b16(int64_t num_classes) {
+  ViTConfig c = ViTConfig::vit_b16();
+  c.num_classes = num_classes;
+  return make<VisionTransformer>(c);
+}
+
+std::shared_ptr<VisionTransformer> make_vit_fashion_mnist(int64_t patch_size) {
+  return make<VisionTransformer>(ViTConfig::fashion_mnist(patch_size));
 }
 
 }  // namespace loom::nn

@@ -104,8 +104,10 @@ FlatRow flat_row(const ConvGeom& g, int64_t r, int64_t s) {
   f.p0 = std::clamp<int64_t>(-dr, 0, g.P), f.p1 = std::clamp<int64_t>(g.H - dr, f.p0, g.P);
   f.q0 = std::clamp<int64_t>(-ds, 0, g.Q), f.q1 = std::clamp<int64_t>(g.W - ds, f.q0, g.Q);
   f.off = dr * g.W + ds;
-  f.lo = std::max(f.p0 * g.W, -f.off), f.hi = std::min(f.p1 * g.W, g.H * g.W - f.off);
-  f.hi = std::max(f.lo, f.hi);
+  // A kernel row that lies wholly in the padding (an image of one row under a 3x3 "same"
+  // convolution) gives -off beyond the col row's end: lo stops at P*W (= P*Q), the row's length.
+  f.lo = std::min(std::max(f.p0 * g.W, -f.off), g.P * g.W);
+  f.hi = std::max(f.lo, std::min(f.p1 * g.W, g.H * g.W - f.off));
   return f;
 }
 

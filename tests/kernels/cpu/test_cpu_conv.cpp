@@ -83,6 +83,12 @@ std::vector<ConvCase> conv_cases() {
       {"asymmetric_params", 3, 4, 11, 13, 5, 3, 2, asym},
       {"kernel_equals_input", 2, 3, 5, 5, 4, 5, 5, params(1, 0)},
       {"padding_wider_than_kernel", 2, 2, 4, 4, 3, 2, 2, params(1, 3)},
+      // Images of one row or one pixel under a 3x3 "same" convolution (a ResNet's last stage on
+      // a 32x32 image with the ImageNet stem): the flat path's kernel rows that fall entirely in
+      // the padding.
+      {"one_pixel_same_padding", 2, 4, 1, 1, 5, 3, 3, params(1, 1)},
+      {"one_row_same_padding", 2, 3, 1, 6, 4, 3, 3, params(1, 1)},
+      {"two_rows_5x5_same_padding", 2, 3, 2, 5, 4, 5, 5, params(1, 2)},
       // Same width but not same height (the flat im2col path with P != H).
       {"same_width_only", 2, 3, 9, 7, 4, 3, 3,
        [] {
