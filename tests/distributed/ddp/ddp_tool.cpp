@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "../test_job.h"
 #include "autograd/amp/autocast.h"
 #include "ddp_case.h"
 #include "distributed/ddp/ddp.h"
@@ -348,16 +349,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    JobEnv env = job_env();
-    g_rank = env.rank;
-    g_world = env.world_size;
-    const char* b = std::getenv("LOOM_TEST_BACKEND");
-    std::string backend = b ? b : "gloo";
-    g_device = backend == "nccl" ? cuda_device(env.local_rank) : kCPU;
-    InitOptions io;
-    io.backend = backend;
-    io.timeout = std::chrono::seconds(60);
-    init_process_group(io);
+    const test::TestJob job = test::join_test_job();
+    g_rank = job.rank, g_world = job.world, g_device = job.device;
     std::string mode = argv[1];
     int rc = 2;
     if (mode == "train")
