@@ -1,7 +1,8 @@
-// bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide; gpt and gpt-mini
-// by name) with their timing protocol: one step = zero grads, forward, cross-entropy, backward,
-// Adam(lr 1e-3) update (the GPTs: AdamW, GPT-2's two groups, and gradient clipping at 1), on random
-// inputs already on the device; warm up, then time `steps` steps, `repeats` times, and
+// bench_train: the training-step workloads of docs/workloads.md (mlp, cnn, wide; by name: gpt,
+// gpt-mini, and the image models resnet50 and vit-b16 on 3x224x224 inputs with 1000 classes) with
+// their timing protocol: one step = zero grads, forward, cross-entropy, backward, Adam(lr 1e-3)
+// update (the GPTs: AdamW, GPT-2's two groups, and gradient clipping at 1), on random inputs
+// already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median, min and max ms/step, the peak device memory and the time from process start
 // to the end of the first step. Strict fp32 (TF32 off), or --amp bf16 (autocast, float32 master
 // weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
@@ -18,8 +19,10 @@
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
 //   ./build/benchmarks/bench_train --workload wide --amp bf16
 //   ./build/benchmarks/bench_train --workload gpt --amp bf16   # GPT-2 124M, B 16, T 1024
+//   ./build/benchmarks/bench_train --workload resnet50 --amp bf16   # channels-last, batch 64
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 
@@ -45,8 +48,11 @@ const Clock::time_point kProcessStart = Clock::now();  // as close to process st
 struct Workload {
   std::string name;
   int64_t batch;
-  std::shared_ptr<nn::Sequential> (*make)();  // the image classifiers; null for a GPT
-  nn::GPTConfig gpt{};                        // the GPTs' sizes (block_size = the sequence T)
+  std::shared_ptr<nn::Module> (*make)();    // the image classifiers; null for a GPT
+  nn::GPTConfig gpt{};                      // the GPTs' sizes (block_size = the sequence T)
+  std::array<int64_t, 3> image{1, 28, 28};  // an image classifier's input (C, H, W)
+  int64_t classes = 10;
+  bool by_name = false;  // left out of "all"
 };
 
 // GPT-2 124M with llm.c's padded vocabulary (50304, a multiple of 128), T = 1024; and a small one
@@ -55,7 +61,7 @@ const nn::GPTConfig kGpt2{.vocab_size = 50304, .block_size = 1024};
 const nn::GPTConfig kGptMini{
     .vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 128};
 
-// The model, its optimizer and inputs on the device: (batch, 1, 28, 28) images and labels with
+// The model, its optimizer and inputs on the device: (batch, C, H, W) images and labels with
 // Adam(1e-3), or (batch, T) token ids and next tokens with AdamW(6e-4) as GPT-2 trains.
 struct Setup {
   std::shared_ptr<nn::Module> model;
@@ -81,15 +87,17 @@ Setup make_setup(const Workload& w, Device dev) {
   nn::fuse(*m);  // the fused Linear + ReLU and BatchNorm2d + ReLU (+ MaxPool2d(2)) modules
   m->to(dev);
   s.opt = std::make_unique<optim::Adam>(m->parameters(), optim::AdamOptions{.lr = 1e-3});
-  s.x = randn({w.batch, 1, 28, 28}, {.device = dev});
-  s.y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
+  s.x = randn({w.batch, w.image[0], w.image[1], w.image[2]}, {.device = dev});
+  s.y = randint(0, w.classes, {w.batch}, {.dtype = kI64, .device = dev});
   s.model = m;
   return s;
 }
 
-std::shared_ptr<nn::Sequential> mlp() { return nn::make_mlp(); }
-std::shared_ptr<nn::Sequential> cnn() { return nn::make_cnn(); }
-std::shared_ptr<nn::Sequential> wide() { return nn::make_wide(); }
+std::shared_ptr<nn::Module> mlp() { return nn::make_mlp(); }
+std::shared_ptr<nn::Module> cnn() { return nn::make_cnn(); }
+std::shared_ptr<nn::Module> wide() { return nn::make_wide(); }
+std::shared_ptr<nn::Module> resnet50() { return nn::make_resnet50(); }  // ImageNet stem, 1000
+std::shared_ptr<nn::Module> vit_b16() { return nn::make_vit_b16(); }    // 196 patches, 1000
 
 // Seconds since an arbitrary start, after all queued device work finished.
 double now_synced(Device d) {
@@ -162,8 +170,10 @@ int main(int argc, char** argv) {
   int warmup = 10, steps = 50, repeats = 5;
   bool graph = false;
   std::string amp_mode = "off";
-  app.add_option("--workload", workload, "mlp, cnn, wide, all (those three), gpt or gpt-mini")
-      ->check(CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini"}));
+  app.add_option("--workload", workload,
+                 "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50 or vit-b16")
+      ->check(
+          CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16"}));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
@@ -193,13 +203,15 @@ int main(int argc, char** argv) {
     std::vector<Workload> all = {{"mlp", 256, &mlp},
                                  {"cnn", 256, &cnn},
                                  {"wide", 2048, &wide},
-                                 {"gpt", 16, nullptr, kGpt2},
-                                 {"gpt-mini", 8, nullptr, kGptMini}};
+                                 {"gpt", 16, nullptr, kGpt2, {}, 0, true},
+                                 {"gpt-mini", 8, nullptr, kGptMini, {}, 0, true},
+                                 {"resnet50", 64, &resnet50, {}, {3, 224, 224}, 1000, true},
+                                 {"vit-b16", 64, &vit_b16, {}, {3, 224, 224}, 1000, true}};
     std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
-      // "all" means the image workloads; a GPT row is asked for by name.
-      if (workload != w.name && (workload != "all" || !w.make)) continue;
+      // "all" means the small image workloads; the GPTs and ImageNet-sized models by name.
+      if (workload != w.name && (workload != "all" || w.by_name)) continue;
       Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward, checkpointing);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
                   dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),

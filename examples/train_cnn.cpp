@@ -1,9 +1,13 @@
-// train_cnn: trains a CNN on Fashion-MNIST: two blocks of [Conv-BatchNorm-ReLU x 2, MaxPool],
-// then dropout and a two-layer classifier. --model workload trains the benchmark's cnn instead
-// (three conv blocks and global average pooling; docs/workloads.md). --augment adds
-// random-crop and flip augmentation.
+// train_cnn: trains an image classifier on Fashion-MNIST. By default a small CNN: two blocks of
+// [Conv-BatchNorm-ReLU x 2, MaxPool], then dropout and a two-layer classifier. --model picks
+// another: workload (the benchmark's cnn: three conv blocks and global average pooling;
+// docs/workloads.md), resnet18 (ResNet-18 with the small-image stem, nn/resnet.h) or vit (a
+// 6-layer, 128-wide Vision Transformer on 4x4 patches, nn/vit.h). --augment adds random-crop and
+// flip augmentation; --lr-schedule cosine a per-step cosine decay after --warmup steps.
 //
 //   ./build/examples/train_cnn                          # 10 epochs, Adam lr 1e-3, batch 128
+//   ./build/examples/train_cnn --model resnet18 --augment true --optimizer sgd --lr 0.1
+//       --weight-decay 5e-4 --lr-schedule cosine --epochs 15 --amp bf16   # (one line; README)
 //   ./build/examples/train_cnn --device cuda:1 --cuda-graph --log-dir runs/cnn
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one
 //   process per GPU (or CPU process)
@@ -19,6 +23,7 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
+#include "nn/optim/lr_scheduler.h"
 #include "train/checkpointing.h"
 #include "train/classifier_data.h"
 #include "train/data_parallel.h"
@@ -65,6 +70,24 @@ std::shared_ptr<const data::Transform> augmentation() {
       std::make_shared<data::RandomHorizontalFlip>(0.5)});
 }
 
+// The model --model names: (N, 1, 28, 28) -> (N, 10) logits.
+std::shared_ptr<nn::Module> make_model(const std::string& arch) {
+  if (arch == "workload") return nn::make_cnn();
+  if (arch == "resnet18")
+    return nn::make_resnet18({.num_classes = 10, .in_channels = 1, .small_stem = true});
+  if (arch == "vit") return nn::make_vit_fashion_mnist(4);
+  return make_classifier();
+}
+
+// The optimizer: --optimizer over every parameter, except that the ViT under adamw decays only
+// its matrices (biases and LayerNorms in a group without weight decay, as transformers train).
+std::unique_ptr<optim::Optimizer> make_model_optimizer(const train::TrainConfig& cfg,
+                                                       const std::string& arch, nn::Module& model) {
+  if (arch == "vit" && cfg.optimizer == "adamw")
+    return train::make_transformer_adamw(cfg, model.parameters(), 0.999);
+  return train::make_optimizer(cfg, model.parameters());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,15 +98,22 @@ int main(int argc, char** argv) {
   train::add_train_flags(app, cfg);
   app.add_option("--augment", augment,
                  "random crop (padding 2) and horizontal flip of training images");
-  app.add_option("--model", arch, "classifier (default) or workload (the benchmark's cnn)")
-      ->check(CLI::IsMember({"classifier", "workload"}));
+  app.add_option("--model", arch,
+                 "classifier (default), workload (the benchmark's cnn), resnet18 (small-image "
+                 "stem) or vit (patch 4, 6 layers, width 128)")
+      ->check(CLI::IsMember({"classifier", "workload", "resnet18", "vit"}));
+  std::string schedule = "constant";
+  int64_t warmup = 0;
+  app.add_option("--lr-schedule", schedule,
+                 "constant, or cosine: the lr decays to 0 over the run's steps, per step")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup", warmup, "with --lr-schedule cosine: linear warm-up steps first")
+      ->check(train::int_range(0, 1 << 30));
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return train::run_main("train_cnn", [&] {
     manual_seed(cfg.seed);
-    std::shared_ptr<nn::Module> model = arch == "workload"
-                                            ? std::shared_ptr<nn::Module>(nn::make_cnn())
-                                            : std::shared_ptr<nn::Module>(make_classifier());
+    std::shared_ptr<nn::Module> model = make_model(arch);
     train::RunSetup run(cfg);  // device, process group (under loomrun), checks, seed
     train::ClassifierData data(cfg, run, augment ? augmentation() : nullptr);  // sharded by rank
     data::DataLoader& loader = *data.train;
@@ -92,7 +122,7 @@ int main(int argc, char** argv) {
     if (run.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     model->to(run.device);
     model->train();
-    auto opt = train::make_optimizer(cfg, model->parameters());
+    auto opt = make_model_optimizer(cfg, arch, *model);
     std::optional<DType> amp_dtype;  // docs/amp.md: autocast, and loss scaling for float16
     if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
     amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
@@ -101,7 +131,15 @@ int main(int argc, char** argv) {
     train::DataParallel dp(cfg, run, model, *opt);
     distributed::DistributedDataParallel* ddp = dp.ddp();
     nn::Module& net = dp.net();
-    train::Checkpointer ckpt(cfg, run, {*model, dp.optimizer(), scaler, loader});
+    // --lr-schedule cosine: one scheduler step per optimizer step, over --max-steps or the epochs.
+    const int64_t total = cfg.max_steps > 0 ? cfg.max_steps : cfg.epochs * loader.size();
+    std::optional<optim::CosineWithWarmup> sched;
+    if (schedule == "cosine")
+      sched.emplace(dp.optimizer(),
+                    optim::CosineWithWarmupOptions{.warmup_steps = std::min(warmup, total - 1),
+                                                   .total_steps = total});
+    train::Checkpointer ckpt(cfg, run,
+                             {*model, dp.optimizer(), scaler, loader, sched ? &*sched : nullptr});
     int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
     train::RunLog log(cfg, run);
     log.start(model->type_name(), data.train_set->size());
@@ -126,6 +164,7 @@ int main(int argc, char** argv) {
           memory_reported = true;
         }
         if (prof) prof->end_step();
+        if (sched) sched->step();
         ++step;
         bool last = loader.batches_left() == 0 || cfg.max_steps_reached(step);
         if (auto mean = window.add(loss, step, last, progress, cfg.batch_size))
@@ -145,7 +184,7 @@ int main(int argc, char** argv) {
       }
       if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's buffers
       auto eval = train::evaluate_classifier(*model, *data.test, *run.pg, run.device);
-      log.end_epoch(epoch, progress, eval, opt->lr(), scaler, step);
+      log.end_epoch(epoch, progress, eval, dp.optimizer().lr(), scaler, step);
       std::string saved = ckpt.save(epoch + 1, 0, step);
       int sig = epoch + 1 < cfg.epochs ? window.stop_everywhere() : 0;  // a signal during eval?
       if (sig) {  // then the epoch's checkpoint is the last

@@ -1,0 +1,140 @@
+// train_cnn (examples/train_cnn.cpp) with the image models people use, as a program on the CPU:
+// --model vit on 2 Gloo processes under loomrun ends with one process's weights for the same
+// global batch; --model resnet18 on 2 processes stays close to one process (BatchNorm normalises
+// each rank's half batch by its own statistics, so the two runs differ by that alone); the cosine
+// schedule is saved in checkpoints and a resumed run ends where the straight run ends, bit for
+// bit. Tiny runs (--train-limit, --max-steps) so that no evaluation runs; each bounded by
+// `timeout`. Leaves out: accuracy (README: the Fashion-MNIST runs on one H200) and CUDA.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include "autograd/ops/ops.h"
+#include "nn/checkpoint.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int status = -1;
+  std::string output;
+};
+
+Outcome run_cmd(const std::string& cmd, int seconds = 300) {
+  std::string line = "timeout -k 5 " + std::to_string(seconds) + " " + cmd + " 2>&1";
+  Outcome r;
+  FILE* p = popen(line.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("loom_cnn_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// train_cnn on `procs` CPU processes (loomrun for more than one), checkpoints into `dir`.
+std::string train_cnn(int procs, const std::string& args, const fs::path& dir) {
+  std::string prog = std::string(TRAIN_CNN_BIN) +
+                     " --device cpu --workers 0 --seed 5 --epochs 1 --train-limit 256 " + args +
+                     " --checkpoint-dir " + dir.string();
+  if (procs == 1) return prog;
+  return std::string(LOOMRUN_BIN) + " --standalone --nproc_per_node=" + std::to_string(procs) +
+         " " + prog;
+}
+
+// The largest |a - b| over the model tensors of two checkpoints, and over a and `start`.
+struct Distance {
+  double apart = 0, moved = 0;
+};
+
+Distance distance(const fs::path& a, const fs::path& b, const fs::path& start) {
+  auto sa = load_checkpoint(a.string()), sb = load_checkpoint(b.string());
+  auto s0 = load_checkpoint(start.string());
+  Distance d;
+  EXPECT_EQ(sa.model.size(), sb.model.size());
+  for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i) {
+    EXPECT_EQ(sa.model[i].first, sb.model[i].first);
+    if (sa.model[i].first.find("running_") != std::string::npos) continue;  // BatchNorm buffers
+    if (sa.model[i].first.find("num_batches") != std::string::npos) continue;
+    d.apart = std::max(d.apart, max(abs(sa.model[i].second - sb.model[i].second)).item());
+    d.moved = std::max(d.moved, max(abs(sa.model[i].second - s0.model[i].second)).item());
+  }
+  return d;
+}
+
+std::string ckpt(int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt-%08ld.safetensors", long(step));
+  return name;
+}
+
+}  // namespace
+
+#ifdef LOOM_WITH_GLOO
+TEST(TrainCnnModels, VitOnTwoProcessesEndsWithOneProcesssWeights) {
+  fs::path one = temp_dir("vit1"), two = temp_dir("vit2");
+  const std::string args =
+      "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --weight-decay 0.05 "
+      "--lr-schedule cosine --warmup 1 --max-steps 4 --checkpoint-every 1 --keep-last 10";
+  Outcome a = run_cmd(train_cnn(1, args, one));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(train_cnn(2, args, two));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(a.output.find("training VisionTransformer"), std::string::npos) << a.output;
+  Distance d = distance(one / ckpt(4), two / ckpt(4), one / ckpt(1));
+  EXPECT_LE(d.apart, 1e-5) << "2 processes vs 1, the same global batches";
+  EXPECT_GT(d.moved, 1e-3) << "steps 2-4 must move the weights for the comparison to mean much";
+  fs::remove_all(one);
+  fs::remove_all(two);
+}
+
+TEST(TrainCnnModels, ResNet18OnTwoProcessesStaysCloseToOneProcess) {
+  fs::path one = temp_dir("rn1"), two = temp_dir("rn2");
+  const std::string args =
+      "--model resnet18 --batch-size 16 --optimizer sgd --lr 0.02 --max-steps 3 "
+      "--checkpoint-every 1 --keep-last 10";
+  Outcome a = run_cmd(train_cnn(1, args, one));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(train_cnn(2, args, two));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(a.output.find("training ResNet"), std::string::npos) << a.output;
+  // Each rank's BatchNorm sees 8 of the 16 images, so the runs are not equal; but the weights
+  // after steps 2 and 3 must differ far less than those steps moved them.
+  Distance d = distance(one / ckpt(3), two / ckpt(3), one / ckpt(1));
+  EXPECT_GT(d.moved, 1e-3);
+  EXPECT_LT(d.apart, 0.25 * d.moved) << "apart " << d.apart << ", moved " << d.moved;
+  fs::remove_all(one);
+  fs::remove_all(two);
+}
+#endif
+
+TEST(TrainCnnModels, CosineScheduleResumesWhereTheStraightRunGoes) {
+  fs::path straight = temp_dir("cos_s"), split = temp_dir("cos_r");
+  const std::string args =
+      "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --lr-schedule cosine --warmup 2 "
+      "--checkpoint-every 3";
+  Outcome a = run_cmd(train_cnn(1, args + " --max-steps 6", straight));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(train_cnn(1, args + " --max-steps 3", split));
+  ASSERT_EQ(b.status, 0) << b.output;
+  Outcome c = run_cmd(train_cnn(1, args + " --max-steps 6 --resume", split));
+  ASSERT_EQ(c.status, 0) << c.output;
+  auto s = load_checkpoint((split / ckpt(6)).string());
+  EXPECT_EQ(s.extra_int("scheduler_step"), 6);
+  Distance d = distance(straight / ckpt(6), split / ckpt(6), straight / ckpt(3));
+  EXPECT_EQ(d.apart, 0.0) << "resumed run vs straight run";
+  EXPECT_GT(d.moved, 1e-4);
+  fs::remove_all(straight);
+  fs::remove_all(split);
+}
