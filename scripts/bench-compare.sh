@@ -10,6 +10,7 @@
 #   DEVICE=cpu WORKLOADS="mlp cnn" STEPS=10 REPEATS=3 scripts/bench-compare.sh
 #   DDP=4 scripts/bench-compare.sh                  # DDP rows on 1 and 4 GPUs as well
 #   WORKLOADS=gpt DDP=1 scripts/bench-compare.sh    # GPT-2 124M: bf16 rows only (GPT_STEPS, GPT_REPEATS)
+#   WORKLOADS="resnet50 vit-b16" scripts/bench-compare.sh  # ResNet-50, ViT-B/16 (B 64): the same
 #
 # DDP rows (GPU only): loom's bench_ddp under loomrun against PyTorch DDP (benchmarks/pytorch/
 # ddp_bench.py) under torchrun, fp32 and bf16 autocast, on 1 and k GPUs, in a second table: ms/step
@@ -71,7 +72,9 @@ loom_rows() {
   "$BUILD/benchmarks/bench_train" "$@" | tee -a "$gpt_lines" | awk -v f=loom 'NR>1 && /^[^ ]/ {print f, $0}' >> "$rows"
 }
 for w in $WORKLOADS; do
-  if [[ "$w" == gpt* ]]; then  # the transformer: bf16 autocast only on a GPU (docs/workloads.md)
+  # The GPTs, ResNet-50 and ViT-B/16: bf16 autocast only on a GPU (docs/workloads.md), GPT_STEPS
+  # x GPT_REPEATS; the twin runs ResNet-50 channels-last under bf16, as bench_train does.
+  if [[ "$w" == gpt* || "$w" == resnet50 || "$w" == vit-b16 ]]; then
     g=(--workload "$w" --device "$DEVICE" --steps "${GPT_STEPS:-20}" --repeats "${GPT_REPEATS:-3}" --warmup "$WARMUP")
     amp=(); tamp=()
     [ "$DEVICE" != cpu ] && amp=(--amp bf16) && tamp=(--dtype bf16)

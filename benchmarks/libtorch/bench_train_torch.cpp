@@ -1,17 +1,24 @@
-// bench_train_torch: the libtorch twin of benchmarks/bench_train.cpp. The same workloads (mlp,
-// cnn, wide; and gpt, gpt-mini with the GPT twin below and AdamW; docs/workloads.md), batch
-// sizes, initialisation scale (PyTorch's defaults, which loom's nn::init copies), Adam(lr 1e-3),
-// random inputs already on the device, strict fp32 (TF32 off in cuBLAS and cuDNN) or bf16 autocast,
-// and the same timing protocol: warm up, then time `steps` steps `repeats` times, synchronising the
-// device around each repeat, and report the median, min and max ms/step, the peak device memory and
-// the time from process start to the end of the first step. The output line has the same columns as
-// bench_train's, so scripts/bench-compare.sh can join the two. Leaves out: CUDA graphs (libtorch's
-// C++ API has torch::cuda::CUDAGraph, but PyTorch's whole-step capture needs the Python side's
-// optimizer support; the graph rows are loom-only).
+// bench_train_torch: the libtorch twin of benchmarks/bench_train.cpp. The same workloads
+// (docs/workloads.md): mlp, cnn, wide ("all"); and, asked for by name, gpt and gpt-mini (the GPT
+// twin, benchmarks/libtorch/gpt_torch.h, with AdamW), resnet50 and vit-b16 (torchvision's
+// ResNet-50 and loom's ViT-B/16, benchmarks/libtorch/vision_torch.h, on batches of 64 random
+// 3x224x224 images with 1000 classes). The same batch sizes, initialisation (PyTorch's defaults,
+// which loom's nn::init copies, or the model's own), Adam(lr 1e-3) for the image classifiers,
+// random inputs already on the device, strict fp32 (TF32 off in cuBLAS and cuDNN) or bf16
+// autocast, and the same timing protocol: warm up, then time `steps` steps `repeats` times,
+// synchronising the device around each repeat, and report the median, min and max ms/step, the
+// peak device memory and the time from process start to the end of the first step. The output line
+// has the same columns as bench_train's, so scripts/bench-compare.sh can join the two.
+// Under --dtype bf16 resnet50 runs channels-last as PyTorch users run it (the model's 4-D
+// parameters and the input in torch::MemoryFormat::ChannelsLast), as bench_train's autocast
+// convolutions do on CUDA; --channels-last off keeps it NCHW, --channels-last on asks for it in
+// fp32 too. The other workloads stay NCHW. Leaves out: CUDA graphs (libtorch's C++ API has
+// torch::cuda::CUDAGraph, but PyTorch's whole-step capture needs the Python side's optimizer
+// support; the graph rows are loom-only).
 //
 //   ./build/benchmarks/libtorch/bench_train_torch --workload mlp --device cuda
-//   ./build/benchmarks/libtorch/bench_train_torch --workload all --device cpu --steps 10 --repeats
-//   3
+//   ./build/benchmarks/libtorch/bench_train_torch --workload all --device cpu --steps 10
+//   ./build/benchmarks/libtorch/bench_train_torch --workload resnet50 --dtype bf16
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -22,115 +29,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
-// ---- the GPT workloads: the libtorch twin of loom's GPT (nn/gpt.h) -------------------------
-// The same architecture (pre-norm blocks, one qkv Linear, causal attention, tanh GELU, the output
-// head tied to the token embedding), GPT-2's init, and the loss over every position. Attention is
-// PyTorch's fused scaled_dot_product_attention (flash attention on an H200 in bf16) from PyTorch
-// 2.0 on; Debian's libtorch 1.13 has none, so there it is the composite (matmul, mask, softmax,
-// matmul). No dropout (the benchmark trains without it).
-namespace gpt_torch {
-
-struct Config {
-  int64_t vocab = 50304, block = 1024, layers = 12, heads = 12, width = 768;
-};
-
-struct BlockImpl : torch::nn::Module {
-  BlockImpl(const Config& c) : heads(c.heads), width(c.width) {
-    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
-    c_attn = register_module("c_attn", torch::nn::Linear(c.width, 3 * c.width));
-    attn_proj = register_module("attn_proj", torch::nn::Linear(c.width, c.width));
-    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
-    c_fc = register_module("c_fc", torch::nn::Linear(c.width, 4 * c.width));
-    mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * c.width, c.width));
-  }
-
-  // q, k, v: (B, H, T, D) -> (B, H, T, D), causal.
-  static torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
-                                 const torch::Tensor& v) {
-#if TORCH_VERSION_MAJOR >= 2
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-#else
-    int64_t T = q.size(2);
-    auto s = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(3)));
-    auto mask = torch::ones({T, T}, q.options().dtype(torch::kBool)).triu(1);
-    s = s.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    return torch::matmul(torch::softmax(s, -1), v);
-#endif
-  }
-
-  torch::Tensor forward(torch::Tensor x) {  // (B, T, C)
-    int64_t B = x.size(0), T = x.size(1), D = width / heads;
-    auto qkv = c_attn(ln_1(x)).view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});
-    auto y = attention(qkv[0], qkv[1], qkv[2]).transpose(1, 2).reshape({B, T, width});
-    x = x + attn_proj(y);
-    return x + mlp_proj(torch::gelu(c_fc(ln_2(x)), "tanh"));
-  }
-
-  int64_t heads, width;
-  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
-  torch::nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
-};
-TORCH_MODULE(Block);
-
-struct GPTImpl : torch::nn::Module {
-  explicit GPTImpl(const Config& c) : vocab(c.vocab) {
-    wte = register_module("wte", torch::nn::Embedding(c.vocab, c.width));
-    wpe = register_module("wpe", torch::nn::Embedding(c.block, c.width));
-    for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(Block(c));
-    register_module("h", blocks);
-    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
-    // GPT-2's init: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 L)), biases 0.
-    torch::NoGradGuard g;
-    for (auto& p : named_parameters()) {
-      const std::string& n = p.key();
-      if (n.find("ln_") != std::string::npos) continue;  // LayerNorms keep 1 and 0
-      if (n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0)
-        p.value().zero_();
-      else
-        p.value().normal_(0.0, n.find("proj") != std::string::npos
-                                   ? 0.02 / std::sqrt(2.0 * double(c.layers))
-                                   : 0.02);
-    }
-  }
-
-  // idx: (B, T) int64 -> logits (B, T, V); the head is wte's matrix (tied).
-  torch::Tensor forward(const torch::Tensor& idx) {
-    auto pos = torch::arange(idx.size(1), idx.options());
-    auto x = wte(idx) + wpe(pos);
-    for (const auto& b : *blocks) x = b->as<BlockImpl>()->forward(x);
-    return torch::matmul(ln_f(x), wte->weight.t());
-  }
-
-  int64_t vocab;
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
-  torch::nn::ModuleList blocks;
-  torch::nn::LayerNorm ln_f{nullptr};
-};
-TORCH_MODULE(GPT);
-
-// AdamW as GPT-2 trains: betas (0.9, 0.95), weight decay 0.1 on the matrices only.
-inline std::unique_ptr<torch::optim::AdamW> adamw(GPT& m, double lr) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : m->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto o = torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.1);
-  auto o0 = o;
-  o0.weight_decay(0.0);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(o));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(o0));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups), o);
-}
-
-}  // namespace gpt_torch
+#include "benchmarks/libtorch/gpt_torch.h"
+#include "benchmarks/libtorch/vision_torch.h"
 
 namespace {
 
@@ -191,44 +98,84 @@ void set_bf16_autocast(const torch::Device& d, bool on) {
   if (!on) at::autocast::clear_cache();
 }
 
+// What a workload trains: a small classifier on (batch, 1, 28, 28) images with 10 classes (mlp,
+// cnn, wide: the "all" rows), a GPT on (batch, T) token ids, or an ImageNet classifier on
+// (batch, 3, 224, 224) images with 1000 classes.
+enum class Kind { kSmall, kGpt, kResNet50, kViT };
+
 struct Workload {
   const char* name;
   int64_t batch;
-  torch::nn::Sequential (*make)();  // the image classifiers; null for a GPT
-  gpt_torch::Config gpt{};          // the GPT workloads' sizes (block = the sequence length)
+  Kind kind;
+  torch::nn::Sequential (*make)() = nullptr;  // the small classifiers' model
+  gpt_torch::Config gpt{};  // the GPT workloads' sizes (block = the sequence length)
 };
 
 // The model, its optimizer and the step's loss on fixed random inputs on the device: a classifier
-// on (batch, 1, 28, 28) images with Adam(1e-3), or a GPT on (batch, T) token ids with AdamW(6e-4).
+// with Adam(1e-3), or a GPT on (batch, T) token ids with AdamW(6e-4).
 struct Setup {
   std::shared_ptr<torch::nn::Module> model;
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::function<torch::Tensor()> loss;
 };
 
-Setup make_setup(const Workload& w, const torch::Device& dev) {
+// A classifier m on the images x (on the device): Adam(1e-3) and the cross-entropy of m(x) against
+// fixed random labels in [0, classes).
+template <typename Model>
+Setup classifier(Model m, const torch::Tensor& x, int64_t classes) {
   Setup s;
-  auto ids = torch::TensorOptions().dtype(torch::kLong).device(dev);
-  if (!w.make) {
-    gpt_torch::GPT m(w.gpt);
-    m->to(dev);
-    s.opt = gpt_torch::adamw(m, 6e-4);
-    auto x = torch::randint(0, w.gpt.vocab, {w.batch, w.gpt.block}, ids);
-    auto y = torch::randint(0, w.gpt.vocab, {w.batch, w.gpt.block}, ids);
-    s.loss = [m, x, y, v = w.gpt.vocab]() mutable {
-      return torch::nn::functional::cross_entropy(m->forward(x).view({-1, v}), y.view({-1}));
-    };
-    s.model = m.ptr();
-    return s;
-  }
-  auto m = w.make();
-  m->to(dev);
   s.opt = std::make_unique<torch::optim::Adam>(m->parameters(), torch::optim::AdamOptions(1e-3));
-  auto x = torch::randn({w.batch, 1, 28, 28}, torch::TensorOptions().device(dev));
-  auto y = torch::randint(0, 10, {w.batch}, ids);
+  auto y = torch::randint(0, classes, {x.size(0)}, x.options().dtype(torch::kLong));
   s.loss = [m, x, y]() mutable { return torch::nn::functional::cross_entropy(m->forward(x), y); };
   s.model = m.ptr();
   return s;
+}
+
+// What `model.to(memory_format=torch.channels_last)` does in Python: every 4-D parameter (the
+// convolutions' weights) to NHWC strides, in place, so the optimizer sees the same tensors.
+void to_channels_last(torch::nn::Module& m) {
+  for (auto& p : m.parameters())
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+}
+
+Setup make_setup(const Workload& w, const torch::Device& dev, bool channels_last) {
+  auto f32 = torch::TensorOptions().device(dev);
+  switch (w.kind) {
+    case Kind::kGpt: {
+      Setup s;
+      auto ids = torch::TensorOptions().dtype(torch::kLong).device(dev);
+      gpt_torch::GPT m(w.gpt);
+      m->to(dev);
+      s.opt = gpt_torch::adamw(m, 6e-4);
+      auto x = torch::randint(0, w.gpt.vocab, {w.batch, w.gpt.block}, ids);
+      auto y = torch::randint(0, w.gpt.vocab, {w.batch, w.gpt.block}, ids);
+      s.loss = [m, x, y, v = w.gpt.vocab]() mutable {
+        return torch::nn::functional::cross_entropy(m->forward(x).view({-1, v}), y.view({-1}));
+      };
+      s.model = m.ptr();
+      return s;
+    }
+    case Kind::kResNet50: {
+      vision_torch::ResNet50 m;
+      m->to(dev);
+      auto x = torch::randn({w.batch, 3, 224, 224}, f32);
+      if (channels_last) {
+        to_channels_last(*m);
+        x = x.contiguous(at::MemoryFormat::ChannelsLast);
+      }
+      return classifier(m, x, 1000);
+    }
+    case Kind::kViT: {
+      vision_torch::ViT m;
+      m->to(dev);
+      return classifier(m, torch::randn({w.batch, 3, 224, 224}, f32), 1000);
+    }
+    case Kind::kSmall:
+      break;
+  }
+  auto m = w.make();
+  m->to(dev);
+  return classifier(m, torch::randn({w.batch, 1, 28, 28}, f32), 10);
 }
 
 void synchronize(const torch::Device& d) {
@@ -246,10 +193,10 @@ struct Result {
   double median_ms = 0, min_ms = 0, max_ms = 0, peak_mib = 0, first_step_s = 0;
 };
 
-Result run(const Workload& w, const torch::Device& dev, bool bf16, int warmup, int steps,
-           int repeats) {
+Result run(const Workload& w, const torch::Device& dev, bool bf16, bool channels_last, int warmup,
+           int steps, int repeats) {
   torch::manual_seed(0);
-  Setup s = make_setup(w, dev);
+  Setup s = make_setup(w, dev, channels_last);
   auto step = [&] {
     s.opt->zero_grad();
     torch::Tensor loss;
@@ -304,10 +251,20 @@ int positive(const char* flag, const char* value) {
   return int(v);
 }
 
+// gpt: GPT-2 124M (vocabulary padded to 50304, as llm.c), B 16, T 1024; gpt-mini: the CPU's.
+const std::vector<Workload> kWorkloads = {
+    {"mlp", 256, Kind::kSmall, &mlp},
+    {"cnn", 256, Kind::kSmall, &cnn},
+    {"wide", 2048, Kind::kSmall, &wide},
+    {"gpt", 16, Kind::kGpt},
+    {"gpt-mini", 8, Kind::kGpt, nullptr, {256, 128, 4, 4, 128}},
+    {"resnet50", 64, Kind::kResNet50},
+    {"vit-b16", 64, Kind::kViT}};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string workload = "all", device, dtype = "fp32";
+  std::string workload = "all", device, dtype = "fp32", channels_last;  // "": on under bf16
   int warmup = 10, steps = 50, repeats = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -318,6 +275,8 @@ int main(int argc, char** argv) {
       device = argv[++i];
     else if (a == "--dtype" && has_value)
       dtype = argv[++i];
+    else if (a == "--channels-last" && has_value)
+      channels_last = argv[++i];
     else if (a == "--warmup" && has_value)
       warmup = positive("--warmup", argv[++i]);
     else if (a == "--steps" && has_value)
@@ -327,18 +286,18 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(
           stderr,
-          "usage: bench_train_torch [--workload mlp|cnn|wide|gpt|gpt-mini|all] [--device "
-          "cpu|cuda|cuda:N] "
-          "[--dtype fp32|bf16] [--warmup N] [--steps N] [--repeats N]\n(bad argument '%s')\n",
+          "usage: bench_train_torch [--workload mlp|cnn|wide|all|gpt|gpt-mini|resnet50|vit-b16] "
+          "[--device cpu|cuda|cuda:N] [--dtype fp32|bf16] [--channels-last on|off] [--warmup N] "
+          "[--steps N] [--repeats N]\n(bad argument '%s')\n",
           a.c_str());
       return 2;
     }
   }
-  if (workload != "all" && workload != "mlp" && workload != "cnn" && workload != "wide" &&
-      workload != "gpt" && workload != "gpt-mini") {
+  if (workload != "all" && std::none_of(kWorkloads.begin(), kWorkloads.end(),
+                                        [&](const Workload& w) { return workload == w.name; })) {
     std::fprintf(stderr,
-                 "bench_train_torch: --workload must be mlp, cnn, wide, gpt, gpt-mini or all, "
-                 "got '%s'\n",
+                 "bench_train_torch: --workload must be mlp, cnn, wide, all, gpt, gpt-mini, "
+                 "resnet50 or vit-b16, got '%s'\n",
                  workload.c_str());
     return 2;
   }
@@ -347,6 +306,14 @@ int main(int argc, char** argv) {
                  dtype.c_str());
     return 2;
   }
+  if (!channels_last.empty() && channels_last != "on" && channels_last != "off") {
+    std::fprintf(stderr, "bench_train_torch: --channels-last must be on or off, got '%s'\n",
+                 channels_last.c_str());
+    return 2;
+  }
+  // resnet50's memory format: channels-last under bf16 unless --channels-last off; fp32 only when
+  // asked (--channels-last on).
+  bool nhwc = channels_last == "on" || (channels_last.empty() && dtype == "bf16");
   try {
     if (device.empty()) device = torch::cuda::is_available() ? "cuda" : "cpu";
     torch::Device dev(device);
@@ -356,18 +323,12 @@ int main(int argc, char** argv) {
     at::globalContext().setAllowTF32CuBLAS(false);
     at::globalContext().setAllowTF32CuDNN(false);
     at::globalContext().setBenchmarkCuDNN(true);
-    // gpt: GPT-2 124M (vocabulary padded to 50304, as llm.c), B 16, T 1024; gpt-mini: the CPU's.
-    std::vector<Workload> all = {{"mlp", 256, &mlp},
-                                 {"cnn", 256, &cnn},
-                                 {"wide", 2048, &wide},
-                                 {"gpt", 16, nullptr, {}},
-                                 {"gpt-mini", 8, nullptr, {256, 128, 4, 4, 128}}};
     std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
-    for (const Workload& w : all) {
-      // "all" means the image workloads; a GPT row is asked for by name.
-      if (workload != w.name && (workload != "all" || !w.make)) continue;
-      Result r = run(w, dev, dtype == "bf16", warmup, steps, repeats);
+    for (const Workload& w : kWorkloads) {
+      // "all" means the small image workloads; a GPT, ResNet-50 or ViT row is asked for by name.
+      if (workload != w.name && (workload != "all" || w.kind != Kind::kSmall)) continue;
+      Result r = run(w, dev, dtype == "bf16", nhwc, warmup, steps, repeats);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name,
                   device.c_str(), dtype.c_str(), "eager", long(w.batch), r.median_ms, r.min_ms,
                   r.max_ms, r.peak_mib, r.first_step_s);
