@@ -3,7 +3,8 @@
 // another: workload (the benchmark's cnn: three conv blocks and global average pooling;
 // docs/workloads.md), resnet18 (ResNet-18 with the small-image stem, nn/resnet.h) or vit (a
 // 6-layer, 128-wide Vision Transformer on 4x4 patches, nn/vit.h). --augment adds random-crop and
-// flip augmentation; --lr-schedule cosine a per-step cosine decay after --warmup steps.
+// flip augmentation; --lr-schedule cosine a per-step cosine decay after --warmup steps; --sync-bn
+// BatchNorm statistics over every process (distributed/sync_batch_norm.h).
 //
 //   ./build/examples/train_cnn                          # 10 epochs, Adam lr 1e-3, batch 128
 //   ./build/examples/train_cnn --model resnet18 --augment true --optimizer sgd --lr 0.1
@@ -20,6 +21,7 @@
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
 #include "distributed/ddp/ddp.h"
+#include "distributed/sync_batch_norm.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
@@ -102,6 +104,10 @@ int main(int argc, char** argv) {
                  "classifier (default), workload (the benchmark's cnn), resnet18 (small-image "
                  "stem) or vit (patch 4, 6 layers, width 128)")
       ->check(CLI::IsMember({"classifier", "workload", "resnet18", "vit"}));
+  bool sync_bn = false;
+  app.add_option("--sync-bn", sync_bn,
+                 "BatchNorm statistics over every process's batch (SyncBatchNorm), so that N "
+                 "processes train as one with the same global batch");
   std::string schedule = "constant";
   int64_t warmup = 0;
   app.add_option("--lr-schedule", schedule,
@@ -115,6 +121,8 @@ int main(int argc, char** argv) {
     manual_seed(cfg.seed);
     std::shared_ptr<nn::Module> model = make_model(arch);
     train::RunSetup run(cfg);  // device, process group (under loomrun), checks, seed
+    if (sync_bn && distributed::convert_sync_batchnorm(*model, run.pg) > 0 && run.main())
+      std::printf("SyncBatchNorm: BatchNorm statistics over the %d processes\n", run.pg->size());
     train::ClassifierData data(cfg, run, augment ? augmentation() : nullptr);  // sharded by rank
     data::DataLoader& loader = *data.train;
     const auto fused =

@@ -5,10 +5,12 @@
 // Leaves out: the loops themselves (strides, broadcasting, threads or launches).
 #pragma once
 
+#include <initializer_list>
 #include <type_traits>
 
 #include "core/dispatch.h"
 #include "core/tensor.h"
+#include "core/tensor_views.h"
 #include "kernels/functors.h"
 #include "kernels/op_dispatch.h"
 
@@ -35,10 +37,28 @@ struct WhereOp {
   }
 };
 
-// x: any shape -> same shape and dtype (contiguous)
+// Note [Elementwise output layout]
+// An elementwise result is contiguous, except that it is channels-last when its first operand of
+// the result's shape is (Note [Channels-last] in core/tensor_views.h): so a residual add or a
+// ReLU between channels-last convolutions stays channels-last, and walks its operands as one
+// flat run (kernels/loop_geometry.h) instead of a strided loop followed by a copy back to
+// channels-last before the next convolution. PyTorch's TensorIterator follows its inputs' layout
+// in the same way.
+inline Tensor empty_result(const Shape& shape, DType dtype, Device device,
+                           std::initializer_list<const Tensor*> operands) {
+  for (const Tensor* t : operands)
+    if (t->shape() == shape) {
+      if (raw::is_channels_last(*t))
+        return raw::empty_channels_last(shape, {.dtype = dtype, .device = device});
+      break;
+    }
+  return empty(shape, {.dtype = dtype, .device = device});
+}
+
+// x: any shape -> same shape and dtype (contiguous, or channels-last like x)
 template <typename Loop>
 Tensor unary(UnaryOp op, const Tensor& x) {
-  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor out = empty_result(x.shape(), x.dtype(), x.device(), {&x});
   with_unary_functor(op, [&](auto f) {
     check_numeric_op(op_name(op), decltype(f)::floating_only, x.dtype());
     LOOM_DISPATCH_NUMERIC(x.dtype(), op_name(op), [&] {
@@ -78,7 +98,7 @@ template <typename Loop>
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(op_name(op), a.shape(), b.shape());
   Tensor out =
-      empty(shape, {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
+      empty_result(shape, returns_bool(op) ? DType::Bool : a.dtype(), a.device(), {&a, &b});
   with_binary_functor(op, [&](auto f) { run_binary<Loop>(op_name(op), out, a, &b, 0, false, f); });
   return out;
 }
@@ -87,7 +107,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 template <typename Loop>
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
   Tensor out =
-      empty(a.shape(), {.dtype = returns_bool(op) ? DType::Bool : a.dtype(), .device = a.device()});
+      empty_result(a.shape(), returns_bool(op) ? DType::Bool : a.dtype(), a.device(), {&a});
   with_binary_functor(
       op, [&](auto f) { run_binary<Loop>(op_name(op), out, a, nullptr, s, scalar_first, f); });
   return out;
@@ -105,7 +125,7 @@ template <typename Loop>
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape =
       broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
-  Tensor out = empty(shape, {.dtype = a.dtype(), .device = a.device()});
+  Tensor out = empty_result(shape, a.dtype(), a.device(), {&cond, &a, &b});
   LOOM_DISPATCH_ALL(a.dtype(), "where", [&] {
     Loop::template run<scalar_t, bool, scalar_t, scalar_t>(out, WhereOp{}, cond, a, b);
   });

@@ -97,6 +97,16 @@ struct BatchNormOptions {
   bool track_running_stats = true;  // buffers running_mean, running_var, num_batches_tracked
 };
 
+// A sum over the processes of a job that autograd differentiates (the gradient of each process's
+// input is the same sum of the gradients of the outputs): what a synchronised BatchNorm2d needs
+// from distributed/, which implements it over a ProcessGroup (distributed/sync_batch_norm.h), so
+// that nn does not depend on distributed.
+class CrossProcessSum {
+ public:
+  virtual ~CrossProcessSum() = default;
+  virtual Tensor operator()(const Tensor& t) const = 0;  // same shape, every process's t added
+};
+
 // x: (N, C, H, W). Training: batch statistics (and running stats updated); eval: running stats.
 class BatchNorm2d : public Module {
  public:
@@ -114,6 +124,12 @@ class BatchNorm2d : public Module {
   BatchNormOptions options;
   Tensor weight, bias;                                    // (C), when affine
   Tensor running_mean, running_var, num_batches_tracked;  // (C), (C), int64 0-d
+  // SyncBatchNorm: when set (distributed::convert_sync_batchnorm), training takes its statistics
+  // over every process's batch through this sum (Note [SyncBatchNorm], nn/batch_norm_sync.cpp).
+  std::shared_ptr<const CrossProcessSum> sync;
+
+ private:
+  Tensor forward_synced(const Tensor& x, bool relu, bool max_pool2, double factor);
 };
 
 struct LayerNormOptions {

@@ -1,6 +1,6 @@
 // BatchNorm2d and LayerNorm modules: parameters, running-stat buffers and PyTorch's rules for
 // which statistics are used in training and eval, around loom::batch_norm and loom::layer_norm.
-// Leaves out: BatchNorm1d/3d, GroupNorm, SyncBatchNorm.
+// Leaves out: BatchNorm1d/3d, GroupNorm; SyncBatchNorm's training path is nn/batch_norm_sync.cpp.
 #include "autograd/ops/norm.h"
 
 #include "autograd/grad_mode.h"
@@ -62,6 +62,7 @@ Tensor BatchNorm2d::forward(const Tensor& x, bool relu, bool max_pool2) {
     num_batches_tracked.add_(ones_like(num_batches_tracked));
     if (!options.momentum) factor = 1.0 / num_batches_tracked.item();
   }
+  if (sync && is_training()) return forward_synced(x, relu, max_pool2, factor);
   // Batch statistics in training, and in eval when there are no running stats.
   bool use_batch_stats = is_training() || !options.track_running_stats;
   bool pass_running = !is_training() || options.track_running_stats;

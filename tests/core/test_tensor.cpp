@@ -98,6 +98,34 @@ TEST(Views, ChannelsLastIsTheProducersChoice) {
   EXPECT_THROW(to_channels_last(arange(0, 6).reshape({2, 3})), Error);
 }
 
+// Note [Elementwise output layout]: results follow their first full-size operand's layout.
+TEST(ChannelsLast, ElementwiseResultsKeepTheLayoutAndTheValues) {
+  Tensor y = to(arange(0, 120).reshape({2, 3, 4, 5}), DType::F32), x = y - 60.0;
+  Tensor xc = to_channels_last(x), yc = to_channels_last(y);
+  Tensor sum_cl = xc + yc, relu_cl = relu(xc), scaled = xc * 2.0;
+  Tensor bias = to(arange(0, 3).reshape({1, 3, 1, 1}), DType::F32);
+  Tensor biased = xc + bias, compared = gt(xc, yc);
+  for (const Tensor* t : {&sum_cl, &relu_cl, &scaled, &biased, &compared})
+    EXPECT_TRUE(raw::is_channels_last(*t)) << describe(*t);
+  EXPECT_EQ(sum_cl.to_vector<float>(), (x + y).to_vector<float>());
+  EXPECT_EQ(relu_cl.to_vector<float>(), relu(x).to_vector<float>());
+  EXPECT_EQ(scaled.to_vector<float>(), (x * 2.0).to_vector<float>());
+  EXPECT_EQ(biased.to_vector<float>(), (x + bias).to_vector<float>());
+  EXPECT_EQ(compared.to_vector<float>(), gt(x, y).to_vector<float>());
+  // The first full-size operand decides: contiguous first -> contiguous, broadcast first -> the
+  // channels-last operand behind it.
+  Tensor mixed = x + yc;
+  EXPECT_TRUE(mixed.is_contiguous());
+  EXPECT_EQ(mixed.to_vector<float>(), (x + y).to_vector<float>());
+  EXPECT_TRUE(raw::is_channels_last(bias + xc));
+  // Its gradient flows back in the same layout and value as the contiguous one's.
+  Tensor a = xc.detach().requires_grad_(true);
+  sum(relu(a + yc) * 3.0).backward();
+  Tensor b = x.detach().requires_grad_(true);
+  sum(relu(b + y) * 3.0).backward();
+  EXPECT_EQ(a.grad().to_vector<float>(), b.grad().to_vector<float>());
+}
+
 TEST(Philox, KnownAnswer) {
   // Random123's known-answer vector for philox4x32-10 with zero key and counter.
   Philox4 r = philox4x32(0, 0, 0);

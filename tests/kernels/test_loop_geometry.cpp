@@ -60,6 +60,23 @@ TEST(LoopGeometry, SizeOneDimsDropAndNoMergeKeepsTheShape) {
   EXPECT_EQ(strides_of(N, 0), (std::vector<int64_t>{3, 3, 1}));
 }
 
+TEST(LoopGeometry, ChannelsLastOperandsWalkAsOneRun) {
+  // out, a: channels-last (2, 3, 4, 5), strides (60, 1, 15, 3): walked N, H, W, C -> one run
+  const Strides cl{60, 1, 15, 3};
+  auto L = loop_geometry<2>({2, 3, 4, 5}, {cl, cl});
+  EXPECT_EQ(sizes_of(L), (std::vector<int64_t>{120}));
+  EXPECT_EQ(strides_of(L, 1), (std::vector<int64_t>{1}));
+  // b: a per-channel (1, 3, 1, 1) broadcast -> (N H W 40, C 3), b moving along C only
+  auto B = loop_geometry<2>({2, 3, 4, 5}, {cl, Strides{0, 1, 0, 0}});
+  EXPECT_EQ(sizes_of(B), (std::vector<int64_t>{40, 3}));
+  EXPECT_EQ(strides_of(B, 0), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(strides_of(B, 1), (std::vector<int64_t>{0, 1}));
+  // a contiguous operand under a channels-last output: walked in the output's order
+  auto M = loop_geometry<2>({2, 3, 4, 5}, {cl, Strides{60, 20, 5, 1}});
+  EXPECT_EQ(sizes_of(M), (std::vector<int64_t>{2, 20, 3}));
+  EXPECT_EQ(strides_of(M, 1), (std::vector<int64_t>{60, 1, 20}));
+}
+
 TEST(LoopGeometry, TooManyDimsNameTheCount) {
   Shape s(17, 1);
   Strides st(17, 1);
