@@ -14,6 +14,7 @@
 
 #include "autograd/ops/ops.h"
 #include "nn/checkpoint.h"
+#include "support/fashion_mnist.h"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -44,8 +45,10 @@ fs::path temp_dir(const std::string& name) {
 }
 
 // train_cnn on `procs` CPU processes (loomrun for more than one), checkpoints into `dir`.
+// The data folder comes from testing_support::fashion_mnist_dir (the tests skip without one).
 std::string train_cnn(int procs, const std::string& args, const fs::path& dir) {
-  std::string prog = std::string(TRAIN_CNN_BIN) +
+  std::string prog = std::string(TRAIN_CNN_BIN) + " --data-dir " +
+                     testing_support::fashion_mnist_dir() +
                      " --device cpu --workers 0 --seed 5 --epochs 1 --train-limit 256 " + args +
                      " --checkpoint-dir " + dir.string();
   if (procs == 1) return prog;
@@ -83,6 +86,7 @@ std::string ckpt(int64_t step) {
 
 #ifdef LOOM_WITH_GLOO
 TEST(TrainCnnModels, VitOnTwoProcessesEndsWithOneProcesssWeights) {
+  LOOM_FASHION_MNIST_OR_SKIP(data_dir);
   fs::path one = temp_dir("vit1"), two = temp_dir("vit2");
   const std::string args =
       "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --weight-decay 0.05 "
@@ -118,6 +122,7 @@ double gradients_apart(const fs::path& a, const fs::path& b) {
 }  // namespace
 
 TEST(TrainCnnModels, ResNet18WithSyncBatchNormOnTwoProcessesHasOneProcesssGradients) {
+  LOOM_FASHION_MNIST_OR_SKIP(data_dir);
   fs::path one = temp_dir("rn1"), two = temp_dir("rn2"), plain = temp_dir("rn2p");
   // One step: ResNet-18 at initialisation amplifies rounding over steps (the weights of 1 and 2
   // processes part by about 1e-3 after three), so the gradients of the first step are compared.
@@ -149,6 +154,7 @@ TEST(TrainCnnModels, ResNet18WithSyncBatchNormOnTwoProcessesHasOneProcesssGradie
 #endif
 
 TEST(TrainCnnModels, CosineScheduleResumesWhereTheStraightRunGoes) {
+  LOOM_FASHION_MNIST_OR_SKIP(data_dir);
   fs::path straight = temp_dir("cos_s"), split = temp_dir("cos_r");
   const std::string args =
       "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --lr-schedule cosine --warmup 2 "
