@@ -223,7 +223,7 @@ LOOM_BINARY_FUNCTOR(Pow, false, math::pow(a, b))
 LOOM_BINARY_FUNCTOR(Maximum, false, (a > b || a != a) ? a : b)  // NaN propagates
 LOOM_BINARY_FUNCTOR(Minimum, false, (a < b || a != a) ? a : b)
 // Backward helpers: a = incoming gradient, b = the saved input x or output y.
-LOOM_BINARY_FUNCTOR(ReluBackward, false, b > T(0) ? a : T(0))  // b = x
+LOOM_BINARY_FUNCTOR(ReluBackward, false, b > T(0) ? a : T(0))  // b = x or relu(x)
 LOOM_BINARY_FUNCTOR(SigmoidBackward, true, a* b*(T(1) - b))    // b = y
 LOOM_BINARY_FUNCTOR(TanhBackward, true, a*(T(1) - b * b))      // b = y
 // d/dx [x Phi(x)] = Phi(x) + x phi(x)
