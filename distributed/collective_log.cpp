@@ -2,6 +2,7 @@
 #include "distributed/collective_log.h"
 
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -114,6 +115,64 @@ std::string CollectiveLog::timeout_message(const OpRecord& rec, std::chrono::mil
     os << " (the other ranks' progress could not be read from the store: " << e.what() << ")";
   }
   return os.str();
+}
+
+void CollectiveLog::record_departure(const std::string& how) {
+  if (!reader_) return;
+  try {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reader_->set("progress/" + std::to_string(rank_), encode(last_));  // the final word on it
+    }
+    reader_->set("left/" + std::to_string(rank_), how);
+  } catch (const std::exception&) {
+    // The store is gone (rank 0, which serves it, left first): nobody is left to tell.
+  }
+}
+
+namespace {
+// A rank's last published collective, "all_reduce #37", or "" before any.
+std::string last_collective(Store& store, int r) {
+  const std::string key = "progress/" + std::to_string(r);
+  if (!store.check({key})) return "";
+  std::istringstream in(store.get_string(key, std::chrono::milliseconds(2000)));
+  OpRecord o;
+  in >> o.seq >> o.op;
+  return o.seq == 0 ? "" : str(o.op, " #", o.seq);
+}
+
+// How rank r left, or "" when nothing says it did. Its own record comes with its exact last
+// collective; loomrun's alone with the last one it published (up to 50 ms behind).
+std::string departure_of(Store& store, int r) {
+  const std::string exit_key = "exit/" + std::to_string(r), left_key = "left/" + std::to_string(r);
+  const bool by_launcher = store.check({exit_key}), by_itself = store.check({left_key});
+  if (!by_launcher && !by_itself) return "";
+  const auto t = std::chrono::milliseconds(2000);
+  const std::string how = store.get_string(by_launcher ? exit_key : left_key, t);
+  const std::string last = last_collective(store, r);
+  if (by_itself) return str(how, last.empty() ? " before any collective" : " after its " + last);
+  return str(how, last.empty() ? "; no collective seen from it" : "; last seen in " + last);
+}
+}  // namespace
+
+std::string CollectiveLog::departures(std::chrono::milliseconds wait) {
+  if (!reader_) return "";
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  try {
+    for (;;) {
+      std::string out;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const std::string how = departure_of(*reader_, r);
+        if (!how.empty())
+          out += str(out.empty() ? "" : "; ", "rank ", r, " has left the job (", how, ")");
+      }
+      if (!out.empty() || std::chrono::steady_clock::now() >= deadline) return out;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } catch (const std::exception&) {
+    return "";  // the store is gone: the caller's own message stands
+  }
 }
 
 }  // namespace loom::distributed

@@ -49,6 +49,22 @@ class CollectiveLog {
   // The message for `rec` having failed to finish within `waited` on this rank.
   std::string timeout_message(const OpRecord& rec, std::chrono::milliseconds waited);
 
+  // Note [Who left]
+  // A rank that leaves the job records it under "left/<rank>" (destroy_process_group, or the
+  // process exiting with the group still up: `how` says which), and loomrun records each worker's
+  // end under "exit/<rank>" ("exit status 0", "killed by signal 9"; launcher/worker_group.cpp).
+  // departures() reads them for every other rank, waiting up to `wait` for the first to appear
+  // (a closed connection is often seen before the record lands), and names them with their last
+  // collective from "progress/<rank>": exact when the rank recorded its own departure (it
+  // publishes its progress first), else the last one its publisher wrote (up to 50 ms behind):
+  //   rank 1 has left the job (called destroy_process_group after its all_reduce #37)
+  //   rank 1 has left the job (exit status 0; last seen in all_reduce #37)
+  // "" when nobody is recorded as gone (or the store is unreachable). A rank that vanishes without
+  // loomrun and without an orderly exit leaves no record; its peers' errors then say "did a peer
+  // exit?" as before.
+  void record_departure(const std::string& how);
+  std::string departures(std::chrono::milliseconds wait);
+
  private:
   void publisher();
   std::shared_ptr<Store> store_;   // the publisher's own connection

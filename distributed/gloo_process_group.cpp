@@ -222,8 +222,14 @@ void GlooProcessGroup::run_job(Job& job) {
     job.work->mark_done();
   } catch (const std::exception& e) {
     auto waited = std::chrono::duration_cast<Millis>(Clock::now() - start);
+    const bool timed_out = waited >= timeout() * 9 / 10;  // Gloo: "Timed out waiting ..."
+    // A peer that left is named (Note [Who left]); its record may land a moment after Gloo saw
+    // the connection close, so a failure that was not a timeout waits up to 1.5 s for it.
+    const std::string gone = log().departures(timed_out ? Millis(0) : Millis(1500));
     std::string msg;
-    if (waited >= timeout() * 9 / 10) {  // Gloo's message is "Timed out waiting ..." or similar
+    if (!gone.empty()) {
+      msg = str(job.rec.describe(), " on rank ", rank(), ": ", gone);
+    } else if (timed_out) {
       msg = log().timeout_message(job.rec, timeout());
     } else {
       msg = str(job.rec.describe(), " failed on rank ", rank(), " after ",

@@ -424,7 +424,20 @@ void NcclProcessGroup::watchdog() {
                                                : outstanding_.front()->rec();
       msg = nccl_failure_text(str(r.describe(), ", as ncclCommGetAsyncError reported,"), async,
                               comm_->comm, rank(), size(), device_);
-    } else if (!outstanding_.empty() && Clock::now() - outstanding_.front()->start() > timeout()) {
+    } else if (!outstanding_.empty() && departure_due()) {
+      // Note [Who left]: an op waiting for more than a second looks for a peer that left, once a
+      // second, so a rank stuck on a departed peer fails within a few seconds, not the timeout.
+      std::shared_ptr<NcclWork> waiting = outstanding_.front();
+      lock.unlock();
+      const std::string gone = log().departures(std::chrono::milliseconds(0));
+      lock.lock();
+      if (!gone.empty() && cudaEventQuery(waiting->end()) != cudaSuccess && !stop_ &&
+          broken_.empty())
+        msg = str(waiting->rec().describe(), " on rank ", rank(), ": ", gone);
+      cudaGetLastError();
+    }
+    if (msg.empty() && !outstanding_.empty() && broken_.empty() && !stop_ &&
+        Clock::now() - outstanding_.front()->start() > timeout()) {
       std::shared_ptr<NcclWork> late = outstanding_.front();
       lock.unlock();  // reading the store takes a moment; ops issued meanwhile queue behind
       msg = log().timeout_message(late->rec(), timeout());
@@ -436,6 +449,15 @@ void NcclProcessGroup::watchdog() {
     if (!msg.empty()) fail_all(msg);
     cv_.notify_all();
   }
+}
+
+// True once a second while the oldest outstanding op has waited for more than a second.
+bool NcclProcessGroup::departure_due() {
+  const auto now = Clock::now();
+  if (now - outstanding_.front()->start() < std::chrono::seconds(1)) return false;
+  if (now - last_departure_check_ < std::chrono::seconds(1)) return false;
+  last_departure_check_ = now;
+  return true;
 }
 
 void NcclProcessGroup::fail_all(const std::string& msg) {

@@ -54,6 +54,8 @@ class NcclProcessGroup : public ProcessGroup {
                                bool host_blocking, Body&& body);
   void watchdog();
   void fail_all(const std::string& msg);  // mu_ held
+  bool departure_due();                   // mu_ held; Note [Who left]
+  std::chrono::steady_clock::time_point last_departure_check_{};
 
   int device_;
   std::unique_ptr<Comm> comm_;

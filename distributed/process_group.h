@@ -55,6 +55,9 @@ class ProcessGroup {
   std::shared_ptr<Work> barrier();
   std::shared_ptr<Work> send(const Tensor& t, int dst, int tag = 0);
   std::shared_ptr<Work> recv(Tensor& t, int src, int tag = 0);
+  // Tells the other members that this rank is leaving (Note [Who left] in collective_log.h):
+  // destroy_process_group and the exit hook of world.cpp call it. No-op in a world of one.
+  void record_departure(const std::string& how) { log_->record_departure(how); }
 
  protected:
   virtual std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) = 0;

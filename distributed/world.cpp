@@ -47,11 +47,18 @@ Global& global() {
   static Global* g = new Global();  // leaked on purpose, see above
   return *g;
 }
+// Records this rank's departure for the others (Note [Who left] in collective_log.h), then drops
+// the world group and the store. g.mu held.
+void leave(Global& g, const std::string& how) {
+  if (g.world) g.world->record_departure(how);
+  g.world.reset();
+  g.store.reset();
+}
+
 void drop_world_at_exit() {
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
-  g.world.reset();
-  g.store.reset();
+  leave(g, "exited without destroy_process_group");
 }
 
 std::string resolve_backend(const std::string& b) {
@@ -182,8 +189,7 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, Millis ti
 void destroy_process_group() {
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
-  g.world.reset();
-  g.store.reset();
+  leave(g, "called destroy_process_group");
 }
 
 }  // namespace loom::distributed

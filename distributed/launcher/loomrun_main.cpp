@@ -2,8 +2,11 @@
 // with --nnodes, meets the other nodes' loomruns), fails fast, restarts up to --max_restarts.
 // Leaves out: the pieces it composes (options.h, worker_group.h, node_rendezvous.h).
 #include <signal.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -87,6 +90,28 @@ GroupSpec group_spec(const LaunchOptions& o, const Environment& parent, const No
     spec.workers.push_back(w);
   }
   return spec;
+}
+
+// Note [Who left] (distributed/collective_log.h): each worker that ends while the others run is
+// recorded under the world group's "exit/<rank>" in the workers' store ("exit status 0", "killed
+// by signal 9 (SIGKILL)"), so that a rank whose collective fails can name it. The client connects
+// at the first exit; a store that cannot be reached is left alone (the job is ending anyway).
+std::function<void(int, int)> exit_recorder(const LaunchOptions& o) {
+  auto store = std::make_shared<std::shared_ptr<loom::distributed::Store>>();
+  return [addr = o.master_addr, port = o.master_port, store](int rank, int status) {
+    const std::string how = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                              : "killed by " + describe_exit(status);
+    try {
+      if (!*store) {
+        loom::distributed::TCPStoreOptions opts;
+        opts.timeout = std::chrono::seconds(2);
+        *store = std::make_shared<loom::distributed::PrefixStore>(
+            "world", std::make_shared<loom::distributed::TCPStore>(addr, port, opts));
+      }
+      (*store)->set("exit/" + std::to_string(rank), how);
+    } catch (const std::exception&) {
+    }
+  };
 }
 
 // Says what ended an attempt that did not succeed (and tells the other nodes); returns the exit
@@ -177,6 +202,7 @@ int run(const LaunchOptions& o) {
     }
     GroupSpec spec = group_spec(o, parent, where, attempt, serve_store);
     if (nodes) spec.remote_failure = [&nodes, attempt] { return nodes->failure(attempt); };
+    if (serve_store) spec.on_exit = exit_recorder(o);
     if (!o.quiet)
       say("attempt " + std::to_string(attempt) + ": starting ranks " +
           std::to_string(where.first_rank) + ".." +

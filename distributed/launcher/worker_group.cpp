@@ -134,6 +134,7 @@ class Supervisor {
       w.running = false;
       w.out->drain();
       w.err->drain();
+      if (!stopping_ && spec_.on_exit) spec_.on_exit(w.who.rank, status);
       if (!exited_cleanly(status) && !stopping_) failed_now_.push_back(exit_of(w, status));
     }
     if (!failed_now_.empty()) {

@@ -27,6 +27,10 @@ struct GroupSpec {
   // elsewhere (another node), then this group is stopped. Empty function: never asked.
   std::function<std::optional<std::string>()> remote_failure;
   int remote_poll_ms = 200;
+  // Told of each worker that ends while the group is running (not while loomrun stops it), with
+  // its rank and waitpid status: loomrun records it in the workers' store (Note [Who left] in
+  // distributed/collective_log.h). Empty function: nobody is told.
+  std::function<void(int rank, int status)> on_exit;
 };
 
 // How one worker ended.

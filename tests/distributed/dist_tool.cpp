@@ -367,6 +367,50 @@ int peer_exit_test() {
   EXPECT_TOOL(s < 10.0, "a dead peer was noticed only after ", s, " s");
   std::_Exit(0);
 }
+// Note [Who left]: the last rank leaves after two all-reduces as $LEAVE says: "destroy"
+// (destroy_process_group, then exit 0), "exit" (std::exit(5): the exit hook records it) or
+// "vanish" (std::_Exit(0): no record of its own; under loomrun, the launcher's). The others' next
+// all_reduce must fail within 5 s naming it, $LEAVE_EXPECT opening the parenthesis that says how.
+int leave_test() {
+  InitOptions o;
+  o.backend = backend_name();
+  o.timeout = Millis(60000);
+  auto pg = init_process_group(o);
+  const int me = pg->rank(), last = pg->size() - 1;
+  for (int k = 0; k < 2; ++k) {
+    Tensor t = filled<float>(me, 1000);
+    pg->all_reduce(t)->wait();
+  }
+  const char* env = std::getenv("LEAVE");
+  const std::string how = env ? env : "destroy";
+  if (me == last) {
+    if (how == "destroy") {
+      destroy_process_group();
+      return 0;
+    }
+    if (how == "exit") std::exit(5);
+    std::_Exit(0);
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    Tensor t = filled<float>(me, 1000);
+    pg->all_reduce(t)->synchronize();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  const char* expect = std::getenv("LEAVE_EXPECT");
+  // Others may be named too: a survivor that failed first and exited also left.
+  const std::string op = str("all_reduce #3 (1000 float32 elements) on rank ", me, ": "),
+                    who = str("rank ", last, " has left the job (", expect ? expect : "?");
+  EXPECT_TOOL(msg.find(op) == 0 && msg.find(who) != std::string::npos, "wanted '", op, "' and '",
+              who, "' in: ", msg);
+  EXPECT_TOOL(s < 5.0, "the rank that left was named only after ", s, " s");
+  std::cout.flush();
+  std::_Exit(0);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -381,6 +425,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives") return collectives();
     if (mode == "timeout") return timeout_test();
     if (mode == "peer_exit") return peer_exit_test();
+    if (mode == "leave") return leave_test();
     std::cerr << "dist_tool: unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& e) {

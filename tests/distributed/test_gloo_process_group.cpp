@@ -47,6 +47,36 @@ TEST(Gloo, ARankThatStopsIsNamedInTheTimeoutError) {
   EXPECT_NE(run.output[0].find("rank 2 has not reached it"), std::string::npos) << run.summary();
 }
 
+// Note [Who left]: a rank that leaves (destroy_process_group, or exit with the group up) is named
+// by the others' next collective within seconds, with its last collective.
+TEST(Gloo, ARankThatCallsDestroyProcessGroupIsNamedByTheOthers) {
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run =
+      test::run_workers(LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
+                        {{"LOOM_TEST_BACKEND", "gloo"},
+                         {"LOOM_STORE_EXTERNAL", "1"},
+                         {"LEAVE", "destroy"},
+                         {"LEAVE_EXPECT", "called destroy_process_group after its all_reduce #2)"}},
+                        60);
+  EXPECT_FALSE(run.timed_out) << run.summary();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[size_t(r)], 0) << run.summary();
+}
+
+TEST(Gloo, ARankThatExitsWithTheGroupUpIsNamedByTheOthers) {
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run = test::run_workers(
+      LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
+      {{"LOOM_TEST_BACKEND", "gloo"},
+       {"LOOM_STORE_EXTERNAL", "1"},
+       {"LEAVE", "exit"},
+       {"LEAVE_EXPECT", "exited without destroy_process_group after its all_reduce #2)"}},
+      60);
+  EXPECT_FALSE(run.timed_out) << run.summary();
+  EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[2], 5) << run.summary();
+}
+
 TEST(Gloo, ADeadPeerFailsTheOthersAtOnce) {
   TCPStoreServer server("127.0.0.1", 0);
   auto run = test::run_workers(LOOM_DIST_TOOL, {"peer_exit"}, 3, server.port(),

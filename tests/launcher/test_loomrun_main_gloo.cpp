@@ -93,6 +93,23 @@ pid_t child_with_rank(pid_t parent, int rank) {
 }
 }  // namespace
 
+// Note [Who left]: rank 2 ends with exit status 0 after two all_reduces, leaving no record of its
+// own (std::_Exit); loomrun records its exit in the store, so ranks 0 and 1, whose next all_reduce
+// fails, name it and how it ended (its last collective as last published: #1 or #2), and the
+// job (every worker exiting 0) succeeds.
+TEST(LoomrunGloo, AWorkerThatEndsEarlyIsNamedThroughTheLaunchersRecord) {
+  SKIP_WITHOUT_GLOO();
+  TempDir dir;
+  Loomrun run({"--standalone", "--nproc_per_node", "3", kDistTool, "leave"}, dir.str(),
+              {"LOOM_TEST_BACKEND=gloo", "LEAVE=vanish",
+               "LEAVE_EXPECT=exit status 0; last seen in all_reduce #"});
+  // Exit status 0: ranks 0 and 1 found the message they expect (dist_tool's leave mode).
+  EXPECT_EQ(run.run_to_end(60), 0) << run.out() << run.err();
+  EXPECT_NE(run.out().find("rank 2 has left the job (exit status 0; last seen in all_reduce #"),
+            std::string::npos)
+      << run.out() << run.err();
+}
+
 // Fail-fast with real collectives: ranks 0 and 1 block in all_reduce #4 (collective timeout 60 s)
 // waiting for rank 2, which is killed with -9; loomrun must end the job within 5 s.
 TEST(LoomrunGloo, KillNineDuringACollective) {
