@@ -332,6 +332,24 @@ int timeout_test() {
   std::cout.flush();
   std::_Exit(0);
 }
+// Runs up to `times` all_reduces of 1000 floats, one of which should fail; prints and returns the
+// error ("" if none failed) and the seconds until it came.
+std::pair<std::string, double> failing_all_reduces(ProcessGroup& pg, int me, int times) {
+  auto start = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    for (int k = 0; k < times; ++k) {
+      Tensor t = filled<float>(me, 1000);
+      pg.all_reduce(t)->synchronize();
+    }
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  return {msg, s};
+}
+
 // The last rank exits (code 3) after two collectives; the others' next collective must fail on
 // its own long before the 60 s timeout (a dead peer is noticed, not waited for).
 int peer_exit_test() {
@@ -350,18 +368,7 @@ int peer_exit_test() {
     pg->all_reduce(t)->wait();
   }
   if (me == last) std::_Exit(3);
-  auto start = std::chrono::steady_clock::now();
-  std::string msg;
-  try {
-    for (int k = 0; k < 3; ++k) {
-      Tensor t = filled<float>(me, 1000);
-      pg->all_reduce(t)->synchronize();
-    }
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  const auto [msg, s] = failing_all_reduces(*pg, me, 3);
   EXPECT_TOOL(msg.find("all_reduce #3 (1000 float32 elements) failed on rank") != std::string::npos,
               msg);
   EXPECT_TOOL(s < 10.0, "a dead peer was noticed only after ", s, " s");
@@ -391,16 +398,7 @@ int leave_test() {
     if (how == "exit") std::exit(5);
     std::_Exit(0);
   }
-  auto start = std::chrono::steady_clock::now();
-  std::string msg;
-  try {
-    Tensor t = filled<float>(me, 1000);
-    pg->all_reduce(t)->synchronize();
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  const auto [msg, s] = failing_all_reduces(*pg, me, 1);
   const char* expect = std::getenv("LEAVE_EXPECT");
   // Others may be named too: a survivor that failed first and exited also left.
   const std::string op = str("all_reduce #3 (1000 float32 elements) on rank ", me, ": "),

@@ -1,6 +1,6 @@
-// Runs the train_mlp example program for the tests of tests/examples: a command line with a time
-// limit, stdout and stderr apart, and the numbers its output states. Leaves out: loomrun (see
-// test_train_mlp_ddp.cpp).
+// Runs the example programs for the tests of tests/examples: train_mlp with stdout and stderr
+// apart, any command line with a time limit, fresh folders, and the numbers the output states.
+// Leaves out: loomrun's own options (the tests spell the command line).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,6 +40,33 @@ inline ProgramRun run_train_mlp(const std::string& args, int seconds = 300) {
   r.err = ss.str();
   std::filesystem::remove(err_file);
   return r;
+}
+
+// A command line's exit code (-1 when it did not exit) and its stdout and stderr together, with
+// a hard time limit.
+struct CommandRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+inline CommandRun run_command(const std::string& cmd, int seconds = 300) {
+  std::string line = "timeout -k 5 " + std::to_string(seconds) + " " + cmd + " 2>&1";
+  CommandRun r;
+  FILE* p = popen(line.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A fresh, empty folder under the temporary directory, named for `name` and this process.
+inline std::filesystem::path fresh_temp_dir(const std::string& name) {
+  std::filesystem::path p = std::filesystem::temp_directory_path() /
+                            ("loom_example_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
 }
 
 // The N of "... after N steps" in the final line (or "N steps in" without an evaluation), -1

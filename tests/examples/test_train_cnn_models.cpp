@@ -6,13 +6,11 @@
 // bit. Tiny runs (--train-limit, --max-steps) so that no evaluation runs; each bounded by
 // `timeout`. Leaves out: accuracy (README: the Fashion-MNIST runs on one H200) and CUDA.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 
 #include "autograd/ops/ops.h"
+#include "example_program.h"
 #include "nn/checkpoint.h"
 #include "support/fashion_mnist.h"
 
@@ -21,30 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int status = -1;
-  std::string output;
-};
+using testing_support::fresh_temp_dir;
+using testing_support::run_command;
 
-Outcome run_cmd(const std::string& cmd, int seconds = 300) {
-  std::string line = "timeout -k 5 " + std::to_string(seconds) + " " + cmd + " 2>&1";
-  Outcome r;
-  FILE* p = popen(line.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
-  int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("loom_cnn_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-// train_cnn on `procs` CPU processes (loomrun for more than one), checkpoints into `dir`.
 // The data folder comes from testing_support::fashion_mnist_dir (the tests skip without one).
 std::string train_cnn(int procs, const std::string& args, const fs::path& dir) {
   std::string prog = std::string(TRAIN_CNN_BIN) + " --data-dir " +
@@ -87,14 +64,14 @@ std::string ckpt(int64_t step) {
 #ifdef LOOM_WITH_GLOO
 TEST(TrainCnnModels, VitOnTwoProcessesEndsWithOneProcesssWeights) {
   LOOM_FASHION_MNIST_OR_SKIP(data_dir);
-  fs::path one = temp_dir("vit1"), two = temp_dir("vit2");
+  fs::path one = fresh_temp_dir("cnn_vit1"), two = fresh_temp_dir("cnn_vit2");
   const std::string args =
       "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --weight-decay 0.05 "
       "--lr-schedule cosine --warmup 1 --max-steps 4 --checkpoint-every 1 --keep-last 10";
-  Outcome a = run_cmd(train_cnn(1, args, one));
-  ASSERT_EQ(a.status, 0) << a.output;
-  Outcome b = run_cmd(train_cnn(2, args, two));
-  ASSERT_EQ(b.status, 0) << b.output;
+  auto a = run_command(train_cnn(1, args, one));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = run_command(train_cnn(2, args, two));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(a.output.find("training VisionTransformer"), std::string::npos) << a.output;
   Distance d = distance(one / ckpt(4), two / ckpt(4), one / ckpt(1));
   EXPECT_LE(d.apart, 1e-5) << "2 processes vs 1, the same global batches";
@@ -123,18 +100,19 @@ double gradients_apart(const fs::path& a, const fs::path& b) {
 
 TEST(TrainCnnModels, ResNet18WithSyncBatchNormOnTwoProcessesHasOneProcesssGradients) {
   LOOM_FASHION_MNIST_OR_SKIP(data_dir);
-  fs::path one = temp_dir("rn1"), two = temp_dir("rn2"), plain = temp_dir("rn2p");
+  fs::path one = fresh_temp_dir("cnn_rn1"), two = fresh_temp_dir("cnn_rn2"),
+           plain = fresh_temp_dir("cnn_rn2p");
   // One step: ResNet-18 at initialisation amplifies rounding over steps (the weights of 1 and 2
   // processes part by about 1e-3 after three), so the gradients of the first step are compared.
   const std::string args =
       "--model resnet18 --batch-size 16 --optimizer sgd --lr 0.02 --max-steps 1 "
       "--checkpoint-every 1";
-  Outcome a = run_cmd(train_cnn(1, args + " --sync-bn true", one));
-  ASSERT_EQ(a.status, 0) << a.output;
+  auto a = run_command(train_cnn(1, args + " --sync-bn true", one));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("training ResNet"), std::string::npos) << a.output;
   EXPECT_EQ(a.output.find("SyncBatchNorm"), std::string::npos) << "one process: nothing to sync";
-  Outcome b = run_cmd(train_cnn(2, args + " --sync-bn true", two));
-  ASSERT_EQ(b.status, 0) << b.output;
+  auto b = run_command(train_cnn(2, args + " --sync-bn true", two));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("SyncBatchNorm: BatchNorm statistics over the 2 processes"),
             std::string::npos)
       << b.output;
@@ -146,8 +124,8 @@ TEST(TrainCnnModels, ResNet18WithSyncBatchNormOnTwoProcessesHasOneProcesssGradie
     EXPECT_LE(max(abs(s1.model[i].second - s2.model[i].second)).item(), 1e-5) << s1.model[i].first;
   // Without it each rank normalises its 8 images alone: the gradients part (what --sync-bn is
   // for), so the comparison above can tell.
-  Outcome c = run_cmd(train_cnn(2, args, plain));
-  ASSERT_EQ(c.status, 0) << c.output;
+  auto c = run_command(train_cnn(2, args, plain));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_GT(gradients_apart(one / ckpt(1), plain / ckpt(1)), 1e-2);
   for (const auto& p : {one, two, plain}) fs::remove_all(p);
 }
@@ -155,16 +133,16 @@ TEST(TrainCnnModels, ResNet18WithSyncBatchNormOnTwoProcessesHasOneProcesssGradie
 
 TEST(TrainCnnModels, CosineScheduleResumesWhereTheStraightRunGoes) {
   LOOM_FASHION_MNIST_OR_SKIP(data_dir);
-  fs::path straight = temp_dir("cos_s"), split = temp_dir("cos_r");
+  fs::path straight = fresh_temp_dir("cnn_cos_s"), split = fresh_temp_dir("cnn_cos_r");
   const std::string args =
       "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --lr-schedule cosine --warmup 2 "
       "--checkpoint-every 3";
-  Outcome a = run_cmd(train_cnn(1, args + " --max-steps 6", straight));
-  ASSERT_EQ(a.status, 0) << a.output;
-  Outcome b = run_cmd(train_cnn(1, args + " --max-steps 3", split));
-  ASSERT_EQ(b.status, 0) << b.output;
-  Outcome c = run_cmd(train_cnn(1, args + " --max-steps 6 --resume", split));
-  ASSERT_EQ(c.status, 0) << c.output;
+  auto a = run_command(train_cnn(1, args + " --max-steps 6", straight));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = run_command(train_cnn(1, args + " --max-steps 3", split));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto c = run_command(train_cnn(1, args + " --max-steps 6 --resume", split));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
   auto s = load_checkpoint((split / ckpt(6)).string());
   EXPECT_EQ(s.extra_int("scheduler_step"), 6);
   Distance d = distance(straight / ckpt(6), split / ckpt(6), straight / ckpt(3));
