@@ -136,6 +136,24 @@ void all_reduce_raw(const std::shared_ptr<gloo::Context>& ctx, void* p, int64_t 
   });
 }
 
+// The ranks of a group of `size` that never wrote "joined/<rank>" (set by each member just before
+// the full-mesh rendezvous): "rank 1 never joined the group", or "" when all did or the store
+// cannot be read.
+std::string absent_ranks(Store& store, int me, int size) {
+  std::vector<int> absent;
+  try {
+    for (int r = 0; r < size; ++r)
+      if (r != me && !store.check({"joined/" + std::to_string(r)})) absent.push_back(r);
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (absent.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < absent.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == absent.size() ? " and " : ", ") + std::to_string(absent[i]);
+  return str(absent.size() == 1 ? "rank " : "ranks ", list, " never joined the group");
+}
+
 // Slots for send/recv: above every slot Gloo's collectives build from their 32-bit tags.
 constexpr uint64_t kP2PSlotBase = uint64_t(0xF0) << 56;
 }  // namespace
@@ -154,12 +172,17 @@ GlooProcessGroup::GlooProcessGroup(int rank, int size, std::shared_ptr<Store> st
     Millis rendezvous = std::max(timeout, store->timeout());
     ctx->setTimeout(rendezvous);
     StoreAdapter adapter(store, rendezvous);
+    store->set("joined/" + std::to_string(rank), hostname);  // for absent_ranks, below
     ctx->connectFullMesh(adapter, device_);
     ctx->setTimeout(timeout);
     context_ = ctx;
   } catch (const std::exception& e) {
+    // Who is missing: a rank that never joined, or one that left during the rendezvous (Note
+    // [Who left]); else Gloo's own message alone.
+    std::string who = absent_ranks(*store, rank, size);
+    if (who.empty()) who = log().departures(Millis(1500));
     LOOM_FAIL("gloo: rank ", rank, " of ", size, " could not connect to the others (this rank at ",
-              hostname, "): ", e.what());
+              hostname, "): ", who.empty() ? "" : who + " [", e.what(), who.empty() ? "" : "]");
   }
   collective_thread_ = std::thread([this] { worker(collectives_); });
   p2p_thread_ = std::thread([this] { worker(p2p_waits_); });

@@ -1,11 +1,14 @@
 // The Gloo process group in real processes: every collective against a reference (dist_tool.cpp),
 // for 2, 3 and 4 processes, with rank 0 serving the store or an external one; the timeout error;
-// a world of one without a store.
+// a world of one without a store; ranks that never join or that leave, named.
 #include <gtest/gtest.h>
 
 #include "distributed/store/tcp_store.h"
 #include "distributed/world.h"
 #include "spawn.h"
+#ifdef LOOM_WITH_GLOO
+#include "distributed/gloo_process_group.h"
+#endif
 
 using namespace loom;
 using namespace loom::distributed;
@@ -27,6 +30,25 @@ TEST_P(GlooCollectives, EveryOpMatchesTheReference) {
   expect_all_ok(run);
 }
 INSTANTIATE_TEST_SUITE_P(Processes, GlooCollectives, ::testing::Values(2, 3, 4));
+
+// A rank that never starts is named when the rendezvous gives up (here after 1.5 s).
+TEST(Gloo, ARankThatNeverJoinsIsNamedWhenTheRendezvousGivesUp) {
+  TCPStoreServer server("127.0.0.1", 0);
+  TCPStoreOptions so;
+  so.timeout = Millis(1500);
+  auto store = std::make_shared<PrefixStore>(
+      "world", std::make_shared<TCPStore>("127.0.0.1", server.port(), so));
+  try {
+    GlooProcessGroup pg(0, 3, store, Millis(1500), "127.0.0.1");
+    FAIL() << "expected the rendezvous to fail";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gloo: rank 0 of 3 could not connect to the others (this rank at "
+                       "127.0.0.1): ranks 1 and 2 never joined the group ["),
+              std::string::npos)
+        << msg;
+  }
+}
 
 TEST(Gloo, ExternalStoreFromTheLauncher) {
   // The launcher's way: it serves the store, the ranks only connect (LOOM_STORE_EXTERNAL=1).
