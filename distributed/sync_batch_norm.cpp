@@ -10,10 +10,10 @@ namespace loom::distributed {
 
 namespace {
 
-// A contiguous copy of t summed in place over the group; waits for it (Gloo: on the host; NCCL:
-// the compute stream waits).
+// A copy of t (clone is always contiguous) summed in place over the group; waits for it (Gloo: on
+// the host; NCCL: the compute stream waits).
 Tensor summed_copy(const Tensor& t, ProcessGroup& group) {
-  Tensor out = t.detach().contiguous().clone();
+  Tensor out = t.detach().clone();
   group.all_reduce(out, ReduceOp::Sum)->wait();
   return out;
 }
