@@ -143,6 +143,16 @@ template Tensor from_vector(const std::vector<int32_t>&, const Shape&, bool);
 template Tensor from_vector(const std::vector<uint8_t>&, const Shape&, bool);
 template Tensor from_vector(const std::vector<bool>&, const Shape&, bool);
 
+void released_storage_error(const Tensor& t) {
+  const std::string name = t.name(), by = t.storage()->released_by;
+  LOOM_FAIL("the data of ", name.empty() ? std::string("a tensor") : "\"" + name + "\"", " (",
+            describe(t), ") was released", by.empty() ? "" : " by " + by,
+            ": it is a parameter sharded by FullyShardedDataParallel (or a view of one), which "
+            "exists only while its unit runs. Call the model through its FSDP wrapper (or the "
+            "unit through operator() / call_hooked), or gather the parameters first "
+            "(FullyShardedDataParallel::full_params)");
+}
+
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "undefined tensor";
   std::ostringstream os;

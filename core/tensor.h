@@ -208,8 +208,12 @@ inline DType Tensor::dtype() const { return impl_->dtype(); }
 inline Device Tensor::device() const { return impl_->device(); }
 inline bool Tensor::is_contiguous() const { return impl_->is_contiguous(); }
 inline const std::shared_ptr<Storage>& Tensor::storage() const { return impl_->storage(); }
+[[noreturn]] void released_storage_error(const Tensor& t);  // Note [Released storage]
 inline void* Tensor::data_ptr() const {
-  return static_cast<char*>(impl_->storage()->ptr()) + impl_->offset() * int64_t(element_size());
+  const Storage& s = *impl_->storage();
+  if (s.released()) [[unlikely]]
+    released_storage_error(*this);
+  return static_cast<char*>(s.ptr()) + impl_->offset() * int64_t(element_size());
 }
 
 // ---- core constructors ----

@@ -130,8 +130,7 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg) : Module("TransformerBl
 // add before it (Note [Layer norm with the residual add] in autograd/ops/layer_norm.cpp): ln_2
 // the attention's, ln_1 the previous block's MLP's. The values of x + attn(ln_1(x)), then
 // + mlp(ln_2(.)), in fewer passes.
-std::pair<Tensor, Tensor> TransformerBlock::forward_parts(const Tensor& x_in,
-                                                          const Tensor& pending) {
+std::pair<Tensor, Tensor> TransformerBlock::parts(const Tensor& x_in, const Tensor& pending) {
   const std::optional<DType> low = amp::autocast_dtype();
   Tensor x = x_in, h;
   if (pending.defined())
@@ -142,8 +141,18 @@ std::pair<Tensor, Tensor> TransformerBlock::forward_parts(const Tensor& x_in,
   return {r, mlp->forward(h2)};
 }
 
+// The block's forward hooks (Note [Forward hooks]) see both parts as its outputs.
+std::pair<Tensor, Tensor> TransformerBlock::forward_parts(const Tensor& x, const Tensor& pending) {
+  std::vector<Tensor> out = call_hooked([&] {
+    auto [r, m] = parts(x, pending);
+    return std::vector<Tensor>{r, m};
+  });
+  return {out[0], out[1]};
+}
+
+// operator() runs the hooks around this.
 Tensor TransformerBlock::forward(const Tensor& x) {
-  auto [r, m] = forward_parts(x, Tensor());
+  auto [r, m] = parts(x, Tensor());
   return r + m;
 }
 
@@ -212,7 +221,7 @@ Tensor GPT::forward(const Tensor& idx) {
 Tensor GPT::forward_checkpointed(Tensor x) {
   for (const auto& block : blocks())
     x = autograd::checkpoint(
-        [b = block.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
+        [b = block.get()](const std::vector<Tensor>& in) { return (*b)(in[0]); }, {x});
   return lm_head->forward(ln_f->forward(x, amp::autocast_dtype()));
 }
 

@@ -85,11 +85,15 @@ class TransformerBlock : public Module {
   // r + m, r the residual stream after attention and m the MLP's output. `pending` (or undefined)
   // is the previous block's m, added to x here by ln_1 in the same pass as its norm (Note [Layer
   // norm with the residual add] in autograd/ops/layer_norm.cpp). GPT::forward chains blocks so.
+  // Runs through the block's forward hooks (Note [Forward hooks] in nn/module.h).
   std::pair<Tensor, Tensor> forward_parts(const Tensor& x, const Tensor& pending);
 
   ModuleHolder<LayerNorm> ln_1, ln_2;
   ModuleHolder<CausalSelfAttention> attn;
   ModuleHolder<MLP> mlp;
+
+ private:
+  std::pair<Tensor, Tensor> parts(const Tensor& x, const Tensor& pending);  // without the hooks
 };
 
 // Note [Tied embedding]

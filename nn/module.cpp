@@ -20,7 +20,28 @@ namespace {
 thread_local const Module* t_calling = nullptr;  // the module whose operator() runs (anomaly mode)
 }  // namespace
 
+void Module::set_forward_hooks(ForwardHooks hooks) {
+  LOOM_CHECK(hooks_ == nullptr, type_name_,
+             ".set_forward_hooks: this module already has forward hooks (one owner at a time: is "
+             "it wrapped twice?)");
+  hooks_ = std::make_unique<ForwardHooks>(std::move(hooks));
+}
+
+std::vector<Tensor> Module::call_hooked(const std::function<std::vector<Tensor>()>& body) {
+  if (!hooks_) return body();
+  ForwardHooks& h = *hooks_;  // stays put while body runs (the hooks own no module)
+  if (h.before) h.before(*this);
+  std::vector<Tensor> out = body();
+  if (h.after) h.after(*this, out);
+  return out;
+}
+
 Tensor Module::operator()(const Tensor& x) {
+  if (hooks_) return call_hooked([&] { return std::vector<Tensor>{forward_named(x)}; })[0];
+  return forward_named(x);
+}
+
+Tensor Module::forward_named(const Tensor& x) {
   if (!autograd::is_anomaly_enabled()) return forward(x);
   // Anomaly mode: name this call "<name in the calling module> (<type>)" in the scope path.
   std::string label = type_name_;

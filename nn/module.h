@@ -1,7 +1,8 @@
 // Module: the base of every layer and model. It owns named parameters, buffers and submodules,
 // and gives them back with dotted names ("features.0.weight"), saves and loads them as a
 // StateDict, switches train/eval, moves them between devices and dtypes, and clears gradients.
-// Leaves out: hooks on forward, and the layers themselves (nn/layers.h).
+// Also one pair of forward hooks per module (Note [Forward hooks]). Leaves out: the layers
+// themselves (nn/layers.h).
 #pragma once
 
 #include <functional>
@@ -34,6 +35,21 @@ struct LoadResult {
 // handle made before to() (an optimizer's, state_dict() entries aside) sees the moved
 // parameters. An optimizer that already stepped keeps its state where it was; its next step is
 // an error naming the parameter (nn/optim/optimizer.cpp), never a silent mix.
+// Note [Forward hooks]
+// A module may carry one pair of hooks that run around each call of its forward made through
+// operator() or call_hooked(): `before` just before the forward, `after` on its outputs, which it
+// may replace with other tensors of the same values (FSDP, distributed/fsdp/fsdp.h, gathers a
+// unit's parameters before and frees them after, and replaces the outputs with identities whose
+// backward gathers them again). A module whose forward returns several tensors, or that its
+// parent calls through another method (TransformerBlock::forward_parts), runs that body through
+// call_hooked itself, so hooks see every call. A forward called directly, bypassing both, runs
+// without them.
+class Module;
+struct ForwardHooks {
+  std::function<void(Module&)> before;
+  std::function<void(Module&, std::vector<Tensor>& outputs)> after;
+};
+
 class Module {
  public:
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
@@ -48,6 +64,14 @@ class Module {
   Tensor operator()(const Tensor& x);
 
   const std::string& type_name() const { return type_name_; }
+
+  // Note [Forward hooks]: installs the pair (an error when a pair is already installed: one owner
+  // at a time); clear_forward_hooks removes it.
+  void set_forward_hooks(ForwardHooks hooks);
+  void clear_forward_hooks() { hooks_.reset(); }
+  bool has_forward_hooks() const { return hooks_ != nullptr; }
+  // Runs `body` (this module's forward, as the caller writes it) between the hooks.
+  std::vector<Tensor> call_hooked(const std::function<std::vector<Tensor>()>& body);
 
   // ---- what the module holds (pre-order: own entries first, then each child's) ----
   // Parameters shared between submodules are listed once, under their first name.
@@ -119,9 +143,11 @@ class Module {
   void set_parameter_names(const std::string& prefix);
   void set_parameter_names(const std::string& prefix, std::unordered_set<const TensorImpl*>& seen);
   void convert(const std::function<Tensor(const Tensor&)>& f);
+  Tensor forward_named(const Tensor& x);  // forward(), named in the anomaly scope path
 
   std::string type_name_;
   bool training_ = true;
+  std::unique_ptr<ForwardHooks> hooks_;
   std::vector<Entry> params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };

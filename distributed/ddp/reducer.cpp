@@ -112,6 +112,12 @@ int64_t Reducer::gradient_bytes() const {
   return n;
 }
 
+int64_t Reducer::parameter_bytes() const {
+  int64_t n = 0;
+  for (const Tensor& p : params_) n += int64_t(p.numel() * p.element_size());
+  return n;
+}
+
 // See Note [Gradients as bucket views].
 void Reducer::bind_grads() {
   if (opt_.zero_stage == 2) return;  // Note [ZeRO gradient shards]: no full-size gradient

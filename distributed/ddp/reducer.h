@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "distributed/ddp/ddp_buckets.h"
 #include "distributed/process_group.h"
+#include "distributed/zero/sharded_buckets.h"
 
 namespace loom::distributed {
 
@@ -56,7 +57,7 @@ struct ReducerOptions {
 // gradient of a bucket is ready the bucket is scaled by 1/world_size (the same, bit for bit, as
 // scaling each gradient on arrival: each lands on zero) and SUM-all-reduced, so .grad ends up
 // holding the mean over ranks.
-class Reducer : public std::enable_shared_from_this<Reducer> {
+class Reducer : public ShardedBuckets, public std::enable_shared_from_this<Reducer> {
  public:
   // params: the parameters that require grad, in registration order, with their dotted names.
   static std::shared_ptr<Reducer> create(std::vector<Tensor> params, std::vector<std::string> names,
@@ -87,17 +88,21 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // The tensors each bucket all-reduces (flat, or its low-precision copy), bucket 0 first: a
   // benchmark times them alone to see how much of the communication backward hides.
   std::vector<Tensor> bucket_tensors() const;
-  const std::vector<Tensor>& params() const { return params_; }
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<Tensor>& params() const override { return params_; }
+  const std::vector<Bucket>& buckets() const override { return buckets_; }
 
-  // ---- ZeRO (Note [ZeRO gradient shards]) ----
-  int zero_stage() const { return opt_.zero_stage; }
+  // ---- ZeRO (Note [ZeRO gradient shards]; the interface in distributed/zero/sharded_buckets.h)
+  // ----
+  int zero_stage() const override { return opt_.zero_stage; }
+  ProcessGroup& shard_group() const override { return *pg_; }
   // Called at the end of every synchronised backward once the shards hold the reduced gradient.
-  void set_shards_ready_hook(std::function<void()> f) { on_shards_ready_ = std::move(f); }
+  void set_shards_ready_hook(std::function<void()> f) override { on_shards_ready_ = std::move(f); }
   // The next reduction overwrites the shards instead of adding to them.
-  void zero_shards() { shards_fresh_ = true; }
+  void zero_shards() override { shards_fresh_ = true; }
   // Bytes of gradient memory this rank holds now: full-size buckets allocated plus shards.
-  int64_t gradient_bytes() const;
+  int64_t gradient_bytes() const override;
+  // The whole parameters, on every rank.
+  int64_t parameter_bytes() const override;
 
  private:
   Reducer(std::vector<Tensor> params, std::vector<std::string> names,

@@ -22,21 +22,24 @@ Tensor flat_range(const Tensor& t, int64_t offset, int64_t n) {
 }  // namespace
 
 DDPOptions ddp_options_for_zero(int stage) {
-  LOOM_CHECK(stage >= 0 && stage <= 2, "--zero ", stage,
-             ": stages 0 (DDP), 1 (sharded optimizer state) and 2 (and sharded gradients) are "
-             "built; stage 3 (sharded parameters) is not yet");
+  LOOM_CHECK(stage >= 0 && stage <= 2, "ddp_options_for_zero(", stage,
+             "): DistributedDataParallel runs stages 0 (DDP), 1 (sharded optimizer state) and 2 "
+             "(and sharded gradients); stage 3 (sharded parameters) is FullyShardedDataParallel "
+             "(distributed/fsdp/fsdp.h)");
   DDPOptions o;
   o.reducer.zero_stage = stage;
   return o;
 }
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& full)
-    : Optimizer("ZeRO-" + std::to_string(ddp.reducer().zero_stage()) + " " + full.name()),
-      ddp_(ddp),
-      reducer_(ddp.reducer()),
-      pg_(ddp.process_group()),
+    : ZeroOptimizer(static_cast<ShardedBuckets&>(ddp.reducer()), full) {}
+
+ZeroOptimizer::ZeroOptimizer(ShardedBuckets& shards, optim::Optimizer& full)
+    : Optimizer("ZeRO-" + std::to_string(shards.zero_stage()) + " " + full.name()),
+      reducer_(shards),
+      pg_(shards.shard_group()),
       full_(full) {
-  LOOM_CHECK(stage() == 1 || stage() == 2, name(),
+  LOOM_CHECK(stage() >= 1 && stage() <= 3, name(),
              ": the model's DistributedDataParallel has no ZeRO stage (make it with "
              "ddp_options_for_zero(1 or 2))");
   LOOM_CHECK(!full.capturable() && !full.sharded(), name(),
@@ -68,7 +71,9 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& ful
   for (const Segment& s : zero_segments(shapes, pg_.rank(), pg_.size())) {
     const size_t j = reducer_.buckets()[s.bucket].params[s.slot], i = full_of_reducer_[j];
     if (i == kNone) continue;  // reduced, but not optimized: its values never change
-    Tensor v = flat_range(rp[j], s.param_offset, s.numel);
+    const Tensor master = reducer_.value_shard(s.bucket);  // stage 3: the values live there
+    Tensor v = master.defined() ? flat_range(master, s.shard_offset, s.numel)
+                                : flat_range(rp[j], s.param_offset, s.numel);
     v.set_name(str(rp[j].name(), "[", s.param_offset, ":", s.param_offset + s.numel, "]"));
     segs_of_group[group_of_full_[i]].push_back(segs_.size());
     segs_.push_back(s);
@@ -113,7 +118,7 @@ void ZeroOptimizer::step() {
 
 // Bucket by bucket, so that the whole model is never copied at once.
 void ZeroOptimizer::all_gather_params() {
-  if (pg_.size() == 1) return;  // the one shard is the whole model, updated in place
+  if (pg_.size() == 1 || stage() == 3) return;  // the model is the shard / FSDP gathers later
   autograd::NoGradGuard no_grad;
   const auto& rp = reducer_.params();
   for (size_t b = 0; b < reducer_.buckets().size(); ++b) {
@@ -143,7 +148,7 @@ Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
 
 ZeroOptimizer::Memory ZeroOptimizer::memory() const {
   Memory m;
-  for (const Tensor& p : reducer_.params()) m.parameters += int64_t(p.numel() * p.element_size());
+  m.parameters = reducer_.parameter_bytes();
   m.gradients = reducer_.gradient_bytes();
   for (size_t k = 0; k < segs_.size(); ++k)
     for (const Tensor& b : inner_->state(inner_of_seg_[k]).buffers)

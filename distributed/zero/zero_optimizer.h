@@ -2,8 +2,10 @@
 // optimizer state of 1/N of the model's elements and updates only them; the gradients reach each
 // rank as its reduced shard (a reduce-scatter instead of DDP's all-reduce), and the updated
 // parameters are all-gathered after every step, so every rank again holds the whole model.
-// Leaves out: stage 3 (sharded parameters), CUDA graph capture of the sharded step, joining
-// uneven inputs, and optimizers that need a parameter's shape.
+// With stage 3 (distributed/fsdp/fsdp.h) the parameters are sharded too: the optimizer updates
+// this rank's master shard and the wrapper gathers the parameters before each unit's forward.
+// Leaves out: CUDA graph capture of the sharded step, joining uneven inputs, and optimizers that
+// need a parameter's shape.
 #pragma once
 
 #include <memory>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "distributed/ddp/ddp.h"
+#include "distributed/zero/sharded_buckets.h"
 #include "distributed/zero/zero_partition.h"
 #include "nn/optim/optimizer.h"
 
@@ -23,13 +26,15 @@ namespace loom::distributed {
 //   DDP     4 + 4     + 8      = 16 bytes on every rank
 //   ZeRO-1  4 + 4     + 8 / N  (the state sharded; the full-size gradient buckets kept)
 //   ZeRO-2  4 + 4 / N + 8 / N  (the gradient too: each bucket freed once reduce-scattered)
-//   ZeRO-3  4 / N + 4 / N + 8 / N (the parameters too: not built yet)
+//   ZeRO-3  4 / N + 4 / N + 8 / N (the parameters too: Note [FSDP] in distributed/fsdp/fsdp.h)
 // plus, for stage 2, the buckets in flight (two of at most 25 MiB). The step:
 //   backward    each bucket, when complete, is scaled by 1/N and reduce-scattered: rank r gets
 //               the mean gradient of its shard (Note [ZeRO gradient shards] in reducer.h);
 //   step()      the shard's optimizer (the program's own kind and options, built over 1-D
 //               views of this rank's slices of the parameters: Note [ZeRO partition]) updates
-//               them in place; then every bucket's parameters are all-gathered from the shards.
+//               them in place; then every bucket's parameters are all-gathered from the shards
+//               (stage 3: the shards are the parameters' master copy, updated in place, and
+//               nothing is gathered here: FSDP gathers each unit when it next runs).
 // GradScaler's inf flag and the clipping norm are sums over all gradients, so they are completed
 // over the ranks (sum_over_shards): every rank makes the same skip and clip decisions.
 // state_dict() gathers the state into the unsharded layout (Note [Optimizer state layout]), the
@@ -43,6 +48,8 @@ class ZeroOptimizer : public optim::Optimizer {
   // like it, its hyper-parameters are kept equal to the shard's, and its state (a resumed run's)
   // is taken over and freed. Every rank constructs it, in the same order.
   ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& full);
+  // The same over any sharded-gradient source: FullyShardedDataParallel for stage 3.
+  ZeroOptimizer(ShardedBuckets& shards, optim::Optimizer& full);
 
   // The shard's update, then the parameters all-gathered (a collective).
   void step() override;
@@ -58,8 +65,9 @@ class ZeroOptimizer : public optim::Optimizer {
 
   int stage() const { return reducer_.zero_stage(); }
   const std::vector<Segment>& segments() const { return segs_; }
-  // Bytes this rank holds now: parameters (all of them, stages 1 and 2), gradients (full-size
-  // buckets allocated and shards) and optimizer state (the shard's buffers).
+  // Bytes this rank holds now: parameters (all of them, stages 1 and 2; the shards and the units
+  // gathered now, stage 3), gradients (full-size buffers allocated and shards) and optimizer
+  // state (the shard's buffers).
   struct Memory {
     int64_t parameters = 0, gradients = 0, optimizer_state = 0;
   };
@@ -84,8 +92,7 @@ class ZeroOptimizer : public optim::Optimizer {
   }
   std::string describe_param(size_t full_index) const;
 
-  DistributedDataParallel& ddp_;
-  Reducer& reducer_;
+  ShardedBuckets& reducer_;  // DDP's Reducer (stages 1, 2) or FSDP (stage 3)
   ProcessGroup& pg_;
   optim::Optimizer& full_;
   std::vector<size_t> reducer_of_full_;  // the program optimizer's number -> reducer's
@@ -97,8 +104,9 @@ class ZeroOptimizer : public optim::Optimizer {
   std::unique_ptr<optim::Optimizer> inner_;
 };
 
-// The examples' --zero switch: 0 = DistributedDataParallel, 1 or 2 = ZeRO of that stage
+// The examples' --zero switch for DDP: 0 = DistributedDataParallel, 1 or 2 = ZeRO of that stage
 // (DDPOptions with the stage set; the program then wraps its optimizer in a ZeroOptimizer).
+// Stage 3 is a different wrapper (FullyShardedDataParallel): an error here.
 DDPOptions ddp_options_for_zero(int stage);
 
 }  // namespace loom::distributed

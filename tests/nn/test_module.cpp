@@ -253,3 +253,33 @@ TEST(Module, ForwardWithoutOverrideIsAnError) {
   Module m("Plain");
   expect_error_mentions([&] { m(zeros({1})); }, {"Plain", "forward"});
 }
+
+// Note [Forward hooks]: the pair runs around operator() (a Sequential's children too) and
+// call_hooked; `after` may replace the outputs; a second owner is refused by name.
+TEST(Module, ForwardHooksRunAroundEachCallAndMayReplaceTheOutput) {
+  auto lin = std::make_shared<Linear>(3, 2);
+  Sequential seq(lin, std::make_shared<ReLU>());
+  std::vector<std::string> log;
+  lin->set_forward_hooks({[&](Module& m) { log.push_back("before " + m.type_name()); },
+                          [&](Module&, std::vector<Tensor>& out) {
+                            log.push_back("after");
+                            out[0] = out[0] * 0.0 + 7.0;
+                          }});
+  Tensor y = seq(ones({4, 3}));
+  EXPECT_EQ(log, (std::vector<std::string>{"before Linear", "after"}));
+  EXPECT_EQ(min(y).item(), 7.0);     // relu(7) of the replaced output
+  (void)lin->forward(ones({1, 3}));  // a direct forward() bypasses them
+  EXPECT_EQ(log.size(), 2u);
+  auto out = lin->call_hooked([&] { return std::vector<Tensor>{zeros({1}), zeros({1})}; });
+  EXPECT_EQ(log.size(), 4u);
+  EXPECT_EQ(out[0].item(), 7.0);  // replaced by `after`
+  EXPECT_EQ(out[1].item(), 0.0);
+  try {
+    lin->set_forward_hooks({});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Linear.set_forward_hooks"), std::string::npos);
+  }
+  lin->clear_forward_hooks();
+  EXPECT_NE(max(seq(ones({1, 3}))).item(), 7.0);  // no hooks: the real output
+}

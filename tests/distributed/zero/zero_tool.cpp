@@ -1,11 +1,14 @@
 // A worker the ZeRO tests start N times (RANK, WORLD_SIZE, ... set; backend from
 // LOOM_TEST_BACKEND, tensors on cuda:LOCAL_RANK for nccl). One mode:
-//   train <f32|f64> <zero 0|1|2> <steps> <out_dir> [key=value ...]
+//   train <f32|f64> <zero 0|1|2|3> <steps> <out_dir> [key=value ...]
 // the ddp_case problem (a global batch of 24 rows, each rank its share of them) through
-// train::StepRunner, with DDP (zero 0) or a ZeroOptimizer over the program's optimizer. Keys:
+// train::StepRunner, with DDP (zero 0), DDP and a ZeroOptimizer over the program's optimizer
+// (1, 2), or FullyShardedDataParallel and a stage-3 ZeroOptimizer (3). Keys:
 //   opt=sgd|adamw  (adamw: two groups, weight decay on the 2-D weights only)   accum=K  clip=X
 //   batch=B (global rows per step, default 24, split evenly)   cap=BYTES (bucket caps)   wide=1 (a
-//   8-512-512-4 MLP, for the memory figures) save_at=S (after step S, rank 0 writes
+//   8-512-512-4 MLP, for the memory figures)   gpt=1 (a 2-layer GPT of width 16 over 16 tokens,
+//   windows of 8 from the same batches: the ids are the rows' signs; tied embedding)
+//   ckpt=1 (with gpt=1: activation checkpointing per block) save_at=S (after step S, rank 0 writes
 //   <out_dir>/ckpt.safetensors: model and optimizer) load=PATH (start from such a file, at the step
 //   it names)   inf_at=S (rank 0 puts an inf in its first gradient element before the update of
 //   step S: GradScaler, fp16 autocast)
@@ -16,6 +19,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "../ddp/ddp_case.h"
 #include "../test_job.h"
@@ -23,9 +27,11 @@
 #include "core/allocator.h"
 #include "core/cuda/available.h"
 #include "distributed/env.h"
+#include "distributed/fsdp/fsdp.h"
 #include "distributed/world.h"
 #include "distributed/zero/zero_optimizer.h"
 #include "nn/amp/grad_scaler.h"
+#include "nn/gpt.h"
 #include "nn/optim/adam.h"
 #include "nn/serialize.h"
 #include "train/step_runner.h"
@@ -45,6 +51,26 @@ std::map<std::string, std::string> kv(int argc, char** argv, int from) {
     if (eq != std::string::npos) out[a.substr(0, eq)] = a.substr(eq + 1);
   }
   return out;
+}
+
+constexpr int64_t kGptT = 8;
+
+std::shared_ptr<nn::Module> make_gpt(DType dt, bool checkpointing) {
+  manual_seed(100 + uint64_t(g_rank));
+  nn::GPTConfig c{.vocab_size = 16, .block_size = kGptT, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  auto m = std::make_shared<nn::GPT>(c);
+  m->set_activation_checkpointing(checkpointing);
+  m->to(dt);
+  return m;
+}
+
+// The ddp_case batch as token windows: (rows, 8) ids in 0..15 from the signs of x's columns
+// and the position; targets: the position's id with the sign of the next column.
+std::pair<Tensor, Tensor> gpt_batch(const Tensor& x) {
+  Tensor sign = gt(x, 0.0).to(DType::I64) * 8;                           // (rows, 8)
+  Tensor pos = arange(0.0, double(kGptT), 1.0, {.dtype = DType::I64});   // (8,)
+  Tensor next = cat({sign.slice(1, 1, kGptT), sign.slice(1, 0, 1)}, 1);  // rolled by one
+  return {sign + pos, next + pos};
 }
 
 std::shared_ptr<nn::Module> make_model(DType dt, bool wide) {
@@ -104,16 +130,27 @@ int run_training(int argc, char** argv) {
   auto o = kv(argc, argv, 6);
   const int accum = o.count("accum") ? std::stoi(o["accum"]) : 1;
   const int inf_at = o.count("inf_at") ? std::stoi(o["inf_at"]) : -1;
-  auto model = make_model(dt, o.count("wide") > 0);
+  const bool gpt = o.count("gpt") > 0;
+  auto model = gpt ? make_gpt(dt, o.count("ckpt") > 0) : make_model(dt, o.count("wide") > 0);
   model->to(g_device);
-  DDPOptions dopt = ddp_options_for_zero(zero);
-  if (o.count("cap"))
-    dopt.reducer.first_bucket_cap_bytes = dopt.reducer.bucket_cap_bytes = std::stoul(o["cap"]);
-  auto ddp = std::make_shared<DistributedDataParallel>(model, nullptr, dopt);
+  std::shared_ptr<nn::Module> net;  // DDP (zero 0, 1, 2) or FSDP (zero 3)
+  std::shared_ptr<FullyShardedDataParallel> fsdp;
+  std::shared_ptr<DistributedDataParallel> ddp;
+  if (zero == 3) {
+    net = fsdp = std::make_shared<FullyShardedDataParallel>(model);
+  } else {
+    DDPOptions dopt = ddp_options_for_zero(zero);
+    if (o.count("cap"))
+      dopt.reducer.first_bucket_cap_bytes = dopt.reducer.bucket_cap_bytes = std::stoul(o["cap"]);
+    net = ddp = std::make_shared<DistributedDataParallel>(model, nullptr, dopt);
+  }
   auto full = make_optimizer(*model, o.count("opt") ? o["opt"] : "adamw");
   std::unique_ptr<ZeroOptimizer> sharded;
-  if (zero > 0) sharded = std::make_unique<ZeroOptimizer>(*ddp, *full);
+  if (zero == 3) sharded = std::make_unique<ZeroOptimizer>(*fsdp, *full);
+  if (zero == 1 || zero == 2) sharded = std::make_unique<ZeroOptimizer>(*ddp, *full);
   optim::Optimizer& opt = sharded ? *sharded : *full;
+  // FSDP: the model's parameters are whole only inside this scope (state_dict, load_state_dict).
+  auto whole = [&](bool writeback) { return fsdp ? fsdp->full_params(writeback) : nullptr; };
   int start = 0;
   if (o.count("load")) {
     auto st = load_safetensors(o["load"]).tensors;
@@ -126,11 +163,14 @@ int run_training(int argc, char** argv) {
       else
         osd.emplace_back(k.substr(4), t);  // "opt."
     }
-    model->load_state_dict(msd);
+    {
+      auto scope = whole(/*writeback=*/true);
+      model->load_state_dict(msd);
+    }
     opt.load_state_dict(osd);
   }
   amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 1000, .enabled = inf_at >= 0});
-  train::StepRunner runner(*ddp, opt, 0.0, false);
+  train::StepRunner runner(*net, opt, 0.0, false);
   if (inf_at >= 0) runner.set_amp(kF16, &scaler);
   runner.set_grad_accum(accum);
   if (o.count("clip")) runner.set_grad_clip(std::stod(o["clip"]));
@@ -139,10 +179,11 @@ int run_training(int argc, char** argv) {
   std::string norms;
   for (int s = start; s < steps; ++s) {
     auto [x, y] = test::ddp_case_batch(s, batch, dt);
+    if (gpt) std::tie(x, y) = gpt_batch(x);
     Tensor xr = x.slice(0, g_rank * rows, (g_rank + 1) * rows).to(g_device);
     Tensor yr = y.slice(0, g_rank * rows, (g_rank + 1) * rows).to(g_device);
     if (inf_at >= 0)
-      step_with_inf(*ddp, opt, scaler, xr, yr, s == inf_at && g_rank == 0);
+      step_with_inf(*net, opt, scaler, xr, yr, s == inf_at && g_rank == 0);
     else
       runner.step(xr, yr);
     if (o.count("clip")) norms += " " + std::to_string(runner.grad_norm().item());
@@ -153,13 +194,19 @@ int run_training(int argc, char** argv) {
     }
     if (o.count("save_at") && s + 1 == std::stoi(o["save_at"])) {
       NamedTensors out{{"step", from_vector(std::vector<double>{double(s + 1)}, {1})}};
-      for (auto& [k, t] : model->state_dict()) out.emplace_back("model." + k, t.to(kCPU));
+      {
+        auto scope = whole(false);
+        for (auto& [k, t] : model->state_dict()) out.emplace_back("model." + k, t.to(kCPU).clone());
+      }
       for (auto& [k, t] : opt.state_dict()) out.emplace_back("opt." + k, t.to(kCPU));
       if (g_rank == 0) save_safetensors(dir + "/ckpt.safetensors", out);
     }
   }
   NamedTensors params;
-  for (auto& [k, t] : model->named_parameters()) params.emplace_back(k, t.to(kCPU));
+  {
+    auto scope = whole(false);
+    for (auto& [k, t] : model->named_parameters()) params.emplace_back(k, t.to(kCPU).clone());
+  }
   save_safetensors(dir + "/final_rank" + std::to_string(g_rank) + ".safetensors", params);
   std::cout << "norms" << norms << "\nskipped " << scaler.skipped_steps() << "\n";
   return 0;
@@ -167,7 +214,7 @@ int run_training(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 7 || std::string(argv[1]) != "train") {
+  if (argc < 6 || std::string(argv[1]) != "train") {
     std::cerr << "usage: zero_tool train <f32|f64> <zero> <steps> <out_dir> [key=value ...]\n";
     return 2;
   }

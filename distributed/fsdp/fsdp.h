@@ -1,0 +1,160 @@
+// FullyShardedDataParallel: ZeRO stage 3 (Rajbhandari et al., 2020; PyTorch's FSDP). Each of N
+// ranks keeps 1/N of the parameters, of their gradients and (through a ZeroOptimizer) of the
+// optimizer state; a unit of the model (a transformer block, a ResNet block, a Linear) has its
+// parameters whole only while it computes. Leaves out: CUDA graph capture, uneven inputs (join),
+// parameters of several dtypes or devices in one unit, low-precision gathering (the parameters are
+// gathered in their own dtype; autocast casts them as without FSDP), CPU offload, and per-rank
+// checkpoint files (checkpoints are gathered into the unsharded layout, so they resume on any
+// number of ranks).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "distributed/zero/sharded_buckets.h"
+#include "nn/module.h"
+
+namespace loom::distributed {
+
+// Note [FSDP]
+// Construction splits the model into units: every module whose type is in unit_types, outermost
+// first (a unit's descendants belong to it), plus the root, which holds every other parameter
+// (GPT's embeddings, its final LayerNorm; a parameter two units share, like a tied embedding, goes
+// to the root too). Each unit's parameters are laid end to end in one flat buffer padded to N * S
+// elements; rank r keeps elements [r * S, (r + 1) * S) as its master shard (the partition of Note
+// [ZeRO partition], with a unit as the bucket), and each parameter becomes a view of the flat
+// buffer, whose memory is released between uses (Note [Released storage] in core/storage.h).
+// One training step, unit by unit:
+//   forward     the root is all-gathered at the wrapper's forward and kept until the end of
+//               backward. A unit's forward hooks (Note [Forward hooks] in nn/module.h) all-gather
+//               it just before its forward (and start the all-gather of the unit that ran next in
+//               the previous step: prefetch) and release it just after, replacing its outputs with
+//               identities whose backward is the unit's "pre-backward".
+//   backward    the pre-backward all-gathers the unit again (the tensors autograd saved see the new
+//               memory: they share the storage) and starts the all-gather of the unit that ran
+//               before it. When every parameter of the unit has its gradient (post-accumulate
+//               hooks), the gradients are copied into one flat buffer, scaled by 1/N and
+//               SUM-reduce-scattered: rank r adds the mean gradient of its S elements into the
+//               unit's gradient shard (Bucket::shard), and the unit is released again. At the
+//               end of backward the root is reduced the same way, units whose parameters did not
+//               all receive a gradient are reduced with zeros for the missing ones, and the
+//               ZeroOptimizer is told the shards are ready.
+//   step        ZeroOptimizer (stage 3) updates the master shards in place; nothing is gathered.
+// Under activation checkpointing a unit is gathered again for the recomputation, which runs in
+// backward and keeps it (no release in between). Gradient accumulation reduces every micro-batch
+// (the shards add up; there is no no_sync: keeping the full gradient is what stage 3 avoids).
+// Peak parameter memory per rank: the shards, the root, and two units (the one computing and the
+// one prefetched). A unit its parent calls without the hooks reads released memory: an error
+// naming the parameter (Note [Released storage]), never garbage.
+struct FSDPOptions {
+  // Module types that become units (outermost first).
+  std::vector<std::string> unit_types = {"TransformerBlock", "BasicBlock", "Bottleneck", "Linear",
+                                         "Conv2d"};
+  bool prefetch = true;  // all-gather the next unit while this one computes
+};
+
+class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
+ public:
+  // pg null: the world group. Every rank constructs it, in the same order, after the model is on
+  // its device: rank 0's parameters are broadcast, then each rank keeps its shards. The program's
+  // optimizer goes into a ZeroOptimizer over this wrapper (distributed/zero/zero_optimizer.h).
+  explicit FullyShardedDataParallel(std::shared_ptr<nn::Module> module,
+                                    std::shared_ptr<ProcessGroup> pg = nullptr,
+                                    FSDPOptions options = {});
+  ~FullyShardedDataParallel() override;
+
+  // The root gathered, the model's forward (its units gather themselves); without grad mode the
+  // root is released again at the end.
+  Tensor forward(const Tensor& x) override;
+  nn::Module& module() { return *module_; }
+  ProcessGroup& process_group() { return *pg_; }
+
+  // The units as their module names ("" = the root), unit 0 the root; and their element counts.
+  std::vector<std::string> unit_names() const;
+
+  // Every parameter whole on every rank while the returned guard lives (a collective, in the
+  // constructor and the destructor): for state_dict() and load_state_dict() of the model. With
+  // writeback the values are copied back into the shards when it ends (after a load).
+  class FullParams {
+   public:
+    FullParams(FullyShardedDataParallel& f, bool writeback);
+    ~FullParams();
+    FullParams(const FullParams&) = delete;
+    FullParams& operator=(const FullParams&) = delete;
+
+   private:
+    FullyShardedDataParallel& f_;
+    bool writeback_;
+  };
+  std::unique_ptr<FullParams> full_params(bool writeback = false) {
+    return std::make_unique<FullParams>(*this, writeback);
+  }
+
+  // ---- ShardedBuckets (what ZeroOptimizer reads) ----
+  int zero_stage() const override { return 3; }
+  ProcessGroup& shard_group() const override { return *pg_; }
+  const std::vector<Tensor>& params() const override { return params_; }
+  const std::vector<Bucket>& buckets() const override { return layout_; }
+  void set_shards_ready_hook(std::function<void()> f) override { on_shards_ready_ = std::move(f); }
+  void zero_shards() override;
+  int64_t gradient_bytes() const override;
+  int64_t parameter_bytes() const override;
+  Tensor value_shard(size_t b) const override { return units_.at(b).value; }
+
+ private:
+  enum class State { Released, Gathering, Gathered };
+  struct Unit {
+    std::string name;               // the module's dotted name; "" for the root
+    nn::Module* module = nullptr;   // null for the root
+    std::shared_ptr<Storage> full;  // the flat gathered buffer's memory (Note [Released storage])
+    Tensor flat;                    // (numel,) over `full`
+    Tensor value;                   // (numel / N,) this rank's master shard
+    State state = State::Gathered;
+    std::shared_ptr<Work> gather;  // the all-gather in flight (Gathering)
+    uint64_t version = 0;          // the storage's version before it (restored after)
+    bool in_backward = false;      // gathered for this backward, gradients not yet reduced
+    size_t grads_pending = 0;      // its parameters still without a gradient in this backward
+  };
+  struct Reduction {  // a reduce-scatter in flight and the buffers it reads and writes
+    size_t unit;
+    Tensor flat, incoming;
+    std::shared_ptr<Work> work;
+  };
+
+  // Construction (fsdp.cpp).
+  void find_units(const FSDPOptions& options);
+  void build_unit(size_t u, const std::vector<size_t>& param_ids);
+  void install_hooks();
+  // Gathering and releasing (fsdp.cpp).
+  void gather(size_t u, bool wait = true);
+  void release(size_t u);
+  void before_unit(size_t u);
+  void after_unit(size_t u, std::vector<Tensor>& outputs);
+  void check_same_units(const std::vector<std::vector<size_t>>& ids) const;
+  // Backward (fsdp_backward.cpp).
+  void pre_backward(size_t u);
+  void on_grad(size_t u);
+  void reduce(size_t u);
+  void finish_reductions();
+  void end_of_backward();
+  void ensure_end_of_backward_queued();
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<ProcessGroup> pg_;
+  bool prefetch_ = true;
+  std::vector<Tensor> params_;
+  std::vector<size_t> unit_of_;  // parameter -> unit
+  std::vector<Unit> units_;      // units_[0] is the root
+  std::vector<Bucket> layout_;   // per unit: params, offsets, numel (padded), shard (gradient)
+  std::vector<size_t> order_, last_order_;  // units in the order their forwards ran
+  std::vector<Reduction> reductions_;
+  bool root_in_backward_ = false;  // a training forward ran; its backward reduces the root
+  bool end_queued_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // read by hooks that outlive this
+  std::function<void()> on_shards_ready_;
+};
+
+}  // namespace loom::distributed

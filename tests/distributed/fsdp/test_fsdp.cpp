@@ -1,0 +1,301 @@
+// ZeRO-3 (distributed/fsdp/): in-process with a world of one (how the model is cut into units,
+// bitwise the plain model and optimizer, parameters released between units and a clear error when
+// one is read there, activation checkpointing, evaluation without grad), and real multi-process
+// Gloo jobs of 2 and 3 ranks (zero_tool.cpp is the worker): DDP's weights for an MLP and a tiny
+// GPT, 1/N of the parameters, gradients and optimizer state per rank, clipping and GradScaler
+// decisions over all ranks, gradient accumulation, and checkpoints resumed on other world sizes
+// and other stages.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "../ddp/ddp_case.h"
+#include "../zero/zero_jobs.h"
+#include "core/allocator.h"
+#include "core/cuda/available.h"
+#include "distributed/fsdp/fsdp.h"
+#include "distributed/local_process_group.h"
+#include "distributed/zero/zero_optimizer.h"
+#include "nn/gpt.h"
+#include "nn/optim/adam.h"
+
+using namespace loom;
+using namespace loom::distributed;
+using test::bitwise_equal;
+using test::expect_ranks_agree;
+using test::Job;
+using test::run_zero;
+using test::worst_diff;
+
+namespace {
+
+std::shared_ptr<nn::GPT> tiny_gpt(uint64_t seed, bool checkpointing = false, double dropout = 0) {
+  manual_seed(seed);
+  auto m = std::make_shared<nn::GPT>(nn::GPTConfig{.vocab_size = 16,
+                                                   .block_size = 8,
+                                                   .n_layer = 2,
+                                                   .n_head = 2,
+                                                   .n_embd = 16,
+                                                   .dropout = dropout});
+  m->set_activation_checkpointing(checkpointing);
+  return m;
+}
+
+std::pair<Tensor, Tensor> tokens(int64_t step) {
+  Generator g(500 + uint64_t(step));
+  Tensor ids = randint(0, 16, {4, 8}, {.dtype = DType::I64}, &g);
+  return {ids, randint(0, 16, {4, 8}, {.dtype = DType::I64}, &g)};
+}
+
+Tensor gpt_loss(nn::Module& net, const std::pair<Tensor, Tensor>& b) {
+  return cross_entropy(flatten(net(b.first), 0, 1), flatten(b.second));
+}
+
+std::shared_ptr<LocalProcessGroup> one_rank() {
+  return std::make_shared<LocalProcessGroup>(std::chrono::seconds(10));
+}
+
+// A copy of the model's parameters, gathered.
+NamedTensors whole_params(FullyShardedDataParallel& f, nn::Module& m) {
+  auto scope = f.full_params();
+  NamedTensors out;
+  for (auto& [k, t] : m.named_parameters()) out.emplace_back(k, t.clone());
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- a world of one, in process
+
+TEST(FsdpUnits, BlocksAndLinearsBecomeUnitsAndTheTiedEmbeddingStaysInTheRoot) {
+  auto gpt = tiny_gpt(1);
+  FullyShardedDataParallel f(gpt, one_rank());
+  // lm_head (a Linear) holds only wte.weight, which the root's embedding uses too: no unit.
+  EXPECT_EQ(f.unit_names(), (std::vector<std::string>{"", "h.0", "h.1"}));
+  auto mlp = test::ddp_case_model(kF32, 1);
+  FullyShardedDataParallel g(mlp, one_rank());
+  EXPECT_EQ(g.unit_names(), (std::vector<std::string>{"", "0", "2", "4"}));
+  EXPECT_EQ(g.buckets()[0].params.size(), 0u);  // the root holds nothing
+  // state_dict names are the model's, as with DDP.
+  auto scope = g.full_params();
+  EXPECT_EQ(g.state_dict().size(), mlp->state_dict().size());
+  EXPECT_EQ(g.state_dict()[0].first, "0.weight");
+}
+
+// One rank: FSDP with a stage-3 ZeroOptimizer is the plain model and optimizer, bit for bit
+// (the same kernels on the same values; the gradient goes through a flat buffer unchanged).
+TEST(FsdpWorldOfOne, BitwiseThePlainModelAndOptimizer) {
+  for (bool checkpointing : {false, true}) {
+    auto plain = tiny_gpt(7, checkpointing), model = tiny_gpt(7, checkpointing);
+    FullyShardedDataParallel f(model, one_rank());
+    optim::AdamW full(model->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+    optim::AdamW ref(plain->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+    ZeroOptimizer zero(f, full);
+    EXPECT_EQ(zero.name(), "ZeRO-3 AdamW");
+    for (int s = 0; s < 5; ++s) {
+      zero.zero_grad();
+      gpt_loss(f, tokens(s)).backward();
+      zero.step();
+      ref.zero_grad();
+      gpt_loss(*plain, tokens(s)).backward();
+      ref.step();
+    }
+    EXPECT_TRUE(bitwise_equal(whole_params(f, *model), plain->named_parameters()))
+        << "checkpointing " << checkpointing << ": max diff "
+        << worst_diff(whole_params(f, *model), plain->named_parameters());
+    auto a = zero.state_dict(), b = ref.state_dict();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(bitwise_equal(a, b))
+        << "the gathered optimizer state, checkpointing " << checkpointing;
+  }
+}
+
+// Between units nothing is whole: the parameters' memory is released, and reading one is an
+// error that names it and says what to do.
+TEST(FsdpWorldOfOne, ParametersAreReleasedBetweenUnitsAndReadingOneIsAClearError) {
+  auto model = tiny_gpt(3);
+  FullyShardedDataParallel f(model, one_rank());
+  int64_t shards = 0;
+  for (size_t u = 0; u < f.buckets().size(); ++u) shards += f.value_shard(u).numel() * 4;
+  EXPECT_EQ(f.parameter_bytes(), shards);
+  gpt_loss(f, tokens(0)).backward();
+  EXPECT_EQ(f.parameter_bytes(), shards) << "every unit released after backward";
+  EXPECT_TRUE(model->h->at<nn::TransformerBlock>(0)->attn->c_attn->weight.storage()->released());
+  try {
+    (void)model->ln_f->weight.sum();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("FSDP unit '' (the root: wte.weight, wpe.weight, ln_f.weight, ...)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("released"), std::string::npos) << m;
+    EXPECT_NE(m.find("full_params"), std::string::npos) << m;
+  }
+  // Inside FullParams it is whole; a load with writeback reaches the shards.
+  {
+    auto scope = f.full_params(/*writeback=*/true);
+    NoGradGuard no_grad;
+    model->ln_f->weight.fill_(0.5);
+  }
+  auto w = whole_params(f, *model);
+  for (auto& [k, t] : w)
+    if (k == "ln_f.weight") EXPECT_EQ(max(t).item(), 0.5);
+}
+
+// A forward without grad (evaluation) gathers each unit for its forward only and releases the
+// root at the end; its output equals the plain model's.
+TEST(FsdpWorldOfOne, EvaluationWithoutGradMatchesAndReleasesEverything) {
+  auto plain = tiny_gpt(5), model = tiny_gpt(5);
+  FullyShardedDataParallel f(model, one_rank());
+  NoGradGuard no_grad;
+  Tensor a = f(tokens(1).first), b = (*plain)(tokens(1).first);
+  EXPECT_EQ(max(abs(a - b)).item(), 0.0);
+  int64_t shards = 0;
+  for (size_t u = 0; u < f.buckets().size(); ++u) shards += f.value_shard(u).numel() * 4;
+  EXPECT_EQ(f.parameter_bytes(), shards);
+}
+
+// ---------------------------------------------------------------- NCCL, one rank
+
+// On one GPU a one-rank NCCL group: ZeRO-3 gives DDP's weights for the MLP and the tiny GPT
+// (float32; 1e-6 leaves room for cuBLAS), with clipping on.
+TEST(FsdpNccl, OneRankStageThreeGivesDdpsWeights) {
+#ifndef LOOM_WITH_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (bool gpt : {false, true}) {
+    auto job = [&](int zero) {
+      Job j{test::temp_dir(), {}};
+      std::vector<std::string> args{"train", "f32", std::to_string(zero), "20", j.dir, "clip=0.5"};
+      if (gpt) args.push_back("gpt=1");
+      j.run = test::run_workers(LOOM_ZERO_TOOL, args, 1, test::free_port(),
+                                {{"LOOM_TEST_BACKEND", "nccl"}}, 240);
+      EXPECT_EQ(j.run.exit_codes[0], 0) << j.run.summary();
+      return j;
+    };
+    Job ddp = job(0), z3 = job(3);
+    EXPECT_LE(worst_diff(z3.final_of(0), ddp.final_of(0)), 1e-6) << (gpt ? "gpt" : "mlp");
+    for (auto* j : {&ddp, &z3}) std::filesystem::remove_all(j->dir);
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- Gloo jobs
+#ifdef LOOM_WITH_GLOO
+
+// 20 steps of AdamW (two groups): ZeRO-3 on 2 and 3 ranks gives DDP's weights, for the MLP and a
+// tiny GPT (tied embedding in the root, two block units; float64: 1e-12, the reduce-scatter may
+// add the ranks' gradients in another order than the all-reduce).
+TEST(FsdpGloo, StageThreeGivesDdpsWeightsOnTwoAndThreeRanks) {
+  for (int world : {2, 3})
+    for (bool gpt : {false, true}) {
+      std::vector<std::string> extra;
+      if (gpt) extra.push_back("gpt=1");
+      Job ddp = run_zero(world, "f64", 0, 20, extra);
+      Job z = run_zero(world, "f64", 3, 20, extra);
+      expect_ranks_agree(z, world);
+      EXPECT_LE(worst_diff(z.final_of(0), ddp.final_of(0)), 1e-12)
+          << (gpt ? "gpt" : "mlp") << " on " << world << " ranks";
+      for (auto* j : {&ddp, &z}) std::filesystem::remove_all(j->dir);
+    }
+}
+
+// Float32 (1e-6), SGD with momentum, and the GPT with activation checkpointing.
+TEST(FsdpGloo, Float32SgdAndActivationCheckpointingToo) {
+  Job ddp = run_zero(2, "f32", 0, 20, {});
+  Job z = run_zero(2, "f32", 3, 20, {});
+  EXPECT_LE(worst_diff(z.final_of(0), ddp.final_of(0)), 1e-6);
+  Job sgd_ddp = run_zero(3, "f64", 0, 20, {"opt=sgd"});
+  Job sgd_z = run_zero(3, "f64", 3, 20, {"opt=sgd"});
+  EXPECT_LE(worst_diff(sgd_z.final_of(0), sgd_ddp.final_of(0)), 1e-12);
+  Job gpt_ddp = run_zero(2, "f64", 0, 10, {"gpt=1"});
+  Job gpt_ckpt = run_zero(2, "f64", 3, 10, {"gpt=1", "ckpt=1"});
+  EXPECT_LE(worst_diff(gpt_ckpt.final_of(0), gpt_ddp.final_of(0)), 1e-12);
+  for (auto* j : {&ddp, &z, &sgd_ddp, &sgd_z, &gpt_ddp, &gpt_ckpt})
+    std::filesystem::remove_all(j->dir);
+}
+
+// Per-rank bytes after the first step of the 8-512-512-4 MLP with AdamW: parameters, gradients
+// and optimizer state are each 1/N of DDP's within the padding, and the allocator's live bytes
+// fall accordingly (the closing note's table comes from this output).
+TEST(FsdpGloo, ParametersGradientsAndStateAreOneNthPerRank) {
+  const int64_t params = 8 * 512 + 512 + 512 * 512 + 512 + 512 * 4 + 4;
+  const int64_t param_bytes = params * 4;
+  Job ddp = run_zero(2, "f32", 0, 1, {"wide=1"});
+  const int64_t ddp_live = ddp.value("live", 0);
+  for (int world : {1, 2, 3}) {
+    Job z = run_zero(world, "f32", 3, 1, {"wide=1"});
+    for (int r = 0; r < world; ++r) {
+      const double pad = 4.0 * 4 * world;  // under N elements per unit, four units
+      EXPECT_NEAR(double(z.value("params", r)), double(param_bytes) / world, pad) << world;
+      EXPECT_NEAR(double(z.value("grads", r)), double(param_bytes) / world, pad) << world;
+      EXPECT_NEAR(double(z.value("state", r)), 2.0 * double(param_bytes) / world, 2 * pad);
+      std::printf("ZeRO-3, %d rank(s), rank %d: params %ld grads %ld state %ld live %ld\n", world,
+                  r, long(z.value("params", r)), long(z.value("grads", r)),
+                  long(z.value("state", r)), long(z.value("live", r)));
+    }
+    if (world == 2)  // DDP holds 4 copies' worth (weights, gradients, two moments): 4 -> 2
+      EXPECT_NEAR(double(z.value("live", 0)) / double(ddp_live), 0.5, 0.05);
+    std::filesystem::remove_all(z.dir);
+  }
+  std::filesystem::remove_all(ddp.dir);
+}
+
+// Clipping by the global norm over the shards, and an inf in one rank's shard skipping the step
+// on every rank.
+TEST(FsdpGloo, ClippingAndGradScalerDecisionsAreTheSameOnEveryRank) {
+  Job ddp = run_zero(3, "f64", 0, 10, {"clip=0.05"});
+  Job z = run_zero(3, "f64", 3, 10, {"clip=0.05"});
+  EXPECT_LE(worst_diff(z.final_of(0), ddp.final_of(0)), 1e-12);
+  auto norms = [](const std::string& out) {
+    std::istringstream in(out.substr(out.find("norms") + 5));
+    std::vector<double> v;
+    for (double x; in >> x;) v.push_back(x);
+    return v;
+  };
+  const auto want = norms(ddp.run.output[0]);
+  ASSERT_EQ(want.size(), 10u) << ddp.run.output[0];
+  EXPECT_GT(want[0], 0.05) << "the clip must be active for the test to mean anything";
+  for (int r = 0; r < 3; ++r) {
+    const auto got = norms(z.run.output[r]);
+    ASSERT_EQ(got.size(), want.size()) << z.run.summary();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-9) << "rank " << r;
+  }
+  Job inf = run_zero(2, "f32", 3, 4, {"inf_at=2"});
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(inf.value("skipped", r), 1);
+  expect_ranks_agree(inf, 2);
+  for (auto* j : {&ddp, &z, &inf}) std::filesystem::remove_all(j->dir);
+}
+
+// --grad-accum 4 (StepRunner) equals one batch four times as large: each micro-batch is
+// reduce-scattered and the shards add up.
+TEST(FsdpGloo, FourAccumulatedMicroBatchesEqualOneLargeBatch) {
+  Job big = run_zero(2, "f64", 0, 10, {"batch=48"});
+  Job z = run_zero(2, "f64", 3, 10, {"batch=48", "accum=4"});
+  EXPECT_LE(worst_diff(z.final_of(0), big.final_of(0)), 1e-12);
+  for (auto* j : {&big, &z}) std::filesystem::remove_all(j->dir);
+}
+
+// Saved by 2 ranks of ZeRO-3 at step 10 (gathered: the same file DDP writes), resumed by 3 ranks
+// of ZeRO-3, by 1 without ZeRO and by 2 of ZeRO-2; each ends where the uninterrupted run ends.
+// And a DDP checkpoint resumes under ZeRO-3.
+TEST(FsdpGloo, CheckpointsMoveBetweenWorldSizesAndStages) {
+  Job whole = run_zero(2, "f64", 3, 20, {"save_at=10"});
+  Job ddp = run_zero(2, "f64", 0, 20, {"save_at=10"});
+  const std::string ckpt = whole.dir + "/ckpt.safetensors";
+  EXPECT_LE(worst_diff(load_safetensors(ckpt).tensors,
+                       load_safetensors(ddp.dir + "/ckpt.safetensors").tensors),
+            1e-12);
+  Job three = run_zero(3, "f64", 3, 20, {"load=" + ckpt});
+  Job one = run_zero(1, "f64", 0, 20, {"load=" + ckpt});
+  Job two_z2 = run_zero(2, "f64", 2, 20, {"load=" + ckpt});
+  Job from_ddp = run_zero(3, "f64", 3, 20, {"load=" + ddp.dir + "/ckpt.safetensors"});
+  for (Job* j : {&three, &one, &two_z2, &from_ddp})
+    EXPECT_LE(worst_diff(j->final_of(0), whole.final_of(0)), 1e-12) << j->run.summary();
+  for (auto* j : {&whole, &ddp, &three, &one, &two_z2, &from_ddp})
+    std::filesystem::remove_all(j->dir);
+}
+#endif  // LOOM_WITH_GLOO

@@ -1,0 +1,88 @@
+// What the ZeRO and FSDP tests share: zero_tool jobs on N Gloo (or NCCL) ranks, their final weights
+// and printed numbers, and comparisons of named tensors. Leaves out: the tests themselves
+// (test_zero_optimizer.cpp, ../fsdp/test_fsdp.cpp) and the worker (zero_tool.cpp).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "../ddp/ddp_case.h"
+#include "autograd/grad_mode.h"
+#include "distributed/spawn.h"
+#include "nn/module.h"
+#include "nn/serialize.h"
+
+namespace loom::test {
+
+inline std::string temp_dir() {
+  char t[] = "/tmp/loom-zero-XXXXXX";
+  return mkdtemp(t);
+}
+
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  NoGradGuard g;
+  return max(abs(a.detach().to(kF64) - b.detach().to(kF64))).item();
+}
+
+inline double worst_diff(const NamedTensors& a, const NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    worst = std::max(worst, max_abs_diff(a[i].second, b[i].second));
+  }
+  return worst;
+}
+
+inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor &x = a[i].second, &y = b[i].second;
+    if (x.numel() != y.numel() ||
+        std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * x.element_size()) != 0)
+      return false;
+  }
+  return true;
+}
+
+struct Job {
+  std::string dir;
+  WorkerRun run;
+  NamedTensors final_of(int rank) const {
+    return load_safetensors(dir + "/final_rank" + std::to_string(rank) + ".safetensors").tensors;
+  }
+  // The number after `key` in rank r's output ("memory params 123 ...": value("grads", r)).
+  int64_t value(const std::string& key, int r) const {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(run.output[r], m, std::regex(key + " (-?[0-9]+)")))
+        << key << " not in rank " << r << "'s output:\n"
+        << run.summary();
+    return m.empty() ? -1 : std::stoll(m[1]);
+  }
+};
+
+// zero_tool train on `world` Gloo ranks; every rank must exit 0.
+inline Job run_zero(int world, const std::string& dtype, int zero, int steps,
+                    std::vector<std::string> extra = {}, std::string dir = "") {
+  Job j{dir.empty() ? temp_dir() : dir, {}};
+  std::vector<std::string> args{"train", dtype, std::to_string(zero), std::to_string(steps), j.dir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  j.run =
+      run_workers(LOOM_ZERO_TOOL, args, world, free_port(), {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
+  EXPECT_FALSE(j.run.timed_out) << j.run.summary();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(j.run.exit_codes[r], 0) << j.run.summary();
+  return j;
+}
+
+// Every rank ends with the same weights, bitwise (they are all-gathered from the shards).
+inline void expect_ranks_agree(const Job& j, int world) {
+  for (int r = 1; r < world; ++r)
+    EXPECT_TRUE(bitwise_equal(j.final_of(r), j.final_of(0))) << "rank " << r << " differs";
+}
+
+}  // namespace loom::test
