@@ -42,7 +42,7 @@ struct Case {
   bool ddp = true;            // false: the plain model (the reference for eager DDP)
 };
 
-struct Run {
+struct Trained {
   std::vector<double> losses, scales;
   std::vector<std::vector<float>> params;
   int64_t iterations = 0, buckets = 0, skipped = 0;
@@ -63,7 +63,7 @@ std::shared_ptr<dist::ProcessGroup> one_rank_nccl() {
 
 // kSteps steps of Adam with a learning rate that changes every step, on fixed random batches.
 // Small bucket caps: the MLP's gradients travel in several buckets (several captured all-reduces).
-Run run(const Case& c, bool graph, const std::shared_ptr<dist::ProcessGroup>& pg) {
+Trained run(const Case& c, bool graph, const std::shared_ptr<dist::ProcessGroup>& pg) {
   manual_seed(3);
   std::shared_ptr<nn::Module> model = nn::make_mlp(256);
   nn::fuse(*model);
@@ -85,7 +85,7 @@ Run run(const Case& c, bool graph, const std::shared_ptr<dist::ProcessGroup>& pg
   train::StepRunner runner(c.ddp ? static_cast<nn::Module&>(*ddp) : *model, opt, 0.0, graph);
   runner.set_grad_accum(c.accum);
   runner.set_amp(c.amp, c.scaler ? &scaler : nullptr);
-  Run r;
+  Trained r;
   Generator gen(11);
   for (int i = 0; i < kSteps; ++i) {
     Tensor x = randn({32, 1, 28, 28}, {.device = dev}, &gen);
@@ -105,7 +105,7 @@ Run run(const Case& c, bool graph, const std::shared_ptr<dist::ProcessGroup>& pg
 }
 
 // The largest |a - b| over the losses (relative to max(1, |loss|)) and the parameter elements.
-std::pair<double, double> max_diff(const Run& a, const Run& b) {
+std::pair<double, double> max_diff(const Trained& a, const Trained& b) {
   double dl = 0, dp = 0;
   for (size_t i = 0; i < a.losses.size(); ++i)
     dl = std::max(dl, std::fabs(a.losses[i] - b.losses[i]) / std::max(1.0, std::fabs(a.losses[i])));
@@ -123,7 +123,7 @@ std::pair<double, double> max_diff(const Run& a, const Run& b) {
 void expect_graph_equals_eager(const Case& c, const char* name) {
 #ifdef LOOM_WITH_NCCL
   auto pg = one_rank_nccl();
-  Run eager = run(c, false, pg), graph = run(c, true, pg);
+  Trained eager = run(c, false, pg), graph = run(c, true, pg);
   ASSERT_EQ(graph.params.size(), eager.params.size());
   auto [dl, dp] = max_diff(graph, eager);
   std::cout << name << ": graph vs eager " << dl << " (loss), " << dp << " (param); "
@@ -165,25 +165,34 @@ TEST(CudaGraphDDP, Float32GraphEqualsEagerOnAOneRankNcclGroup) {
 TEST(CudaGraphDDP, Bf16AutocastGraphEqualsEager) {
   need_nccl_and_gpu();
   if (::testing::Test::IsSkipped()) return;
-  expect_graph_equals_eager({.amp = kBF16}, "bf16 autocast");
+  Case c;
+  c.amp = kBF16;
+  expect_graph_equals_eager(c, "bf16 autocast");
 }
 
 TEST(CudaGraphDDP, Fp16GradScalerGraphEqualsEagerWithTheSameSkippedSteps) {
   need_nccl_and_gpu();
   if (::testing::Test::IsSkipped()) return;
-  expect_graph_equals_eager({.amp = kF16, .scaler = true}, "fp16 + GradScaler");
+  Case c;
+  c.amp = kF16;
+  c.scaler = true;
+  expect_graph_equals_eager(c, "fp16 + GradScaler");
 }
 
 TEST(CudaGraphDDP, FourMicroBatchesInOneGraphEqualEager) {
   need_nccl_and_gpu();
   if (::testing::Test::IsSkipped()) return;
-  expect_graph_equals_eager({.accum = 4}, "grad-accum 4");
+  Case c;
+  c.accum = 4;
+  expect_graph_equals_eager(c, "grad-accum 4");
 }
 
 TEST(CudaGraphDDP, Bf16CommunicationBuffersGraphEqualsEager) {
   need_nccl_and_gpu();
   if (::testing::Test::IsSkipped()) return;
-  expect_graph_equals_eager({.comm = kBF16}, "comm bf16");
+  Case c;
+  c.comm = kBF16;
+  expect_graph_equals_eager(c, "comm bf16");
 }
 
 // The one-rank group's all-reduces leave the mean gradient as it is: eager DDP trains the plain
@@ -193,7 +202,9 @@ TEST(CudaGraphDDP, EagerDdpOnOneNcclRankEqualsThePlainModel) {
   if (::testing::Test::IsSkipped()) return;
 #ifdef LOOM_WITH_NCCL
   auto pg = one_rank_nccl();
-  Run ddp = run({}, false, pg), plain = run({.ddp = false}, false, pg);
+  Case plain_case;
+  plain_case.ddp = false;
+  Trained ddp = run({}, false, pg), plain = run(plain_case, false, pg);
   auto [dl, dp] = max_diff(ddp, plain);
   EXPECT_LE(dl, 1e-6);
   EXPECT_LE(dp, 1e-6);
@@ -248,11 +259,11 @@ TEST(CudaGraphDDP, EagerCollectivesBetweenReplaysLeaveTheStepIntact) {
   if (::testing::Test::IsSkipped()) return;
 #ifdef LOOM_WITH_NCCL
   auto pg = one_rank_nccl();
-  Run graph = run({}, true, pg);
+  Trained graph = run({}, true, pg);
   Tensor u = full({4}, 3.0, {.device = cuda_device(0)});
   pg->all_reduce(u)->wait();
   EXPECT_EQ(u.to_vector<float>(), std::vector<float>(4, 3.0f));
-  Run again = run({}, true, pg);  // a second graph on the same group
+  Trained again = run({}, true, pg);  // a second graph on the same group
   auto [dl, dp] = max_diff(graph, again);
   EXPECT_LE(dl, 1e-6);
   EXPECT_LE(dp, 1e-6);
