@@ -63,7 +63,8 @@ std::shared_ptr<dist::ProcessGroup> one_rank_nccl() {
 
 // kSteps steps of Adam with a learning rate that changes every step, on fixed random batches.
 // Small bucket caps: the MLP's gradients travel in several buckets (several captured all-reduces).
-Trained run(const Case& c, bool graph, const std::shared_ptr<dist::ProcessGroup>& pg) {
+[[maybe_unused]] Trained run(const Case& c, bool graph,
+                             const std::shared_ptr<dist::ProcessGroup>& pg) {
   manual_seed(3);
   std::shared_ptr<nn::Module> model = nn::make_mlp(256);
   nn::fuse(*model);
@@ -105,7 +106,7 @@ Trained run(const Case& c, bool graph, const std::shared_ptr<dist::ProcessGroup>
 }
 
 // The largest |a - b| over the losses (relative to max(1, |loss|)) and the parameter elements.
-std::pair<double, double> max_diff(const Trained& a, const Trained& b) {
+[[maybe_unused]] std::pair<double, double> max_diff(const Trained& a, const Trained& b) {
   double dl = 0, dp = 0;
   for (size_t i = 0; i < a.losses.size(); ++i)
     dl = std::max(dl, std::fabs(a.losses[i] - b.losses[i]) / std::max(1.0, std::fabs(a.losses[i])));
