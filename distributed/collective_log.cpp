@@ -11,6 +11,7 @@ namespace loom::distributed {
 std::string OpRecord::describe() const {
   std::string what = str(numel, " ", dtype_name(dtype), " element", numel == 1 ? "" : "s");
   if (op == "barrier") return str("barrier #", seq);
+  if (op == "graph_replay") return str("CUDA graph replay #", seq, " (its captured collectives)");
   if (seq == 0)
     return str(op, peer >= 0 ? (op == "send" ? " to rank " : " from rank ") : "",
                peer >= 0 ? std::to_string(peer) : "", " (", what, ")");

@@ -109,11 +109,14 @@ struct NcclProcessGroup::Health {
 // So no waiter reports success for an op that the abort cut short.
 class NcclWork : public Work {
  public:
-  NcclWork(OpRecord rec, int device, bool host_blocking,
+  // captured: launched while the compute stream was being captured into a CUDA graph (Note [NCCL
+  // under graph capture]); its end event belongs to the capture, not to a launch.
+  NcclWork(OpRecord rec, int device, bool host_blocking, bool captured,
            std::shared_ptr<NcclProcessGroup::Health> health)
       : rec_(std::move(rec)),
         device_(device),
         host_blocking_(host_blocking),
+        captured_(captured),
         start_(Clock::now()),
         health_(std::move(health)) {
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
@@ -124,11 +127,23 @@ class NcclWork : public Work {
     if (host_blocking_) return synchronize_for(timeout);  // barrier: the host waits
     rethrow();
     cuda::DeviceGuard g(device_);
-    LOOM_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), end_, 0));
+    cudaStream_t s = cuda::current_stream(device_);
+    // Inside the capture this joins the group's stream back into the graph (Note [NCCL under
+    // graph capture]); after it, the event stands for no launch a stream could wait for.
+    LOOM_CHECK(!captured_ || cuda::is_capturing(s), rec_.describe(),
+               ": wait() after the CUDA graph capture it belongs to ended; a captured collective "
+               "is waited for inside the capture (each replay then includes the wait)");
+    LOOM_CUDA_CHECK(cudaStreamWaitEvent(s, end_, 0));
     return true;
   }
-  void synchronize() override { synchronize_for(kNoTimeout); }
-  bool is_completed() override { return poll(); }
+  void synchronize() override {
+    check_not_captured("synchronize()");
+    synchronize_for(kNoTimeout);
+  }
+  bool is_completed() override {
+    check_not_captured("is_completed()");
+    return poll();
+  }
   std::exception_ptr error() override {
     std::lock_guard<std::mutex> lock(mu_);
     return err_;
@@ -147,6 +162,12 @@ class NcclWork : public Work {
   }
 
  private:
+  void check_not_captured(const char* what) const {
+    LOOM_CHECK(!captured_, rec_.describe(), ": ", what,
+               " on a collective captured into a CUDA graph: it runs only when the graph is "
+               "replayed, so the host cannot wait for it (wait() orders the capturing stream; "
+               "ProcessGroup::watch_graph_replay watches a replay)");
+  }
   void rethrow() {
     std::lock_guard<std::mutex> lock(mu_);
     if (err_) std::rethrow_exception(err_);
@@ -184,6 +205,7 @@ class NcclWork : public Work {
   OpRecord rec_;
   int device_;
   bool host_blocking_;
+  bool captured_;
   Clock::time_point start_;
   std::shared_ptr<NcclProcessGroup::Health> health_;
   cudaEvent_t end_ = nullptr;
@@ -295,6 +317,22 @@ void NcclProcessGroup::check_device(const char* op, const Tensor& t) const {
              ": this nccl group's tensors live on cuda:", device_, ", got ", describe(t));
 }
 
+// Note [NCCL under graph capture]
+// NCCL's collectives can be captured into a CUDA graph, which is how DDP's bucket all-reduces
+// become part of the whole-step graph (Note [The training step as a CUDA graph] in
+// train/step_runner.h). An op launched while the device's current (compute) stream is being
+// captured: (1) the ready event recorded on the capturing stream, waited for by the group's
+// stream, pulls the group's stream into the capture (a fork), so the NCCL kernel becomes a node
+// of the graph after the compute work it reads; (2) its end event is recorded in the capture, and
+// Work::wait() on the capturing stream joins the group's stream back (every captured op must be
+// waited for before the capture ends, or the capture fails as unjoined); (3) the work is not
+// given to the watchdog: its event stands for a node of a graph that has not run, which may not
+// be queried during the capture and means nothing after it. synchronize() and is_completed() on
+// it are errors, and so are host-blocking ops (barrier). Each replay is watched instead:
+// watch_graph_replay records an event on the stream the graph was launched on and hands it to
+// the watchdog like any op, so a replay stuck on a peer times out (or names a rank that left) as
+// an eager collective does. Sequence numbers: the captured ops take theirs at capture, the same
+// on every rank, and each watched replay takes one more.
 template <typename Body>
 std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
                                                std::initializer_list<Tensor> tensors,
@@ -303,11 +341,12 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
   LOOM_CHECK(broken_.empty(), rec.describe(), ": the group failed earlier: ", broken_);
   cuda::DeviceGuard g(device_);
   cudaStream_t compute = cuda::current_stream(device_), comm = comm_->stream;
-  // A capture of the compute stream would pull this group's stream (and its events, which the
-  // watchdog polls) into the graph through the ready event.
-  cuda::check_not_capturing(compute, "a NCCL collective");
-  cuda::check_not_capturing(comm, "a NCCL collective");
-  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking, health_);  // may throw
+  const bool captured = cuda::is_capturing(compute);  // the group's stream joins the capture
+  LOOM_CHECK(!captured || !host_blocking, rec.describe(),
+             ": the host waits for this op, which a CUDA graph capture cannot hold (the op would "
+             "run only at replay); issue it before or after the capture");
+  if (!captured) cuda::check_not_capturing(comm, "a NCCL collective");
+  auto work = std::make_shared<NcclWork>(rec, device_, host_blocking, captured, health_);
   cuda::Event ready;
   ready.record(compute);
   ready.wait(comm);
@@ -319,6 +358,21 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpRecord& rec,
   for (const Tensor& t : tensors)
     if (t.numel() > 0) cuda::record_stream(t, comm);
   LOOM_CUDA_CHECK(cudaEventRecord(work->end(), comm));
+  if (captured) return work;  // the watchdog watches its replays instead (the Note)
+  outstanding_.push_back(work);
+  cv_.notify_all();
+  return work;
+}
+
+std::shared_ptr<Work> NcclProcessGroup::watch_graph_replay() {
+  OpRecord rec = log().begin("graph_replay", 0, DType::U8);
+  std::lock_guard<std::mutex> lock(mu_);
+  LOOM_CHECK(broken_.empty(), rec.describe(), ": the group failed earlier: ", broken_);
+  cuda::DeviceGuard g(device_);
+  cudaStream_t s = cuda::current_stream(device_);
+  cuda::check_not_capturing(s, "ProcessGroup::watch_graph_replay (a replay is watched after it)");
+  auto work = std::make_shared<NcclWork>(rec, device_, false, false, health_);
+  LOOM_CUDA_CHECK(cudaEventRecord(work->end(), s));
   outstanding_.push_back(work);
   cv_.notify_all();
   return work;

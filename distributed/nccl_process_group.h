@@ -1,6 +1,7 @@
 // NcclProcessGroup: the CUDA backend: one NCCL communicator per group on one device, ops on the
 // group's own stream ordered against the compute stream by events, a watchdog that
-// aborts the communicator when an op outlives the timeout or NCCL reports an async error.
+// aborts the communicator when an op outlives the timeout or NCCL reports an async error, and
+// collectives captured into CUDA graphs (their replays watched as ops).
 // Leaves out: several devices per process, and NCCL's non-blocking communicator mode.
 #pragma once
 
@@ -33,6 +34,10 @@ class NcclProcessGroup : public ProcessGroup {
   ~NcclProcessGroup() override;
   std::string backend() const override { return "nccl"; }
   int device() const { return device_; }
+  // Collectives launched under a CUDA graph capture join the graph (Note [NCCL under graph
+  // capture] in nccl_process_group.cpp); each replay is then watched as one op.
+  bool collectives_capturable() const override { return true; }
+  std::shared_ptr<Work> watch_graph_replay() override;
 
  protected:
   std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) override;

@@ -55,6 +55,14 @@ class ProcessGroup {
   std::shared_ptr<Work> barrier();
   std::shared_ptr<Work> send(const Tensor& t, int dst, int tag = 0);
   std::shared_ptr<Work> recv(Tensor& t, int src, int tag = 0);
+  // CUDA graphs (Note [NCCL under graph capture] in nccl_process_group.cpp): whether collectives
+  // issued while the current stream is being captured become part of the graph (NCCL: yes; Gloo
+  // runs them on host threads over CPU tensors, and a world of one has none).
+  virtual bool collectives_capturable() const { return false; }
+  // Call after launching a CUDA graph that holds this group's collectives on the current stream:
+  // the replay is watched as one op (the collective timeout, a peer that left). Null when this
+  // backend's collectives cannot be captured.
+  virtual std::shared_ptr<Work> watch_graph_replay() { return nullptr; }
   // Tells the other members that this rank is leaving (Note [Who left] in collective_log.h):
   // destroy_process_group and the exit hook of world.cpp call it. No-op in a world of one.
   void record_departure(const std::string& how) { log_->record_departure(how); }

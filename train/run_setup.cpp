@@ -62,8 +62,15 @@ ProcessGroupScope::~ProcessGroupScope() {
 namespace {
 
 // Flags that do not fit together or with this job; run once the device and world are known.
-void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
+void check_run_flags(const TrainConfig& cfg, Device dev, int world, const std::string& backend) {
   LOOM_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  // Before the device check: on the CPU the reason that matters is the backend's.
+  LOOM_CHECK(!cfg.cuda_graph || world == 1 || backend == "nccl", "--cuda-graph with ", world,
+             " processes over ", backend, ": ", backend,
+             " runs each all-reduce on host threads over CPU tensors, so DDP's step has no GPU "
+             "work for a CUDA graph to capture (Note [DDP and CUDA graphs] in "
+             "distributed/ddp/ddp.cpp). NCCL's all-reduces are captured: run on CUDA devices "
+             "(loomrun's workers then use nccl), or drop --cuda-graph");
   LOOM_CHECK(!cfg.cuda_graph || dev.is_cuda(), "--cuda-graph needs a CUDA device, got --device ",
              dev);
   // A typo in the folder must not silently retrain from scratch.
@@ -72,11 +79,6 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
              "' does not exist (leave out --resume to start a new run)");
   if (!cfg.checkpoint_dir.empty()) check_writable_dir("--checkpoint-dir", cfg.checkpoint_dir);
   if (!cfg.log_dir.empty()) check_writable_dir("--log-dir", cfg.log_dir);
-  LOOM_CHECK(!cfg.cuda_graph || world == 1, "--cuda-graph with ", world,
-             " processes: the distributed step "
-             "runs eagerly (see Note [DDP and CUDA graphs] in distributed/ddp/ddp.cpp: the process "
-             "group's watchdog "
-             "cannot track collectives inside a captured graph); drop --cuda-graph");
   LOOM_CHECK(!cfg.profile || !cfg.cuda_graph,
              "--profile times the phases of the eager step; with "
              "--cuda-graph the step is one replay (drop one of the two flags)");
@@ -90,8 +92,9 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world) {
              " processes) into equal micro-batches");
 }
 
-int64_t checked_local_batch(const TrainConfig& cfg, Device dev, int world) {
-  check_run_flags(cfg, dev, world);
+int64_t checked_local_batch(const TrainConfig& cfg, Device dev, int world,
+                            const std::string& backend) {
+  check_run_flags(cfg, dev, world, backend);
   return cfg.batch_size / world;
 }
 
@@ -105,7 +108,7 @@ RunSetup::RunSetup(const TrainConfig& cfg)
       pg(dist::world()),
       rank(pg->rank()),
       world(pg->size()),
-      local_batch(checked_local_batch(cfg, device, world)) {
+      local_batch(checked_local_batch(cfg, device, world, pg->backend())) {
   manual_seed(cfg.seed);
 }
 

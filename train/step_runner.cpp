@@ -130,6 +130,8 @@ Tensor StepRunner::eager_step(const Tensor& x, const Tensor& y) {
 }
 
 Tensor StepRunner::graph_step(const Tensor& x, const Tensor& y) {
+  // Before anything runs: a group whose all-reduces cannot be captured (Gloo) is refused by name.
+  if (ddp_ && !graph_->static_loss.defined()) ddp_->reducer().check_capturable("--cuda-graph");
 #ifdef LOOM_WITH_CUDA
   LOOM_CHECK(x.device().is_cuda(), "--cuda-graph: the step's inputs are on ", x.device(),
              "; a CUDA graph needs a CUDA device");
@@ -139,7 +141,9 @@ Tensor StepRunner::graph_step(const Tensor& x, const Tensor& y) {
     graph_->static_x.copy_(x);
     graph_->static_y.copy_(y);
   }
+  if (ddp_) ddp_->before_replay(accum_);  // the consistency check, outside the graph
   graph_->graph.replay();  // the whole step, optimizer included (Note in step_runner.h)
+  if (ddp_) ddp_->process_group().watch_graph_replay();  // the collective timeout holds
   return graph_->static_loss;
 #else
   (void)x;
@@ -195,8 +199,9 @@ void StepRunner::capture(const Tensor& x, const Tensor& y) {
     NoGradGuard ng;
     for (auto& [b, copy] : saved) b.copy_(copy);
   }
-  opt_.make_capturable();  // creates the optimizer's state outside the graph
-  opt_.zero_grad();        // the captured backward assigns fresh gradients
+  if (ddp_) ddp_->prepare_for_capture();  // the buckets' rebuild now, not in the graph
+  opt_.make_capturable();                 // creates the optimizer's state outside the graph
+  opt_.zero_grad();                       // the captured backward assigns fresh gradients
   g.graph.capture_begin();
   g.static_loss = accumulate(g.static_x, g.static_y);  // all k micro-batches (views)
   optimizer_step();

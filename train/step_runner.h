@@ -42,6 +42,16 @@ Tensor classification_loss(const Tensor& logits, const Tensor& target, Reduction
 // scaler's skip decision stays on the device (Note [GradScaler]). With gradient accumulation
 // (set_grad_accum) the graph holds all k micro-batches: the static buffers are the whole batch
 // and the micro-batches are views of them (Note [Gradient accumulation]).
+// Under DistributedDataParallel over NCCL the graph also holds DDP's forward (rank 0's buffers)
+// and the backward's bucket all-reduces, captured in bucket order, the same on every rank (Note
+// [DDP and CUDA graphs] in distributed/ddp/ddp.cpp, Note [Reducer under graph capture]). The
+// warm-up pass is then also DDP's first iteration, which records the order gradients arrive in;
+// the buckets are rebuilt in that order before the capture (prepare_for_capture), and every
+// .grad is a view of its bucket, zero-filled by the captured forward. Outside the graph: the
+// consistency check (before a replay when one is due) and the loss read-back (the caller's);
+// after each replay the process group watches it as one op (the collective timeout). Gloo is
+// refused at the first step, with the reason (its collectives run on host threads), and so are
+// find_unused_parameters and ZeRO.
 //
 // Note [Gradient accumulation]
 // set_grad_accum(k) splits each step's batch x: (N, ...), y: (N, ...) along dim 0 into k equal

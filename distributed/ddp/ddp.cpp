@@ -146,17 +146,15 @@ void DistributedDataParallel::sync_buffers() {
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   bool training_step = is_training() && autograd::is_grad_enabled();
-#ifdef LOOM_WITH_CUDA
-  // Note [DDP and CUDA graphs]
-  if (pg_->size() > 1 && x.device().is_cuda())
-    LOOM_CHECK(!cuda::is_capturing(cuda::current_stream(x.device().index)),
-               "DistributedDataParallel: the step cannot be captured into a CUDA graph with ",
-               pg_->backend(),
-               " all-reduces: the process group tracks every collective on the "
-               "host (a watchdog queries its completion event to enforce the collective timeout, "
-               "which a stream capture does not allow, and a replayed graph would run collectives "
-               "no watchdog knows about). Run the distributed step eagerly (without --cuda-graph)");
-#endif
+  const bool captured = training_step && capturing(x);  // Note [DDP and CUDA graphs]
+  if (captured) {
+    reducer_->check_capturable("DistributedDataParallel::forward under CUDA graph capture");
+    LOOM_CHECK(!join_active_ && !reducer_->rebuild_due(),
+               "DistributedDataParallel::forward under CUDA graph capture: ",
+               join_active_ ? "join() counts the active ranks on the host every step"
+                            : "the buckets' rebuild is due (its broadcast is read on the host)",
+               "; call prepare_for_capture() after an eager step and before capturing");
+  }
   if (join_active_ && training_step) {
     LOOM_CHECK(sync_,
                "DistributedDataParallel: no_sync inside join is not supported (the joined "
@@ -164,17 +162,53 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     Tensor active = full({1}, 1.0, {.dtype = DType::I32, .device = x.device()});
     pg_->all_reduce(active, ReduceOp::Sum)->wait();  // joined ranks count the active ones
   }
-  if (training_step && !join_active_ && opt_.check_consistency_every > 0 &&
+  if (training_step && !captured && !join_active_ && opt_.check_consistency_every > 0 &&
       iteration_ % opt_.check_consistency_every == 0)
-    check_consistency();
+    check_consistency();  // a captured step's check runs before each replay (before_replay)
   if (opt_.broadcast_buffers) sync_buffers();
   if (training_step) reducer_->prepare_for_forward(sync_);
   Tensor out = module_->forward(x);
   if (training_step) {
     reducer_->prepare_for_backward({out});
-    ++iteration_;
+    if (!captured) ++iteration_;  // the replays count theirs (before_replay)
   }
   return out;
+}
+
+// Note [DDP and CUDA graphs]
+// With a process group whose collectives can be captured (NCCL), a whole training step, DDP's
+// forward and the reducer's bucket all-reduces included, can be captured into one CUDA graph and
+// replayed (Note [The training step as a CUDA graph] in train/step_runner.h). Under capture the
+// forward does what it does eagerly on the device (rank 0's buffers broadcast, the buckets bound
+// and zero-filled; the backward's all-reduces in bucket order, Note [Reducer under graph
+// capture]), but nothing that needs the host: the consistency check (a copy of the weights to the
+// host and an all-gather read back) runs outside the graph, before each replay that is due
+// (before_replay counts the replayed forwards like eager ones, so the check keeps its schedule),
+// and join() is refused. Gloo is refused with its reason: its collectives run on host threads
+// over CPU tensors, so there is nothing a CUDA graph could hold. Each replay is watched by the
+// group as one op (ProcessGroup::watch_graph_replay), so the collective timeout still holds.
+void DistributedDataParallel::prepare_for_capture() {
+  LOOM_CHECK(!join_active_,
+             "DistributedDataParallel::prepare_for_capture: inside join(), which counts the "
+             "active ranks on the host every step; a captured step cannot hold that");
+  reducer_->prepare_for_capture();
+}
+
+void DistributedDataParallel::before_replay(int64_t forwards) {
+  LOOM_CHECK(forwards >= 1, "DistributedDataParallel::before_replay: ", forwards,
+             " forwards per replay; a captured training step holds at least one");
+  for (int64_t i = 0; i < forwards; ++i, ++iteration_)
+    if (opt_.check_consistency_every > 0 && iteration_ % opt_.check_consistency_every == 0)
+      check_consistency();
+}
+
+bool DistributedDataParallel::capturing(const Tensor& x) const {
+#ifdef LOOM_WITH_CUDA
+  return x.device().is_cuda() && cuda::is_capturing(cuda::current_stream(x.device().index));
+#else
+  (void)x;
+  return false;
+#endif
 }
 
 void DistributedDataParallel::join(const std::function<void()>& body) {

@@ -1,7 +1,8 @@
 // DistributedDataParallel: wraps a model so that every rank of a process group trains the same
 // weights on its own share of each batch: the same start (rank 0's parameters and buffers), the
 // mean gradient over ranks after every backward (distributed/ddp/reducer.h), rank 0's buffers at
-// every forward. Leaves out: sharded parameters or optimizer state (ZeRO/FSDP) and SyncBatchNorm.
+// every forward; the step capturable into a CUDA graph over NCCL. Leaves out: sharded parameters
+// or optimizer state (ZeRO/FSDP) and SyncBatchNorm.
 #pragma once
 
 #include <functional>
@@ -79,6 +80,14 @@ class DistributedDataParallel : public nn::Module {
   // the ranks that differ from rank 0. A collective: every rank calls it.
   void check_consistency();
 
+  // CUDA graphs (Note [DDP and CUDA graphs] in ddp.cpp). prepare_for_capture: after at least one
+  // eager training step and before capturing one (the bucket rebuild happens now); an error with
+  // the reason for what cannot be captured (Gloo, find_unused_parameters, ZeRO, join).
+  // before_replay: before each replay of a captured step holding `forwards` training forwards;
+  // counts them and runs the consistency check when one is due, outside the graph.
+  void prepare_for_capture();
+  void before_replay(int64_t forwards);
+
   int64_t iteration() const { return iteration_; }  // training forwards so far
 
   // Rank 0's buffers to every rank now (what each forward does with broadcast_buffers), one
@@ -88,6 +97,7 @@ class DistributedDataParallel : public nn::Module {
  private:
   void verify_same_layout();
   void broadcast_state(int root);
+  bool capturing(const Tensor& x) const;  // x's device's current stream is being captured
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;

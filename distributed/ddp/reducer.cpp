@@ -142,6 +142,64 @@ void Reducer::bind_grads() {
   }
 }
 
+void Reducer::rebuild_if_due() {
+  if (!opt_.rebuild_buckets || !order_recorded_ || rebuilt_) return;
+  // Note [Bucket rebuild]: rank 0's arrival order, so every rank builds the same buckets.
+  std::vector<size_t> order = arrival_;
+  std::vector<bool> have(params_.size(), false);
+  for (size_t i : order) have[i] = true;
+  for (size_t i = params_.size(); i-- > 0;)
+    if (!have[i]) order.push_back(i);
+  if (pg_->size() > 1) {
+    std::vector<int64_t> v(order.begin(), order.end());
+    Tensor t = from_vector(v, {int64_t(v.size())}).to(params_[0].device());
+    pg_->broadcast(t, 0)->wait();
+    Tensor host = t.to(kCPU);
+    const int64_t* p = host.data<int64_t>();
+    for (size_t k = 0; k < order.size(); ++k) order[k] = size_t(p[k]);
+  }
+  build_buckets(order);
+  rebuilt_ = true;
+}
+
+// Note [Reducer under graph capture]
+// A captured training step (Note [The training step as a CUDA graph] in train/step_runner.h)
+// records the reducer's device work once: the buckets' zero fill at forward, each bucket's 1/N
+// scaling and all-reduce in bucket order, the waits that join the communication stream back into
+// the capturing stream (Work::wait is a stream wait, never a host block: Note [NCCL under graph
+// capture]) and the copies out of low-precision buffers. The host-side bookkeeping (hooks,
+// readiness counts, launching in order) runs during the capture only, and every replay repeats
+// the device work as captured. So what the reducer decides on the host between iterations must
+// be settled before the capture: prepare_for_capture rebuilds the buckets now if the rebuild is
+// due (the eager warm-up step recorded the arrival order; the rebuild's broadcast is read on the
+// host), and refuses what needs the host inside a step: find_unused_parameters (the usage count
+// is read back to drop gradients), ZeRO (the sharded optimizer is not captured yet), a group
+// whose collectives cannot be captured (Gloo), and an unfinished reduction. From then on the
+// buckets and their order are fixed: every rank captured rank 0's arrival order, so the replays'
+// NCCL calls match across ranks.
+void Reducer::check_capturable(const char* what) const {
+  LOOM_CHECK(pg_->size() == 1 || pg_->collectives_capturable(), what,
+             ": DistributedDataParallel's all-reduces over the ", pg_->backend(), " backend (",
+             pg_->size(),
+             " ranks) cannot be captured into a CUDA graph: Gloo runs each collective on its own "
+             "host threads over CPU tensors, so there is no GPU work for a graph to hold. NCCL's "
+             "collectives are captured: use the nccl backend (one CUDA device per process, what "
+             "loomrun's workers on GPUs get), or run the step eagerly (without --cuda-graph)");
+  LOOM_CHECK(!opt_.find_unused_parameters, what,
+             ": find_unused_parameters reads the parameters' usage back on the host after every "
+             "backward, which a CUDA graph cannot hold; construct DistributedDataParallel without "
+             "it (every parameter must then take part in the loss) or run the step eagerly");
+  LOOM_CHECK(opt_.zero_stage == 0, what, ": ZeRO stage ", opt_.zero_stage,
+             " is not captured into a CUDA graph (its sharded step runs eagerly)");
+  LOOM_CHECK(!require_finalize_, what,
+             ": the previous backward's reduction never finished (Note [Unfinished reduction])");
+}
+
+void Reducer::prepare_for_capture() {
+  check_capturable("DistributedDataParallel::prepare_for_capture");
+  rebuild_if_due();
+}
+
 // Note [Unfinished reduction]
 // Without find_unused_parameters every parameter must get a gradient in every synchronised
 // backward: a bucket launches only when all of its gradients are ready, and buckets launch in
@@ -164,24 +222,7 @@ void Reducer::prepare_for_forward(bool sync) {
               "the module that the forward skips, or set requires_grad(false) on its parameters "
               "before wrapping the model)");
   }
-  if (opt_.rebuild_buckets && order_recorded_ && !rebuilt_) {
-    // Note [Bucket rebuild]: rank 0's arrival order, so every rank builds the same buckets.
-    std::vector<size_t> order = arrival_;
-    std::vector<bool> have(params_.size(), false);
-    for (size_t i : order) have[i] = true;
-    for (size_t i = params_.size(); i-- > 0;)
-      if (!have[i]) order.push_back(i);
-    if (pg_->size() > 1) {
-      std::vector<int64_t> v(order.begin(), order.end());
-      Tensor t = from_vector(v, {int64_t(v.size())}).to(params_[0].device());
-      pg_->broadcast(t, 0)->wait();
-      Tensor host = t.to(kCPU);
-      const int64_t* p = host.data<int64_t>();
-      for (size_t k = 0; k < order.size(); ++k) order[k] = size_t(p[k]);
-    }
-    build_buckets(order);
-    rebuilt_ = true;
-  }
+  rebuild_if_due();
   bind_grads();
   expect_hooks_ = sync || opt_.zero_stage == 2;  // stage 2 reduces every backward
   started_ = false;
@@ -281,7 +322,10 @@ void Reducer::launch(Bucket& b) {
     b.work = pg_->reduce_scatter(out, b.flat, ReduceOp::Sum);
     return;
   }
-  if (pg_->size() == 1) return;  // a world of one: the gradients are already the mean
+  // A world of one: the gradients are already the mean. A one-rank group whose collectives can
+  // be captured (NCCL) still runs them: they are what a captured step holds, and the one-GPU test
+  // of the captured DDP step (tests/train/test_cuda_step_runner_ddp_graph.cpp) relies on it.
+  if (pg_->size() == 1 && !pg_->collectives_capturable()) return;
   b.flat.mul_(1.0 / double(pg_->size()));
   if (b.comm.defined()) {
     b.comm.copy_(b.flat);

@@ -1,8 +1,9 @@
 // Reducer: DDP's gradient machinery. Post-accumulate hooks put each gradient into its bucket,
 // a bucket's SUM all-reduce starts as soon as its last gradient is ready (buckets strictly in
 // index order), and the end of backward waits for them all. Also: unused parameters, no_sync,
-// the one-time rebuild of the buckets in arrival order, low-precision communication, and the
-// zero-gradient "shadow" iteration a joined rank runs. Leaves out: the module wrapper (ddp.h).
+// the one-time rebuild of the buckets in arrival order, low-precision communication, the
+// zero-gradient "shadow" iteration a joined rank runs, and what a captured step needs settled
+// first (Note [Reducer under graph capture]). Leaves out: the module wrapper (ddp.h).
 #pragma once
 
 #include <functional>
@@ -71,6 +72,13 @@ class Reducer : public ShardedBuckets, public std::enable_shared_from_this<Reduc
   // remembers the parameters it cannot reach (they are marked ready at the backward's start).
   void prepare_for_backward(const std::vector<Tensor>& outputs);
 
+  // CUDA graphs (Note [Reducer under graph capture]): before capturing a step, after at least
+  // one eager step, rebuilds the buckets if that is due; refuses (an error naming `what` and the
+  // reason) what a captured step cannot hold. check_capturable only checks.
+  void prepare_for_capture();
+  void check_capturable(const char* what) const;
+  bool rebuild_due() const { return opt_.rebuild_buckets && order_recorded_ && !rebuilt_; }
+
   // A joined rank's part of one iteration of the ranks still training: the same all-reduces,
   // with zero gradients (Note [Join]).
   void shadow_iteration();
@@ -109,6 +117,7 @@ class Reducer : public ShardedBuckets, public std::enable_shared_from_this<Reduc
           std::shared_ptr<ProcessGroup> pg, ReducerOptions opt);
   void install_hooks();
   void build_buckets(const std::vector<size_t>& order);
+  void rebuild_if_due();  // Note [Bucket rebuild]: once, in rank 0's arrival order
   void bind_grads();
   void on_grad_ready(size_t i);
   void mark_ready(size_t i);

@@ -1,7 +1,8 @@
 // The example programs data-parallel under the real launcher (loomrun), on CPU processes (Gloo):
 // train_mlp on 2 processes reaches the one-process accuracy for the same global batch; a run saved
 // by 2 processes resumes on 3 and ends where one process running straight ends (N-to-M resume);
-// --profile prints every rank's breakdown. Every run is bounded by `timeout`.
+// --profile prints every rank's breakdown; --cuda-graph is refused with Gloo's reason. Every run is
+// bounded by `timeout`.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -74,6 +75,19 @@ TEST(DDPExamples, TrainMlpOnTwoProcessesReachesTheOneProcessAccuracy) {
   EXPECT_NE(two.output.find("[rank 0] profile rank 0:"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("[rank 1] profile rank 1:"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("all-reduce exposed"), std::string::npos) << two.output;
+}
+
+// --cuda-graph over Gloo: refused before anything trains, on every rank, with the reason (Gloo's
+// all-reduces run on host threads) and the way out (NCCL on GPUs), not with the device check.
+TEST(DDPExamples, CudaGraphOverGlooIsRefusedWithTheReason) {
+  Outcome two = run_cmd(mlp(2, "--epochs 1 --batch-size 128 --train-limit 512 --cuda-graph"), 120);
+  EXPECT_NE(two.status, 0) << two.output;
+  for (const char* part : {"--cuda-graph with 2 processes over gloo: gloo runs each all-reduce on "
+                           "host threads over CPU tensors",
+                           "NCCL's all-reduces are captured: run on CUDA devices"})
+    EXPECT_NE(two.output.find(part), std::string::npos) << two.output;
+  EXPECT_EQ(two.output.find("needs a CUDA device"), std::string::npos) << two.output;
+  EXPECT_EQ(two.output.find("final test accuracy"), std::string::npos) << two.output;
 }
 
 TEST(DDPExamples, SavedByTwoProcessesResumedByThreeContinuesTheSameRun) {

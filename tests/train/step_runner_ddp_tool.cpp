@@ -3,6 +3,8 @@
 // through train::StepRunner on a DistributedDataParallel with set_grad_accum(k), rank r on rows
 // [8r, 8r + 8) of each global batch. Its process group counts the all-reduces DDP starts during
 // the steps; prints "all_reduces N" and writes <out_dir>/final_rank<r>.safetensors. Exit 0 = ran.
+// A fourth argument "graph" asks for the CUDA graph step (--cuda-graph), which Gloo refuses:
+// the error goes to stderr and the exit status is 1.
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -64,14 +66,14 @@ class CountingGroup : public ProcessGroup {
   std::shared_ptr<ProcessGroup> inner_;
 };
 
-int run(int64_t k, int steps, const std::string& dir) {
+int run(int64_t k, int steps, const std::string& dir, bool graph) {
   auto pg = std::make_shared<CountingGroup>(dist::world());
   const int rank = pg->rank(), world_size = pg->size();
   const int64_t local = 8;
   auto model = test::ddp_case_model(kF64, 100 + uint64_t(rank));  // DDP takes rank 0's
   auto ddp = std::make_shared<DistributedDataParallel>(model, pg);
   auto sgd = test::ddp_case_optimizer(*ddp);
-  train::StepRunner runner(*ddp, *sgd, 0.0, false);
+  train::StepRunner runner(*ddp, *sgd, 0.0, graph);
   runner.set_grad_accum(k);
   pg->all_reduces = 0;  // the steps' all-reduces only
   for (int s = 0; s < steps; ++s) {
@@ -88,8 +90,9 @@ int run(int64_t k, int steps, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: step_runner_ddp_tool <k> <steps> <out_dir>\n";
+  const bool graph = argc == 5 && std::string(argv[4]) == "graph";
+  if (argc != 4 && !graph) {
+    std::cerr << "usage: step_runner_ddp_tool <k> <steps> <out_dir> [graph]\n";
     return 2;
   }
   try {
@@ -97,7 +100,7 @@ int main(int argc, char** argv) {
     io.backend = "gloo";
     io.timeout = std::chrono::seconds(60);
     dist::init_process_group(io);
-    int rc = run(std::atoll(argv[1]), std::atoi(argv[2]), argv[3]);
+    int rc = run(std::atoll(argv[1]), std::atoi(argv[2]), argv[3], graph);
     dist::destroy_process_group();
     return rc;
   } catch (const std::exception& e) {
