@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
       sched.emplace(dp.optimizer(),
                     optim::CosineWithWarmupOptions{.warmup_steps = std::min(warmup, total - 1),
                                                    .total_steps = total});
-    train::Checkpointer ckpt(cfg, run,
-                             {*model, dp.optimizer(), scaler, loader, sched ? &*sched : nullptr});
+    train::Checkpointer ckpt(
+        cfg, run, {*model, dp.optimizer(), scaler, loader, sched ? &*sched : nullptr, dp.fsdp()});
     int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
     train::RunLog log(cfg, run);
     log.start(model->type_name(), data.train_set->size());
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
         break;
       }
       if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's buffers
-      auto eval = train::evaluate_classifier(*model, *data.test, *run.pg, run.device);
+      auto eval = train::evaluate_classifier(dp.eval_net(), *data.test, *run.pg, run.device);
       log.end_epoch(epoch, progress, eval, dp.optimizer().lr(), scaler, step);
       std::string saved = ckpt.save(epoch + 1, 0, step);
       int sig = epoch + 1 < cfg.epochs ? window.stop_everywhere() : 0;  // a signal during eval?

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     std::optional<DType> amp_dtype;
     if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
     amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
-    train::Checkpointer ckpt(cfg, run, {*model, opt_run, scaler, loader, &sched});
+    train::Checkpointer ckpt(cfg, run, {*model, opt_run, scaler, loader, &sched, dp.fsdp()});
     int64_t step = ckpt.resume();
     nn::Module& net = dp.net();
     train::RunLog log(cfg, run);
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
         log.stopped(sig, str("step ", step), ckpt.save_here(step));
         break;
       }
-      auto val = train::evaluate_classifier(*model, *data.val, *run.pg, run.device);
+      auto val = train::evaluate_classifier(dp.eval_net(), *data.val, *run.pg, run.device);
       double tok_s = progress.samples_per_second();
       if (run.main())
         std::printf(
@@ -204,7 +204,10 @@ int main(int argc, char** argv) {
       log.scalar("train/tokens_per_second", tok_s, step);
       ckpt.save_here(step);
     }
-    if (g.sample > 0 && run.main()) print_sample(*model, g);
+    if (g.sample > 0) {
+      auto whole = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
+      if (run.main()) print_sample(*model, g);
+    }
     return log.finish(step, nullptr);
   });
 }

@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
     train::DataParallel dp(cfg, run, model, *opt);
     distributed::DistributedDataParallel* ddp = dp.ddp();
     nn::Module& net = dp.net();
-    train::Checkpointer ckpt(cfg, run, {*model, dp.optimizer(), scaler, loader});
+    train::Checkpointer ckpt(cfg, run,
+                             {*model, dp.optimizer(), scaler, loader, nullptr, dp.fsdp()});
     int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
     train::RunLog log(cfg, run);
     log.start(model->type_name(), data.train_set->size());
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
         break;
       }
       if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's buffers
-      auto eval = train::evaluate_classifier(*model, *data.test, *run.pg, run.device);
+      auto eval = train::evaluate_classifier(dp.eval_net(), *data.test, *run.pg, run.device);
       log.end_epoch(epoch, progress, eval, opt->lr(), scaler, step);
       std::string saved = ckpt.save(epoch + 1, 0, step);
       int sig = epoch + 1 < cfg.epochs ? window.stop_everywhere() : 0;  // a signal during eval?

@@ -52,9 +52,12 @@ int64_t Checkpointer::resume() {
       std::printf("no checkpoint in %s yet: starting a new run\n", cfg_.checkpoint_dir.c_str());
     return 0;
   }
-  check_resume_state(*st, s_.model.state_dict(), s_.loader.size(), s_.loader.dataset().size(),
-                     cfg_);
-  s_.model.load_state_dict(st->model);
+  {
+    auto whole = s_.fsdp ? s_.fsdp->full_params(/*writeback=*/true) : nullptr;  // ZeRO-3
+    check_resume_state(*st, s_.model.state_dict(), s_.loader.size(), s_.loader.dataset().size(),
+                       cfg_);
+    s_.model.load_state_dict(st->model);
+  }
   restore_default_rng(*st);
   const int64_t step = st->extra_int("step");
   if (st->extra.count("global_batch"))
@@ -83,6 +86,7 @@ std::string Checkpointer::save(int64_t epoch, int64_t global_position, int64_t s
   std::string path;
   nn::StateDict sharded;  // a sharded optimizer gathers its state: a collective, every rank
   if (s_.optimizer.sharded()) sharded = s_.optimizer.state_dict();
+  auto whole = s_.fsdp ? s_.fsdp->full_params() : nullptr;  // ZeRO-3: the model gathered
   if (run_.main()) {
     TrainingState st;
     st.model = s_.model.state_dict();

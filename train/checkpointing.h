@@ -9,6 +9,7 @@
 #include <string>
 
 #include "data/dataloader.h"
+#include "distributed/fsdp/fsdp.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint.h"
 #include "nn/module.h"
@@ -32,6 +33,8 @@ struct RunState {
   amp::GradScaler& scaler;                  // saved and restored only when enabled (--amp fp16)
   data::DataLoader& loader;                 // the training loader: its epoch and position
   optim::LRScheduler* scheduler = nullptr;  // when set, resumed at its saved step
+  // ZeRO-3: the model's parameters are sharded; saving and loading gather them (collectives).
+  distributed::FullyShardedDataParallel* fsdp = nullptr;
 };
 
 class Checkpointer {

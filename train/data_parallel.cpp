@@ -35,6 +35,11 @@ DataParallel::DataParallel(const TrainConfig& cfg, const RunSetup& run,
                            std::shared_ptr<nn::Module> model, optim::Optimizer& opt)
     : model_(std::move(model)), opt_(opt) {
   if (run.world == 1 && cfg.zero == 0) return;  // one process: nothing to spread
+  if (cfg.zero == 3) {                          // Note [FSDP] in distributed/fsdp/fsdp.h
+    fsdp_ = std::make_shared<distributed::FullyShardedDataParallel>(model_, run.pg);
+    zero_ = std::make_unique<distributed::ZeroOptimizer>(*fsdp_, opt_);
+    return;
+  }
   ddp_ = std::make_shared<distributed::DistributedDataParallel>(
       model_, run.pg, distributed::ddp_options_for_zero(cfg.zero));
   if (cfg.zero > 0) zero_ = std::make_unique<distributed::ZeroOptimizer>(*ddp_, opt_);

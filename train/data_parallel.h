@@ -1,13 +1,15 @@
 // DataParallel: how an example program spreads its model over the processes, as --zero asks:
 // the model alone (one process, --zero 0), DistributedDataParallel (--zero 0 under loomrun), or
-// DDP with ZeRO stage 1 or 2 and a ZeroOptimizer over the program's optimizer (any number of
-// processes, one included). And MemoryProbe, the per-rank memory report after the first step.
-// Leaves out: the step itself (train/step_runner.h) and stage 3 (not built).
+// DDP with ZeRO stage 1 or 2 and a ZeroOptimizer over the program's optimizer, or
+// FullyShardedDataParallel (stage 3) and a ZeroOptimizer (any number of processes, one included).
+// And MemoryProbe, the per-rank memory report after the first step. Leaves out: the step itself
+// (train/step_runner.h).
 #pragma once
 
 #include <memory>
 
 #include "distributed/ddp/ddp.h"
+#include "distributed/fsdp/fsdp.h"
 #include "distributed/zero/zero_optimizer.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
@@ -22,15 +24,23 @@ class DataParallel {
   DataParallel(const TrainConfig& cfg, const RunSetup& run, std::shared_ptr<nn::Module> model,
                optim::Optimizer& opt);
 
-  nn::Module& net() { return ddp_ ? static_cast<nn::Module&>(*ddp_) : *model_; }  // what runs
-  optim::Optimizer& optimizer() { return zero_ ? *zero_ : opt_; }                 // what steps
+  nn::Module& net() {  // what trains
+    if (fsdp_) return *fsdp_;
+    return ddp_ ? static_cast<nn::Module&>(*ddp_) : *model_;
+  }
+  // What evaluates: the model itself, or under ZeRO-3 the wrapper (which gathers the root; every
+  // rank must then run as many forwards: evaluate_classifier keeps them in step).
+  nn::Module& eval_net() { return fsdp_ ? static_cast<nn::Module&>(*fsdp_) : *model_; }
+  optim::Optimizer& optimizer() { return zero_ ? *zero_ : opt_; }  // what steps
   distributed::DistributedDataParallel* ddp() const { return ddp_.get(); }
+  distributed::FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }
   const distributed::ZeroOptimizer* zero() const { return zero_.get(); }
 
  private:
   std::shared_ptr<nn::Module> model_;
   optim::Optimizer& opt_;
   std::shared_ptr<distributed::DistributedDataParallel> ddp_;
+  std::shared_ptr<distributed::FullyShardedDataParallel> fsdp_;
   std::unique_ptr<distributed::ZeroOptimizer> zero_;
 };
 

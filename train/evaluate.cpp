@@ -4,10 +4,32 @@
 #include <vector>
 
 #include "autograd/ops/ops.h"
+#include "distributed/fsdp/fsdp.h"
 #include "train/progress.h"
 #include "train/step_runner.h"
 
 namespace loom::train {
+
+namespace {
+// Under ZeRO-3 each forward gathers parameters (collectives), so every rank must run as many:
+// a rank with fewer test batches (Note [Sharded evaluation]: no padding) repeats its last one,
+// uncounted, until it has run as many as the rank with the most.
+void keep_in_step(nn::Module& model, distributed::ProcessGroup& pg, int64_t batches,
+                  const Tensor& last, Device dev) {
+  if (pg.size() == 1 || dynamic_cast<distributed::FullyShardedDataParallel*>(&model) == nullptr)
+    return;
+  Tensor most = full({1}, double(batches), {.dtype = DType::I64, .device = dev});
+  pg.all_reduce(most, distributed::ReduceOp::Max)->wait();
+  const int64_t extra = int64_t(most.item()) - batches;
+  LOOM_CHECK(extra == 0 || last.defined(),
+             "evaluate_classifier: this rank has no test batch "
+             "while others have ",
+             extra,
+             " (ZeRO-3 needs every rank to run as many forwards: "
+             "use a smaller --batch-size or fewer processes)");
+  for (int64_t i = 0; i < extra; ++i) (void)model(last);
+}
+}  // namespace
 
 Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
                                distributed::ProcessGroup& pg, Device dev) {
@@ -16,13 +38,16 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
   model.eval();
   Tensor loss_sum = zeros({1}, {.dtype = kF64, .device = dev}),
          correct = zeros({1}, {.dtype = kF64, .device = dev});
-  int64_t n = 0;
+  int64_t n = 0, batches = 0;
+  Tensor last;  // a batch to run again, uncounted, while other ranks still evaluate (ZeRO-3)
   for (auto& b : loader) {
     Tensor logits = model(b.data);  // (N, classes), or (N, T, classes) against target (N, T)
     loss_sum = loss_sum + classification_loss(logits, b.target, Reduction::Sum).to(kF64);
     correct = correct + eq(argmax(logits, -1), b.target).to(kF64).sum();
     n += b.target.numel();
+    ++batches, last = b.data;
   }
+  keep_in_step(model, pg, batches, last, dev);
   model.train();
   // (3): loss sum, correct answers, examples; summed over ranks (Note [Sharded evaluation]).
   Tensor sums = cat({loss_sum, correct, full({1}, double(n), {.dtype = kF64, .device = dev})}, 0);

@@ -71,6 +71,10 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world, const std::s
              "work for a CUDA graph to capture (Note [DDP and CUDA graphs] in "
              "distributed/ddp/ddp.cpp). NCCL's all-reduces are captured: run on CUDA devices "
              "(loomrun's workers then use nccl), or drop --cuda-graph");
+  LOOM_CHECK(!cfg.cuda_graph || cfg.zero != 3,
+             "--cuda-graph with --zero 3: FullyShardedDataParallel allocates, gathers and frees "
+             "each unit's parameters around its forward and backward, which a replayed graph "
+             "cannot repeat (its addresses are fixed at capture); drop one of the two flags");
   LOOM_CHECK(!cfg.cuda_graph || dev.is_cuda(), "--cuda-graph needs a CUDA device, got --device ",
              dev);
   // A typo in the folder must not silently retrain from scratch.

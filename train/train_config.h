@@ -35,7 +35,8 @@ struct TrainConfig {
   bool profile = false;          // print this process's step-time breakdown at the end
   std::string amp = "off";       // off, bf16 (autocast), fp16 (autocast + GradScaler)
   bool detect_anomaly = false;   // the first NaN/Inf in forward or backward is an error
-  int zero = 0;  // 0 = DDP; 1 = optimizer state sharded over the processes; 2 = and gradients
+  int zero = 0;  // 0 = DDP; 1 = optimizer state sharded over the processes; 2 = and gradients;
+                 // 3 = and parameters (FSDP)
 
   // --max-steps is set and `step` steps are done.
   bool max_steps_reached(int64_t step) const { return max_steps > 0 && step >= max_steps; }

@@ -63,8 +63,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
                "all-reduce, optimizer)");
   app.add_option("--zero", c.zero,
                  "shard the training state over the processes (ZeRO, docs/sharding.md): 0 = DDP "
-                 "(each holds everything), 1 = optimizer state, 2 = also gradients")
-      ->check(int_range(0, 2));
+                 "(each holds everything), 1 = optimizer state, 2 = also gradients, 3 = also "
+                 "parameters (FullyShardedDataParallel)")
+      ->check(int_range(0, 3));
   app.add_option("--amp", c.amp,
                  "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));

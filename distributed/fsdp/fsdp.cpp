@@ -192,6 +192,7 @@ void FullyShardedDataParallel::gather(size_t u, bool wait) {
 }
 
 void FullyShardedDataParallel::release(size_t u) {
+  if (pinned_) return;  // a FullParams guard keeps everything whole
   Unit& un = units_[u];
   if (un.state == State::Gathering) gather(u);  // never free memory a collective writes
   un.full->release();
@@ -236,11 +237,14 @@ void FullyShardedDataParallel::after_unit(size_t u, std::vector<Tensor>& outputs
 
 FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel& f, bool writeback)
     : f_(f), writeback_(writeback) {
+  LOOM_CHECK(!f_.pinned_, "FullyShardedDataParallel::full_params: a guard is already alive");
   for (size_t u = 0; u < f_.units_.size(); ++u) f_.gather(u);
+  f_.pinned_ = true;
 }
 
 FullyShardedDataParallel::FullParams::~FullParams() {
   autograd::NoGradGuard no_grad;
+  f_.pinned_ = false;
   const int64_t r = f_.pg_->rank();
   for (size_t u = 0; u < f_.units_.size(); ++u) {
     Unit& un = f_.units_[u];

@@ -75,9 +75,10 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   // The units as their module names ("" = the root), unit 0 the root; and their element counts.
   std::vector<std::string> unit_names() const;
 
-  // Every parameter whole on every rank while the returned guard lives (a collective, in the
-  // constructor and the destructor): for state_dict() and load_state_dict() of the model. With
-  // writeback the values are copied back into the shards when it ends (after a load).
+  // Every parameter whole on every rank while the returned guard lives (a collective in the
+  // constructor; nothing is released until the guard ends, forwards included): for state_dict()
+  // and load_state_dict() of the model, or sampling from it. With writeback each rank copies its
+  // part of the values back into its shards when the guard ends (after a load).
   class FullParams {
    public:
     FullParams(FullyShardedDataParallel& f, bool writeback);
@@ -151,6 +152,7 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   std::vector<Bucket> layout_;   // per unit: params, offsets, numel (padded), shard (gradient)
   std::vector<size_t> order_, last_order_;  // units in the order their forwards ran
   std::vector<Reduction> reductions_;
+  bool pinned_ = false;            // a FullParams guard lives: nothing is released
   bool root_in_backward_ = false;  // a training forward ran; its backward reduces the root
   bool end_queued_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // read by hooks that outlive this

@@ -167,11 +167,12 @@ TEST(TrainGpt, TwoGlooProcessesEndWithOneProcesssWeights) {
   fs::remove_all(dir);
 }
 
-// --zero 2 on two Gloo processes: the weights of one process (float32 rounding of the gradient
-// sums), each rank's memory printed after the first step (optimizer state halved against the
-// one process's), and a checkpoint written by the two sharded ranks, resumed by one process
-// without ZeRO, ends where the uninterrupted run ends.
-TEST(TrainGpt, ZeroTwoOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZero) {
+// --zero 2 or 3 on two Gloo processes: the weights of one process (float32 rounding of the
+// gradient sums), each rank's memory printed after the first step (optimizer state halved against
+// the one process's; with ZeRO-3 the parameters too), and a checkpoint written by the two sharded
+// ranks, resumed by one process without ZeRO, ends where the uninterrupted run ends. ZeRO-3 also
+// samples at the end (the parameters gathered for it).
+void zero_on_two_processes_equals_one(int stage) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
 #endif
@@ -181,20 +182,28 @@ TEST(TrainGpt, ZeroTwoOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZero)
   std::string common = "--max-steps 10 --eval-every 5 --checkpoint-dir ";
   Outcome a = run_cmd(gpt(1, text, common + one.string()));
   ASSERT_EQ(a.status, 0) << a.output;
-  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --zero 2"));
+  std::string flags = " --zero " + std::to_string(stage) + (stage == 3 ? " --sample 16" : "");
+  Outcome b = run_cmd(gpt(2, text, common + two.string() + flags));
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_LE(
       max_weight_difference(one / "ckpt-00000010.safetensors", two / "ckpt-00000010.safetensors"),
       1e-5);
-  // "rank 0: parameters 0.5 MiB, gradients ..., optimizer state S MiB": S halves under ZeRO-2.
-  auto state = [](const std::string& out, int rank) {
+  // "rank 0: parameters P MiB, gradients ..., optimizer state S MiB": S halves under ZeRO-2, P too
+  // under ZeRO-3.
+  auto mib = [](const std::string& out, int rank, const std::string& what) {
     std::smatch m;
-    std::regex re("rank " + std::to_string(rank) + ": .*optimizer state ([0-9.]+) MiB");
+    std::regex re("rank " + std::to_string(rank) + ": .*" + what + " ([0-9.]+) MiB");
     return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
   };
-  ASSERT_GT(state(a.output, 0), 0) << a.output;
-  for (int r = 0; r < 2; ++r)
-    EXPECT_NEAR(state(b.output, r), state(a.output, 0) / 2, 0.05) << b.output;
+  ASSERT_GT(mib(a.output, 0, "optimizer state"), 0) << a.output;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(mib(b.output, r, "optimizer state"), mib(a.output, 0, "optimizer state") / 2, 0.05)
+        << b.output;
+    if (stage == 3)
+      EXPECT_NEAR(mib(b.output, r, "parameters"), mib(a.output, 0, "parameters") / 2, 0.05)
+          << b.output;
+  }
+  if (stage == 3) EXPECT_NE(b.output.find("--- sample ("), std::string::npos) << b.output;
   // The two sharded ranks' checkpoint of step 5 (written after the evaluation), finished by one
   // process without ZeRO (the same schedule: --max-steps 10 again).
   fs::copy_file(two / "ckpt-00000005.safetensors", half / "ckpt-00000005.safetensors");
@@ -205,6 +214,14 @@ TEST(TrainGpt, ZeroTwoOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZero)
       max_weight_difference(one / "ckpt-00000010.safetensors", half / "ckpt-00000010.safetensors"),
       1e-5);
   fs::remove_all(dir);
+}
+
+TEST(TrainGpt, ZeroTwoOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZero) {
+  zero_on_two_processes_equals_one(2);
+}
+
+TEST(TrainGpt, ZeroThreeOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZero) {
+  zero_on_two_processes_equals_one(3);
 }
 
 // --grad-accum 2: each step's 16 windows run as 2 micro-batches of 8 and one update, so the run

@@ -131,7 +131,7 @@ void expect_graph_equals_eager(const Case& c, const char* name) {
             << graph.buckets << " buckets\n";
   EXPECT_LE(dl, 1e-5) << name;
   EXPECT_LE(dp, 1e-5) << name;
-  EXPECT_GE(graph.buckets, 3) << name << ": the capture should hold several all-reduces";
+  EXPECT_GE(graph.buckets, 2) << name << ": the capture should hold several all-reduces";
   EXPECT_TRUE(graph.rebuilt) << name << ": the buckets are rebuilt before the capture";
   // The warm-up pass's forwards count too (they are real, eager DDP forwards).
   EXPECT_EQ(graph.iterations, eager.iterations + c.accum) << name;

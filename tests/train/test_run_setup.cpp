@@ -69,12 +69,17 @@ TEST(RunSetup, FlagsThatDoNotFitAreErrorsBeforeAnythingRuns) {
             std::string::npos);
   c.resume = false;
   c.cuda_graph = true;
+  std::string e;
   EXPECT_NE(
       error_of([&] { RunSetup run(c); }).find("--cuda-graph needs a CUDA device, got --device cpu"),
       std::string::npos);
+  c.zero = 3;  // FSDP's gathers and frees cannot be replayed: the reason comes first
+  e = error_of([&] { RunSetup run(c); });
+  EXPECT_NE(e.find("--cuda-graph with --zero 3: FullyShardedDataParallel"), std::string::npos) << e;
+  c.zero = 0;
   c.cuda_graph = false;
   c.grad_accum = 3;  // 128 rows cannot make 3 equal micro-batches
-  std::string e = error_of([&] { RunSetup run(c); });
+  e = error_of([&] { RunSetup run(c); });
   EXPECT_NE(e.find("--grad-accum 3 must divide each process's batch of 128"), std::string::npos)
       << e;
   c.grad_accum = 4;
