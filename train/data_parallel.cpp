@@ -36,7 +36,9 @@ DataParallel::DataParallel(const TrainConfig& cfg, const RunSetup& run,
     : model_(std::move(model)), opt_(opt) {
   if (run.world == 1 && cfg.zero == 0) return;  // one process: nothing to spread
   if (cfg.zero == 3) {                          // Note [FSDP] in distributed/fsdp/fsdp.h
-    fsdp_ = std::make_shared<distributed::FullyShardedDataParallel>(model_, run.pg);
+    distributed::FSDPOptions o;  // --amp bf16: units gathered in bf16 over fp32 shards
+    if (cfg.amp == "bf16") o.param_dtype = kBF16;  // Note [FSDP mixed precision]
+    fsdp_ = std::make_shared<distributed::FullyShardedDataParallel>(model_, run.pg, o);
     zero_ = std::make_unique<distributed::ZeroOptimizer>(*fsdp_, opt_);
     return;
   }

@@ -44,8 +44,12 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
     : nn::Module("FullyShardedDataParallel"),
       module_(std::move(module)),
       pg_(pg ? std::move(pg) : world()),
-      prefetch_(options.prefetch) {
+      prefetch_(options.prefetch),
+      param_dtype_(options.param_dtype) {
   LOOM_CHECK(module_ != nullptr, "FullyShardedDataParallel: the module is null");
+  LOOM_CHECK(!param_dtype_ || *param_dtype_ == kBF16 || *param_dtype_ == kF16,
+             "FullyShardedDataParallel: param_dtype ", dtype_name(*param_dtype_),
+             " (mixed precision gathers in bf16 or fp16)");
   share_members_of(*module_);
   find_units(options);
   install_hooks();
@@ -131,24 +135,35 @@ void FullyShardedDataParallel::build_unit(size_t u, const std::vector<size_t>& i
                     .device = ids.empty() ? Device(kCPU) : params_[ids[0]].device()};
   b.numel = (total + N - 1) / N * N;
   const int64_t S = b.numel / N;
-  un.flat = zeros({b.numel}, opt);
-  un.full = un.flat.storage();
+  Tensor whole = zeros({b.numel}, opt);  // the parameters end to end, padded
   autograd::NoGradGuard no_grad;
   for (size_t k = 0; k < ids.size(); ++k) {
-    Tensor& p = params_[ids[k]];
-    Tensor view = make_view(un.flat, p.shape(), contiguous_strides(p.shape()), b.offsets[k]);
-    view.copy_(p);
-    p.set_data(view);  // the module's member keeps its TensorImpl, now over the flat buffer
+    const Tensor& p = params_[ids[k]];
+    make_view(whole, p.shape(), contiguous_strides(p.shape()), b.offsets[k]).copy_(p);
   }
-  if (N > 1 && b.numel > 0) pg_->broadcast(un.flat, 0)->wait();  // rank 0's weights everywhere
-  un.value = flat_range(un.flat, pg_->rank() * S, S).clone();
+  if (N > 1 && b.numel > 0) pg_->broadcast(whole, 0)->wait();  // rank 0's weights everywhere
+  un.value = flat_range(whole, pg_->rank() * S, S).clone();
   b.shard = zeros({S}, opt);
+  // The gathered buffer: `whole` itself, or a new one in the compute dtype (mixed precision).
+  un.flat = param_dtype_ ? empty({b.numel}, {.dtype = *param_dtype_, .device = opt.device}) : whole;
+  un.full = un.flat.storage();
+  point_params(u, un.flat);
   std::string names;
   for (size_t k = 0; k < ids.size() && k < 3; ++k)
     names += (k ? ", " : "") + params_[ids[k]].name();
   un.full->released_by = str("FSDP unit '", un.name, "'", un.name.empty() ? " (the root: " : " (",
                              names, ids.size() > 3 ? ", ...)" : ")");
   release(u);
+}
+
+// Each parameter of unit u becomes a view of `flat` (its TensorImpl stays: the module's member, the
+// program's optimizer and autograd's saved tensors follow).
+void FullyShardedDataParallel::point_params(size_t u, const Tensor& flat) {
+  const Bucket& b = layout_[u];
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const Tensor& p = params_[b.params[k]];
+    p.set_data(make_view(flat, p.shape(), contiguous_strides(p.shape()), b.offsets[k]));
+  }
 }
 
 void FullyShardedDataParallel::install_hooks() {
@@ -176,16 +191,22 @@ std::vector<std::string> FullyShardedDataParallel::unit_names() const {
 // writes only the shards), so the storage keeps its version: a tensor saved in the forward and
 // read in the backward, with a gather in between, is not "modified in place".
 void FullyShardedDataParallel::gather(size_t u, bool wait) {
+  if (pinned_) return;  // a FullParams guard holds everything whole
   Unit& un = units_[u];
   if (un.state == State::Released) {
     un.full->reallocate();
     un.version = un.full->version;
-    un.gather = pg_->all_gather(un.flat, un.value);
+    if (param_dtype_) {  // Note [FSDP mixed precision]: the shard rounded, half the bytes sent
+      autograd::NoGradGuard no_grad;
+      un.sent = un.value.to(*param_dtype_);
+    }
+    un.gather = pg_->all_gather(un.flat, param_dtype_ ? un.sent : un.value);
     un.state = State::Gathering;
   }
   if (wait && un.state == State::Gathering) {
     un.gather->wait();
     un.gather.reset();
+    un.sent = Tensor();
     un.full->version = un.version;
     un.state = State::Gathered;
   }
@@ -204,7 +225,8 @@ Tensor FullyShardedDataParallel::forward(const Tensor& x) {
   gather(0);
   const bool grad = autograd::is_grad_enabled();
   root_in_backward_ = grad;
-  Tensor out = (*module_)(x);
+  const bool cast = param_dtype_ && !pinned_ && is_floating(x.dtype());  // mixed precision
+  Tensor out = (*module_)(cast ? x.to(*param_dtype_) : x);
   if (!grad) release(0);  // no backward follows
   last_order_ = order_;
   return out;
@@ -238,7 +260,17 @@ void FullyShardedDataParallel::after_unit(size_t u, std::vector<Tensor>& outputs
 FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel& f, bool writeback)
     : f_(f), writeback_(writeback) {
   LOOM_CHECK(!f_.pinned_, "FullyShardedDataParallel::full_params: a guard is already alive");
-  for (size_t u = 0; u < f_.units_.size(); ++u) f_.gather(u);
+  for (size_t u = 0; u < f_.units_.size(); ++u) {
+    if (!f_.param_dtype_) {
+      f_.gather(u);
+      continue;
+    }
+    Unit& un = f_.units_[u];  // mixed precision: the master's dtype, in a buffer of its own
+    un.master =
+        empty({f_.layout_[u].numel}, {.dtype = un.value.dtype(), .device = un.value.device()});
+    f_.pg_->all_gather(un.master, un.value)->wait();
+    f_.point_params(u, un.master);
+  }
   f_.pinned_ = true;
 }
 
@@ -248,7 +280,9 @@ FullyShardedDataParallel::FullParams::~FullParams() {
   const int64_t r = f_.pg_->rank();
   for (size_t u = 0; u < f_.units_.size(); ++u) {
     Unit& un = f_.units_[u];
-    if (writeback_) un.value.copy_(flat_range(un.flat, r * un.value.numel(), un.value.numel()));
+    const Tensor& whole = f_.param_dtype_ ? un.master : un.flat;
+    if (writeback_) un.value.copy_(flat_range(whole, r * un.value.numel(), un.value.numel()));
+    if (f_.param_dtype_) f_.point_params(u, un.flat), un.master = Tensor();
     f_.release(u);
   }
 }

@@ -2,14 +2,13 @@
 // ranks keeps 1/N of the parameters, of their gradients and (through a ZeroOptimizer) of the
 // optimizer state; a unit of the model (a transformer block, a ResNet block, a Linear) has its
 // parameters whole only while it computes. Leaves out: CUDA graph capture, uneven inputs (join),
-// parameters of several dtypes or devices in one unit, low-precision gathering (the parameters are
-// gathered in their own dtype; autocast casts them as without FSDP), CPU offload, and per-rank
-// checkpoint files (checkpoints are gathered into the unsharded layout, so they resume on any
-// number of ranks).
+// parameters of several dtypes or devices in one unit, CPU offload, and per-rank checkpoint files
+// (checkpoints are gathered into the unsharded layout, so they resume on any number of ranks).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,11 +48,23 @@ namespace loom::distributed {
 // Peak parameter memory per rank: the shards, the root, and two units (the one computing and the
 // one prefetched). A unit its parent calls without the hooks reads released memory: an error
 // naming the parameter (Note [Released storage]), never garbage.
+// Note [FSDP mixed precision]
+// With param_dtype = kBF16 each rank keeps its shards in fp32 (the master copy the optimizer
+// updates) and a unit is gathered as bf16: the shard is rounded to bf16, all-gathered (half the
+// bytes) into a bf16 flat buffer, and the parameters are bf16 views of it, so forward and backward
+// compute in bf16 (floating inputs of the wrapper's forward are cast to bf16 too, as PyTorch's
+// FSDP does). Gradients arrive in bf16 and are copied into an fp32 flat buffer before the
+// reduce-scatter: the reduction and the gradient shards are fp32. FullParams gathers the fp32
+// master instead and points the parameters at it while it lives, so checkpoints hold fp32
+// weights, and a run saved with mixed precision resumes without it (and the other way round).
 struct FSDPOptions {
   // Module types that become units (outermost first).
   std::vector<std::string> unit_types = {"TransformerBlock", "BasicBlock", "Bottleneck", "Linear",
                                          "Conv2d"};
   bool prefetch = true;  // all-gather the next unit while this one computes
+  // Note [FSDP mixed precision]: the dtype units are gathered and computed in (kBF16 or kF16);
+  // the shards stay in the parameters' own dtype.
+  std::optional<DType> param_dtype;
 };
 
 class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
@@ -111,8 +122,10 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
     std::string name;               // the module's dotted name; "" for the root
     nn::Module* module = nullptr;   // null for the root
     std::shared_ptr<Storage> full;  // the flat gathered buffer's memory (Note [Released storage])
-    Tensor flat;                    // (numel,) over `full`
+    Tensor flat;                    // (numel,) over `full`, in the compute dtype
     Tensor value;                   // (numel / N,) this rank's master shard
+    Tensor sent;                    // the shard rounded to the compute dtype, while gathering
+    Tensor master;                  // (numel,) the master gathered while FullParams lives (mixed)
     State state = State::Gathered;
     std::shared_ptr<Work> gather;  // the all-gather in flight (Gathering)
     uint64_t version = 0;          // the storage's version before it (restored after)
@@ -132,6 +145,7 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   // Gathering and releasing (fsdp.cpp).
   void gather(size_t u, bool wait = true);
   void release(size_t u);
+  void point_params(size_t u, const Tensor& flat);  // unit u's parameters as views of `flat`
   void before_unit(size_t u);
   void after_unit(size_t u, std::vector<Tensor>& outputs);
   void check_same_units(const std::vector<std::vector<size_t>>& ids) const;
@@ -146,6 +160,7 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
   bool prefetch_ = true;
+  std::optional<DType> param_dtype_;
   std::vector<Tensor> params_;
   std::vector<size_t> unit_of_;  // parameter -> unit
   std::vector<Unit> units_;      // units_[0] is the root

@@ -141,7 +141,8 @@ Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   std::vector<Tensor> grads;
   for (const Tensor& v : views_)
     if (v.grad().defined()) grads.push_back(v.grad());
-  const Tensor& p0 = reducer_.params().at(0);
+  // The norm in the shards' dtype (FSDP with bf16 compute parameters: their fp32 master's).
+  const Tensor& p0 = views_.empty() ? reducer_.params().at(0) : views_[0];
   return nn::clip_grad_norm_sharded_(grads, max_norm, p0.dtype(), p0.device(),
                                      [this](Tensor& t) { sum_over_shards(t); });
 }

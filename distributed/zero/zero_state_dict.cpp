@@ -94,7 +94,7 @@ nn::StateDict ZeroOptimizer::state_dict() const {
         const size_t i = full_of_reducer_[bucket.params[k]];
         if (i == kNone || known[i] == 0) continue;
         const Tensor& p = rp[bucket.params[k]];
-        Tensor e = empty(p.shape(), {.dtype = p.dtype()});
+        Tensor e = empty(p.shape(), {.dtype = whole.dtype()});  // the shard's (FSDP: fp32)
         flat_range(e, 0, p.numel()).copy_(flat_range(whole, bucket.offsets[k], p.numel()));
         gathered[i][n] = e;
       }

@@ -157,6 +157,38 @@ TEST(FsdpWorldOfOne, EvaluationWithoutGradMatchesAndReleasesEverything) {
   EXPECT_EQ(f.parameter_bytes(), shards);
 }
 
+// Note [FSDP mixed precision]: with param_dtype bf16 the forward is the plain model's in bf16,
+// bit for bit (the same kernels on the master's bf16 rounding); the master stays fp32 and is what
+// FullParams shows (and checkpoints save); one step moves the loss like the plain bf16 model's.
+TEST(FsdpWorldOfOne, MixedPrecisionComputesWithTheMastersBf16Rounding) {
+  auto model = tiny_gpt(11), plain = tiny_gpt(11);
+  plain->to(kBF16);
+  FullyShardedDataParallel f(model, one_rank(), {.param_dtype = kBF16});
+  const auto batch = tokens(2);
+  {
+    NoGradGuard no_grad;
+    Tensor a = f(batch.first), b = (*plain)(batch.first);
+    ASSERT_EQ(a.dtype(), kBF16);
+    EXPECT_EQ(max(abs(a.to(kF32) - b.to(kF32))).item(), 0.0);
+  }
+  optim::AdamW full(model->parameters(), {.lr = 1e-2});
+  ZeroOptimizer zero(f, full);
+  for (int s = 0; s < 3; ++s) {
+    zero.zero_grad();
+    gpt_loss(f, tokens(s)).backward();
+    zero.step();
+  }
+  for (size_t u = 0; u < f.buckets().size(); ++u) {
+    EXPECT_EQ(f.value_shard(u).dtype(), kF32) << "the master shard";
+    EXPECT_EQ(f.buckets()[u].shard.dtype(), kF32) << "the reduced gradient";
+  }
+  auto whole = f.full_params();
+  for (auto& [k, t] : model->named_parameters()) EXPECT_EQ(t.dtype(), kF32) << k;
+  // The master moved by AdamW in fp32: not a bf16 value any more (a bf16 master could not).
+  Tensor w = model->h->at<nn::TransformerBlock>(0)->attn->c_attn->weight;
+  EXPECT_GT(max(abs(w - w.to(kBF16).to(kF32))).item(), 0.0);
+}
+
 // ---------------------------------------------------------------- NCCL, one rank
 
 // On one GPU a one-rank NCCL group: ZeRO-3 gives DDP's weights for the MLP and the tiny GPT
@@ -242,6 +274,26 @@ TEST(FsdpGloo, ParametersGradientsAndStateAreOneNthPerRank) {
     std::filesystem::remove_all(z.dir);
   }
   std::filesystem::remove_all(ddp.dir);
+}
+
+// Mixed precision on 2 and 3 ranks: the same training as DDP under bf16 autocast (the last loss
+// within 1%), the ranks agreeing bit for bit, the saved weights fp32, and 2 and 3 ranks close
+// (bf16 sums over other row splits).
+TEST(FsdpGloo, MixedPrecisionTrainsLikeBf16Autocast) {
+  auto loss = [](const Job& j) {
+    const std::string& out = j.run.output[0];
+    return std::stod(out.substr(out.find("last loss ") + 10));
+  };
+  Job ddp = run_zero(2, "f32", 0, 20, {"gpt=1", "mp=bf16"});
+  Job two = run_zero(2, "f32", 3, 20, {"gpt=1", "mp=bf16"});
+  Job three = run_zero(3, "f32", 3, 20, {"gpt=1", "mp=bf16"});
+  EXPECT_NEAR(loss(two), loss(ddp), 0.01 * loss(ddp));
+  EXPECT_NEAR(loss(three), loss(two), 0.01 * loss(two));
+  EXPECT_LT(loss(two), 2.5) << "it trained (the first loss is about ln 16 = 2.77)";
+  expect_ranks_agree(three, 3);
+  for (auto& [k, t] : two.final_of(0)) EXPECT_EQ(t.dtype(), kF32) << k;
+  EXPECT_LE(worst_diff(three.final_of(0), two.final_of(0)), 2e-2);
+  for (auto* j : {&ddp, &two, &three}) std::filesystem::remove_all(j->dir);
 }
 
 // Clipping by the global norm over the shards, and an inf in one rank's shard skipping the step

@@ -8,10 +8,11 @@
 //   batch=B (global rows per step, default 24, split evenly)   cap=BYTES (bucket caps)   wide=1 (a
 //   8-512-512-4 MLP, for the memory figures)   gpt=1 (a 2-layer GPT of width 16 over 16 tokens,
 //   windows of 8 from the same batches: the ids are the rows' signs; tied embedding)
-//   ckpt=1 (with gpt=1: activation checkpointing per block) save_at=S (after step S, rank 0 writes
-//   <out_dir>/ckpt.safetensors: model and optimizer) load=PATH (start from such a file, at the step
-//   it names)   inf_at=S (rank 0 puts an inf in its first gradient element before the update of
-//   step S: GradScaler, fp16 autocast)
+//   ckpt=1 (with gpt=1: activation checkpointing per block)   mp=bf16 (zero 3: units gathered
+//   and computed in bf16 over fp32 shards; other zeros: bf16 autocast, the comparable run)
+//   save_at=S (after step S, rank 0 writes <out_dir>/ckpt.safetensors: model and optimizer)
+//   load=PATH (start from such a file, at the step it names)   inf_at=S (rank 0 puts an inf in its
+//   first gradient element before the update of step S: GradScaler, fp16 autocast)
 // Writes <out_dir>/final_rank<r>.safetensors and prints "memory params G grads S state T live L"
 // after the first step, "norms ..." and "skipped K". Exit 0 = ran, 3 = the expected error.
 #include <cstdlib>
@@ -137,7 +138,9 @@ int run_training(int argc, char** argv) {
   std::shared_ptr<FullyShardedDataParallel> fsdp;
   std::shared_ptr<DistributedDataParallel> ddp;
   if (zero == 3) {
-    net = fsdp = std::make_shared<FullyShardedDataParallel>(model);
+    FSDPOptions fo;
+    if (o.count("mp")) fo.param_dtype = kBF16;
+    net = fsdp = std::make_shared<FullyShardedDataParallel>(model, nullptr, fo);
   } else {
     DDPOptions dopt = ddp_options_for_zero(zero);
     if (o.count("cap"))
@@ -172,11 +175,13 @@ int run_training(int argc, char** argv) {
   amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 1000, .enabled = inf_at >= 0});
   train::StepRunner runner(*net, opt, 0.0, false);
   if (inf_at >= 0) runner.set_amp(kF16, &scaler);
+  if (o.count("mp") && zero != 3) runner.set_amp(kBF16, nullptr);
   runner.set_grad_accum(accum);
   if (o.count("clip")) runner.set_grad_clip(std::stod(o["clip"]));
   const int64_t batch = o.count("batch") ? std::stoi(o["batch"]) : 24;  // global rows per step
   const int64_t rows = batch / g_world;                                 // this rank's
   std::string norms;
+  double last_loss = 0;
   for (int s = start; s < steps; ++s) {
     auto [x, y] = test::ddp_case_batch(s, batch, dt);
     if (gpt) std::tie(x, y) = gpt_batch(x);
@@ -185,7 +190,7 @@ int run_training(int argc, char** argv) {
     if (inf_at >= 0)
       step_with_inf(*net, opt, scaler, xr, yr, s == inf_at && g_rank == 0);
     else
-      runner.step(xr, yr);
+      last_loss = runner.step(xr, yr).item();
     if (o.count("clip")) norms += " " + std::to_string(runner.grad_norm().item());
     if (s == start) {
       auto m = sharded ? sharded->memory() : ZeroOptimizer::Memory{};
@@ -208,7 +213,8 @@ int run_training(int argc, char** argv) {
     for (auto& [k, t] : model->named_parameters()) params.emplace_back(k, t.to(kCPU).clone());
   }
   save_safetensors(dir + "/final_rank" + std::to_string(g_rank) + ".safetensors", params);
-  std::cout << "norms" << norms << "\nskipped " << scaler.skipped_steps() << "\n";
+  std::cout << "norms" << norms << "\nskipped " << scaler.skipped_steps() << "\nlast loss "
+            << last_loss << "\n";
   return 0;
 }
 }  // namespace
