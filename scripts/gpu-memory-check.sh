@@ -3,9 +3,9 @@
 # builds what it needs (sm_90), runs the CUDA tests of activation checkpointing, the allocator
 # and the graph step, the ZeRO tests (a one-rank NCCL group, the partition, a world of one), the
 # gpt benchmark with and without --activation-checkpointing, and train_gpt at GPT-2 124M's shape
-# on the KJV corpus for a few steps in five memory configurations (plain, activation
-# checkpointing, --grad-accum 4, --zero 1, --zero 2), whose per-rank memory report is the
-# figure wanted. Each part's output lands in $OUT (or build-gpt/logs) as it finishes.
+# on the KJV corpus for a few steps in six memory configurations (plain, activation
+# checkpointing, --grad-accum 4, --zero 1, --zero 2, --zero 3 with bf16 units), whose per-rank
+# memory report is the figure wanted; the ZeRO-3 and DDP-in-the-graph tests on one NCCL rank. Each part's output lands in $OUT (or build-gpt/logs) as it finishes.
 # Needs third_party/ and .data/kjv.txt carried to the GPU machine. Knobs: BUILD, JOBS (16).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +28,10 @@ fi
 stamp "built $targets"
 
 "$BUILD/tests/test_cuda" --gtest_brief=1 \
-  --gtest_filter='CudaCheckpoint.*:CudaAllocator.*:CudaGraphStep.*' > "$LOG/test_cuda.txt" 2>&1
+  --gtest_filter='CudaCheckpoint.*:CudaAllocator.*:CudaGraphStep.*:CudaGraphDDP.*' > "$LOG/test_cuda.txt" 2>&1
 stamp "test_cuda: $(grep -E 'PASSED|FAILED|peak above' "$LOG/test_cuda.txt" | tr '\n' ' ')"
-"$BUILD/tests/test_distributed" --gtest_brief=1 --gtest_filter='Zero*' > "$LOG/test_zero.txt" 2>&1
-stamp "test_distributed Zero*: $(grep -E 'PASSED|FAILED|SKIPPED' "$LOG/test_zero.txt" | tr '\n' ' ')"
+"$BUILD/tests/test_distributed" --gtest_brief=1 --gtest_filter='Zero*:Fsdp*' > "$LOG/test_zero.txt" 2>&1
+stamp "test_distributed Zero* Fsdp*: $(grep -E 'PASSED|FAILED|SKIPPED' "$LOG/test_zero.txt" | tr '\n' ' ')"
 
 steps=(--steps 10 --repeats 3 --warmup 5)
 for mode in "" "--activation-checkpointing"; do
@@ -41,7 +41,7 @@ done
 
 gpt2="--text .data/kjv.txt --amp bf16 --n-layer 12 --n-head 12 --n-embd 768 --seq-len 1024 \
   --batch-size 16 --max-steps 6 --eval-every 6 --eval-windows 16 --log-every 3"
-for extra in "" "--activation-checkpointing" "--grad-accum 4" "--zero 1" "--zero 2"; do
+for extra in "" "--activation-checkpointing" "--grad-accum 4" "--zero 1" "--zero 2" "--zero 3"; do
   name=$(echo "plain$extra" | tr -d ' -')
   timeout -k 5 120 "$BUILD/examples/train_gpt" $gpt2 $extra > "$LOG/train_$name.txt" 2>&1
   stamp "train_gpt $extra (rc $?): $(grep -E 'rank 0:|^step' "$LOG/train_$name.txt" | tr '\n' ' ')"
