@@ -11,12 +11,6 @@
 
 namespace loom::distributed {
 
-namespace {
-Tensor flat_range(const Tensor& t, int64_t offset, int64_t n) {
-  return make_view(t, {n}, {1}, t.offset() + offset);
-}
-}  // namespace
-
 void FullyShardedDataParallel::ensure_end_of_backward_queued() {
   if (end_queued_) return;
   end_queued_ = true;

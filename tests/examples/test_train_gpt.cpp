@@ -199,11 +199,14 @@ void zero_on_two_processes_equals_one(int stage) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_NEAR(mib(b.output, r, "optimizer state"), mib(a.output, 0, "optimizer state") / 2, 0.05)
         << b.output;
-    if (stage == 3)
+    if (stage == 3) {
       EXPECT_NEAR(mib(b.output, r, "parameters"), mib(a.output, 0, "parameters") / 2, 0.05)
           << b.output;
+    }
   }
-  if (stage == 3) EXPECT_NE(b.output.find("--- sample ("), std::string::npos) << b.output;
+  if (stage == 3) {
+    EXPECT_NE(b.output.find("--- sample ("), std::string::npos) << b.output;
+  }
   // The two sharded ranks' checkpoint of step 5 (written after the evaluation), finished by one
   // process without ZeRO (the same schedule: --max-steps 10 again).
   fs::copy_file(two / "ckpt-00000005.safetensors", half / "ckpt-00000005.safetensors");

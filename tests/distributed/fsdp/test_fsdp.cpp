@@ -141,7 +141,9 @@ TEST(FsdpWorldOfOne, ParametersAreReleasedBetweenUnitsAndReadingOneIsAClearError
   }
   auto w = whole_params(f, *model);
   for (auto& [k, t] : w)
-    if (k == "ln_f.weight") EXPECT_EQ(max(t).item(), 0.5);
+    if (k == "ln_f.weight") {
+      EXPECT_EQ(max(t).item(), 0.5);
+    }
 }
 
 // A forward without grad (evaluation) gathers each unit for its forward only and releases the
@@ -269,8 +271,9 @@ TEST(FsdpGloo, ParametersGradientsAndStateAreOneNthPerRank) {
                   r, long(z.value("params", r)), long(z.value("grads", r)),
                   long(z.value("state", r)), long(z.value("live", r)));
     }
-    if (world == 2)  // DDP holds 4 copies' worth (weights, gradients, two moments): 4 -> 2
+    if (world == 2) {  // DDP holds 4 copies' worth (weights, gradients, two moments): 4 -> 2
       EXPECT_NEAR(double(z.value("live", 0)) / double(ddp_live), 0.5, 0.05);
+    }
     std::filesystem::remove_all(z.dir);
   }
   std::filesystem::remove_all(ddp.dir);
