@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
         log.stopped_at_max_steps(step);
         break;
       }
-      if (ddp) ddp->sync_buffers();  // evaluate every rank with rank 0's buffers
+      dp.sync_buffers();  // evaluate every rank with rank 0's buffers (DDP, FSDP)
       auto eval = train::evaluate_classifier(dp.eval_net(), *data.test, *run.pg, run.device);
       log.end_epoch(epoch, progress, eval, opt->lr(), scaler, step);
       std::string saved = ckpt.save(epoch + 1, 0, step);

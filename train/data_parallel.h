@@ -32,6 +32,11 @@ class DataParallel {
   // rank must then run as many forwards: evaluate_classifier keeps them in step).
   nn::Module& eval_net() { return fsdp_ ? static_cast<nn::Module&>(*fsdp_) : *model_; }
   optim::Optimizer& optimizer() { return zero_ ? *zero_ : opt_; }  // what steps
+  // Rank 0's buffers to every rank before evaluating (DDP and FSDP; a collective).
+  void sync_buffers() {
+    if (ddp_) ddp_->sync_buffers();
+    if (fsdp_) fsdp_->sync_buffers();
+  }
   distributed::DistributedDataParallel* ddp() const { return ddp_.get(); }
   distributed::FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }
   const distributed::ZeroOptimizer* zero() const { return zero_.get(); }

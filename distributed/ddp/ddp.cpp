@@ -124,9 +124,11 @@ void DistributedDataParallel::broadcast_state(int root) {
 }
 
 // Rank 0's buffers, one broadcast per dtype: the buffers are packed into one flat tensor.
-void DistributedDataParallel::sync_buffers() {
-  auto buffers = module_->buffers();
-  if (buffers.empty() || pg_->size() == 1) return;
+void DistributedDataParallel::sync_buffers() { broadcast_buffers(*module_, *pg_); }
+
+void broadcast_buffers(nn::Module& module, ProcessGroup& pg) {
+  auto buffers = module.buffers();
+  if (buffers.empty() || pg.size() == 1) return;
   autograd::NoGradGuard no_grad;
   std::map<int, std::vector<Tensor>> by_dtype;
   for (auto& b : buffers) by_dtype[int(b.dtype())].push_back(b);
@@ -134,8 +136,8 @@ void DistributedDataParallel::sync_buffers() {
     std::vector<Tensor> flat_parts;
     for (auto& b : group) flat_parts.push_back(b.reshape({b.numel()}));
     Tensor flat = cat(flat_parts, 0);
-    pg_->broadcast(flat, 0)->wait();
-    if (pg_->rank() == 0) continue;
+    pg.broadcast(flat, 0)->wait();
+    if (pg.rank() == 0) continue;
     int64_t off = 0;
     for (auto& b : group) {
       b.copy_(flat.slice(0, off, off + b.numel()).reshape(b.shape()));

@@ -108,4 +108,8 @@ class DistributedDataParallel : public nn::Module {
   int64_t iteration_ = 0;
 };
 
+// Rank `0`'s buffers of `module` (BatchNorm statistics) to every rank of pg, one broadcast per
+// dtype (a collective). DistributedDataParallel::sync_buffers and FSDP's use it.
+void broadcast_buffers(nn::Module& module, ProcessGroup& pg);
+
 }  // namespace loom::distributed

@@ -11,6 +11,7 @@
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/factory.h"
+#include "distributed/ddp/ddp.h"
 #include "distributed/world.h"
 
 namespace loom::distributed {
@@ -53,7 +54,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
   share_members_of(*module_);
   find_units(options);
   install_hooks();
+  sync_buffers();
 }
+
+void FullyShardedDataParallel::sync_buffers() { broadcast_buffers(*module_, *pg_); }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
   for (Unit& u : units_)

@@ -81,6 +81,9 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   // root is released again at the end.
   Tensor forward(const Tensor& x) override;
   nn::Module& module() { return *module_; }
+  // Rank 0's buffers (BatchNorm statistics) to every rank (a collective; also done at
+  // construction). Buffers are not sharded, and each rank updates its own in training.
+  void sync_buffers();
   ProcessGroup& process_group() { return *pg_; }
 
   // The units as their module names ("" = the root), unit 0 the root; and their element counts.

@@ -83,6 +83,33 @@ TEST(TrainCnnModels, VitOnTwoProcessesEndsWithOneProcesssWeights) {
   fs::remove_all(two);
 }
 
+// --zero 3 (FullyShardedDataParallel: each BasicBlock, and the stem's convolution, a unit; the
+// BatchNorm buffers each rank's own, rank 0's saved) on 2 processes ends with DDP's weights and
+// DDP's rank-0 running statistics.
+TEST(TrainCnnModels, ResNet18UnderZeroThreeEndsWithDdpsWeights) {
+  LOOM_FASHION_MNIST_OR_SKIP(data_dir);
+  fs::path ddp = fresh_temp_dir("cnn_ddp"), z3 = fresh_temp_dir("cnn_z3");
+  const std::string args =
+      "--model resnet18 --batch-size 16 --optimizer adamw --lr 2e-3 --max-steps 2 "
+      "--checkpoint-every 1 --keep-last 10";
+  auto a = run_command(train_cnn(2, args, ddp));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = run_command(train_cnn(2, args + " --zero 3", z3));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  Distance d = distance(ddp / ckpt(2), z3 / ckpt(2), ddp / ckpt(1));
+  EXPECT_LE(d.apart, 1e-4) << "ZeRO-3 vs DDP on the same 2 processes";
+  EXPECT_GT(d.moved, 1e-3) << "step 2 must move the weights for the comparison to mean much";
+  auto sa = load_checkpoint((ddp / ckpt(2)).string()),
+       sb = load_checkpoint((z3 / ckpt(2)).string());
+  for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i)
+    if (sa.model[i].first.find("running_") != std::string::npos) {
+      EXPECT_LE(max(abs(sa.model[i].second - sb.model[i].second)).item(), 1e-5)
+          << sa.model[i].first;
+    }
+  fs::remove_all(ddp);
+  fs::remove_all(z3);
+}
+
 namespace {
 
 // The first step's gradients (SGD's momentum buffers after one step) of two checkpoints: the
