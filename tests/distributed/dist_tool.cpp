@@ -484,6 +484,9 @@ int thread_count() {
 // own time, rank 0 (which serves the store) last. Nothing may be said about departures (the test
 // reads the output), and no thread of loom's may outlive destroy_process_group.
 int finish_test() {
+  // ThreadSanitizer starts a thread of its own at the first thread a program creates: start that
+  // now, so that only loom's threads are counted.
+  std::thread([] {}).join();
   const int before = thread_count();
   InitOptions o;
   o.backend = backend_name();

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <iostream>
+
 #include "distributed/store/tcp_store.h"
 #include "distributed/world.h"
 #include "spawn.h"
@@ -117,11 +119,15 @@ void expect_killed_rank_named(const std::string& in) {
   EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
   EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
   EXPECT_EQ(run.exit_codes[2], -SIGKILL) << run.summary();
-  for (int r = 0; r < 2; ++r)
-    EXPECT_NE(
-        run.output[size_t(r)].find("last seen in all_reduce #2; killed, or its host is gone)"),
-        std::string::npos)
+  for (int r = 0; r < 2; ++r) {
+    const std::string& out = run.output[size_t(r)];
+    EXPECT_NE(out.find("last seen in all_reduce #2; killed, or its host is gone)"),
+              std::string::npos)
         << run.summary();
+    const size_t at = out.find(": named ");  // the measured time, for the log
+    if (at != std::string::npos)
+      std::cout << "rank " << r << out.substr(at, out.find('\n', at) - at) << "\n";
+  }
 }
 
 TEST(Gloo, ARankKilledMidCollectiveIsNamedByItsHeartbeat) {
