@@ -39,25 +39,40 @@ void ignore_sigpipe_unless_handled() {
 }
 
 // gloo::rendezvous::Store over loom's store: get blocks until the key exists (Gloo's own stores
-// poll), and the timed wait is overridden so the rendezvous honours its timeout.
+// poll), and the timed wait is overridden so the rendezvous honours its timeout. Both wait watching
+// the rank that sets the key (Gloo's keys are the ranks' numbers): one that leaves meanwhile is
+// named within seconds (Note [Who left]) instead of the rendezvous timing out.
 class StoreAdapter : public gloo::rendezvous::Store {
  public:
-  StoreAdapter(std::shared_ptr<distributed::Store> s, Millis t) : s_(std::move(s)), t_(t) {}
+  StoreAdapter(std::shared_ptr<distributed::Store> s, Millis t, CollectiveLog& log, int size)
+      : s_(std::move(s)), t_(t), log_(log), size_(size) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     s_->set(key, Bytes(data.begin(), data.end()));
   }
   std::vector<char> get(const std::string& key) override {
+    watched_wait({key}, t_);
     Bytes b = s_->get(key, t_);
     return std::vector<char>(b.begin(), b.end());
   }
-  void wait(const std::vector<std::string>& keys) override { s_->wait(keys, t_); }
+  void wait(const std::vector<std::string>& keys) override { watched_wait(keys, t_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
-    s_->wait(keys, t);
+    watched_wait(keys, t);
   }
 
  private:
+  void watched_wait(const std::vector<std::string>& keys, Millis t) {
+    std::vector<int> ranks;
+    for (const auto& k : keys) {
+      const bool number = !k.empty() && k.size() < 9 && k.find_first_not_of("0123456789") == k.npos;
+      const int r = number ? std::stoi(k) : -1;
+      ranks.push_back(r < size_ ? r : -1);
+    }
+    log_.wait_for_keys(*s_, keys, ranks, t, "gloo rendezvous");
+  }
   std::shared_ptr<distributed::Store> s_;
   Millis t_;
+  CollectiveLog& log_;
+  int size_;
 };
 
 // Calls f.template operator()<T>() with T the C++ type of `d` (Half/BFloat16 for the 16-bit
@@ -154,6 +169,10 @@ std::string absent_ranks(Store& store, int me, int size) {
   return str(absent.size() == 1 ? "rank " : "ranks ", list, " never joined the group");
 }
 
+// How long a failed collective looks for the peer that left: a record lands within a moment, a
+// stopped heartbeat is named after CollectiveLog::kHeartbeatStale of watching (Note [Who left]).
+constexpr Millis kDepartureWait = CollectiveLog::kHeartbeatStale + Millis(1500);
+
 // Slots for send/recv: above every slot Gloo's collectives build from their 32-bit tags.
 constexpr uint64_t kP2PSlotBase = uint64_t(0xF0) << 56;
 }  // namespace
@@ -171,7 +190,7 @@ GlooProcessGroup::GlooProcessGroup(int rank, int size, std::shared_ptr<Store> st
     // The rendezvous waits for the slowest process to start: the store's timeout, not the op's.
     Millis rendezvous = std::max(timeout, store->timeout());
     ctx->setTimeout(rendezvous);
-    StoreAdapter adapter(store, rendezvous);
+    StoreAdapter adapter(store, rendezvous, log(), size);
     store->set("joined/" + std::to_string(rank), hostname);  // for absent_ranks, below
     ctx->connectFullMesh(adapter, device_);
     ctx->setTimeout(timeout);
@@ -179,8 +198,9 @@ GlooProcessGroup::GlooProcessGroup(int rank, int size, std::shared_ptr<Store> st
   } catch (const std::exception& e) {
     // Who is missing: a rank that never joined, or one that left during the rendezvous (Note
     // [Who left]); else Gloo's own message alone.
-    std::string who = absent_ranks(*store, rank, size);
-    if (who.empty()) who = log().departures(Millis(1500));
+    const bool named = std::string(e.what()).find(" has left the job (") != std::string::npos;
+    std::string who = named ? "" : absent_ranks(*store, rank, size);
+    if (who.empty() && !named) who = log().departures(kDepartureWait);
     LOOM_FAIL("gloo: rank ", rank, " of ", size, " could not connect to the others (this rank at ",
               hostname, "): ", who.empty() ? "" : who + " [", e.what(), who.empty() ? "" : "]");
   }
@@ -247,8 +267,9 @@ void GlooProcessGroup::run_job(Job& job) {
     auto waited = std::chrono::duration_cast<Millis>(Clock::now() - start);
     const bool timed_out = waited >= timeout() * 9 / 10;  // Gloo: "Timed out waiting ..."
     // A peer that left is named (Note [Who left]); its record may land a moment after Gloo saw
-    // the connection close, so a failure that was not a timeout waits up to 1.5 s for it.
-    const std::string gone = log().departures(timed_out ? Millis(0) : Millis(1500));
+    // the connection close, and a heartbeat takes 3 s to go quiet, so a failure that was not a
+    // timeout waits up to kDepartureWait for either.
+    const std::string gone = log().departures(timed_out ? Millis(0) : kDepartureWait);
     std::string msg;
     if (!gone.empty()) {
       msg = str(job.rec.describe(), " on rank ", rank(), ": ", gone);

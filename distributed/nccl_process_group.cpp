@@ -274,6 +274,8 @@ NcclProcessGroup::NcclProcessGroup(int rank, int size, std::shared_ptr<Store> st
     const uint8_t* p = reinterpret_cast<const uint8_t*>(&id);
     store->set("nccl_id", Bytes(p, p + sizeof(id)));
   } else {
+    // Rank 0 leaving first is named within seconds (Note [Who left]), not after the timeout.
+    wait_for_keys({"nccl_id"}, {0}, store->timeout(), "nccl: waiting for rank 0's unique id");
     Bytes b = store->get("nccl_id");
     LOOM_CHECK(b.size() == sizeof(id), "nccl: the unique id in the store has ", b.size(),
                " bytes, expected ", sizeof(id));
@@ -479,8 +481,9 @@ void NcclProcessGroup::watchdog() {
       msg = nccl_failure_text(str(r.describe(), ", as ncclCommGetAsyncError reported,"), async,
                               comm_->comm, rank(), size(), device_);
     } else if (!outstanding_.empty() && departure_due()) {
-      // Note [Who left]: an op waiting for more than a second looks for a peer that left, once a
-      // second, so a rank stuck on a departed peer fails within a few seconds, not the timeout.
+      // Note [Who left]: an op waiting for more than a second looks for a peer that left (its
+      // record, or its heartbeat stopped) twice a second, so a rank stuck on a departed peer
+      // fails within a few seconds, not the timeout.
       std::shared_ptr<NcclWork> waiting = outstanding_.front();
       lock.unlock();
       const std::string gone = log().departures(std::chrono::milliseconds(0));
@@ -505,11 +508,12 @@ void NcclProcessGroup::watchdog() {
   }
 }
 
-// True once a second while the oldest outstanding op has waited for more than a second.
+// True twice a second while the oldest outstanding op has waited for more than a second (a
+// stopped heartbeat is named after 3 s of such looks: within about 4.5 s of the death).
 bool NcclProcessGroup::departure_due() {
   const auto now = Clock::now();
   if (now - outstanding_.front()->start() < std::chrono::seconds(1)) return false;
-  if (now - last_departure_check_ < std::chrono::seconds(1)) return false;
+  if (now - last_departure_check_ < std::chrono::milliseconds(500)) return false;
   last_departure_check_ = now;
   return true;
 }

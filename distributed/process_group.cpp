@@ -34,6 +34,14 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, Mil
 
 ProcessGroup::~ProcessGroup() = default;
 
+void ProcessGroup::wait_for_keys(const std::vector<std::string>& keys,
+                                 const std::vector<int>& ranks, Millis timeout,
+                                 const std::string& what) {
+  LOOM_CHECK(store_ != nullptr, what, ": this group (rank ", rank_, " of ", size_,
+             ") has no store");
+  log_->wait_for_keys(*store_, keys, ranks, timeout, what);
+}
+
 void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
   LOOM_CHECK(t.defined(), op, ": the tensor is undefined");
   LOOM_CHECK(t.is_contiguous(), op, ": the tensor ", describe(t),

@@ -66,6 +66,12 @@ class ProcessGroup {
   // Tells the other members that this rank is leaving (Note [Who left] in collective_log.h):
   // destroy_process_group and the exit hook of world.cpp call it. No-op in a world of one.
   void record_departure(const std::string& how) { log_->record_departure(how); }
+  // Waits until member ranks[i] has set keys[i] in this group's store (a barrier or an exchange
+  // through the store), at most `timeout`; a member that leaves meanwhile fails it within seconds,
+  // naming the rank, instead of the timeout (CollectiveLog::wait_for_keys). `what` names the
+  // caller's operation in the error.
+  void wait_for_keys(const std::vector<std::string>& keys, const std::vector<int>& ranks,
+                     Millis timeout, const std::string& what);
 
  protected:
   virtual std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) = 0;

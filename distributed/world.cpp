@@ -5,7 +5,10 @@
 // (process_group.cpp and the transports).
 #include "distributed/world.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -36,6 +39,9 @@ struct Global {
   int device = -1;  // NCCL: this rank's CUDA device, shared by every group it makes
   int next_group = 0;
   bool exit_hook = false;
+  // The process that called init_process_group; read without the lock (a forked child may find
+  // mu held by a thread it does not have).
+  std::atomic<pid_t> owner_pid{-1};
 };
 // Note [Process groups at exit]
 // The job's state is never destroyed by static destruction: that runs after the CUDA runtime and
@@ -55,8 +61,15 @@ void leave(Global& g, const std::string& how) {
   g.store.reset();
 }
 
+// Note [Process groups and fork]
+// A child made by fork() without exec has a copy of the job's state but none of its threads (the
+// log's publisher and heartbeat, Gloo's workers, NCCL's watchdog) and shares the parent's store
+// connections: at its exit it must neither record a departure for the parent's rank nor join
+// threads it does not have. The hook only acts in the process that initialised the group.
+// (A child that execs keeps nothing: the store's sockets are close-on-exec.)
 void drop_world_at_exit() {
   Global& g = global();
+  if (getpid() != g.owner_pid.load()) return;  // Note [Process groups and fork]
   std::lock_guard<std::mutex> lock(g.mu);
   leave(g, "exited without destroy_process_group");
 }
@@ -120,6 +133,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   // this are on it, and no context is created on cuda:0 by ranks that do not use it).
   if (g.backend == "nccl") cuda::set_device(device);
 #endif
+  g.owner_pid = getpid();
   if (!g.exit_hook) {
     std::atexit(drop_world_at_exit);  // Note [Process groups at exit]
     g.exit_hook = true;

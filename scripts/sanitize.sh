@@ -40,7 +40,7 @@ TSAN_TESTS=${TSAN_TESTS:-"(DataLoader\.|TCPStore\.|StoreToken\.|StoreBind\.|Gloo
 # The tests in which a Gloo peer dies or stops mid-collective run with one suppression more
 # (scripts/sanitizers/tsan-peer-failure.supp: a false report from inside Gloo's unwinding when a
 # collective fails while a peer's data arrives); every other test runs with tsan.supp alone.
-TSAN_PEER_FAILURE_TESTS=${TSAN_PEER_FAILURE_TESTS:-"(Gloo\.ARankThatStopsIsNamedInTheTimeoutError|Gloo\.ADeadPeerFailsTheOthersAtOnce|Gloo\.ARankThatCallsDestroyProcessGroupIsNamedByTheOthers|Gloo\.ARankThatExitsWithTheGroupUpIsNamedByTheOthers|LoomrunGloo\.AWorkerThatEndsEarlyIsNamedThroughTheLaunchersRecord|LoomrunGloo\.KillNineDuringACollective|LoomrunNodes\.)"}
+TSAN_PEER_FAILURE_TESTS=${TSAN_PEER_FAILURE_TESTS:-"(Gloo\.ARankThatStopsIsNamedInTheTimeoutError|Gloo\.ARankKilledMidCollectiveIsNamedByItsHeartbeat|Gloo\.ADeadPeerFailsTheOthersAtOnce|Gloo\.ARankThatCallsDestroyProcessGroupIsNamedByTheOthers|Gloo\.ARankThatExitsWithTheGroupUpIsNamedByTheOthers|LoomrunGloo\.AWorkerThatEndsEarlyIsNamedThroughTheLaunchersRecord|LoomrunGloo\.KillNineDuringACollective|LoomrunNodes\.)"}
 
 configure() {  # build folder, sanitizer list, extra cmake args...
   local dir=$1 san=$2

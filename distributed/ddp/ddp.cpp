@@ -76,6 +76,14 @@ void DistributedDataParallel::verify_same_layout() {
   for (auto& l : mine) joined += l + "\n";
   std::string prefix = "ddp" + std::to_string(instance) + "/layout/";
   pg_->store()->set(prefix + std::to_string(pg_->rank()), joined);
+  std::vector<std::string> keys;
+  std::vector<int> ranks;
+  for (int r = 0; r < pg_->size(); ++r) {
+    keys.push_back(prefix + std::to_string(r));
+    ranks.push_back(r);
+  }
+  // A rank that left before it got here is named within seconds (Note [Who left]).
+  pg_->wait_for_keys(keys, ranks, pg_->timeout(), "DistributedDataParallel: comparing layouts");
   std::vector<std::vector<std::string>> all;
   for (int r = 0; r < pg_->size(); ++r) {
     std::string s = pg_->store()->get_string(prefix + std::to_string(r), pg_->timeout());

@@ -1,9 +1,12 @@
 // A worker the distributed tests start N times (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set):
 // "collectives" checks every op against a reference computed here; "timeout" has the last rank
-// stop calling collectives and checks the others' error; "peer_exit" has it exit instead. Exit 0 =
+// stop calling collectives and checks the others' error; "peer_exit" has it exit instead; "leave"
+// and "finish" check who is named as gone, and that a normal end says nothing. Exit 0 =
 // pass; failures go to stderr. Backend from LOOM_TEST_BACKEND ("gloo" or "nccl"; tensors on
 // cuda:LOCAL_RANK for nccl).
+#include <dirent.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -369,15 +372,52 @@ int peer_exit_test() {
   }
   if (me == last) std::_Exit(3);
   const auto [msg, s] = failing_all_reduces(*pg, me, 3);
-  EXPECT_TOOL(msg.find("all_reduce #3 (1000 float32 elements) failed on rank") != std::string::npos,
+  // Without loomrun nothing records its exit: its heartbeat names it (Note [Who left]).
+  EXPECT_TOOL(msg.find(str("all_reduce #3 (1000 float32 elements) on rank ", me, ": rank ", last,
+                           " has left the job (its heartbeat stopped")) == 0,
               msg);
   EXPECT_TOOL(s < 10.0, "a dead peer was noticed only after ", s, " s");
   std::_Exit(0);
 }
+// A barrier through the store: every rank sets "<name>/<rank>" and waits for the others' keys
+// (ProcessGroup::wait_for_keys, which names a rank that leaves meanwhile).
+void store_barrier(ProcessGroup& pg, const std::string& name) {
+  std::vector<std::string> keys;
+  std::vector<int> ranks;
+  for (int r = 0; r < pg.size(); ++r) {
+    keys.push_back(name + "/" + std::to_string(r));
+    ranks.push_back(r);
+  }
+  pg.store()->set(keys[size_t(pg.rank())], "here");
+  pg.wait_for_keys(keys, ranks, pg.timeout(), "store barrier");
+}
+
+// The survivors' wait on the rank that leaves: all_reduce #3 ("all_reduce"), or a store barrier
+// ("store"). Returns the error and the seconds until it came.
+std::pair<std::string, double> wait_on_everyone(ProcessGroup& pg, int me, const std::string& in) {
+  if (in == "all_reduce") return failing_all_reduces(pg, me, 1);
+  auto start = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    store_barrier(pg, "leave_barrier");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
+  return {msg, s};
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Note [Who left]: the last rank leaves after two all-reduces as $LEAVE says: "destroy"
-// (destroy_process_group, then exit 0), "exit" (std::exit(5): the exit hook records it) or
-// "vanish" (std::_Exit(0): no record of its own; under loomrun, the launcher's). The others' next
-// all_reduce must fail within 5 s naming it, $LEAVE_EXPECT opening the parenthesis that says how.
+// (destroy_process_group, then exit 0), "exit" (std::exit(5): the exit hook records it), "vanish"
+// (std::_Exit(0): no record of its own; under loomrun, the launcher's) or "kill" (SIGKILL 0.5 s
+// after the others started waiting: only its heartbeat tells). The others wait on it in $LEAVE_IN
+// (all_reduce #3, or "store": a store barrier) and must fail within 5 s naming it, $LEAVE_EXPECT
+// opening the parenthesis that says how (for "kill": within 5 s of its death).
 int leave_test() {
   InitOptions o;
   o.backend = backend_name();
@@ -389,25 +429,88 @@ int leave_test() {
     pg->all_reduce(t)->wait();
   }
   const char* env = std::getenv("LEAVE");
-  const std::string how = env ? env : "destroy";
+  const char* env_in = std::getenv("LEAVE_IN");
+  const std::string how = env ? env : "destroy", in = env_in ? env_in : "all_reduce";
   if (me == last) {
+    if (in == "store") std::this_thread::sleep_for(Millis(500));  // the others wait on it by now
     if (how == "destroy") {
       destroy_process_group();
       return 0;
     }
     if (how == "exit") std::exit(5);
+    if (how == "kill") {
+      if (in != "store") std::this_thread::sleep_for(Millis(500));  // the others wait on it
+      pg->store()->set("test/died_at", std::to_string(wall_seconds()));
+      ::kill(::getpid(), SIGKILL);
+    }
     std::_Exit(0);
   }
-  const auto [msg, s] = failing_all_reduces(*pg, me, 1);
+  const auto [msg, s] = wait_on_everyone(*pg, me, in);
   const char* expect = std::getenv("LEAVE_EXPECT");
   // Others may be named too: a survivor that failed first and exited also left.
-  const std::string op = str("all_reduce #3 (1000 float32 elements) on rank ", me, ": "),
+  const std::string op = in == "all_reduce"
+                             ? str("all_reduce #3 (1000 float32 elements) on rank ", me, ": ")
+                             : str("store barrier on rank ", me, " (waiting for rank ", last,
+                                   "'s 'leave_barrier/", last, "'): "),
                     who = str("rank ", last, " has left the job (", expect ? expect : "?");
   EXPECT_TOOL(msg.find(op) == 0 && msg.find(who) != std::string::npos, "wanted '", op, "' and '",
               who, "' in: ", msg);
-  EXPECT_TOOL(s < 5.0, "the rank that left was named only after ", s, " s");
+  if (how == "kill") {
+    const double after = wall_seconds() - std::stod(pg->store()->get_string("test/died_at"));
+    std::cout << "rank " << me << ": named " << after << " s after its death" << std::endl;
+    EXPECT_TOOL(after < 5.0, "the killed rank was named only ", after, " s after its death");
+  } else {
+    EXPECT_TOOL(s < 5.0, "the rank that left was named only after ", s, " s");
+  }
   std::cout.flush();
   std::_Exit(0);
+}
+
+int thread_count() {
+  int n = 0;
+  for (DIR* d = opendir("/proc/self/task"); d;) {
+    dirent* e = readdir(d);
+    if (!e) {
+      closedir(d);
+      break;
+    }
+    n += e->d_name[0] != '.';
+  }
+  return n;
+}
+
+// A normal end, every rank finishing: a store barrier that the last rank reaches 4.5 s late (alive:
+// its heartbeat goes on, so nobody names it), then each rank calls destroy_process_group at its
+// own time, rank 0 (which serves the store) last. Nothing may be said about departures (the test
+// reads the output), and no thread of loom's may outlive destroy_process_group.
+int finish_test() {
+  // ThreadSanitizer starts a thread of its own at the first thread a program creates: start that
+  // now, so that only loom's threads are counted.
+  std::thread([] {}).join();
+  const int before = thread_count();
+  InitOptions o;
+  o.backend = backend_name();
+  o.timeout = Millis(60000);
+  auto pg = init_process_group(o);
+  const int me = pg->rank(), last = pg->size() - 1;
+  for (int k = 0; k < 2; ++k) {
+    Tensor t = filled<float>(me, 1000);
+    pg->all_reduce(t)->wait();
+  }
+  if (me == last) std::this_thread::sleep_for(Millis(4500));
+  store_barrier(*pg, "finish_barrier");
+  Tensor t = filled<float>(me, 1000);
+  pg->all_reduce(t)->wait();
+  pg->barrier()->wait();
+  if (me == 0) std::this_thread::sleep_for(Millis(4000));  // the others' heartbeats have stopped
+  pg.reset();
+  destroy_process_group();
+  const int after = thread_count();
+  EXPECT_TOOL(after == before, "rank ", me, ": ", after, " threads after destroy_process_group, ",
+              before, " before init_process_group");
+  std::cout << "rank " << me << ": finished (" << before << " threads before and after)"
+            << std::endl;
+  return 0;
 }
 }  // namespace
 
@@ -424,6 +527,7 @@ int main(int argc, char** argv) {
     if (mode == "timeout") return timeout_test();
     if (mode == "peer_exit") return peer_exit_test();
     if (mode == "leave") return leave_test();
+    if (mode == "finish") return finish_test();
     std::cerr << "dist_tool: unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& e) {

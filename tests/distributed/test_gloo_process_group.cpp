@@ -1,7 +1,11 @@
 // The Gloo process group in real processes: every collective against a reference (dist_tool.cpp),
 // for 2, 3 and 4 processes, with rank 0 serving the store or an external one; the timeout error;
-// a world of one without a store; ranks that never join or that leave, named.
+// a world of one without a store; ranks that never join, leave or are killed, named; a normal end
+// silent.
 #include <gtest/gtest.h>
+#include <signal.h>
+
+#include <iostream>
 
 #include "distributed/store/tcp_store.h"
 #include "distributed/world.h"
@@ -97,6 +101,70 @@ TEST(Gloo, ARankThatExitsWithTheGroupUpIsNamedByTheOthers) {
   EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
   EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
   EXPECT_EQ(run.exit_codes[2], 5) << run.summary();
+}
+
+// A rank killed with SIGKILL, without loomrun, leaves no record: its stopped heartbeat names it
+// within 5 s of its death (dist_tool measures from the time it wrote just before dying), whether
+// the others wait on it in a collective or in a barrier through the store.
+void expect_killed_rank_named(const std::string& in) {
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"},
+                                {"LOOM_STORE_EXTERNAL", "1"},
+                                {"LEAVE", "kill"},
+                                {"LEAVE_IN", in},
+                                {"LEAVE_EXPECT", "its heartbeat stopped: rank "}},
+                               60);
+  EXPECT_FALSE(run.timed_out) << run.summary();
+  EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[2], -SIGKILL) << run.summary();
+  for (int r = 0; r < 2; ++r) {
+    const std::string& out = run.output[size_t(r)];
+    EXPECT_NE(out.find("last seen in all_reduce #2; killed, or its host is gone)"),
+              std::string::npos)
+        << run.summary();
+    const size_t at = out.find(": named ");  // the measured time, for the log
+    if (at != std::string::npos)
+      std::cout << "rank " << r << out.substr(at, out.find('\n', at) - at) << "\n";
+  }
+}
+
+TEST(Gloo, ARankKilledMidCollectiveIsNamedByItsHeartbeat) {
+  expect_killed_rank_named("all_reduce");
+}
+
+TEST(Gloo, ARankKilledDuringAStoreBarrierIsNamedByItsHeartbeat) {
+  expect_killed_rank_named("store");
+}
+
+TEST(Gloo, ARankThatExitsDuringAStoreBarrierIsNamedAtOnce) {
+  TCPStoreServer server("127.0.0.1", 0);
+  auto run = test::run_workers(
+      LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
+      {{"LOOM_TEST_BACKEND", "gloo"},
+       {"LOOM_STORE_EXTERNAL", "1"},
+       {"LEAVE", "exit"},
+       {"LEAVE_IN", "store"},
+       {"LEAVE_EXPECT", "exited without destroy_process_group after its all_reduce #2)"}},
+      60);
+  EXPECT_FALSE(run.timed_out) << run.summary();
+  EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
+  EXPECT_EQ(run.exit_codes[2], 5) << run.summary();
+}
+
+// A normal end (a slow rank in a store barrier, then every rank calling destroy_process_group at
+// its own time) names nobody, and leaves no thread behind (dist_tool's "finish").
+TEST(Gloo, ANormalEndSaysNothingAboutDepartures) {
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"finish"}, 3, test::free_port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"}}, 60);
+  expect_all_ok(run);
+  for (const std::string& out : run.output) {
+    EXPECT_EQ(out.find("left the job"), std::string::npos) << run.summary();
+    EXPECT_EQ(out.find("heartbeat"), std::string::npos) << run.summary();
+    EXPECT_NE(out.find("threads before and after"), std::string::npos) << run.summary();
+  }
 }
 
 TEST(Gloo, ADeadPeerFailsTheOthersAtOnce) {
