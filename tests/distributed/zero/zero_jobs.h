@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,28 @@ inline Job run_zero(int world, const std::string& dtype, int zero, int steps,
 inline void expect_ranks_agree(const Job& j, int world) {
   for (int r = 1; r < world; ++r)
     EXPECT_TRUE(bitwise_equal(j.final_of(r), j.final_of(0))) << "rank " << r << " differs";
+}
+
+// The clip norms zero_tool printed ("norms 0.1 0.2 ...") on every rank of z equal those of rank 0
+// of the reference job (within tol), for every step; the first is above max_norm, or the clip
+// would not act and the comparison would mean little.
+inline std::vector<double> printed_norms(const std::string& out) {
+  std::istringstream in(out.substr(out.find("norms") + 5));
+  std::vector<double> v;
+  for (double x; in >> x;) v.push_back(x);
+  return v;
+}
+
+inline void expect_same_clip_norms(const Job& ref, const Job& z, int world, double max_norm,
+                                   double tol) {
+  const auto want = printed_norms(ref.run.output[0]);
+  ASSERT_FALSE(want.empty()) << ref.run.output[0];
+  EXPECT_GT(want[0], max_norm) << "the clip must be active for the test to mean anything";
+  for (int r = 0; r < world; ++r) {
+    const auto got = printed_norms(z.run.output[r]);
+    ASSERT_EQ(got.size(), want.size()) << z.run.summary();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "rank " << r;
+  }
 }
 
 }  // namespace loom::test
