@@ -75,50 +75,41 @@ TEST(Gloo, ARankThatStopsIsNamedInTheTimeoutError) {
 
 // Note [Who left]: a rank that leaves (destroy_process_group, or exit with the group up) is named
 // by the others' next collective within seconds, with its last collective.
-TEST(Gloo, ARankThatCallsDestroyProcessGroupIsNamedByTheOthers) {
+//
+// dist_tool's "leave" mode on 3 Gloo ranks (an external store): rank 2 leaves `how` while the
+// others are `in` a collective or a store barrier, and each of them expects `expect` in its error;
+// the two survivors must exit 0, rank 2 with `last_exit`.
+test::WorkerRun run_leave(const std::string& how, const std::string& in, const std::string& expect,
+                          int last_exit) {
   TCPStoreServer server("127.0.0.1", 0);
-  auto run =
-      test::run_workers(LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
-                        {{"LOOM_TEST_BACKEND", "gloo"},
-                         {"LOOM_STORE_EXTERNAL", "1"},
-                         {"LEAVE", "destroy"},
-                         {"LEAVE_EXPECT", "called destroy_process_group after its all_reduce #2)"}},
-                        60);
-  EXPECT_FALSE(run.timed_out) << run.summary();
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[size_t(r)], 0) << run.summary();
-}
-
-TEST(Gloo, ARankThatExitsWithTheGroupUpIsNamedByTheOthers) {
-  TCPStoreServer server("127.0.0.1", 0);
-  auto run = test::run_workers(
-      LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
-      {{"LOOM_TEST_BACKEND", "gloo"},
-       {"LOOM_STORE_EXTERNAL", "1"},
-       {"LEAVE", "exit"},
-       {"LEAVE_EXPECT", "exited without destroy_process_group after its all_reduce #2)"}},
-      60);
+  auto run = test::run_workers(LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
+                               {{"LOOM_TEST_BACKEND", "gloo"},
+                                {"LOOM_STORE_EXTERNAL", "1"},
+                                {"LEAVE", how},
+                                {"LEAVE_IN", in},
+                                {"LEAVE_EXPECT", expect}},
+                               60);
   EXPECT_FALSE(run.timed_out) << run.summary();
   EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
   EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
-  EXPECT_EQ(run.exit_codes[2], 5) << run.summary();
+  EXPECT_EQ(run.exit_codes[2], last_exit) << run.summary();
+  return run;
+}
+
+TEST(Gloo, ARankThatCallsDestroyProcessGroupIsNamedByTheOthers) {
+  run_leave("destroy", "all_reduce", "called destroy_process_group after its all_reduce #2)", 0);
+}
+
+TEST(Gloo, ARankThatExitsWithTheGroupUpIsNamedByTheOthers) {
+  run_leave("exit", "all_reduce", "exited without destroy_process_group after its all_reduce #2)",
+            5);
 }
 
 // A rank killed with SIGKILL, without loomrun, leaves no record: its stopped heartbeat names it
 // within 5 s of its death (dist_tool measures from the time it wrote just before dying), whether
 // the others wait on it in a collective or in a barrier through the store.
 void expect_killed_rank_named(const std::string& in) {
-  TCPStoreServer server("127.0.0.1", 0);
-  auto run = test::run_workers(LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
-                               {{"LOOM_TEST_BACKEND", "gloo"},
-                                {"LOOM_STORE_EXTERNAL", "1"},
-                                {"LEAVE", "kill"},
-                                {"LEAVE_IN", in},
-                                {"LEAVE_EXPECT", "its heartbeat stopped: rank "}},
-                               60);
-  EXPECT_FALSE(run.timed_out) << run.summary();
-  EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
-  EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
-  EXPECT_EQ(run.exit_codes[2], -SIGKILL) << run.summary();
+  auto run = run_leave("kill", in, "its heartbeat stopped: rank ", -SIGKILL);
   for (int r = 0; r < 2; ++r) {
     const std::string& out = run.output[size_t(r)];
     EXPECT_NE(out.find("last seen in all_reduce #2; killed, or its host is gone)"),
@@ -139,19 +130,7 @@ TEST(Gloo, ARankKilledDuringAStoreBarrierIsNamedByItsHeartbeat) {
 }
 
 TEST(Gloo, ARankThatExitsDuringAStoreBarrierIsNamedAtOnce) {
-  TCPStoreServer server("127.0.0.1", 0);
-  auto run = test::run_workers(
-      LOOM_DIST_TOOL, {"leave"}, 3, server.port(),
-      {{"LOOM_TEST_BACKEND", "gloo"},
-       {"LOOM_STORE_EXTERNAL", "1"},
-       {"LEAVE", "exit"},
-       {"LEAVE_IN", "store"},
-       {"LEAVE_EXPECT", "exited without destroy_process_group after its all_reduce #2)"}},
-      60);
-  EXPECT_FALSE(run.timed_out) << run.summary();
-  EXPECT_EQ(run.exit_codes[0], 0) << run.summary();
-  EXPECT_EQ(run.exit_codes[1], 0) << run.summary();
-  EXPECT_EQ(run.exit_codes[2], 5) << run.summary();
+  run_leave("exit", "store", "exited without destroy_process_group after its all_reduce #2)", 5);
 }
 
 // A normal end (a slow rank in a store barrier, then every rank calling destroy_process_group at
