@@ -6,6 +6,9 @@ passed; this prints them apart, ending with one line `P passed, F failed, S skip
 when anything failed (or the file lists no test). Skipped: a GoogleTest GTEST_SKIP (ctest's
 SKIP_REGULAR_EXPRESSION, which gtest_discover_tests sets), a SKIP_RETURN_CODE (the Python interop
 tests without their packages) and DISABLED_ tests. A test ctest could not start counts as failed.
+Each failed test's output is printed again at the end, from GoogleTest's first "Failure" (at most
+FAILURE_LINES lines; the last lines when there is none), so that the tail of a long log, which is
+often all a CI system shows, says why it failed.
 Usage: test_summary.py JUNIT_XML
 """
 import collections
@@ -15,6 +18,18 @@ import xml.etree.ElementTree as ET
 # ctest's <skipped message=...> for the two ways a test says it skipped; any other "notrun"
 # (e.g. "Unable to find executable") is a failure.
 SKIP_MESSAGES = {"SKIP_REGULAR_EXPRESSION_MATCHED": "GTEST_SKIP", "SKIP_RETURN_CODE": "skip exit code"}
+
+
+FAILURE_LINES = 60
+
+
+def failure_excerpt(case):
+    """The lines of a failed test's output that say why: from the first 'Failure' on."""
+    out = case.find("system-out")
+    lines = (out.text or "").splitlines() if out is not None else []
+    first = next((i for i, line in enumerate(lines) if ": Failure" in line), None)
+    shown = lines[first:first + FAILURE_LINES] if first is not None else lines[-FAILURE_LINES // 2:]
+    return [f"  | {line}" for line in shown]
 
 
 def classify(case):
@@ -50,9 +65,10 @@ def main():
         if kind == "skipped":
             reasons[why] += 1
         elif kind == "failed":
-            failed.append(f"{case.get('name')} ({why})")
-    for name in failed:
+            failed.append((f"{case.get('name')} ({why})", failure_excerpt(case)))
+    for name, excerpt in failed:
         print(f"FAILED: {name}")
+        print("\n".join(excerpt))
     if reasons:
         print("skipped by reason: " + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())))
     print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
