@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "autograd/anomaly.h"
+#include "autograd/recompute.h"
 
 namespace loom::autograd {
 
@@ -14,11 +15,21 @@ uint64_t next_sequence_nr() {
 
 Saved::Saved(const Tensor& t, const char* op) : op_(op) {
   if (!t.defined()) return;
+  if (std::shared_ptr<Recompute> r = recipe_of(t)) {  // Note [Recomputed activations]
+    recompute_ = std::make_shared<RecomputeUse>(std::move(r), t);
+    return;
+  }
   t_ = t.detach();  // an alias without grad_fn: no reference cycle through the graph
   version_ = t.version();
 }
 
 const Tensor& Saved::get() const {
+  if (recompute_) {
+    RecomputeUse& u = *recompute_;
+    if (!u.view.defined())
+      u.view = make_view(u.recipe->materialize(), u.sizes, u.strides, u.offset);
+    return u.view;
+  }
   if (t_.defined()) {
     LOOM_CHECK(t_.version() == version_, op_, ": a tensor (", describe(t_),
                ") saved for the backward pass was modified in place (its version went from ",

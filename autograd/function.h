@@ -2,7 +2,8 @@
 // kernels, then calls record() with its inputs and a backward lambda; record() does nothing when
 // grad mode is off or no input requires grad. Tensors the backward needs are captured through
 // save(), which keeps a detached alias and the version it had, and get() raises a clear error if
-// the tensor was modified in place in between.
+// the tensor was modified in place in between. A tensor that can be made again from what other
+// Saved keep is kept as its recipe instead (Note [Recomputed activations], autograd/recompute.h).
 // Leaves out: the engine that runs the backward functions (autograd/engine.h).
 #pragma once
 
@@ -12,18 +13,26 @@
 #include "autograd/node.h"
 
 namespace loom::autograd {
+struct RecomputeUse;
+}
+
+namespace loom::autograd {
 
 // A tensor saved for backward.
 class Saved {
  public:
   Saved() = default;
   Saved(const Tensor& t, const char* op);
-  // The saved tensor; throws if it was modified in place after it was saved.
+  // The saved tensor; throws if it was modified in place after it was saved. A recomputed one is
+  // rebuilt at the first call.
   const Tensor& get() const;
-  bool defined() const { return t_.defined(); }
+  bool defined() const { return t_.defined() || recompute_; }
+  // Whether it is kept as a recipe (Note [Recomputed activations]).
+  bool recomputed() const { return recompute_ != nullptr; }
 
  private:
   Tensor t_;
+  std::shared_ptr<RecomputeUse> recompute_;  // instead of t_
   uint64_t version_ = 0;
   const char* op_ = "";
 };

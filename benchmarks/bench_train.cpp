@@ -11,7 +11,9 @@
 // --channels-last off keeps them NCHW, as the libtorch twin's are. --optimizer-in-backward updates
 // each parameter as soon as backward has its gradient and frees the gradient (mode column
 // "in-bwd"; nn/optim/in_backward.h): the same updates, a lower peak. --activation-checkpointing
-// (the GPTs) recomputes each transformer block in backward (mode column "ckpt").
+// (the GPTs) recomputes each transformer block in backward (mode column "ckpt");
+// --recompute-activations rebuilds batch norm + ReLU and GELU outputs in backward instead of
+// keeping them (autograd/recompute.h; mode "recomp", or "graph+r" with --cuda-graph).
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
 // scripts/bench-compare.sh runs both side by side.
 //
@@ -28,6 +30,7 @@
 
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
+#include "autograd/recompute.h"
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
@@ -193,8 +196,13 @@ int main(int argc, char** argv) {
   bool checkpointing = false;
   app.add_flag("--activation-checkpointing", checkpointing,
                "the GPTs: recompute each transformer block in backward (lower peak memory)");
+  bool recompute = false;
+  app.add_flag("--recompute-activations", recompute,
+               "rebuild batch norm + ReLU and GELU outputs in backward instead of keeping them "
+               "(Note [Recomputed activations]: lower peak memory, one elementwise pass each)");
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
   amp::set_channels_last_convolutions(channels_last == "on");
+  autograd::set_recompute_activations(recompute);
 
   Device dev = kCPU;
   if (device.empty() && cuda::is_available()) dev = cuda_device(0);
@@ -215,9 +223,10 @@ int main(int argc, char** argv) {
       Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward, checkpointing);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
                   dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
-                  graph           ? "graph"
+                  graph           ? (recompute ? "graph+r" : "graph")
                   : in_backward   ? "in-bwd"
                   : checkpointing ? "ckpt"
+                  : recompute     ? "recomp"
                                   : "eager",
                   long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
       if (!w.make) print_throughput(w, r);

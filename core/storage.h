@@ -9,6 +9,10 @@
 
 #include "core/allocator.h"
 
+namespace loom::autograd {
+class Recompute;
+}
+
 namespace loom {
 
 // Note [Released storage]
@@ -31,6 +35,9 @@ struct Storage {
   bool released() const { return data == nullptr && nbytes > 0; }
   void release() { data.reset(); }
   void reallocate() { data = allocator_for(device).allocate(nbytes); }
+  // How the op that wrote it can write it again (Note [Recomputed activations],
+  // autograd/recompute.h); null for most storages.
+  std::shared_ptr<autograd::Recompute> recompute;
 };
 
 inline std::shared_ptr<Storage> make_storage(size_t nbytes, Device d) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <ostream>
 
+#include "autograd/recompute.h"
 #include "core/cuda/available.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -114,6 +115,7 @@ RunSetup::RunSetup(const TrainConfig& cfg)
       world(pg->size()),
       local_batch(checked_local_batch(cfg, device, world, pg->backend())) {
   manual_seed(cfg.seed);
+  autograd::set_recompute_activations(cfg.recompute_activations);  // Note [Recomputed activations]
 }
 
 // Drops what non-zero ranks would print (progress bars).

@@ -40,8 +40,8 @@ class ProcessGroupScope {
 
 class RunSetup {
  public:
-  // Picks the device, joins the process group, runs the checks above (errors name the flags) and
-  // seeds the default generator with --seed.
+  // Picks the device, joins the process group, runs the checks above (errors name the flags),
+  // seeds the default generator with --seed and sets --recompute-activations' switch.
   explicit RunSetup(const TrainConfig& cfg);
 
   bool main() const { return rank == 0; }  // rank 0 prints, logs and writes checkpoints

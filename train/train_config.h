@@ -31,10 +31,11 @@ struct TrainConfig {
   int64_t log_every = 20;   // read the loss back from the device every N steps
   bool allow_nonfinite =
       false;  // keep going when the loss is nan/inf (default: stop with an error)
-  int64_t checkpoint_every = 0;  // also save every N steps, mid-epoch (0 = per epoch only)
-  bool profile = false;          // print this process's step-time breakdown at the end
-  std::string amp = "off";       // off, bf16 (autocast), fp16 (autocast + GradScaler)
-  bool detect_anomaly = false;   // the first NaN/Inf in forward or backward is an error
+  int64_t checkpoint_every = 0;        // also save every N steps, mid-epoch (0 = per epoch only)
+  bool profile = false;                // print this process's step-time breakdown at the end
+  std::string amp = "off";             // off, bf16 (autocast), fp16 (autocast + GradScaler)
+  bool detect_anomaly = false;         // the first NaN/Inf in forward or backward is an error
+  bool recompute_activations = false;  // Note [Recomputed activations] (autograd/recompute.h)
   int zero = 0;  // 0 = DDP; 1 = optimizer state sharded over the processes; 2 = and gradients;
                  // 3 = and parameters (FSDP)
 

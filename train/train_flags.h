@@ -58,6 +58,11 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--detect-anomaly", c.detect_anomaly,
                "stop at the first NaN or Inf made in forward or backward, naming the op and the "
                "module whose forward made it (slow: reads every op's output back)");
+  app.add_flag(
+      "--recompute-activations", c.recompute_activations,
+      "keep batch norm + ReLU and GELU outputs out of memory between forward and backward, "
+      "rebuilding them from their inputs in the backward (one elementwise pass each): a "
+      "lower peak for a little time (docs/perf.md)");
   app.add_flag("--profile", c.profile,
                "print each process's step-time breakdown (data, forward, backward, exposed "
                "all-reduce, optimizer)");

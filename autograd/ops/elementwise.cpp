@@ -8,6 +8,7 @@
 #include "autograd/ops/factory.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "autograd/recompute.h"
 #include "kernels/raw_ops.h"
 
 namespace loom {
@@ -150,6 +151,19 @@ Tensor unary(const char* name, UnaryOp op, const Tensor& x) {
 Grads fused_grad(BinaryOp op, const Tensor& g, const Tensor& saved) {
   return Grads{backend_for(g.device()).binary(op, g, saved)};
 }
+
+// An activation whose backward reads its input x: the output op(x), which the next Linear saves,
+// can be made again from x (Note [Recomputed activations] in autograd/recompute.h).
+Tensor activation_saving_input(const char* name, UnaryOp op, BinaryOp backward, const Tensor& x) {
+  Tensor y = unary(name, op, x);
+  autograd::Saved sx = save(x, name);
+  autograd::offer_recompute(name, y, {x}, [sx, op] {
+    const Tensor& xs = sx.get();
+    return backend_for(xs.device()).unary(op, xs);
+  });
+  return record(name, y, {x},
+                [sx, backward](const Tensor& g) { return fused_grad(backward, g, sx.get()); });
+}
 }  // namespace
 
 Tensor neg(const Tensor& x) {
@@ -212,17 +226,11 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x) {
-  return record("gelu", unary("gelu", UnaryOp::Gelu, x), {x},
-                [sx = save(x, "gelu")](const Tensor& g) {
-                  return fused_grad(BinaryOp::GeluBackward, g, sx.get());
-                });
+  return activation_saving_input("gelu", UnaryOp::Gelu, BinaryOp::GeluBackward, x);
 }
 
 Tensor gelu_tanh(const Tensor& x) {
-  return record("gelu_tanh", unary("gelu_tanh", UnaryOp::GeluTanh, x), {x},
-                [sx = save(x, "gelu_tanh")](const Tensor& g) {
-                  return fused_grad(BinaryOp::GeluTanhBackward, g, sx.get());
-                });
+  return activation_saving_input("gelu_tanh", UnaryOp::GeluTanh, BinaryOp::GeluTanhBackward, x);
 }
 
 Tensor sigmoid(const Tensor& x) {
@@ -240,10 +248,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor silu(const Tensor& x) {
-  return record("silu", unary("silu", UnaryOp::Silu, x), {x},
-                [sx = save(x, "silu")](const Tensor& g) {
-                  return fused_grad(BinaryOp::SiluBackward, g, sx.get());
-                });
+  return activation_saving_input("silu", UnaryOp::Silu, BinaryOp::SiluBackward, x);
 }
 
 // ---------------------------------------------------------------- comparisons and where

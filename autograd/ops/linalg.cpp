@@ -9,6 +9,7 @@
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
+#include "autograd/recompute.h"
 #include "kernels/raw_ops.h"
 
 namespace loom {
@@ -95,8 +96,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 // with the two products reading transposed views (no copies). Two launches fewer forward per
 // Linear + activation pair than the composite, one node in the graph instead of three. GPT-2's
 // MLP (nn/gpt.cpp) runs its first Linear this way. Input dims before the last are folded into
-// rows (a view when the strides allow it). Left out: cuBLASLt's DGELU epilogue, which would fold
-// g' into the GEMM that makes g, in the next layer's backward (a fusion across two nodes).
+// rows (a view when the strides allow it). With recomputed activations on, the GELU's y is not
+// kept by the next Linear but made again from pre (Note [Recomputed activations]: the
+// elementwise GELU, which on CUDA equals the epilogue's to rounding, not bit for bit).
+// Left out: cuBLASLt's DGELU epilogue, which would fold g' into the GEMM that makes g, in the next
+// layer's backward (a fusion across two nodes).
 namespace {
 
 // The activation's backward, g (M, N) -> g' (see the Note); `kept` is y (ReLU) or pre (GELU).
@@ -131,10 +135,15 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                                                           : Tensor();
   std::vector<Tensor> inputs{x2, weight};
   if (bias.defined()) inputs.push_back(bias);
+  autograd::Saved sk = kept.defined() ? save(kept, "linear") : autograd::Saved();
+  if (act == LinearActivation::GeluTanh)  // y from the kept pre-activation (Note [Fused linear])
+    autograd::offer_recompute("linear", out.y, inputs, [sk] {
+      const Tensor& pre = sk.get();
+      return backend_for(pre.device()).unary(UnaryOp::GeluTanh, pre);
+    });
   Tensor y =
       record("linear", out.y, inputs,
-             [sx = save(x2, "linear"), sw = save(weight, "linear"),
-              sk = kept.defined() ? save(kept, "linear") : autograd::Saved(), act,
+             [sx = save(x2, "linear"), sw = save(weight, "linear"), sk, act,
               has_bias = bias.defined()](const Tensor& g) {
                const Tensor &xs = sx.get(), &w = sw.get();
                Backend& be = backend_for(g.device());

@@ -12,6 +12,7 @@
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "autograd/recompute.h"
 #include "kernels/raw_ops.h"
 
 namespace loom {
@@ -96,20 +97,26 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
 
   BatchNormOut o =
       be.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, relu);
-  // With the fused ReLU the output is saved too: the backward masks the gradient by y > 0 (the
-  // CPU reads y; CUDA on NCHW recomputes the mask from x, weight and bias).
-  autograd::Saved sy = relu ? save(o.y, "batch_norm") : autograd::Saved();
   if (batch_stats) {
-    // The bias is saved for the fused ReLU's mask (Note [ReLU mask from x] in
+    autograd::Saved sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"),
+                    sb = save(bias, "batch_norm");
+    // y can be made again from what the backward keeps (Note [Recomputed activations]). With
+    // the fused ReLU y is saved too, after the recipe is offered (so it may be kept as the
+    // recipe): the mask is y > 0 (the CPU and channels-last CUDA read y; NCHW CUDA recomputes
+    // the mask from x, weight and bias: Note [ReLU mask from x] in
     // kernels/cuda/cuda_norm_finalize.cuh).
-    autograd::Saved sb = relu ? save(bias, "batch_norm") : autograd::Saved();
+    autograd::offer_recompute("batch_norm", o.y, {x, weight, bias},
+                              [sx, sw, sb, mean = o.save_mean, invstd = o.save_invstd, relu] {
+                                return backend_for(sx.get().device())
+                                    .batch_norm_apply(sx.get(), sw.get(), sb.get(), mean, invstd,
+                                                      relu);
+                              });
+    autograd::Saved sy = relu ? save(o.y, "batch_norm") : autograd::Saved();
     return record("batch_norm", o.y, {x, weight, bias},
-                  [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), sb, sy,
-                   mean = o.save_mean, invstd = o.save_invstd](const Tensor& g) {
+                  [sx, sw, sb, sy, mean = o.save_mean, invstd = o.save_invstd](const Tensor& g) {
                     BatchNormGrads r =
                         backend_for(g.device())
-                            .batch_norm_backward(g, sx.get(), sw.get(),
-                                                 sb.defined() ? sb.get() : Tensor(), mean, invstd,
+                            .batch_norm_backward(g, sx.get(), sw.get(), sb.get(), mean, invstd,
                                                  sy.defined() ? sy.get() : Tensor());
                     return Grads{r.grad_input, r.grad_weight, r.grad_bias};
                   });
@@ -123,8 +130,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   Tensor invstd = be.unary(UnaryOp::Rsqrt, be.binary_scalar(BinaryOp::Add, var, eps, false));
   return record(
       "batch_norm", o.y, {x, weight, bias},
-      [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"), sy, rmean,
-       invstd](const Tensor& g_in) {
+      [sx = save(x, "batch_norm"), sw = save(weight, "batch_norm"),
+       sy = relu ? save(o.y, "batch_norm") : autograd::Saved(), rmean, invstd](const Tensor& g_in) {
         const Tensor &x = sx.get(), &w = sw.get();
         const Tensor g =
             sy.defined() ? backend_for(g_in.device()).binary(BinaryOp::ReluBackward, g_in, sy.get())

@@ -190,6 +190,19 @@ void batch_norm_backward_kernel(const T* gy, const T* x, const T* relu_y, T* gx,
 
 DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
+// x: (N, C, L) contiguous -> y = (x - mean) * (w * invstd) + b per channel (max(y, 0) with relu).
+Tensor normalise(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
+                 const std::vector<double>& mean, const std::vector<double>& invstd, bool relu) {
+  NormGeom g = norm_geom(x);
+  std::vector<double> scale(size_t(g.C));
+  for (int64_t c = 0; c < g.C; ++c) scale[c] = w[c] * invstd[c];
+  Tensor y = empty(x.shape(), {.dtype = x.dtype()});
+  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    affine_per_channel(x.data<scalar_t>(), y.data<scalar_t>(), g, mean, scale, b, relu);
+  });
+  return y;
+}
+
 }  // namespace
 
 BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, const Tensor& bias,
@@ -206,21 +219,19 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
     mean = channel_values(running_mean, g.C, 0.0);
     var = channel_values(running_var, g.C, 1.0);
   }
-  std::vector<double> w = channel_values(weight, g.C, 1.0), b = channel_values(bias, g.C, 0.0);
-  std::vector<double> invstd(size_t(g.C)), scale(size_t(g.C));
-  for (int64_t c = 0; c < g.C; ++c) {
-    invstd[c] = 1.0 / std::sqrt(var[c] + eps);
-    scale[c] = w[c] * invstd[c];
-  }
+  std::vector<double> invstd(size_t(g.C));
+  for (int64_t c = 0; c < g.C; ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
   BatchNormOut out;
-  out.y = empty(x.shape(), {.dtype = x.dtype()});
-  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-    affine_per_channel(x.data<scalar_t>(), out.y.data<scalar_t>(), g, mean, scale, b, relu);
-  });
-  if (!batch_stats) return out;
-
+  if (!batch_stats) {
+    out.y = normalise(x, channel_values(weight, g.C, 1.0), channel_values(bias, g.C, 0.0), mean,
+                      invstd, relu);
+    return out;
+  }
+  // Normalised with the statistics as saved (float32 for a float32 input), so that
+  // batch_norm_apply makes this y again bit for bit (Note [Recomputed activations]).
   out.save_mean = raw::cast(from_vector(mean, {g.C}), stats_dtype(x.dtype()));
   out.save_invstd = raw::cast(from_vector(invstd, {g.C}), stats_dtype(x.dtype()));
+  out.y = batch_norm_apply(x, weight, bias, out.save_mean, out.save_invstd, relu);
   if (training && running_mean.defined()) {
     const double M = double(g.N * g.L);
     std::vector<double> rm = channel_values(running_mean, g.C, 0.0);
@@ -233,6 +244,15 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
     if (running_var.defined()) store_channel_values(running_var, rv);
   }
   return out;
+}
+
+Tensor CpuBackend::batch_norm_apply(const Tensor& x0, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& save_mean, const Tensor& save_invstd, bool relu) {
+  Tensor x = raw::contiguous(x0);
+  NormGeom g = norm_geom(x);
+  return normalise(x, channel_values(weight, g.C, 1.0), channel_values(bias, g.C, 0.0),
+                   channel_values(save_mean, g.C, 0.0), channel_values(save_invstd, g.C, 1.0),
+                   relu);
 }
 
 // bias is not read: the CPU masks by the saved output relu_out.

@@ -178,6 +178,18 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, cons
   }
 }
 
+// The forward's scale and shift again from the weight, bias and saved invstd (batch_norm_apply):
+// the same formulas as bn_finalize_kernel's, so the same bits.
+template <typename T>
+__global__ void bn_coefficients_kernel(ChannelVec<T> w, ChannelVec<T> b,
+                                       const acc_t<T>* __restrict__ invstd, int64_t C,
+                                       acc_t<T>* __restrict__ scale, acc_t<T>* __restrict__ shift) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  scale[c] = bn_scale(w.get(c, 1.0), invstd[c]);
+  shift[c] = acc_t<T>(b.get(c, 0.0));
+}
+
 // gy, x: (N, C, L) -> partial sums (C, S) of dy and dy * (x - mean), dy masked by the fused ReLU;
 // read as vectors of V.
 template <typename T, int V>
@@ -408,6 +420,70 @@ BnCoefficients bn_coefficients(const Tensor& x, const Tensor& w, const Tensor& b
   return o;
 }
 
+namespace {
+// y = (x - mean) * scale + shift per channel (max(y, 0) with relu), in x's layout (contiguous or
+// channels-last); `any`: false leaves y unwritten (no values, or no statistics to use).
+Tensor apply_coefficients(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                          const Tensor& shift, bool relu, bool any, cudaStream_t stream) {
+  const bool cl = raw::is_channels_last(x);
+  Tensor y = cl ? raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()})
+                : empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  if (!any) return y;
+  if (cl) {
+    bn_apply_cl(x, y, mean, scale, shift, relu, stream);
+    return y;
+  }
+  NormGeom g = norm_geom(x);
+  LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    using T = scalar_t;
+    using A = acc_t<T>;
+    with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), y.data_ptr()}), [&](auto V) {
+      bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, x.device().index), kThreads, 0, stream>>>(
+          x.data<T>(), y.data<T>(), static_cast<const A*>(mean.data_ptr()),
+          static_cast<const A*>(scale.data_ptr()), static_cast<const A*>(shift.data_ptr()), g,
+          relu);
+      LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
+    });
+  });
+  return y;
+}
+}  // namespace
+
+Tensor CudaBackend::batch_norm_apply(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
+                                     const Tensor& save_mean, const Tensor& save_invstd,
+                                     bool relu) {
+  const bool cl = raw::is_channels_last(x0);  // kept (Note [Channels-last])
+  Tensor x = cl ? x0 : raw::contiguous(x0);
+  NormGeom g = norm_geom(x);
+  check_geometry("batch_norm_apply", x, g);
+  DeviceGuard guard(x.device().index);
+  cudaStream_t stream = current_stream(x.device().index);
+  Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
+  Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
+  check_channel_dtype("batch_norm_apply", x, w, "weight");
+  check_channel_dtype("batch_norm_apply", x, b, "bias");
+  DType ad = acc_dtype(x.dtype());
+  LOOM_CHECK(save_mean.dtype() == ad && save_invstd.dtype() == ad && save_mean.numel() == g.C &&
+                 save_invstd.numel() == g.C,
+             "batch_norm_apply: save_mean ", describe(save_mean), " and save_invstd ",
+             describe(save_invstd), " must be ", dtype_name(ad), " (", g.C, ") for input ",
+             describe(x));
+  Tensor scale = empty({g.C}, {.dtype = ad, .device = x.device()});
+  Tensor shift = empty({g.C}, {.dtype = ad, .device = x.device()});
+  if (g.C > 0) {
+    LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_apply", [&] {
+      using T = scalar_t;
+      using A = acc_t<T>;
+      bn_coefficients_kernel<T><<<unsigned((g.C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          channel_vec<T>(w), channel_vec<T>(b), static_cast<const A*>(save_invstd.data_ptr()), g.C,
+          static_cast<A*>(scale.data_ptr()), static_cast<A*>(shift.data_ptr()));
+      LOOM_CUDA_CHECK_LAUNCH("bn_coefficients_kernel");
+    });
+  }
+  return apply_coefficients(x, raw::contiguous(save_mean), scale, shift, relu,
+                            g.C > 0 && g.M > 0 && x.numel() > 0, stream);
+}
+
 BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
                                      const Tensor& running_mean, const Tensor& running_var,
                                      bool training, double momentum, double eps, bool relu) {
@@ -424,24 +500,8 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
   BnCoefficients k = bn_coefficients(x, w, b, running_mean, running_var, training, momentum, eps);
 
   BatchNormOut out;
-  out.y = cl ? raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()})
-             : empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  if (g.C > 0 && (g.M > 0 || !batch_stats) && x.numel() > 0) {
-    if (cl) {
-      bn_apply_cl(x, out.y, k.mean, k.scale, k.shift, relu, stream);
-    } else {
-      LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-        using T = scalar_t;
-        using A = acc_t<T>;
-        with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), out.y.data_ptr()}), [&](auto V) {
-          bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, dev), kThreads, 0, stream>>>(
-              x.data<T>(), out.y.data<T>(), static_cast<A*>(k.mean.data_ptr()),
-              static_cast<A*>(k.scale.data_ptr()), static_cast<A*>(k.shift.data_ptr()), g, relu);
-          LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
-        });
-      });
-    }
-  }
+  const bool any = g.C > 0 && (g.M > 0 || !batch_stats) && x.numel() > 0;
+  out.y = apply_coefficients(x, k.mean, k.scale, k.shift, relu, any, stream);
   if (batch_stats) {
     out.save_mean = k.mean;
     out.save_invstd = k.invstd;

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# gpu-recompute-check.sh: recomputed activations (Note [Recomputed activations],
+# autograd/recompute.h) on one GPU in one call: builds test_cuda and bench_train (sm_90), runs the
+# CudaRecompute tests (batch_norm_apply bit for bit; ResNet-50 and a GPT with and without, peak
+# lower), then the benchmark rows with and without --recompute-activations (resnet50 and vit-b16
+# eager and as a CUDA graph, gpt eager; bf16 autocast), then every CUDA test through ctest (the
+# rest of what the change touches: batch norm, GELU, Linear, the models). Each part's output lands
+# in $OUT (or build-recompute/logs) as it finishes; summary.txt has one line per part.
+# Knobs: BUILD, JOBS (16), SKIP_CTEST=1, CTEST_JOBS (12).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-$HOME/build-recompute}
+LOG=${OUT:-build-recompute/logs}
+mkdir -p "$LOG"
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$LOG/summary.txt"; }
+
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 > "$LOG/configure.log" 2>&1 \
+  || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
+if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target test_cuda bench_train > "$LOG/build.log" 2>&1; then
+  grep -E "error" "$LOG/build.log" | head -30
+  stamp "build FAILED"
+  exit 1
+fi
+stamp "built test_cuda bench_train"
+
+"$BUILD/tests/test_cuda" --gtest_filter='CudaRecompute.*' > "$LOG/test_recompute.txt" 2>&1
+stamp "CudaRecompute.*: $(grep -E 'PASSED|FAILED|peak:' "$LOG/test_recompute.txt" | tr '\n' ' ')"
+
+steps=(--steps 20 --repeats 3 --warmup 5)
+bench() {  # workload, then bench_train's extra flags
+  local w=$1 name
+  shift
+  name="$w$(echo "$*" | tr -d ' -')"
+  "$BUILD/benchmarks/bench_train" --workload "$w" --amp bf16 "$@" "${steps[@]}" > "$LOG/bench_$name.txt" 2>&1
+  stamp "$w bf16 $*: $(grep -E "^$w " "$LOG/bench_$name.txt" | awk '{print $4 " " $6 " ms/step, peak " $9 " MiB"}') $(grep -i error "$LOG/bench_$name.txt" | head -2)"
+}
+for w in resnet50 vit-b16; do
+  bench $w
+  bench $w --recompute-activations
+  bench $w --cuda-graph
+  bench $w --cuda-graph --recompute-activations
+done
+bench gpt
+bench gpt --recompute-activations
+
+if [ "${SKIP_CTEST:-0}" != 1 ]; then
+  (cd "$BUILD" && ctest -j "${CTEST_JOBS:-12}" -R 'Cuda' --timeout 300 \
+    --output-junit "$PWD/ctest-cuda.xml" > "$LOG/ctest_cuda.txt" 2>&1)
+  python3 scripts/test_summary.py "$BUILD/ctest-cuda.xml" > "$LOG/ctest_summary.txt" 2>&1
+  stamp "ctest -R Cuda: $(tail -1 "$LOG/ctest_summary.txt") $(grep FAILED "$LOG/ctest_summary.txt" | head -5 | tr '\n' ' ')"
+fi
+cat "$LOG/summary.txt"
