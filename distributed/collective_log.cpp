@@ -188,16 +188,17 @@ std::string recorded_departure(Store& store, int r) {
 }
 }  // namespace
 
-// Note [Who left]: named once r's count has not moved for kHeartbeatStale of this rank's watching,
-// and recorded under "gone/<r>" for the others.
+// Note [Who left]: named once r's count has not moved for kHeartbeatStale of this rank's watching
+// (reads at most kHeartbeatGap apart), and recorded under "gone/<r>" for the others.
 std::string CollectiveLog::stopped_heartbeat(int r) {
   Beat& b = beats_[size_t(r)];
   const auto now = Clock::now();
   if (now - b.read_at < kHeartbeatRead) return "";
+  const bool watched = now - b.read_at <= kHeartbeatGap;  // else only now looking again
   b.read_at = now;
   const int64_t count = reader_->add(alive_key(r), 0);
   if (count == 0) return "";  // it never beat: not in the group yet
-  if (count != b.count) {
+  if (count != b.count || !watched) {
     b.count = count;
     b.since = now;
     return "";

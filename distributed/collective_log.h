@@ -79,8 +79,12 @@ class CollectiveLog {
   // has not built the group yet) is never named by its heartbeat: rendezvous names it as absent.
   // A rank stopped whole (SIGSTOP, a debugger) also stops beating and is named after 3 s by a
   // peer that waits on it; a live rank busy in a long step is not (its heartbeat is a thread).
+  // Only watched time counts: when more than kHeartbeatGap passed between two of the reader's own
+  // reads (it was not waiting on anyone, or its machine stalled: a paused VM, a swapped-out
+  // process, during which the watched rank could not beat either), the count it saw last is no
+  // evidence, and its 3 s start again.
   static constexpr std::chrono::milliseconds kHeartbeat{1000}, kHeartbeatStale{3000},
-      kHeartbeatRead{400};
+      kHeartbeatRead{400}, kHeartbeatGap{1500};
   void record_departure(const std::string& how);
   std::string departures(std::chrono::milliseconds wait);
 

@@ -3,10 +3,10 @@
 # autograd/recompute.h) on one GPU in one call: builds test_cuda and bench_train (sm_90), runs the
 # CudaRecompute tests (batch_norm_apply bit for bit; ResNet-50 and a GPT with and without, peak
 # lower), then the benchmark rows with and without --recompute-activations (resnet50 and vit-b16
-# eager and as a CUDA graph, gpt eager; bf16 autocast), then every CUDA test through ctest (the
-# rest of what the change touches: batch norm, GELU, Linear, the models). Each part's output lands
-# in $OUT (or build-recompute/logs) as it finishes; summary.txt has one line per part.
-# Knobs: BUILD, JOBS (16), SKIP_CTEST=1, CTEST_JOBS (12).
+# eager and as a CUDA graph, gpt eager; bf16 autocast), then the CUDA tests of the rest of what the
+# change touches (batch norm, GELU, Linear, the models). Each part's output lands in $OUT (or
+# build-recompute/logs) as it finishes; summary.txt has one line per part.
+# Knobs: BUILD, JOBS (16), STEPS (10), CTEST=1 (every CUDA test through ctest), CTEST_JOBS (12).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-$HOME/build-recompute}
@@ -29,7 +29,7 @@ stamp "built test_cuda bench_train"
 "$BUILD/tests/test_cuda" --gtest_filter='CudaRecompute.*' > "$LOG/test_recompute.txt" 2>&1
 stamp "CudaRecompute.*: $(grep -E 'PASSED|FAILED|peak:' "$LOG/test_recompute.txt" | tr '\n' ' ')"
 
-steps=(--steps 20 --repeats 3 --warmup 5)
+steps=(--steps "${STEPS:-10}" --repeats 3 --warmup 3)
 bench() {  # workload, then bench_train's extra flags
   local w=$1 name
   shift
@@ -46,10 +46,16 @@ done
 bench gpt
 bench gpt --recompute-activations
 
-if [ "${SKIP_CTEST:-0}" != 1 ]; then
+# The CUDA tests of what the change touches (batch norm, GELU and Linear through the op table, the
+# image models, checkpointing), in one process; CTEST=1 runs every CUDA test through ctest instead.
+if [ "${CTEST:-0}" = 1 ]; then
   (cd "$BUILD" && ctest -j "${CTEST_JOBS:-12}" -R 'Cuda' --timeout 300 \
     --output-junit "$PWD/ctest-cuda.xml" > "$LOG/ctest_cuda.txt" 2>&1)
   python3 scripts/test_summary.py "$BUILD/ctest-cuda.xml" > "$LOG/ctest_summary.txt" 2>&1
   stamp "ctest -R Cuda: $(tail -1 "$LOG/ctest_summary.txt") $(grep FAILED "$LOG/ctest_summary.txt" | head -5 | tr '\n' ' ')"
+else
+  filter='*CudaOpTable*:CudaBatchNorm*:CudaVisionModels.*:CudaCheckpoint.*:CudaLinearFused.*:CudaChannelsLast.*:CudaAmp*:CudaElementwise.*:CudaGraphStep.*:CudaAutograd.*'
+  "$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter="$filter" > "$LOG/test_touched.txt" 2>&1
+  stamp "test_cuda $filter: $(grep -E 'PASSED|FAILED' "$LOG/test_touched.txt" | tr '\n' ' ')"
 fi
 cat "$LOG/summary.txt"

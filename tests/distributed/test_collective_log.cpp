@@ -131,3 +131,23 @@ TEST(CollectiveLog, PointToPointTimeoutDoesNotAskTheStore) {
             "recv from rank 1 (6 float32 elements) timed out after 2.0 s on rank 0");
   EXPECT_FALSE(store->check({"progress/0"}));
 }
+
+// Note [Who left]: a rank whose count stops is named after kHeartbeatStale of watching; time in
+// which this rank did not look (here a sleep, as a paused VM would be: the watched rank could not
+// beat either) does not count.
+TEST(CollectiveLog, AStoppedHeartbeatIsNamedAfterThreeWatchedSecondsNotAfterAStall) {
+  auto store = serve();
+  CollectiveLog log(store, 0, 2);
+  store->add("alive/1", 5);  // rank 1 beat five times, then stopped
+  EXPECT_EQ(log.departures(0ms), "");
+  std::this_thread::sleep_for(3500ms);  // this rank stalled: nobody watched
+  EXPECT_EQ(log.departures(0ms), "") << "the stall was taken for three quiet seconds";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg = log.departures(6000ms);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(msg.find("rank 1 has left the job (its heartbeat stopped: rank 0 saw none for "), 0u)
+      << msg;
+  EXPECT_GT(took, 2.4);
+  EXPECT_LT(took, 4.5);
+}
