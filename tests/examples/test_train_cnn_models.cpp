@@ -3,7 +3,8 @@
 // global batch, and --model resnet18 with --sync-bn has one process's gradients (without it,
 // BatchNorm normalises each rank's half batch by its own statistics); the cosine
 // schedule is saved in checkpoints and a resumed run ends where the straight run ends, bit for
-// bit. Tiny runs (--train-limit, --max-steps) so that no evaluation runs; each bounded by
+// bit; --recompute-activations under --zero 3 ends with the plain run's weights. Tiny runs
+// (--train-limit, --max-steps) so that no evaluation runs; each bounded by
 // `timeout`. Leaves out: accuracy (README: the Fashion-MNIST runs on one H200) and CUDA.
 #include <gtest/gtest.h>
 
@@ -108,6 +109,26 @@ TEST(TrainCnnModels, ResNet18UnderZeroThreeEndsWithDdpsWeights) {
     }
   fs::remove_all(ddp);
   fs::remove_all(z3);
+}
+
+// --recompute-activations (Note [Recomputed activations]: each batch norm + ReLU output rebuilt in
+// backward for the convolution after it), here also under --zero 3 (the BatchNorm parameters the
+// recipe reads are gathered again for their unit's backward), ends with the plain run's weights.
+TEST(TrainCnnModels, ResNet18WithRecomputedActivationsUnderZeroThreeEndsWithThePlainWeights) {
+  LOOM_FASHION_MNIST_OR_SKIP(data_dir);
+  fs::path plain = fresh_temp_dir("cnn_plain"), re = fresh_temp_dir("cnn_recompute");
+  const std::string args =
+      "--model resnet18 --batch-size 16 --optimizer adamw --lr 2e-3 --max-steps 2 "
+      "--checkpoint-every 1 --keep-last 10";
+  auto a = run_command(train_cnn(1, args, plain));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = run_command(train_cnn(1, args + " --zero 3 --recompute-activations", re));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  Distance d = distance(plain / ckpt(2), re / ckpt(2), plain / ckpt(1));
+  EXPECT_LE(d.apart, 1e-5) << "recomputed activations under ZeRO-3 vs the plain run";
+  EXPECT_GT(d.moved, 1e-3) << "step 2 must move the weights for the comparison to mean much";
+  fs::remove_all(plain);
+  fs::remove_all(re);
 }
 
 namespace {
