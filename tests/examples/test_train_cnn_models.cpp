@@ -61,54 +61,67 @@ std::string ckpt(int64_t step) {
   return name;
 }
 
+// Two runs of train_cnn with the same `args` (checkpoints every step): run A on procs_a processes
+// with extra_a, run B likewise; `d` compares their step-`step` checkpoints (and A's with its step
+// 1). Outputs kept for the caller's checks; folders removed with it.
+struct TwoRuns {
+  fs::path a, b;
+  testing_support::CommandRun out_a, out_b;
+  Distance d;
+  ~TwoRuns() {
+    fs::remove_all(a);
+    fs::remove_all(b);
+  }
+};
+
+void run_twice(TwoRuns& r, const std::string& args, int procs_a, const std::string& extra_a,
+               int procs_b, const std::string& extra_b, int64_t step) {
+  r.a = fresh_temp_dir("cnn_a");
+  r.b = fresh_temp_dir("cnn_b");
+  const std::string common =
+      args + " --max-steps " + std::to_string(step) + " --checkpoint-every 1 --keep-last 10 ";
+  r.out_a = run_command(train_cnn(procs_a, common + extra_a, r.a));
+  ASSERT_EQ(r.out_a.exit_code, 0) << r.out_a.output;
+  r.out_b = run_command(train_cnn(procs_b, common + extra_b, r.b));
+  ASSERT_EQ(r.out_b.exit_code, 0) << r.out_b.output;
+  r.d = distance(r.a / ckpt(step), r.b / ckpt(step), r.a / ckpt(1));
+  EXPECT_GT(r.d.moved, 1e-3) << "steps after the first must move the weights for the comparison "
+                                "to mean much";
+}
+
 }  // namespace
 
 #ifdef LOOM_WITH_GLOO
 TEST(TrainCnnModels, VitOnTwoProcessesEndsWithOneProcesssWeights) {
   LOOM_FASHION_MNIST_OR_SKIP(data_dir);
-  fs::path one = fresh_temp_dir("cnn_vit1"), two = fresh_temp_dir("cnn_vit2");
-  const std::string args =
-      "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 --weight-decay 0.05 "
-      "--lr-schedule cosine --warmup 1 --max-steps 4 --checkpoint-every 1 --keep-last 10";
-  auto a = run_command(train_cnn(1, args, one));
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = run_command(train_cnn(2, args, two));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(a.output.find("training VisionTransformer"), std::string::npos) << a.output;
-  Distance d = distance(one / ckpt(4), two / ckpt(4), one / ckpt(1));
+  TwoRuns r;
+  ASSERT_NO_FATAL_FAILURE(run_twice(r,
+                                    "--model vit --batch-size 16 --optimizer adamw --lr 2e-3 "
+                                    "--weight-decay 0.05 --lr-schedule cosine --warmup 1",
+                                    1, "", 2, "", 4));
+  EXPECT_NE(r.out_a.output.find("training VisionTransformer"), std::string::npos) << r.out_a.output;
   // Rounding only (1e-6 to 2e-5 here, depending on the compiler's summation order; Adam's
   // normalised steps amplify it), against steps of about 2e-3.
-  EXPECT_LE(d.apart, 1e-4) << "2 processes vs 1, the same global batches";
-  EXPECT_GT(d.moved, 1e-3) << "steps 2-4 must move the weights for the comparison to mean much";
-  fs::remove_all(one);
-  fs::remove_all(two);
+  EXPECT_LE(r.d.apart, 1e-4) << "2 processes vs 1, the same global batches";
 }
+
+const char* const kResNet18 = "--model resnet18 --batch-size 16 --optimizer adamw --lr 2e-3";
 
 // --zero 3 (FullyShardedDataParallel: each BasicBlock, and the stem's convolution, a unit; the
 // BatchNorm buffers each rank's own, rank 0's saved) on 2 processes ends with DDP's weights and
 // DDP's rank-0 running statistics.
 TEST(TrainCnnModels, ResNet18UnderZeroThreeEndsWithDdpsWeights) {
   LOOM_FASHION_MNIST_OR_SKIP(data_dir);
-  fs::path ddp = fresh_temp_dir("cnn_ddp"), z3 = fresh_temp_dir("cnn_z3");
-  const std::string args =
-      "--model resnet18 --batch-size 16 --optimizer adamw --lr 2e-3 --max-steps 2 "
-      "--checkpoint-every 1 --keep-last 10";
-  auto a = run_command(train_cnn(2, args, ddp));
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = run_command(train_cnn(2, args + " --zero 3", z3));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  Distance d = distance(ddp / ckpt(2), z3 / ckpt(2), ddp / ckpt(1));
-  EXPECT_LE(d.apart, 1e-4) << "ZeRO-3 vs DDP on the same 2 processes";
-  EXPECT_GT(d.moved, 1e-3) << "step 2 must move the weights for the comparison to mean much";
-  auto sa = load_checkpoint((ddp / ckpt(2)).string()),
-       sb = load_checkpoint((z3 / ckpt(2)).string());
+  TwoRuns r;
+  ASSERT_NO_FATAL_FAILURE(run_twice(r, kResNet18, 2, "", 2, "--zero 3", 2));
+  EXPECT_LE(r.d.apart, 1e-4) << "ZeRO-3 vs DDP on the same 2 processes";
+  auto sa = load_checkpoint((r.a / ckpt(2)).string()),
+       sb = load_checkpoint((r.b / ckpt(2)).string());
   for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i)
     if (sa.model[i].first.find("running_") != std::string::npos) {
       EXPECT_LE(max(abs(sa.model[i].second - sb.model[i].second)).item(), 1e-5)
           << sa.model[i].first;
     }
-  fs::remove_all(ddp);
-  fs::remove_all(z3);
 }
 
 // --recompute-activations (Note [Recomputed activations]: each batch norm + ReLU output rebuilt in
@@ -116,19 +129,9 @@ TEST(TrainCnnModels, ResNet18UnderZeroThreeEndsWithDdpsWeights) {
 // recipe reads are gathered again for their unit's backward), ends with the plain run's weights.
 TEST(TrainCnnModels, ResNet18WithRecomputedActivationsUnderZeroThreeEndsWithThePlainWeights) {
   LOOM_FASHION_MNIST_OR_SKIP(data_dir);
-  fs::path plain = fresh_temp_dir("cnn_plain"), re = fresh_temp_dir("cnn_recompute");
-  const std::string args =
-      "--model resnet18 --batch-size 16 --optimizer adamw --lr 2e-3 --max-steps 2 "
-      "--checkpoint-every 1 --keep-last 10";
-  auto a = run_command(train_cnn(1, args, plain));
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = run_command(train_cnn(1, args + " --zero 3 --recompute-activations", re));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  Distance d = distance(plain / ckpt(2), re / ckpt(2), plain / ckpt(1));
-  EXPECT_LE(d.apart, 1e-5) << "recomputed activations under ZeRO-3 vs the plain run";
-  EXPECT_GT(d.moved, 1e-3) << "step 2 must move the weights for the comparison to mean much";
-  fs::remove_all(plain);
-  fs::remove_all(re);
+  TwoRuns r;
+  ASSERT_NO_FATAL_FAILURE(run_twice(r, kResNet18, 1, "", 1, "--zero 3 --recompute-activations", 2));
+  EXPECT_LE(r.d.apart, 1e-5) << "recomputed activations under ZeRO-3 vs the plain run";
 }
 
 namespace {
