@@ -37,7 +37,10 @@ namespace loom::autograd {
 // after it was saved does not matter: the recipe gives back what was saved.
 //
 // Cost: one elementwise pass per recomputed activation in the backward (a read of the input, a
-// write of the output), with the rebuilt tensor alive only between its first and last use.
+// write of the output), with the rebuilt tensor alive only between its first and last use. A
+// program that holds on to such an output after the forward (to log it, say) also holds the
+// recipe's inputs; with retain_graph the rebuilt outputs stay until the graph goes, as the saved
+// tensors would have.
 class Recompute {
  public:
   // `out`: the op's output, whose storage gets the recipe; `fn` makes it again.
