@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -335,22 +336,31 @@ int timeout_test() {
   std::cout.flush();
   std::_Exit(0);
 }
-// Runs up to `times` all_reduces of 1000 floats, one of which should fail; prints and returns the
-// error ("" if none failed) and the seconds until it came.
-std::pair<std::string, double> failing_all_reduces(ProcessGroup& pg, int me, int times) {
+
+// Runs `wait` (a wait on the others expected to fail), prints and returns its error and the
+// seconds until it came.
+std::pair<std::string, double> timed_failure(int me, const std::function<void()>& wait) {
   auto start = std::chrono::steady_clock::now();
   std::string msg;
   try {
-    for (int k = 0; k < times; ++k) {
-      Tensor t = filled<float>(me, 1000);
-      pg.all_reduce(t)->synchronize();
-    }
+    wait();
   } catch (const Error& e) {
     msg = e.what();
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
   return {msg, s};
+}
+
+// Runs up to `times` all_reduces of 1000 floats, one of which should fail; prints and returns the
+// error ("" if none failed) and the seconds until it came.
+std::pair<std::string, double> failing_all_reduces(ProcessGroup& pg, int me, int times) {
+  return timed_failure(me, [&] {
+    for (int k = 0; k < times; ++k) {
+      Tensor t = filled<float>(me, 1000);
+      pg.all_reduce(t)->synchronize();
+    }
+  });
 }
 
 // The last rank exits (code 3) after two collectives; the others' next collective must fail on
@@ -396,16 +406,7 @@ void store_barrier(ProcessGroup& pg, const std::string& name) {
 // ("store"). Returns the error and the seconds until it came.
 std::pair<std::string, double> wait_on_everyone(ProcessGroup& pg, int me, const std::string& in) {
   if (in == "all_reduce") return failing_all_reduces(pg, me, 1);
-  auto start = std::chrono::steady_clock::now();
-  std::string msg;
-  try {
-    store_barrier(pg, "leave_barrier");
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "rank " << me << " after " << s << " s: " << msg << std::endl;
-  return {msg, s};
+  return timed_failure(me, [&] { store_barrier(pg, "leave_barrier"); });
 }
 
 double wall_seconds() {
