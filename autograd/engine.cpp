@@ -18,6 +18,10 @@ namespace {
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 thread_local const Node* t_running = nullptr;  // the node whose backward runs now
 thread_local bool t_retain = false;            // that backward's retain_graph
+// The running pass's gradient sums per node, and the sums the running backward took from them
+// (Note [Taking the pending gradient] in autograd/function.h), by input index.
+thread_local std::unordered_map<Node*, Tensor>* t_pending = nullptr;
+thread_local std::vector<std::pair<size_t, Tensor>>* t_taken = nullptr;
 
 struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
@@ -60,6 +64,22 @@ bool needs_input_grad(size_t i) {
 }
 
 bool saved_tensors_freed_after() { return t_running != nullptr && !t_retain; }
+
+Tensor take_pending_grad(size_t i, DType dtype) {
+  if (t_running == nullptr || t_pending == nullptr || t_taken == nullptr ||
+      i >= t_running->next.size() || !t_running->next[i].node)
+    return Tensor();
+  auto it = t_pending->find(t_running->next[i].node.get());
+  if (it == t_pending->end() || !it->second.defined() || it->second.dtype() != dtype ||
+      !it->second.is_contiguous())
+    return Tensor();
+  for (const auto& taken : *t_taken)
+    if (taken.first == i) return Tensor();  // one take per input
+  Tensor g = std::move(it->second);         // the slot is empty until this node's grads arrive
+  it->second = Tensor();
+  t_taken->emplace_back(i, g);
+  return g;
+}
 
 void queue_callback(std::function<void()> cb) {
   LOOM_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");
@@ -114,13 +134,18 @@ void backward_nested(const Tensor& root, const Tensor& grad_root) {
              " needs a gradient of its shape, got ", describe(grad_root));
   const Node* outer = t_running;
   const bool outer_retain = t_retain;
+  auto* outer_pending = t_pending;
+  auto* outer_taken = t_taken;
+  auto restore = [&] {
+    t_running = outer, t_retain = outer_retain, t_pending = outer_pending, t_taken = outer_taken;
+  };
   try {
     run_graph(root, grad_root, false);
   } catch (...) {
-    t_running = outer, t_retain = outer_retain;
+    restore();
     throw;
   }
-  t_running = outer, t_retain = outer_retain;
+  restore();
 }
 
 namespace {
@@ -166,11 +191,14 @@ void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph) {
                  "backward: trying to backward through the graph a second time ", "(through '",
                  n->name, "'); its saved tensors were freed after the first backward. ",
                  "Pass retain_graph = true to the first backward if you need to backward twice");
-      t_running = n;
+      std::vector<std::pair<size_t, Tensor>> taken;
+      t_running = n, t_pending = &pending, t_taken = &taken;
       Grads grads = n->backward(g);
-      t_running = nullptr;
+      t_running = nullptr, t_pending = nullptr, t_taken = nullptr;
       LOOM_CHECK(grads.size() == n->next.size(), n->name, ": backward returned ", grads.size(),
                  " gradients for ", n->next.size(), " inputs");
+      for (auto& [i, sum] : taken)  // a taken sum the backward did not use goes back
+        if (!grads[i].defined()) grads[i] = std::move(sum);
       if (!retain_graph) n->backward = nullptr;  // frees the saved tensors
       if (is_anomaly_enabled()) check_backward_grads(*n, grads);
       for (size_t i = 0; i < grads.size(); ++i) {
@@ -208,7 +236,7 @@ void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph) {
       }
     }
   } catch (...) {
-    t_running = nullptr;
+    t_running = nullptr, t_pending = nullptr, t_taken = nullptr;
     throw;
   }
 }

@@ -50,6 +50,16 @@ bool needs_input_grad(size_t i);
 // saved tensor that nothing else holds (cross_entropy's logits: Note [Fused cross-entropy]).
 bool saved_tensors_freed_after();
 
+// Note [Taking the pending gradient]
+// Inside a backward function: the sum of the gradients that nodes run earlier in this pass have
+// sent to input i (a tensor used twice, like the residual stream that a layer norm reads and the
+// next residual add reads too), if there is one, it is `dtype` and contiguous; else undefined. The
+// caller then owns it: its gradient for input i must include it (added in the kernel that writes
+// that gradient, one pass instead of the engine's separate add), and the engine stores that
+// gradient in place of the sum instead of adding the two. A backward that returns no gradient
+// for input i gets the taken sum put back.
+Tensor take_pending_grad(size_t i, DType dtype);
+
 // Attaches a node for `op` to `out`, with one edge per input. Returns `out`.
 Tensor record(const char* op, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
 

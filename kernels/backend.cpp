@@ -31,6 +31,25 @@ LinearOut linear_composite(Backend& be, const Tensor& x, const Tensor& w, const 
   return {y, Tensor()};
 }
 
+GeluBackwardOut mm_gelu_tanh_backward_composite(Backend& be, const Tensor& g, const Tensor& w,
+                                                const Tensor& pre, bool bias) {
+  Tensor grad = be.binary(BinaryOp::GeluTanhBackward, be.mm(g, w), pre);  // (M, N) @ (N, K)
+  return {grad, bias ? be.reduce(ReduceOp::Sum, grad, {0}, false) : Tensor()};
+}
+
+void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExtras& e,
+                                      const Tensor& x) {
+  const Tensor& a = e.grad_add;
+  LOOM_CHECK(!a.defined() || (a.shape() == x.shape() && a.is_contiguous() &&
+                              a.dtype() == x.dtype() && a.device() == x.device()),
+             op, ": the gradient to add ", a.defined() ? describe(a) : "",
+             " must be contiguous and like x ", describe(x));
+  LOOM_CHECK(
+      !e.grad_input_low || *e.grad_input_low == DType::BF16 || *e.grad_input_low == DType::F16, op,
+      ": grad_input_low must be float16 or bfloat16, got ",
+      e.grad_input_low ? dtype_name(*e.grad_input_low) : "");
+}
+
 void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
   LOOM_CHECK(x.dim() == 4, op, ": expected an input (N, C, H, W), got ", describe(x));
   LOOM_CHECK(x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(2) > 0 && x.size(3) > 0, op,

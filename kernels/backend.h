@@ -45,6 +45,12 @@ struct LinearOut {
   Tensor pre;  // (M, N) x @ w^T + bias, kept for backward: GeluTanh only (undefined otherwise)
 };
 
+// Backend::mm_gelu_tanh_backward (Note [Fused MLP] in autograd/ops/linalg.cpp).
+struct GeluBackwardOut {
+  Tensor grad;  // (M, K) = (g @ w) * gelu_tanh'(pre)
+  Tensor bias;  // (K) the sum of grad's rows; undefined when not asked for
+};
+
 // Fused layer norm over the last dim (Note [Fused layer norm] in autograd/ops/layer_norm.cpp).
 struct LayerNormOut {
   Tensor y;     // (M, N), x's dtype or LayerNormExtras::y_dtype
@@ -58,8 +64,15 @@ struct LayerNormExtras {
   Tensor residual;               // (M, N) contiguous, any floating dtype: normalise x + residual
   std::optional<DType> y_dtype;  // y in this dtype (a following Linear's autocast dtype)
 };
+// The optional parts of Backend::layer_norm_backward (Note [Taking the pending gradient] in
+// autograd/function.h; Note [Layer norm with the residual add] in autograd/ops/layer_norm.cpp).
+struct LayerNormBackwardExtras {
+  Tensor grad_add;  // (M, N) contiguous in x's dtype: added to grad_input as it is written
+  std::optional<DType> grad_input_low;  // also write grad_input in this 16-bit dtype
+};
 struct LayerNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // the last two undefined when not asked for
+  Tensor grad_input_low;  // grad_input in LayerNormBackwardExtras::grad_input_low, when asked
 };
 
 // The gradients of Backend::sdpa_backward, each of its input's shape (and laid out as the
@@ -86,6 +99,17 @@ class Backend {
 // output whose width is not a multiple of 8).
 LinearOut linear_composite(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias,
                            LinearActivation act);
+
+// Backend::mm_gelu_tanh_backward as the backend's own calls (mm, GeluTanhBackward, a row sum):
+// the CPU's implementation, and CUDA's where cuBLASLt's epilogue does not apply (float64, widths
+// that are not a multiple of 8, an algorithm cuBLASLt does not have).
+GeluBackwardOut mm_gelu_tanh_backward_composite(Backend& be, const Tensor& g, const Tensor& w,
+                                                const Tensor& pre, bool bias);
+
+// layer_norm_backward's extras: grad_add undefined, or shaped like x (M, N), contiguous, x's
+// dtype and device; grad_input_low float16 or bfloat16. An error names `op`.
+void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExtras& e,
+                                      const Tensor& x);
 
 // The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.

@@ -108,14 +108,20 @@ MLP::MLP(const GPTConfig& cfg) : Module("MLP") {
   dropout = register_module("dropout", make<Dropout>(cfg.dropout));
 }
 
-// With the tanh GELU, c_fc and the GELU are one fused op (Note [Fused linear] in
-// autograd/ops/linalg.cpp: on CUDA the bias and GELU in cuBLASLt's epilogue), and `gelu` stays a
-// child (the printed model, the composite that test_gpt's reference writes out) but does not run
-// here. The exact GELU has no fused epilogue: it runs after c_fc.
+// With the tanh GELU, c_fc, the GELU and c_proj are one fused op (Note [Fused MLP] in
+// autograd/ops/linalg.cpp: on CUDA the bias and GELU in cuBLASLt's forward epilogue, the GELU's
+// backward in the epilogue of the GEMM that makes its gradient), and `gelu` stays a child (the
+// printed model, the composite that test_gpt's reference writes out) but does not run here. The
+// exact GELU has no fused epilogue: it runs between the two Linears.
 Tensor MLP::forward(const Tensor& x) {
-  Tensor h = gelu->approximate == "tanh" ? c_fc->forward(x, LinearActivation::GeluTanh)
-                                         : gelu->forward(c_fc->forward(x));  // (B, T, 4C)
-  return dropout->forward(c_proj->forward(h));
+  if (gelu->approximate == "tanh") {  // (B, T, C) -> (B, T, 4C) -> (B, T, C)
+    LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == c_fc->in_features,
+               "MLP(n_embd=", c_fc->in_features, "): input ",
+               x.defined() ? describe(x) : std::string("undefined"), " should end in ",
+               c_fc->in_features, " features");
+    return dropout->forward(gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
+  }
+  return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
 }
 
 TransformerBlock::TransformerBlock(const GPTConfig& cfg) : Module("TransformerBlock") {

@@ -6,7 +6,7 @@
 # KJV corpus for a bounded time, most important first, each step's output in $OUT (or
 # build-gpt/logs) as it finishes, so a call cut short keeps what ran. Needs third_party/ (cuDNN's
 # frontend headers) and .data/kjv.txt (scripts/gpt-corpus.sh) carried to the GPU machine.
-# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS; NCU=1 also times every
+# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS, NCU_SECONDS (300); NCU=1 also times every
 # kernel of a few gpt steps under Nsight Compute (gpu__time_duration, to $LOG/ncu-gpt.csv;
 # scripts/kernel-breakdown.py sums it per kernel class).
 set -u -o pipefail
@@ -37,16 +37,20 @@ steps=(--steps "${STEPS:-10}" --repeats 3 --warmup 5)
 stamp "loom gpt bf16: $(grep -E '^gpt ' "$LOG/bench-loom.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
 "$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --cuda-graph "${steps[@]}" 2>&1 | tee "$LOG/bench-loom-graph.txt"
 stamp "loom gpt bf16 graph: $(grep -E '^gpt ' "$LOG/bench-loom-graph.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
+"$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --recompute-activations "${steps[@]}" 2>&1 | tee "$LOG/bench-loom-recomp.txt"
+stamp "loom gpt bf16 recomputed: $(grep -E '^gpt ' "$LOG/bench-loom-recomp.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
+"$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --recompute-activations --cuda-graph "${steps[@]}" 2>&1 | tee "$LOG/bench-loom-recomp-graph.txt"
+stamp "loom gpt bf16 recomputed graph: $(grep -E '^gpt ' "$LOG/bench-loom-recomp-graph.txt" | awk '{print $6 " ms/step, peak " $9 " MiB, first step " $10 " s"}')"
 if [ -x "$BUILD/benchmarks/libtorch/bench_train_torch" ]; then
   "$BUILD/benchmarks/libtorch/bench_train_torch" --workload gpt --dtype bf16 "${steps[@]}" 2>&1 | tee "$LOG/bench-torch.txt"
   stamp "libtorch gpt bf16: $(grep -E '^gpt ' "$LOG/bench-torch.txt" | awk '{print $6 " ms/step, peak " $9 " MiB"}')"
 fi
 
-"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:CudaGraphStep.*:CudaGradNorm.*' > "$LOG/test_cuda.txt" 2>&1
+"$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:*gelu_mlp*:*Gpt*:*GPT*:CudaRecompute.*:CudaGraphStep.*:CudaGradNorm.*' > "$LOG/test_cuda.txt" 2>&1
 stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr '\n' ' ')"
 
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
-  timeout -k 5 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+  timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     "$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --warmup 1 --steps 2 --repeats 1 \
     > "$LOG/ncu-gpt.csv" 2> "$LOG/ncu-gpt.err"
   stamp "ncu: $(grep -c gpu__time_duration "$LOG/ncu-gpt.csv") kernels timed"

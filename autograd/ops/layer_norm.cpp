@@ -3,6 +3,7 @@
 // add_layer_norm, the residual add of a pre-norm transformer block and the next layer norm as
 // one forward pass (Note [Layer norm with the residual add]).
 // Leaves out: the module that owns the parameters (nn/norm.cpp), RMSNorm.
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -57,22 +58,39 @@ bool fused_applies(const LayerNormArgs& a) {
   return !autograd::is_anomaly_enabled() && (a.x.dtype() == kF32 || a.x.dtype() == kF64);
 }
 
+// The residual add's input gradient in the branch's 16-bit dtype, written by the layer norm's
+// backward beside the float32 one (Note [Layer norm with the residual add]); `of` is the gradient
+// it is a copy of. Set by the layer norm's backward, used and cleared by the add's.
+struct LowGrad {
+  DType dtype;
+  Tensor of, low;
+};
+
 // y's autograd node over o (from the backend on x2 = a.x as (M, N) rows): the backward reads the
-// saved x2 (the normalised input), mean and rstd. y gets a.x's shape.
+// saved x2 (the normalised input), mean and rstd, adds the pending gradient of its input (Note
+// [Taking the pending gradient]) and, with `twin`, also writes dx in twin->dtype. y gets a.x's
+// shape.
 Tensor record_layer_norm(const LayerNormArgs& a, const Tensor& x2, const LayerNormOut& o,
-                         const Shape& normalized_shape) {
+                         const Shape& normalized_shape, std::shared_ptr<LowGrad> twin = nullptr) {
   return record(
       "layer_norm", o.y.view(a.x.shape()), {a.x, a.weight, a.bias},
       [sx = save(x2, "layer_norm"),
        w = a.weight.defined() ? a.weight.detach().reshape({-1}) : Tensor(), mean = o.mean,
        rstd = o.rstd, shape = a.x.shape(), normalized_shape, has_w = a.weight.defined(),
-       has_b = a.bias.defined()](const Tensor& g) {
+       has_b = a.bias.defined(), twin](const Tensor& g) {
         const Tensor& x = sx.get();
         Tensor g2 = raw::contiguous(g).view(x.shape());
+        // The residual stream's other gradients, added as dx is written; undefined when there
+        // are none.
+        const Tensor more =
+            needs_input_grad(0) ? autograd::take_pending_grad(0, x.dtype()) : Tensor();
+        LayerNormBackwardExtras extras{more.defined() ? more.view(x.shape()) : Tensor(),
+                                       twin ? std::optional<DType>(twin->dtype) : std::nullopt};
         LayerNormGrads r =
-            backend_for(g.device()).layer_norm_backward(g2, x, w, mean, rstd, has_w, has_b);
-        return Grads{r.grad_input.view(shape),
-                     has_w ? r.grad_weight.view(normalized_shape) : Tensor(),
+            backend_for(g.device()).layer_norm_backward(g2, x, w, mean, rstd, has_w, has_b, extras);
+        Tensor gx = r.grad_input.view(shape);
+        if (twin) twin->of = gx, twin->low = r.grad_input_low.view(shape);
+        return Grads{gx, has_w ? r.grad_weight.view(normalized_shape) : Tensor(),
                      has_b ? r.grad_bias.view(normalized_shape) : Tensor()};
       });
 }
@@ -137,7 +155,14 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
 // writes the 16-bit copy). add_layer_norm is one: the kernel reads x and branch, writes r and y
 // (in y_dtype). Autograd still sees the two ops it computed: r is an "add" node (its backward
 // hands the gradient to x, and to branch in branch's dtype) and y a layer_norm node reading r,
-// so values and gradients are the composite's. GPT-2 124M at B 16, T 1024 runs it 12 times a step.
+// so values and gradients are the composite's. GPT-2 124M at B 16, T 1024 runs it 24 times a step.
+// Backward, composed, is three passes too: the layer norm's dx, the engine's sum of that and the
+// gradient the next residual add sent r, and the add's cast of the sum to branch's bfloat16. The
+// layer norm's backward runs after every other user of r (it was recorded right after r, and the
+// engine runs the latest node first), so it takes that sum (Note [Taking the pending gradient])
+// and writes r's whole gradient, in float32 and, beside it, in branch's dtype; the add's backward
+// hands that copy to branch when its gradient is the very tensor the layer norm wrote (else it
+// casts). One pass instead of three.
 std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x_in, const Tensor& branch,
                                          const Shape& normalized_shape, const Tensor& weight_in,
                                          const Tensor& bias_in, double eps,
@@ -158,13 +183,20 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x_in, const Tensor& branc
   LayerNormOut o = run_layer_norm(
       a, x2, eps,
       LayerNormExtras{.residual = rows_of(branch, normalized_shape), .y_dtype = y_dtype});
+  std::shared_ptr<LowGrad> twin;
+  if (branch.dtype() != a.x.dtype())
+    twin = std::make_shared<LowGrad>(LowGrad{branch.dtype(), {}, {}});
   Tensor r = record("add", o.sum.view(a.x.shape()), {a.x, branch},
-                    [bdt = branch.dtype()](const Tensor& g) {
-                      return Grads{g, raw::cast(g, bdt)};
+                    [bdt = branch.dtype(), twin](const Tensor& g) {
+                      Tensor low;
+                      if (twin && twin->of.defined() && g.impl() == twin->of.impl())
+                        low = twin->low;  // the layer norm's copy of this very gradient
+                      if (twin) twin->of = Tensor(), twin->low = Tensor();
+                      return Grads{g, low.defined() ? low : raw::cast(g, bdt)};
                     });
   LayerNormArgs on_r = a;
   on_r.x = r;
-  return {r, record_layer_norm(on_r, o.sum, o, normalized_shape)};
+  return {r, record_layer_norm(on_r, o.sum, o, normalized_shape, twin)};
 }
 
 }  // namespace loom

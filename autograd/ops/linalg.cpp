@@ -2,6 +2,8 @@
 //   (K) @ (K)       -> dot as (1, K) @ (K, 1)
 //   (..., M, K) @ (K, N)       -> one mm on the flattened (... * M, K)
 //   (..., M, K) @ (..., K, N)  -> bmm over the broadcast batch
+// linear and gelu_mlp, with their backward epilogues: Notes [Fused linear], [Linear backward
+// epilogues] and [Fused MLP] below.
 #include "autograd/ops/linalg.h"
 
 #include "autograd/amp/autocast.h"
@@ -99,9 +101,19 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 // rows (a view when the strides allow it). With recomputed activations on, the GELU's y is not
 // kept by the next Linear but made again from pre (Note [Recomputed activations]: the
 // elementwise GELU, which on CUDA equals the epilogue's to rounding, not bit for bit).
-// Left out: cuBLASLt's DGELU epilogue, which would fold g' into the GEMM that makes g, in the next
-// layer's backward (a fusion across two nodes).
+// cuBLASLt's DGELU epilogue, which folds g' into the GEMM that makes g, belongs to the next
+// layer's backward: gelu_mlp (below, Note [Fused MLP]) is the two Linears as one node that uses it.
+
 namespace {
+
+// dW (N, K) and db (N) of a Linear from g' (M, N) and its input x (M, K), each only when needed
+// (undefined otherwise); db is in the result only when the Linear has a bias.
+Grads weight_and_bias_grads(Backend& be, const Tensor& gp, const Tensor& x, bool need_weight,
+                            bool has_bias, bool need_bias) {
+  Grads out{need_weight ? be.mm(raw::transpose(gp, 0, 1), x) : Tensor()};
+  if (has_bias) out.push_back(need_bias ? be.reduce(ReduceOp::Sum, gp, {0}, false) : Tensor());
+  return out;
+}
 
 // The activation's backward, g (M, N) -> g' (see the Note); `kept` is y (ReLU) or pre (GELU).
 Tensor activation_grad(Backend& be, LinearActivation act, const Tensor& g, const Tensor& kept) {
@@ -110,23 +122,37 @@ Tensor activation_grad(Backend& be, LinearActivation act, const Tensor& g, const
   return g;
 }
 
+// The checks of one Linear's arguments (after autocast's casts); errors name `op`.
+Backend& check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Backend& be = detail::check_pair(op, x, weight);
+  detail::check_dim(op, weight, 2, "weight");
+  detail::check_floating(op, x);
+  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), op, ": input ", x.shape(), " has ",
+             x.dim() ? x.size(-1) : 0, " features, weight ", weight.shape(), " expects ",
+             weight.size(1));
+  if (bias.defined()) {
+    detail::check_pair(op, x, bias);
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias ", bias.shape(),
+               " does not match weight ", weight.shape(), " (expected (", weight.size(0), "))");
+  }
+  return be;
+}
+
+// y (M, N) as x's leading dims followed by N.
+Tensor unfold_rows(const Tensor& y, const Tensor& x, int64_t N) {
+  if (x.dim() == 2) return y;
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  return reshape(y, out_shape);
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
               LinearActivation act) {
   const Tensor x = amp::cast_lower(x_in), weight = amp::cast_lower(weight_in),
                bias = amp::cast_lower(bias_in);
-  Backend& be = detail::check_pair("linear", x, weight);
-  detail::check_dim("linear", weight, 2, "weight");
-  detail::check_floating("linear", x);
-  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(), " has ",
-             x.dim() ? x.size(-1) : 0, " features, weight ", weight.shape(), " expects ",
-             weight.size(1));
-  if (bias.defined()) {
-    detail::check_pair("linear", x, bias);
-    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
-               " does not match weight ", weight.shape(), " (expected (", weight.size(0), "))");
-  }
+  Backend& be = check_linear("linear", x, weight, bias);
   const int64_t K = weight.size(1), N = weight.size(0);
   const Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, K});  // (M, K)
   LinearOut out = be.linear(x2, weight, bias, act);          // y, pre: (M, N)
@@ -148,17 +174,74 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                const Tensor &xs = sx.get(), &w = sw.get();
                Backend& be = backend_for(g.device());
                const Tensor gp = activation_grad(be, act, g, sk.defined() ? sk.get() : Tensor());
-               Grads grads{needs_input_grad(0) ? be.mm(gp, w) : Tensor(),
-                           needs_input_grad(1) ? be.mm(raw::transpose(gp, 0, 1), xs) : Tensor()};
-               if (has_bias)
-                 grads.push_back(needs_input_grad(2) ? be.reduce(ReduceOp::Sum, gp, {0}, false)
-                                                     : Tensor());
+               Grads grads{needs_input_grad(0) ? be.mm(gp, w) : Tensor()};
+               for (Tensor& t : weight_and_bias_grads(be, gp, xs, needs_input_grad(1), has_bias,
+                                                      has_bias && needs_input_grad(2)))
+                 grads.push_back(std::move(t));
                return grads;
              });
-  if (x.dim() == 2) return y;
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  return reshape(y, out_shape);
+  return unfold_rows(y, x, N);
+}
+
+// Note [Fused MLP]
+// gelu_mlp is GPT-2's MLP, c_proj(gelu_tanh(c_fc(x))), as one node. Forward is the two fused
+// Linears (the first with the bias + GELU epilogue writing the pre-activation too). Backward:
+//   dW2 = g^T h,  db2 = sum of g's rows      as linear's
+//   g1 = (g W2) * gelu_tanh'(pre)            one GEMM with cuBLASLt's DGELU epilogue
+//   db1 = sum of g1's rows                   (Backend::mm_gelu_tanh_backward)
+//   dx = g1 W1,  dW1 = g1^T x                as linear's
+// Written as linear(linear(x, w1, b1, GeluTanh), w2, b2) the GELU's backward is its own pass over
+// the (M, 4C) gradient (read g W2 and pre, write g1: 1.15 ms a step in GPT-2 124M's profile),
+// because the GEMM that makes g W2 belongs to the other node. h =
+// gelu(pre) is saved for dW2, or with recomputed activations made again from pre (Note
+// [Recomputed activations]). Values and gradients are the composite's to rounding (the CPU runs
+// the composite's very kernels). Tried and left out, measured on an H200 (cuBLASLt 13) with
+// GPT-2 124M: the bias-gradient epilogues, BGRADB in the weight-gradient GEMMs (a separate kernel,
+// 1.14 ms a step against 0.98 ms for loom's column sums) and DGELU_BGRAD (a plain GEMM plus a
+// separate epilogue kernel: 3.9 ms a step against 2.0 ms for DGELU).
+Tensor gelu_mlp(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, const Tensor& w2_in,
+                const Tensor& b2_in) {
+  const Tensor x = amp::cast_lower(x_in), w1 = amp::cast_lower(w1_in), b1 = amp::cast_lower(b1_in),
+               w2 = amp::cast_lower(w2_in), b2 = amp::cast_lower(b2_in);
+  Backend& be = check_linear("gelu_mlp", x, w1, b1);
+  detail::check_dim("gelu_mlp", w2, 2, "second weight");
+  LOOM_CHECK(w2.size(1) == w1.size(0), "gelu_mlp: second weight ", w2.shape(), " expects ",
+             w2.size(1), " features, the first Linear makes ", w1.size(0), " (weight ", w1.shape(),
+             ")");
+  const Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, w1.size(1)});  // (M, C)
+  LinearOut l1 = be.linear(x2, w1, b1, LinearActivation::GeluTanh);   // h, pre: (M, H)
+  check_linear("gelu_mlp", l1.y, w2, b2);
+  LinearOut l2 = be.linear(l1.y, w2, b2, LinearActivation::None);  // (M, N)
+  std::vector<Tensor> inputs{x2, w1};
+  if (b1.defined()) inputs.push_back(b1);
+  inputs.push_back(w2);
+  if (b2.defined()) inputs.push_back(b2);
+  autograd::Saved sp = save(l1.pre, "gelu_mlp");
+  autograd::offer_recompute("gelu_mlp", l1.y, inputs, [sp] {
+    const Tensor& pre = sp.get();
+    return backend_for(pre.device()).unary(UnaryOp::GeluTanh, pre);
+  });
+  const size_t i_w2 = b1.defined() ? 3 : 2;  // inputs: x, w1, [b1], w2, [b2]
+  Tensor y = record(
+      "gelu_mlp", l2.y, inputs,
+      [sx = save(x2, "gelu_mlp"), sw1 = save(w1, "gelu_mlp"), sw2 = save(w2, "gelu_mlp"),
+       sh = save(l1.y, "gelu_mlp"), sp, has_b1 = b1.defined(), has_b2 = b2.defined(),
+       i_w2](const Tensor& g) {
+        Backend& be = backend_for(g.device());
+        Grads out(size_t(3 + int(has_b1) + int(has_b2)));
+        Grads g2 = weight_and_bias_grads(be, g, sh.get(), needs_input_grad(i_w2), has_b2,
+                                         has_b2 && needs_input_grad(i_w2 + 1));
+        std::move(g2.begin(), g2.end(), out.begin() + long(i_w2));
+        if (needs_input_grad(0) || needs_input_grad(1) || (has_b1 && needs_input_grad(2))) {
+          GeluBackwardOut g1 = be.mm_gelu_tanh_backward(g, sw2.get(), sp.get(),
+                                                        has_b1 && needs_input_grad(2));  // (M, H)
+          if (needs_input_grad(0)) out[0] = be.mm(g1.grad, sw1.get());
+          if (needs_input_grad(1)) out[1] = be.mm(raw::transpose(g1.grad, 0, 1), sx.get());
+          if (has_b1) out[2] = g1.bias;
+        }
+        return out;
+      });
+  return unfold_rows(y, x, w2.size(0));
 }
 
 }  // namespace loom

@@ -2,8 +2,9 @@
 // of kernels/backend_methods.inc): plain loops, one row at a time, rows in parallel; sums in
 // double. The column sums of the backward (grad_weight, grad_bias) run over the rows in order,
 // each thread owning a block of columns, so the result does not depend on the thread count.
-// The residual add and a 16-bit y or dy (LayerNormExtras) are composed around the loops: the sum
-// and the casts as separate passes, the reference for CUDA's fused kernel.
+// The residual add and a 16-bit y or dy (LayerNormExtras), the added gradient and the 16-bit copy
+// of dx (LayerNormBackwardExtras) are composed around the loops: the sum and the casts as
+// separate passes, the reference for CUDA's fused kernels.
 // Leaves out: float16/bfloat16 x (the op casts it to float32 first, as autocast does).
 #include <cmath>
 #include <vector>
@@ -48,7 +49,7 @@ void layer_norm_rows(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
 // dx of rows [lo, hi): dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * w.
 template <typename T>
 void layer_norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
-                              T* dx, int64_t N, int64_t lo, int64_t hi) {
+                              const T* add, T* dx, int64_t N, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) {
     double mu = double(mean[i]), rs = double(rstd[i]), sg = 0, sgx = 0;
     for (int64_t j = 0; j < N; ++j) {
@@ -60,7 +61,7 @@ void layer_norm_backward_rows(const T* dy, const T* x, const T* w, const T* mean
     for (int64_t j = 0; j < N; ++j) {
       double g = double(dy[i * N + j]) * (w ? double(w[j]) : 1.0);
       double xhat = (double(x[i * N + j]) - mu) * rs;
-      dx[i * N + j] = T(rs * (g - sg - xhat * sgx));
+      dx[i * N + j] = T(rs * (g - sg - xhat * sgx)) + (add ? add[i * N + j] : T(0));
     }
   }
 }
@@ -123,12 +124,14 @@ LayerNormOut CpuBackend::layer_norm(const Tensor& x_in, const Tensor& w, const T
 // dy: (M, N) contiguous, x's dtype or 16-bit; x, mean, rstd: the forward's -> dx, dw, db
 LayerNormGrads CpuBackend::layer_norm_backward(const Tensor& dy_in, const Tensor& x,
                                                const Tensor& w, const Tensor& mean,
-                                               const Tensor& rstd, bool need_weight,
-                                               bool need_bias) {
+                                               const Tensor& rstd, bool need_weight, bool need_bias,
+                                               const LayerNormBackwardExtras& extras) {
   check_layer_norm_input("layer_norm_backward", x);
   const Tensor dy = raw::cast(dy_in, x.dtype());  // the same tensor when it already is
   LOOM_CHECK(dy.shape() == x.shape() && dy.is_contiguous(), "layer_norm_backward: grad ",
              describe(dy), " should be contiguous like x ", describe(x));
+  check_layer_norm_backward_extras("layer_norm_backward", extras, x);
+  const Tensor& grad_add = extras.grad_add;
   const int64_t M = x.size(0), N = x.size(1);
   LayerNormGrads g;
   g.grad_input = empty({M, N}, {.dtype = x.dtype()});
@@ -141,6 +144,7 @@ LayerNormGrads CpuBackend::layer_norm_backward(const Tensor& dy_in, const Tensor
       parallel_for(0, M, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(N, 1)),
                    [&](int64_t lo, int64_t hi) {
                      layer_norm_backward_rows(pdy, px, data_or_null<scalar_t>(w), pm, pr,
+                                              data_or_null<scalar_t>(grad_add),
                                               g.grad_input.data<scalar_t>(), N, lo, hi);
                    });
       if (need_weight || need_bias)
@@ -151,6 +155,7 @@ LayerNormGrads CpuBackend::layer_norm_backward(const Tensor& dy_in, const Tensor
         });
     }
   });
+  if (extras.grad_input_low) g.grad_input_low = raw::cast(g.grad_input, *extras.grad_input_low);
   return g;
 }
 

@@ -88,6 +88,11 @@ LinearOut CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bia
   return linear_composite(*this, x, w, bias, act);
 }
 
+GeluBackwardOut CpuBackend::mm_gelu_tanh_backward(const Tensor& g, const Tensor& w,
+                                                  const Tensor& pre, bool bias) {
+  return mm_gelu_tanh_backward_composite(*this, g, w, pre, bias);
+}
+
 Tensor CpuBackend::bmm(const Tensor& a, const Tensor& b) {
   int64_t B = a.size(0);
   Tensor out = empty({B, a.size(1), b.size(2)}, {.dtype = a.dtype()});

@@ -6,6 +6,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "core/allocator.h"
@@ -38,7 +39,8 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
-  std::mutex mu;  // guards the bias and aux pointer attributes from set to launch
+  std::string unsupported;  // why cuBLASLt has no algorithm for the key; empty when it has one
+  std::mutex mu;            // guards the bias and aux pointer attributes from set to launch
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -95,6 +97,8 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
       return CUBLASLT_EPILOGUE_GELU_AUX;
     case LtEpilogue::GeluTanhAuxBias:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case LtEpilogue::DGeluTanh:
+      return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -105,14 +109,18 @@ bool has_bias(LtEpilogue e) {
 }
 
 bool has_aux(LtEpilogue e) {
-  return e == LtEpilogue::GeluTanhAux || e == LtEpilogue::GeluTanhAuxBias;
+  return e == LtEpilogue::GeluTanhAux || e == LtEpilogue::GeluTanhAuxBias ||
+         e == LtEpilogue::DGeluTanh;
 }
+
+// The bias vector cuBLASLt's BIAS_POINTER names, or null for an epilogue without one.
+const void* bias_pointer(const LtMatmulArgs& x) { return has_bias(x.epilogue) ? x.bias : nullptr; }
 
 // The bias and aux pointers of this call on the plan's descriptor (under the plan's mutex).
 void set_pointers(cublasLtMatmulDesc_t op, const LtMatmulArgs& x) {
-  if (has_bias(x.epilogue))
-    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias,
-                                                     sizeof(x.bias)));
+  if (const void* bias = bias_pointer(x))
+    LOOM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   if (has_aux(x.epilogue))
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                      &x.aux, sizeof(x.aux)));
@@ -194,18 +202,21 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
     st = cublasLtMatmulAlgoGetHeuristic(lt_handle(x.device), plan->op, plan->a, plan->b, plan->d,
                                         plan->d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  LOOM_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0,
-             "matmul on CUDA: cuBLASLt found no algorithm for ", dtype_name(x.dtype), " m=", x.m,
-             " n=", x.n, " k=", x.k, " batch=", x.batch, " (opA ", x.a.transpose ? "T" : "N",
-             ", opB ", x.b.transpose ? "T" : "N", ", lda ", x.a.ld, ", ldb ", x.b.ld, ", ldd ",
-             x.ldd, ", epilogue ", int(x.epilogue), "): ", cublasGetStatusName(st));
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    plan->unsupported =
+        str("matmul on CUDA: cuBLASLt found no algorithm for ", dtype_name(x.dtype), " m=", x.m,
+            " n=", x.n, " k=", x.k, " batch=", x.batch, " (opA ", x.a.transpose ? "T" : "N",
+            ", opB ", x.b.transpose ? "T" : "N", ", lda ", x.a.ld, ", ldb ", x.b.ld, ", ldd ",
+            x.ldd, ", epilogue ", int(x.epilogue), "): ", cublasGetStatusName(st));
+    return plan;
+  }
   plan->algo = result.algo;
   plan->workspace = result.workspaceSize;
   return plan;
 }
 
 PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
-  const void* bias = has_bias(x.epilogue) ? x.bias : nullptr;
+  const void* bias = bias_pointer(x);
   return PlanKey{x.device,
                  int64_t(x.dtype),
                  tf32,
@@ -234,34 +245,30 @@ PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
                  has_aux(x.epilogue) ? x.ld_aux : 0};
 }
 
-}  // namespace
-
-void lt_matmul(const LtMatmulArgs& x) {
+// The cached plan for x (made at the first call with its key); plan->unsupported says whether
+// cuBLASLt has an algorithm.
+Plan& plan_for(const LtMatmulArgs& x, bool tf32) {
   LOOM_CHECK(x.m > 0 && x.n > 0 && x.k > 0 && x.batch > 0, "lt_matmul: empty product m=", x.m,
              " n=", x.n, " k=", x.k, " batch=", x.batch, " (callers handle empty shapes)");
   LOOM_CHECK(!has_bias(x.epilogue) || x.bias != nullptr, "lt_matmul: a bias epilogue needs a bias");
   LOOM_CHECK(!has_aux(x.epilogue) ||
                  (x.aux != nullptr && x.ld_aux >= x.m && x.ld_aux % 8 == 0 && x.batch == 1),
-             "lt_matmul: an aux epilogue needs an aux output with a leading dimension >= m = ", x.m,
+             "lt_matmul: an aux epilogue needs an aux matrix with a leading dimension >= m = ", x.m,
              " and a multiple of 8 (and batch 1), got ", x.ld_aux, " (batch ", x.batch, ")");
-  bool tf32 = x.dtype == DType::F32 && allow_tf32();
-  DeviceGuard guard(x.device);
-
   PlanKey key = key_of(x, tf32);
-  Plan* plan = nullptr;
-  {
-    PlanCache& cache = plan_cache();
-    std::lock_guard<std::mutex> lock(cache.mu);
-    auto it = cache.plans.find(key);
-    if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(x, tf32)).first;
-    plan = it->second.get();
-  }
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(x, tf32)).first;
+  return *it->second;
+}
 
+void launch(Plan& plan, const LtMatmulArgs& x) {
   // Workspace from the caching allocator: stream-ordered, so it is safe to free right after the
   // launch (the next user on this stream runs after the product).
   DataPtr workspace;
-  if (plan->workspace > 0)
-    workspace = allocator_for(Device(DeviceType::CUDA, x.device)).allocate(plan->workspace);
+  if (plan.workspace > 0)
+    workspace = allocator_for(Device(DeviceType::CUDA, x.device)).allocate(plan.workspace);
 
   float alpha_f = 1.0f, beta_f = 0.0f;
   double alpha_d = 1.0, beta_d = 0.0;
@@ -269,14 +276,33 @@ void lt_matmul(const LtMatmulArgs& x) {
   const void* beta = x.dtype == DType::F64 ? static_cast<const void*>(&beta_d) : &beta_f;
   cudaStream_t stream = current_stream(x.device);
 
-  std::unique_lock<std::mutex> pointer_lock(plan->mu, std::defer_lock);
-  if (has_bias(x.epilogue) || has_aux(x.epilogue)) {
+  std::unique_lock<std::mutex> pointer_lock(plan.mu, std::defer_lock);
+  if (bias_pointer(x) != nullptr || has_aux(x.epilogue)) {
     pointer_lock.lock();
-    set_pointers(plan->op, x);
+    set_pointers(plan.op, x);
   }
-  LOOM_CUBLAS_CHECK(cublasLtMatmul(lt_handle(x.device), plan->op, alpha, x.a.ptr, plan->a, x.b.ptr,
-                                   plan->b, beta, x.d, plan->d, x.d, plan->d, &plan->algo,
-                                   workspace.get(), plan->workspace, stream));
+  LOOM_CUBLAS_CHECK(cublasLtMatmul(lt_handle(x.device), plan.op, alpha, x.a.ptr, plan.a, x.b.ptr,
+                                   plan.b, beta, x.d, plan.d, x.d, plan.d, &plan.algo,
+                                   workspace.get(), plan.workspace, stream));
+}
+
+}  // namespace
+
+void lt_matmul(const LtMatmulArgs& x) {
+  const bool tf32 = x.dtype == DType::F32 && allow_tf32();
+  DeviceGuard guard(x.device);
+  Plan& plan = plan_for(x, tf32);
+  LOOM_CHECK(plan.unsupported.empty(), plan.unsupported);
+  launch(plan, x);
+}
+
+bool lt_matmul_if_supported(const LtMatmulArgs& x) {
+  const bool tf32 = x.dtype == DType::F32 && allow_tf32();
+  DeviceGuard guard(x.device);
+  Plan& plan = plan_for(x, tf32);
+  if (!plan.unsupported.empty()) return false;
+  launch(plan, x);
+  return true;
 }
 
 size_t lt_plan_cache_size() {

@@ -13,6 +13,8 @@ namespace loom::cuda {
 // The epilogues cuBLASLt fuses into the product. Its GELU is the tanh approximation
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not loom's exact erf form. The *Aux forms
 // also write the pre-activation (the product plus bias) to LtMatmulArgs::aux, for the backward.
+// DGeluTanh, for the backward, multiplies the product by GELU's derivative at the pre-activation
+// it reads from aux (m x n like D).
 enum class LtEpilogue : uint8_t {
   None,
   Relu,
@@ -21,7 +23,8 @@ enum class LtEpilogue : uint8_t {
   ReluBias,
   GeluTanhBias,
   GeluTanhAux,
-  GeluTanhAuxBias
+  GeluTanhAuxBias,
+  DGeluTanh
 };
 
 // One operand as cuBLAS sees it: the stored matrix is `rows` x `cols`, column-major, with leading
@@ -43,13 +46,20 @@ struct LtMatmulArgs {
   int64_t ldd = 0, batch_stride_d = 0;
   LtEpilogue epilogue = LtEpilogue::None;
   const void* bias = nullptr;  // m values, one per row of D; only with the *Bias epilogues
-  void* aux = nullptr;         // m x n like D, leading dimension ld_aux (a multiple of 8): *Aux
+  void* aux = nullptr;  // m x n like D, leading dimension ld_aux (a multiple of 8): written by
+                        // the *Aux epilogues, read by DGeluTanh
   int64_t ld_aux = 0;
 };
 
 // Launches the product on the current stream of args.device. Float32 follows allow_tf32()
-// (Note [Strict fp32], math_mode.h); f16/bf16 accumulate in float32; f64 in float64.
+// (Note [Strict fp32], math_mode.h); f16/bf16 accumulate in float32; f64 in float64. An error
+// when cuBLASLt has no algorithm for the arguments.
 void lt_matmul(const LtMatmulArgs& args);
+
+// lt_matmul, or false (nothing launched) when cuBLASLt has no algorithm for these arguments (an
+// epilogue it does not implement for this layout or dtype): the caller composes instead. The
+// answer is cached with the plan.
+bool lt_matmul_if_supported(const LtMatmulArgs& args);
 
 // Plans cached so far (for tests of the cache).
 size_t lt_plan_cache_size();

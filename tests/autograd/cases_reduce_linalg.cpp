@@ -212,6 +212,23 @@ std::vector<OpCase> linalg_cases() {
        [](auto& r) {
          return linear_ref(r[0], r[1], nullptr, {2, 5, 3}, 10, 4, 3, LinearActivation::GeluTanh);
        }});
+  // GPT-2's MLP as one op (Note [Fused MLP]): hidden width 8, so that on CUDA the GELU's
+  // backward runs in cuBLASLt's DGELU epilogue, with and without biases, 3-d input.
+  cs.push_back({"gelu_mlp",
+                {{{6, 4}}, {{8, 4}}, {{8}}, {{3, 8}}, {{3}}},
+                [](auto& x) { return gelu_mlp(x[0], x[1], x[2], x[3], x[4]); },
+                [](auto& r) {
+                  A h = linear_ref(r[0], r[1], &r[2], {6, 8}, 6, 4, 8, LinearActivation::GeluTanh);
+                  return linear_ref(h, r[3], &r[4], {6, 3}, 6, 8, 3, LinearActivation::None);
+                }});
+  cs.push_back(
+      {"gelu_mlp_3d_no_bias",
+       {{{2, 5, 4}}, {{8, 4}}, {{3, 8}}},
+       [](auto& x) { return gelu_mlp(x[0], x[1], Tensor(), x[2], Tensor()); },
+       [](auto& r) {
+         A h = linear_ref(r[0], r[1], nullptr, {10, 8}, 10, 4, 8, LinearActivation::GeluTanh);
+         return linear_ref(h, r[2], nullptr, {2, 5, 3}, 10, 8, 3, LinearActivation::None);
+       }});
   cs.push_back({"linear_transposed_input",
                 {{{4, 6}}, {{3, 4}}, {{3}}},
                 [](auto& x) { return linear(x[0].t(), x[1], x[2]); },

@@ -223,3 +223,32 @@ TEST(Engine, ToDtypeIsDifferentiable) {
   EXPECT_EQ(x.grad().dtype(), kF64);
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
 }
+
+// Note [Taking the pending gradient]: r = 2x is read by a custom op recorded first (so it runs
+// last in backward) and by 3r recorded after it. The custom op takes the pending sum (3, from
+// 3r) and adds it itself: x's gradient is the same as when the engine adds, and the sum was
+// there to take. A backward that takes it and returns nothing gets it put back; a dtype that does
+// not match takes nothing.
+TEST(Engine, ABackwardMayTakeThePendingSumOfItsInputsGradient) {
+  enum class Mode { AddIt, DropIt, WrongDtype };
+  for (Mode mode : {Mode::AddIt, Mode::DropIt, Mode::WrongDtype}) {
+    Tensor x = leaf({1, 2}, {2});
+    Tensor r = x * 2.0;
+    bool took = false;
+    Tensor out =
+        autograd::record("take", r.detach() * 1.0, {r}, [&took, mode](const Tensor& g) -> Grads {
+          Tensor p = autograd::take_pending_grad(0, mode == Mode::WrongDtype ? kF32 : kF64);
+          took = p.defined();
+          if (mode == Mode::DropIt) return {Tensor()};
+          return {p.defined() ? g * 5.0 + p : g * 5.0};  // d out/dr = 5 (a stand-in)
+        });
+    Tensor v = r * 3.0;
+    (out.sum() + v.sum()).backward();
+    const double per_r = mode == Mode::DropIt ? 3.0 : 5.0 + 3.0;
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2 * per_r, 2 * per_r}))
+        << int(mode);
+    EXPECT_EQ(took, mode != Mode::WrongDtype) << int(mode);
+  }
+  // Outside a backward there is nothing to take.
+  EXPECT_FALSE(autograd::take_pending_grad(0, kF64).defined());
+}

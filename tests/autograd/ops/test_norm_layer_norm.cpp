@@ -7,6 +7,8 @@
 // differences, and on CUDA against the CPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "autograd/amp/autocast.h"
 #include "autograd/anomaly.h"
 #include "autograd/node.h"
@@ -109,4 +111,28 @@ TEST(LayerNormFused, GradientsAreTheSameRunToRun) {
   EXPECT_EQ(a.gw.to_vector<float>(), c.gw.to_vector<float>());
   EXPECT_EQ(a.gb.to_vector<float>(), c.gb.to_vector<float>());
   EXPECT_EQ(a.gx.to_vector<float>(), c.gx.to_vector<float>());
+}
+
+// The residual stream's pattern: r feeds the layer norm and, recorded after it, another op. The
+// layer norm's backward adds that op's gradient of r while it writes dx (Note [Taking the pending
+// gradient]); x's gradient equals the composite's, where the engine adds the two.
+TEST(LayerNormFused, AddsTheResidualStreamsOtherGradientAsItWritesDx) {
+  for (DType dt : {kF32, kF64}) {
+    Tensor x0 = randn({6, 16}, {.dtype = dt}), w = randn({16}, {.dtype = dt});
+    Tensor up = randn({6, 16}, {.dtype = dt}), c = randn({6, 16}, {.dtype = dt});
+    std::vector<double> grads[2];
+    for (bool fused : {true, false}) {
+      Tensor x = x0.detach().clone().requires_grad_(true);
+      Tensor r = x * 1.5;
+      Tensor y = fused ? layer_norm(r, {16}, w, Tensor(), 1e-5)
+                       : layer_norm_composite(r, {16}, w, Tensor(), 1e-5);
+      Tensor z = r * c;  // the next residual add's stand-in, recorded after the layer norm
+      ((y * up).sum() + z.sum()).backward();
+      grads[fused] = x.grad().to_vector<double>();
+    }
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    const double tol = dt == kF32 ? 1e-5 : 1e-12;
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      EXPECT_NEAR(grads[1][i], grads[0][i], tol * (1 + std::abs(grads[0][i]))) << i;
+  }
 }

@@ -2,7 +2,8 @@
 // workload's size (16384 rows of 768: 32 row chunks in the column sums) and at odd sizes (rows
 // not a multiple of the block's 8, widths not a multiple of 32, one row): y, mean, rstd, dx,
 // grad_weight and grad_bias in float32 and float64, and the backward bit-identical run to run; the
-// residual add and 16-bit y and dy (LayerNormExtras) against the CPU's composed version.
+// residual add and 16-bit y and dy (LayerNormExtras) and the backward's added gradient and 16-bit
+// dx (LayerNormBackwardExtras) against the CPU's composed version.
 // Skipped without a GPU; compiles to nothing without LOOM_WITH_CUDA.
 #ifdef LOOM_WITH_CUDA
 
@@ -63,6 +64,47 @@ TEST(CudaLayerNorm, MatchesTheCpuAtOddSizes) {
   for (DType dt : {kF32, kF64})
     for (auto [M, N] : {std::pair<int64_t, int64_t>{1, 5}, {13, 33}, {257, 100}, {1000, 1}})
       for (bool affine : {false, true}) compare(M, N, dt, affine);
+}
+
+// Rows too wide for the one-pass kernel's shared memory (2 x 4 x 8000 floats > 227 KiB): the
+// two-kernel column sums (Note [Layer norm backward in one pass]).
+TEST(CudaLayerNorm, MatchesTheCpuForRowsTooWideForOnePass) {
+  SKIP_WITHOUT_CUDA();
+  compare(37, 8000, kF32, true);
+}
+
+// The backward's extras (LayerNormBackwardExtras): a gradient added to dx as it is written, and
+// dx written again in 16 bits (the residual branch's copy), with the column sums (the one-pass
+// kernel) and without (the dx kernel). dx against the CPU (which adds after its loops); the copy
+// is exactly dx rounded (the kernel rounds the value it writes) and within one rounding of the
+// CPU's.
+TEST(CudaLayerNorm, AddsAGradientAndWritesA16BitCopyOfDx) {
+  SKIP_WITHOUT_CUDA();
+  Backend& cpu = backend_for(kCPU);
+  Backend& gpu = backend_for(cuda_device(0));
+  for (DType low : {kBF16, DType::F16})
+    for (bool sums : {true, false}) {
+      SCOPED_TRACE(str(dtype_name(low), sums ? " with column sums" : " dx only"));
+      manual_seed(78);
+      const int64_t M = 517, N = 768;
+      Tensor x = randn({M, N}) * 2.0, dy = randn({M, N}).to(low), w = randn({N});
+      Tensor add = randn({M, N});
+      LayerNormOut c = cpu.layer_norm(x, w, Tensor(), 1e-5);
+      LayerNormGrads cg = cpu.layer_norm_backward(dy, x, w, c.mean, c.rstd, sums, sums,
+                                                  LayerNormBackwardExtras{add, low});
+      LayerNormGrads gg =
+          gpu.layer_norm_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)),
+                                  c.mean.to(cuda_device(0)), c.rstd.to(cuda_device(0)), sums, sums,
+                                  LayerNormBackwardExtras{add.to(cuda_device(0)), low});
+      EXPECT_TRUE(all_close(cg.grad_input, gg.grad_input.to(kCPU), 1e-4));
+      ASSERT_EQ(gg.grad_input_low.dtype(), low);
+      EXPECT_TRUE(all_equal(gg.grad_input_low.to(kCPU), gg.grad_input.to(low).to(kCPU)));
+      Tensor lc = cg.grad_input_low.to(kF64), lg = gg.grad_input_low.to(kCPU).to(kF64);
+      EXPECT_LT(max(abs(lc - lg) - abs(lc) / 128).item(), 1e-3);
+      if (sums) {
+        EXPECT_TRUE(all_close(cg.grad_weight, gg.grad_weight.to(kCPU), 2e-3));
+      }
+    }
 }
 
 // A bfloat16 (and a float16) residual added in the kernel, y written in 16 bits, a 16-bit dy read

@@ -1,7 +1,8 @@
 // CUDA matrix products (cuBLASLt) against a float64 reference: mm and bmm for every transpose
 // combination and for strided, offset and broadcast layouts, in f32 (strict, and with TF32
 // allowed), f64, f16 and bf16; the fused linear layer against the unfused ops and the reference;
-// and the plan cache. Skipped without a GPU; compiles to nothing without LOOM_WITH_CUDA.
+// GELU's backward epilogues (its derivative, the bias gradient); and the plan cache. Skipped
+// without a GPU; compiles to nothing without LOOM_WITH_CUDA.
 #ifdef LOOM_WITH_CUDA
 
 #include <gtest/gtest.h>
@@ -265,6 +266,71 @@ TEST(CudaLinearFused, RejectsBadArguments) {
   EXPECT_THROW(cuda::linear_fused(random_tensor({4, 8}, kF64, 1, gpu()),
                                   random_tensor({3, 8}, kF64, 2, gpu()), Tensor()),
                Error);
+}
+
+// ---- GELU's backward in cuBLASLt's epilogues (Note [Fused MLP] in autograd/ops/linalg.cpp) ----
+
+// d/dx of the tanh GELU in float64.
+double gelu_tanh_grad(double x) {
+  const double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+// cuBLASLt itself (an error, not a fallback, if it has no algorithm), with the arguments
+// Backend::mm_gelu_tanh_backward passes: the DGELU epilogue's (g @ w) * gelu_tanh'(pre), against
+// float64.
+TEST(CudaLinearBackward, DGeluEpilogueMultipliesByTheDerivative) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    const int64_t M = 96, N = 40, K = 64;
+    Tensor g = random_tensor({M, N}, dt, 9, gpu()), w = random_tensor({N, K}, dt, 10, gpu());
+    Tensor pre = random_tensor({M, K}, dt, 11, gpu());
+    Tensor out = empty({M, K}, {.dtype = dt, .device = gpu()});
+    cuda::LtMatmulArgs a;
+    a.device = gpu().index;
+    a.dtype = dt;
+    a.m = K, a.n = M, a.k = N;  // column-major out^T (K x M) = w^T (K x N) @ g^T (N x M)
+    a.a = {w.data_ptr(), false, K, N, K, 0};
+    a.b = {g.data_ptr(), false, N, M, N, 0};
+    a.d = out.data_ptr();
+    a.ldd = K;
+    a.epilogue = cuda::LtEpilogue::DGeluTanh;
+    a.aux = pre.data_ptr();
+    a.ld_aux = K;
+    cuda::lt_matmul(a);
+    std::vector<double> want = mm_ref(g, w), pv = host(pre);
+    for (size_t i = 0; i < want.size(); ++i) want[i] *= gelu_tanh_grad(pv[i]);
+    EXPECT_LT(rel_err(out, want), mm_tol(dt)) << dtype_name(dt);
+  }
+}
+
+// The backend method against the CPU's composite on the same values: the epilogue paths (a
+// hidden width that is a multiple of 8, g contiguous or a transposed view, with and without the
+// bias sums) and the composed fallbacks (float64, a hidden width of 20).
+TEST(CudaLinearBackward, BackendMethodMatchesTheCpuComposite) {
+  SKIP_WITHOUT_CUDA();
+  Backend& cpu = backend_for(kCPU);
+  Backend& cu = cuda::cuda_backend();
+  for (DType dt : {DType::F32, DType::BF16, DType::F64})
+    for (int64_t K : {64, 20})
+      for (bool transposed_g : {false, true})
+        for (bool bias : {false, true}) {
+          const int64_t M = 72, N = 24;
+          Tensor g = transposed_g ? random_tensor({N, M}, dt, 12, gpu()).t()
+                                  : random_tensor({M, N}, dt, 12, gpu());
+          Tensor w = random_tensor({N, K}, dt, 14, gpu()),
+                 pre = random_tensor({M, K}, dt, 15, gpu());
+          const std::string what = std::string(dtype_name(dt)) + " K " + std::to_string(K) +
+                                   (transposed_g ? " g transposed" : "") + (bias ? " bias" : "");
+          GeluBackwardOut got = cu.mm_gelu_tanh_backward(g, w, pre, bias);
+          GeluBackwardOut want =
+              mm_gelu_tanh_backward_composite(cpu, g.to(kCPU), w.to(kCPU), pre.to(kCPU), bias);
+          EXPECT_LT(rel_err(got.grad, host(want.grad)), mm_tol(dt)) << what;
+          ASSERT_EQ(got.bias.defined(), bias) << what;
+          if (bias) {
+            EXPECT_LT(rel_err(got.bias, host(want.bias)), mm_tol(dt)) << what << " bias";
+          }
+        }
 }
 
 }  // namespace
