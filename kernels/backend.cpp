@@ -37,6 +37,14 @@ GeluBackwardOut mm_gelu_tanh_backward_composite(Backend& be, const Tensor& g, co
   return {grad, bias ? be.reduce(ReduceOp::Sum, grad, {0}, false) : Tensor()};
 }
 
+void check_mm_out_dtype(const char* op, const Tensor& a, std::optional<DType> out_dtype) {
+  LOOM_CHECK(
+      !out_dtype || *out_dtype == a.dtype() ||
+          (*out_dtype == DType::F32 && (a.dtype() == DType::BF16 || a.dtype() == DType::F16)),
+      op, ": out_dtype ", out_dtype ? dtype_name(*out_dtype) : "", " is not supported for ",
+      describe(a), " (expected its own dtype, or float32 for float16/bfloat16)");
+}
+
 void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExtras& e,
                                       const Tensor& x) {
   const Tensor& a = e.grad_add;

@@ -111,6 +111,9 @@ GeluBackwardOut mm_gelu_tanh_backward_composite(Backend& be, const Tensor& g, co
 void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExtras& e,
                                       const Tensor& x);
 
+// mm's out_dtype: none, a's dtype, or float32 for float16/bfloat16 a. An error names `op`.
+void check_mm_out_dtype(const char* op, const Tensor& a, std::optional<DType> out_dtype);
+
 // The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.
 void check_batch_norm_pool2_input(const char* op, const Tensor& x);

@@ -6,9 +6,11 @@
 # KJV corpus for a bounded time, most important first, each step's output in $OUT (or
 # build-gpt/logs) as it finishes, so a call cut short keeps what ran. Needs third_party/ (cuDNN's
 # frontend headers) and .data/kjv.txt (scripts/gpt-corpus.sh) carried to the GPU machine.
-# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS, NCU_SECONDS (300); NCU=1 also times every
-# kernel of a few gpt steps under Nsight Compute (gpu__time_duration, to $LOG/ncu-gpt.csv;
-# scripts/kernel-breakdown.py sums it per kernel class).
+# Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS, NCU_SECONDS (300); NCU=1 also
+# times every kernel of a few gpt steps under Nsight Compute (gpu__time_duration, to
+# $LOG/ncu-gpt.csv; scripts/kernel-breakdown.py sums it per kernel class); TORCH=0 skips the
+# libtorch twin; VISION=1 adds the resnet50 and vit-b16 rows (eager, and as a graph with
+# recomputed activations); CTEST=1 runs every CUDA test through ctest instead of the GPT ones.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-$HOME/build-gpt}
@@ -23,6 +25,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_LIBTORCH="$([ -n "$torch_prefix" ] && echo ON || echo OFF)" \
   ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} > "$LOG/configure.log" 2>&1 \
   || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
+[ "${TORCH:-1}" = 0 ] && torch_prefix=""
 targets="train_gpt bench_train test_cuda"
 [ -n "$torch_prefix" ] && targets="$targets bench_train_torch"
 if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target $targets > "$LOG/build.log" 2>&1; then
@@ -46,8 +49,24 @@ if [ -x "$BUILD/benchmarks/libtorch/bench_train_torch" ]; then
   stamp "libtorch gpt bf16: $(grep -E '^gpt ' "$LOG/bench-torch.txt" | awk '{print $6 " ms/step, peak " $9 " MiB"}')"
 fi
 
+if [ "${VISION:-0}" = 1 ]; then
+  for w in resnet50 vit-b16; do
+    for mode in "" "--cuda-graph --recompute-activations"; do
+      "$BUILD/benchmarks/bench_train" --workload $w --amp bf16 $mode "${steps[@]}" > "$LOG/bench-$w${mode:+-graph-r}.txt" 2>&1
+      stamp "loom $w bf16 $mode: $(grep -E "^$w " "$LOG/bench-$w${mode:+-graph-r}.txt" | awk '{print $6 " ms/step, peak " $9 " MiB"}')"
+    done
+  done
+fi
+
+if [ "${CTEST:-0}" = 1 ]; then
+  (cd "$BUILD" && ctest -j "${CTEST_JOBS:-12}" -R 'Cuda' --timeout 300 \
+    --output-junit "$PWD/ctest-cuda.xml" > "$LOG/ctest_cuda.txt" 2>&1)
+  python3 scripts/test_summary.py "$BUILD/ctest-cuda.xml" > "$LOG/ctest_summary.txt" 2>&1
+  stamp "ctest -R Cuda: $(tail -1 "$LOG/ctest_summary.txt") $(grep FAILED "$LOG/ctest_summary.txt" | head -5 | tr '\n' ' ')"
+else
 "$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:*gelu_mlp*:*Gpt*:*GPT*:CudaRecompute.*:CudaGraphStep.*:CudaGradNorm.*' > "$LOG/test_cuda.txt" 2>&1
 stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr '\n' ' ')"
+fi
 
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \

@@ -58,8 +58,9 @@ void gemm(const Tensor& a, const Tensor& b, T* out) {
 
 }  // namespace
 
-Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0) {
-  Tensor out = empty({a0.size(0), b0.size(1)}, {.dtype = a0.dtype()});
+Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0, std::optional<DType> out_dtype) {
+  check_mm_out_dtype("mm", a0, out_dtype);
+  Tensor out = empty({a0.size(0), b0.size(1)}, {.dtype = out_dtype.value_or(a0.dtype())});
   if (a0.numel() == 0 || b0.numel() == 0) {
     fill_(out, 0.0);
     return out;
@@ -77,6 +78,10 @@ Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0) {
   // Half precision on the CPU: compute in float32 and round once.
   Tensor a = raw::contiguous(raw::cast(a0, DType::F32)),
          b = raw::contiguous(raw::cast(b0, DType::F32));
+  if (out.dtype() == DType::F32) {  // a float32 result asked for: no rounding to 16 bits
+    gemm<float>(a, b, out.data<float>());
+    return out;
+  }
   Tensor o32 = empty(out.shape(), {.dtype = DType::F32});
   gemm<float>(a, b, o32.data<float>());
   copy_(out, o32);

@@ -2,17 +2,14 @@
 // (kernels/cpu/cpu_layer_norm.cpp, the naive version): x (M, N) contiguous float32 or float64,
 // one warp per row. Forward: the row's mean, then its squared deviations (two passes over the
 // row, the second from L1), then y. Backward: dx per row from two row sums; grad_weight and
-// grad_bias as column sums in two deterministic stages (Note [Layer norm column sums]), the first
-// in the pass that makes dx for float32 rows up to 1024 wide (Note [Layer norm backward in one
-// pass]).
+// grad_bias as column sums in two deterministic stages (Note [Layer norm column sums]). The
+// backward can also add a gradient of x that other ops sent and write dx again in 16 bits
+// (LayerNormBackwardExtras).
 // With a residual the forward first adds it (x + residual, written out as `sum`) and normalises
 // that; y may be written in a 16-bit type and dy read in one (Note [Layer norm with the residual
 // add] in autograd/ops/layer_norm.cpp). Leaves out: float16/bfloat16 x (the op casts it to float32
 // first, as autocast does).
 #include <algorithm>
-#include <mutex>
-#include <type_traits>
-#include <unordered_map>
 
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
@@ -167,87 +164,6 @@ __global__ void layer_norm_param_finish_kernel(const T* __restrict__ pw, const T
   if (db) db[col] = ab;
 }
 
-// Note [Layer norm backward in one pass]
-// dx needs each row's dy and x; grad_weight and grad_bias need the same values summed down the
-// columns. The dx kernel and the stage-1 column sums above read dy and x twice over (the second
-// time 6 bytes an element with float32 x and bfloat16 dy: 0.6 ms a step of GPT-2 124M's 25 layer
-// norms). This kernel reads them once. Block b (8 warps, one row per warp at a time) takes rows
-// b * 8 + warp, then that plus 8 x the grid, ...; lane l of a warp owns columns l, l + 32, ...,
-// l + 32 (C - 1) of every row it sees (N <= 32 C, C a compile-time 8, 16, 24 or 32), keeps the
-// row's dy and xhat there in registers between the two row sums and dx, and adds dy xhat and dy
-// into C + C register accumulators. At the end the 8 warps' accumulators go through shared
-// memory and add up in warp order into partial[b], and stage 2 (the finish kernel) adds the
-// blocks' partials in order: deterministic, like the two-kernel path. The grid is one wave, as
-// many blocks as the multiprocessors hold at once. dx is computed as the dx kernel does it, the
-// same operations in the same order. float32 only (float64's registers would double) and N <= 1024;
-// elsewhere the two kernels run.
-template <typename T, typename Y, typename L, int C>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
-    layer_norm_backward_kernel(const Y* __restrict__ dy, const T* __restrict__ x,
-                               const T* __restrict__ w, const T* __restrict__ mean,
-                               const T* __restrict__ rstd, const T* __restrict__ add,
-                               T* __restrict__ dx, L* __restrict__ low, T* __restrict__ pw,
-                               T* __restrict__ pb, int64_t M, int64_t N) {
-  __shared__ T part[kRowsPerBlock][C * kWarpSize];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  T aw[C], ab[C], dv[C], xh[C];
-#pragma unroll
-  for (int t = 0; t < C; ++t) aw[t] = 0, ab[t] = 0;
-  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + warp; row < M;
-       row += int64_t(gridDim.x) * kRowsPerBlock) {
-    const T mu = mean[row], rs = rstd[row];
-    T sg = 0, sgx = 0;
-#pragma unroll
-    for (int t = 0; t < C; ++t) {
-      const int64_t j = lane + t * kWarpSize;
-      dv[t] = j < N ? T(dy[row * N + j]) : T(0);
-      xh[t] = j < N ? (x[row * N + j] - mu) * rs : T(0);
-      const T g = w && j < N ? dv[t] * w[j] : dv[t];
-      sg += g;
-      sgx += g * xh[t];
-      aw[t] += dv[t] * xh[t];
-      ab[t] += dv[t];
-    }
-    sg = warp_reduce(sg, Add{}) / T(N);
-    sgx = warp_reduce(sgx, Add{}) / T(N);
-#pragma unroll
-    for (int t = 0; t < C; ++t) {
-      const int64_t j = lane + t * kWarpSize;
-      if (j >= N) continue;
-      const T g = w ? dv[t] * w[j] : dv[t];
-      const T v = rs * (g - sg - xh[t] * sgx);
-      const T out = add ? v + add[row * N + j] : v;
-      dx[row * N + j] = out;
-      if (low) low[row * N + j] = L(out);
-    }
-  }
-  for (int pass = 0; pass < 2; ++pass) {  // the weight's sums, then the bias's
-    T* acc = pass == 0 ? aw : ab;
-#pragma unroll
-    for (int t = 0; t < C; ++t) part[warp][lane + t * kWarpSize] = acc[t];
-    __syncthreads();
-    T* out = (pass == 0 ? pw : pb) + int64_t(blockIdx.x) * N;
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
-      T sum = 0;
-      for (int k = 0; k < kRowsPerBlock; ++k) sum += part[k][j];
-      out[j] = sum;
-    }
-    __syncthreads();
-  }
-}
-
-// The multiprocessor count of device `dev` (asked once).
-int multiprocessors(int dev) {
-  static std::mutex mu;
-  static std::unordered_map<int, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  int sms = 0;
-  LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return cache[dev] = std::max(sms, 1);
-}
-
 void check_input(const char* op, const Tensor& x) {
   LOOM_CHECK(
       x.dim() == 2 && x.is_contiguous() && (x.dtype() == DType::F32 || x.dtype() == DType::F64), op,
@@ -321,55 +237,10 @@ struct BackwardArgs {
   int dev;
 };
 
-// The one-pass kernel with C columns per lane into a.r (Note [Layer norm backward in one pass]).
-template <typename T, typename Y, typename L, int C>
-void launch_one_pass(const BackwardArgs& a) {
-  const int64_t M = a.x.size(0), N = a.x.size(1);
-  auto kernel = layer_norm_backward_kernel<T, Y, L, C>;
-  int resident = 0;  // blocks per multiprocessor (the registers decide: C = 24 takes 150 a thread)
-  LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel,
-                                                                kRowsPerBlock * kWarpSize, 0));
-  const int64_t blocks = std::min<int64_t>((M + kRowsPerBlock - 1) / kRowsPerBlock,
-                                           std::max(resident, 1) * int64_t(multiprocessors(a.dev)));
-  const Options o{.dtype = a.x.dtype(), .device = a.x.device()};
-  Tensor pw = empty({blocks, N}, o), pb = empty({blocks, N}, o);
-  cudaStream_t s = current_stream(a.dev);
-  LayerNormGrads& r = a.r;
-  kernel<<<unsigned(blocks), kRowsPerBlock * kWarpSize, 0, s>>>(
-      a.dy.data<Y>(), a.x.data<T>(), ptr_or_null<T>(a.w), a.mean.data<T>(), a.rstd.data<T>(),
-      ptr_or_null<T>(a.add), r.grad_input.data<T>(),
-      r.grad_input_low.defined() ? r.grad_input_low.data<L>() : nullptr, pw.data<T>(), pb.data<T>(),
-      M, N);
-  layer_norm_param_finish_kernel<T>
-      <<<unsigned((N + kWarpSize - 1) / kWarpSize), kRowsPerBlock * kWarpSize, 0, s>>>(
-          pw.data<T>(), pb.data<T>(), r.grad_weight.defined() ? r.grad_weight.data<T>() : nullptr,
-          r.grad_bias.defined() ? r.grad_bias.data<T>() : nullptr, blocks, N);
-}
-
-// The one-pass backward into a.r, or false where it does not apply (float64, N > 1024).
+// The backward: dx (with the extras), then the column sums in two stages (Note [Layer norm
+// column sums]). L: the type of r.grad_input_low.
 template <typename T, typename Y, typename L>
-bool backward_one_pass(const BackwardArgs& a) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return false;
-  } else {
-    const int64_t N = a.x.size(1);
-    if (N <= 8 * kWarpSize)
-      launch_one_pass<T, Y, L, 8>(a);
-    else if (N <= 16 * kWarpSize)
-      launch_one_pass<T, Y, L, 16>(a);
-    else if (N <= 24 * kWarpSize)
-      launch_one_pass<T, Y, L, 24>(a);
-    else if (N <= 32 * kWarpSize)
-      launch_one_pass<T, Y, L, 32>(a);
-    else
-      return false;
-    return true;
-  }
-}
-
-// The two-kernel backward: dx, then the column sums in two stages (Note [Layer norm column sums]).
-template <typename T, typename Y, typename L>
-void backward_two_pass(const BackwardArgs& a) {
+void backward(const BackwardArgs& a) {
   const int64_t M = a.x.size(0), N = a.x.size(1);
   cudaStream_t s = current_stream(a.dev);
   LayerNormGrads& r = a.r;
@@ -398,8 +269,7 @@ void backward_two_pass(const BackwardArgs& a) {
 }  // namespace
 
 // dy: (M, N) contiguous, x's dtype or 16-bit; x, mean, rstd: the forward's -> dx, dw, db (and
-// the extras). With the weight's or the bias's gradient asked for and rows to sum, the one-pass
-// kernel; else (or for float64 or N > 1024) dx alone and the two-stage column sums.
+// the extras).
 LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
                                                 const Tensor& mean, const Tensor& rstd,
                                                 bool need_weight, bool need_bias,
@@ -420,7 +290,6 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& 
   const int dev = x.device().index;
   DeviceGuard g(dev);
   const BackwardArgs a{dy, x, w, mean, rstd, extras.grad_add, r, dev};
-  const bool sums = (need_weight || need_bias) && M > 0 && N > 0;
   auto run = [&](auto t) {
     using T = decltype(t);
     with_io_type<T>(dy.dtype(), "layer_norm_backward", [&](auto yt) {
@@ -428,7 +297,7 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& 
       with_io_type<T>(extras.grad_input_low.value_or(x.dtype()), "layer_norm_backward",
                       [&](auto lt) {
                         using L = decltype(lt);
-                        if (!sums || !backward_one_pass<T, Y, L>(a)) backward_two_pass<T, Y, L>(a);
+                        backward<T, Y, L>(a);
                       });
     });
   };

@@ -64,7 +64,8 @@ LtMatmulArgs gemm_args(const Tensor& out, const Tensor& a, const Tensor& b, Tens
   const int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
   LtMatmulArgs args;
   args.device = out.device().index;
-  args.dtype = out.dtype();
+  args.dtype = a.dtype();
+  args.d_dtype = out.dtype();
   args.m = N;
   args.n = M;
   args.k = K;
@@ -105,9 +106,11 @@ void check_cuda_floating(const char* op, const Tensor& t) {
 }  // namespace
 
 // a: (M, K), b: (K, N) -> (M, N)
-Tensor CudaBackend::mm(const Tensor& a, const Tensor& b) {
+Tensor CudaBackend::mm(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
   check_cuda_floating("mm", a);
-  Tensor out = empty({a.size(0), b.size(1)}, {.dtype = a.dtype(), .device = a.device()});
+  check_mm_out_dtype("mm", a, out_dtype);
+  Tensor out =
+      empty({a.size(0), b.size(1)}, {.dtype = out_dtype.value_or(a.dtype()), .device = a.device()});
   gemm(raw::unsqueeze(out, 0), raw::unsqueeze(a, 0), raw::unsqueeze(b, 0));
   return out;
 }

@@ -31,7 +31,7 @@ namespace {
 // mutex just before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul
 // only).
 
-constexpr int kKeyLen = 26;
+constexpr int kKeyLen = 27;
 using PlanKey = PlanKeyOf<kKeyLen>;
 
 struct Plan {
@@ -176,7 +176,8 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
                                                      &x.ld_aux, sizeof(x.ld_aux)));
   plan->a = make_layout(type, x.a.rows, x.a.cols, x.a.ld, x.batch, x.a.batch_stride);
   plan->b = make_layout(type, x.b.rows, x.b.cols, x.b.ld, x.batch, x.b.batch_stride);
-  plan->d = make_layout(type, x.m, x.n, x.ldd, x.batch, x.batch_stride_d);
+  plan->d = make_layout(lt_dtype(x.d_dtype.value_or(x.dtype)), x.m, x.n, x.ldd, x.batch,
+                        x.batch_stride_d);
 
   cublasLtMatmulPreference_t pref = nullptr;
   LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -219,6 +220,7 @@ PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
   const void* bias = bias_pointer(x);
   return PlanKey{x.device,
                  int64_t(x.dtype),
+                 int64_t(x.d_dtype.value_or(x.dtype)),
                  tf32,
                  x.m,
                  x.n,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/dtype.h"
 
@@ -38,8 +39,9 @@ struct LtOperand {
 
 struct LtMatmulArgs {
   int device = 0;
-  DType dtype = DType::F32;     // of A, B, D and the bias
-  int64_t m = 0, n = 0, k = 0;  // op(A): m x k, op(B): k x n, D: m x n
+  DType dtype = DType::F32;      // of A, B and the bias
+  std::optional<DType> d_dtype;  // of D: dtype, or float32 with 16-bit A and B
+  int64_t m = 0, n = 0, k = 0;   // op(A): m x k, op(B): k x n, D: m x n
   int64_t batch = 1;
   LtOperand a, b;
   void* d = nullptr;  // column-major, leading dimension ldd

@@ -228,3 +228,23 @@ TEST(Autocast, BackwardInsideTheScopeRunsWithoutAutocast) {
   EXPECT_EQ(x.grad().dtype(), kF32);
   EXPECT_TRUE(amp::is_autocast_enabled());
 }
+
+// Note [Float32 weight gradients]: under autocast a Linear's float32 weight gets its gradient
+// from the GEMM in float32, not rounded to bfloat16 and cast back. Reference: the float64 product
+// of the values the GEMM read (x and the incoming gradient, both in bfloat16). A bfloat16 rounding
+// of the gradient would be off by up to 2^-9 of it; this one is within float32 rounding.
+TEST(Autocast, ALinearsFloat32WeightGetsAGradientNotRoundedTo16Bits) {
+  Tensor w = leaf({6, 64}, 7), b = leaf({6}, 8);
+  Tensor x = randn({96, 64}), g = randn({96, 6});
+  {
+    amp::Autocast guard(kBF16);
+    sum(to(linear(x, w, b), kF32) * g).backward();
+  }
+  ASSERT_EQ(w.grad().dtype(), kF32);
+  Tensor want = mm(to(to(g, kBF16), kF64).t(), to(to(x, kBF16), kF64));  // (6, 64)
+  const double scale = max(abs(want)).item();
+  EXPECT_LT(max(abs(to(w.grad(), kF64) - want)).item(), 1e-6 * scale);
+  // The check can tell: bfloat16 rounding of the same values is far off.
+  EXPECT_GT(max(abs(to(to(want, kBF16), kF64) - want)).item(), 1e-4 * scale);
+  EXPECT_EQ(b.grad().dtype(), kF32);
+}

@@ -66,16 +66,15 @@ TEST(CudaLayerNorm, MatchesTheCpuAtOddSizes) {
       for (bool affine : {false, true}) compare(M, N, dt, affine);
 }
 
-// Rows too wide for the one-pass kernel's shared memory (2 x 4 x 8000 floats > 227 KiB): the
-// two-kernel column sums (Note [Layer norm backward in one pass]).
-TEST(CudaLayerNorm, MatchesTheCpuForRowsTooWideForOnePass) {
+// Wide rows (8000 columns: 250 column tiles in both stages of the column sums).
+TEST(CudaLayerNorm, MatchesTheCpuForWideRows) {
   SKIP_WITHOUT_CUDA();
   compare(37, 8000, kF32, true);
 }
 
 // The backward's extras (LayerNormBackwardExtras): a gradient added to dx as it is written, and
-// dx written again in 16 bits (the residual branch's copy), with the column sums (the one-pass
-// kernel) and without (the dx kernel). dx against the CPU (which adds after its loops); the copy
+// dx written again in 16 bits (the residual branch's copy), with the column sums and without.
+// dx against the CPU (which adds after its loops); the copy
 // is exactly dx rounded (the kernel rounds the value it writes) and within one rounding of the
 // CPU's.
 TEST(CudaLayerNorm, AddsAGradientAndWritesA16BitCopyOfDx) {

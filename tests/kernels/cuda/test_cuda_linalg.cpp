@@ -268,6 +268,22 @@ TEST(CudaLinearFused, RejectsBadArguments) {
                Error);
 }
 
+// mm with a float32 result from bfloat16 and float16 inputs (a Linear's weight gradient: Note
+// [Float32 weight gradients]): within float32 rounding of the float64 product, with no 16-bit
+// rounding of the output; a transposed operand as the weight gradient has it.
+TEST(CudaMmOutDtype, Float32ResultFrom16BitInputs) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor g = random_tensor({256, 48}, dt, 16, gpu()), x = random_tensor({256, 64}, dt, 17, gpu());
+    Tensor w = cuda::cuda_backend().mm(g.t(), x, DType::F32);  // (48, 64)
+    ASSERT_EQ(w.dtype(), DType::F32);
+    EXPECT_LT(rel_err(w, mm_ref(g.t(), x)), 1e-5) << dtype_name(dt);
+  }
+  EXPECT_THROW(cuda::cuda_backend().mm(random_tensor({4, 4}, kF32, 1, gpu()),
+                                       random_tensor({4, 4}, kF32, 2, gpu()), DType::BF16),
+               Error);
+}
+
 // ---- GELU's backward in cuBLASLt's epilogues (Note [Fused MLP] in autograd/ops/linalg.cpp) ----
 
 // d/dx of the tanh GELU in float64.
