@@ -2,8 +2,7 @@
 //   (K) @ (K)       -> dot as (1, K) @ (K, 1)
 //   (..., M, K) @ (K, N)       -> one mm on the flattened (... * M, K)
 //   (..., M, K) @ (..., K, N)  -> bmm over the broadcast batch
-// linear and gelu_mlp, with their backward epilogues: Notes [Fused linear], [Linear backward
-// epilogues] and [Fused MLP] below.
+// linear and gelu_mlp: Notes [Fused linear], [Float32 weight gradients] and [Fused MLP] below.
 #include "autograd/ops/linalg.h"
 
 #include <optional>
