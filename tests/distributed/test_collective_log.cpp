@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
+#include "core/error.h"
 #include "distributed/collective_log.h"
 #include "distributed/store/tcp_store.h"
 
@@ -37,7 +41,48 @@ std::string wait_for(Store& store, const std::string& key, const std::string& wa
   return got;
 }
 
+// A store that says "absent" at the first check() of each key and tells the truth after: the
+// moment before a rank writes its key, seen by a waiter whose next look comes after the write.
+class LateStore : public Store {
+ public:
+  explicit LateStore(std::shared_ptr<Store> s) : s_(std::move(s)) {}
+  void set(const std::string& k, const Bytes& v) override { s_->set(k, v); }
+  Bytes get(const std::string& k, Millis t) override { return s_->get(k, t); }
+  int64_t add(const std::string& k, int64_t d) override { return s_->add(k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    return s_->compare_set(k, e, d);
+  }
+  void wait(const std::vector<std::string>& k, Millis t) override { s_->wait(k, t); }
+  bool check(const std::vector<std::string>& keys) override {
+    for (const std::string& k : keys)
+      if (seen_.insert(k).second) return false;
+    return s_->check(keys);
+  }
+  bool delete_key(const std::string& k) override { return s_->delete_key(k); }
+  int64_t num_keys() override { return s_->num_keys(); }
+  std::shared_ptr<Store> clone() const override { return s_->clone(); }
+
+ private:
+  std::shared_ptr<Store> s_;
+  std::set<std::string> seen_;
+};
+
 }  // namespace
+
+// Rank 1 wrote its key and then left (DDP's layout check: a rank that sees the mismatch fails
+// at once). A waiter whose first look missed the key and whose next look at the departures sees
+// rank 1 gone must still take the key, not name rank 1 as gone before it arrived.
+TEST(CollectiveLog, ARankThatWroteItsKeyAndThenLeftIsNotNamedByTheWait) {
+  auto store = serve();
+  CollectiveLog log(store, 0, 2);
+  store->set("layout/1", Bytes{1});
+  store->set("left/1", Bytes{'x'});
+  LateStore late(store);
+  EXPECT_NO_THROW(log.wait_for_keys(late, {"layout/1"}, {1}, 5s, "comparing layouts"));
+  // A rank that left without writing its key is still named at once.
+  LateStore late2(store);
+  EXPECT_THROW(log.wait_for_keys(late2, {"layout/9"}, {1}, 5s, "comparing layouts"), Error);
+}
 
 TEST(CollectiveLog, DescribeNamesOpSequenceAndSize) {
   EXPECT_EQ((OpRecord{"all_reduce", 17, 4096, DType::F32, -1}).describe(),
