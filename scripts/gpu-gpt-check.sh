@@ -59,10 +59,7 @@ if [ "${VISION:-0}" = 1 ]; then
 fi
 
 if [ "${CTEST:-0}" = 1 ]; then
-  (cd "$BUILD" && ctest -j "${CTEST_JOBS:-12}" -R 'Cuda' --timeout 300 \
-    --output-junit "$PWD/ctest-cuda.xml" > "$LOG/ctest_cuda.txt" 2>&1)
-  python3 scripts/test_summary.py "$BUILD/ctest-cuda.xml" > "$LOG/ctest_summary.txt" 2>&1
-  stamp "ctest -R Cuda: $(tail -1 "$LOG/ctest_summary.txt") $(grep FAILED "$LOG/ctest_summary.txt" | head -5 | tr '\n' ' ')"
+  stamp "ctest -R Cuda: $(scripts/gpu-ctest.sh "$BUILD" "$LOG")"
 else
 "$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaLayerNorm.*:CudaAttention*:CudaEmbedding*:*embedding*:*attention*:*layer_norm*:*gelu_tanh*:*GeluTanh*:*CrossEntropy*:*cross_entropy*:*Linear*:*linear*:*gelu_mlp*:*Gpt*:*GPT*:CudaRecompute.*:CudaGraphStep.*:CudaGradNorm.*' > "$LOG/test_cuda.txt" 2>&1
 stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr '\n' ' ')"

@@ -49,10 +49,7 @@ bench gpt --recompute-activations
 # The CUDA tests of what the change touches (batch norm, GELU and Linear through the op table, the
 # image models, checkpointing), in one process; CTEST=1 runs every CUDA test through ctest instead.
 if [ "${CTEST:-0}" = 1 ]; then
-  (cd "$BUILD" && ctest -j "${CTEST_JOBS:-12}" -R 'Cuda' --timeout 300 \
-    --output-junit "$PWD/ctest-cuda.xml" > "$LOG/ctest_cuda.txt" 2>&1)
-  python3 scripts/test_summary.py "$BUILD/ctest-cuda.xml" > "$LOG/ctest_summary.txt" 2>&1
-  stamp "ctest -R Cuda: $(tail -1 "$LOG/ctest_summary.txt") $(grep FAILED "$LOG/ctest_summary.txt" | head -5 | tr '\n' ' ')"
+  stamp "ctest -R Cuda: $(scripts/gpu-ctest.sh "$BUILD" "$LOG")"
 else
   filter='*CudaOpTable*:CudaBatchNorm*:CudaVisionModels.*:CudaCheckpoint.*:CudaLinearFused.*:CudaChannelsLast.*:CudaAmp*:CudaElementwise.*:CudaGraphStep.*:CudaAutograd.*'
   "$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter="$filter" > "$LOG/test_touched.txt" 2>&1
