@@ -78,13 +78,10 @@ Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0, std::optional<DType> o
   // Half precision on the CPU: compute in float32 and round once.
   Tensor a = raw::contiguous(raw::cast(a0, DType::F32)),
          b = raw::contiguous(raw::cast(b0, DType::F32));
-  if (out.dtype() == DType::F32) {  // a float32 result asked for: no rounding to 16 bits
-    gemm<float>(a, b, out.data<float>());
-    return out;
-  }
-  Tensor o32 = empty(out.shape(), {.dtype = DType::F32});
+  // A float32 result asked for (out_dtype) is written as it is, without the rounding to 16 bits.
+  Tensor o32 = out.dtype() == DType::F32 ? out : empty(out.shape(), {.dtype = DType::F32});
   gemm<float>(a, b, o32.data<float>());
-  copy_(out, o32);
+  if (!o32.is_same(out)) copy_(out, o32);
   return out;
 }
 

@@ -83,8 +83,8 @@ LtMatmulArgs gemm_args(const Tensor& out, const Tensor& a, const Tensor& b, Tens
 void gemm(const Tensor& out, const Tensor& a, const Tensor& b, LtEpilogue epi = LtEpilogue::None,
           const Tensor& bias = Tensor(), const Tensor& aux = Tensor()) {
   if (out.numel() == 0) return;
-  if (a.size(2) ==
-      0) {  // an empty sum; epilogues only come from linear_fused, which rejects K == 0
+  // An empty sum (K == 0); epilogues only come from linear_fused, which rejects K == 0.
+  if (a.size(2) == 0) {
     cuda_backend().fill_(out, 0.0);
     return;
   }

@@ -113,14 +113,11 @@ bool has_aux(LtEpilogue e) {
          e == LtEpilogue::DGeluTanh;
 }
 
-// The bias vector cuBLASLt's BIAS_POINTER names, or null for an epilogue without one.
-const void* bias_pointer(const LtMatmulArgs& x) { return has_bias(x.epilogue) ? x.bias : nullptr; }
-
 // The bias and aux pointers of this call on the plan's descriptor (under the plan's mutex).
 void set_pointers(cublasLtMatmulDesc_t op, const LtMatmulArgs& x) {
-  if (const void* bias = bias_pointer(x))
-    LOOM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (has_bias(x.epilogue))
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias,
+                                                     sizeof(x.bias)));
   if (has_aux(x.epilogue))
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                      &x.aux, sizeof(x.aux)));
@@ -217,7 +214,7 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
 }
 
 PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
-  const void* bias = bias_pointer(x);
+  const void* bias = has_bias(x.epilogue) ? x.bias : nullptr;
   return PlanKey{x.device,
                  int64_t(x.dtype),
                  int64_t(x.d_dtype.value_or(x.dtype)),
@@ -279,7 +276,7 @@ void launch(Plan& plan, const LtMatmulArgs& x) {
   cudaStream_t stream = current_stream(x.device);
 
   std::unique_lock<std::mutex> pointer_lock(plan.mu, std::defer_lock);
-  if (bias_pointer(x) != nullptr || has_aux(x.epilogue)) {
+  if (has_bias(x.epilogue) || has_aux(x.epilogue)) {
     pointer_lock.lock();
     set_pointers(plan.op, x);
   }
@@ -288,24 +285,23 @@ void launch(Plan& plan, const LtMatmulArgs& x) {
                                    workspace.get(), plan.workspace, stream));
 }
 
+// Launches the product, or returns why cuBLASLt has no algorithm for it (empty when launched).
+const std::string& launch_if_supported(const LtMatmulArgs& x) {
+  const bool tf32 = x.dtype == DType::F32 && allow_tf32();
+  DeviceGuard guard(x.device);
+  Plan& plan = plan_for(x, tf32);
+  if (plan.unsupported.empty()) launch(plan, x);
+  return plan.unsupported;  // plans live until exit
+}
+
 }  // namespace
 
 void lt_matmul(const LtMatmulArgs& x) {
-  const bool tf32 = x.dtype == DType::F32 && allow_tf32();
-  DeviceGuard guard(x.device);
-  Plan& plan = plan_for(x, tf32);
-  LOOM_CHECK(plan.unsupported.empty(), plan.unsupported);
-  launch(plan, x);
+  const std::string& why = launch_if_supported(x);
+  LOOM_CHECK(why.empty(), why);
 }
 
-bool lt_matmul_if_supported(const LtMatmulArgs& x) {
-  const bool tf32 = x.dtype == DType::F32 && allow_tf32();
-  DeviceGuard guard(x.device);
-  Plan& plan = plan_for(x, tf32);
-  if (!plan.unsupported.empty()) return false;
-  launch(plan, x);
-  return true;
-}
+bool lt_matmul_if_supported(const LtMatmulArgs& x) { return launch_if_supported(x).empty(); }
 
 size_t lt_plan_cache_size() {
   PlanCache& cache = plan_cache();
