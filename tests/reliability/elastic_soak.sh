@@ -38,6 +38,7 @@ while [ $kills -lt "$kills_wanted" ]; do
   # Not near the end: a rank killed after the final checkpoint would be restarted into a run that
   # is complete, which --resume refuses ("nothing to train").
   n=$(basename "$(newest "$ck")" .safetensors)
+  [ -n "$n" ] || continue  # the listing came back empty (seen once under load): look again
   [ $((10#${n#ckpt-})) -le $((last_step - 24)) ] || break
   mapfile -t workers < <(pgrep -P $job)
   [ ${#workers[@]} -eq 2 ] || continue  # between attempts
