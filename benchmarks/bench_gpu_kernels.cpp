@@ -4,8 +4,10 @@
 // (batch 256, all three directions) against cuDNN's fastest algorithm called directly (and, in
 // bf16, loom's channels-last convolutions against its NCHW ones), the cnn's batch norms (with their
 // fused ReLU) and max poolings against the memory floor of the bytes they must move, and the
-// caching allocator's alloc/free pairs. Times are medians of repeats measured with CUDA events
-// after warm-up, on random (never zero) inputs.   ./build/benchmarks/bench_gpu_kernels [--quick]
+// caching allocator's alloc/free pairs, and the classifier's cross-entropy with its gradient in
+// one pass against two kernels. Times are medians of repeats measured with CUDA events
+// after warm-up, on random (never zero) inputs.
+//   ./build/benchmarks/bench_gpu_kernels [--quick] [--only "cross-entropy"]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -372,6 +374,30 @@ void bench_norm_pool() {
   }
 }
 
+// ---------------------------------------------------------------- the classifier's loss
+// GPT-2's logits (16384 x 50304 bfloat16): cross_entropy_with_grad_'s one pass (Note
+// [Cross-entropy and its gradient in one pass]) against the forward and backward kernels it
+// replaces, and against the memory floor (the logits read once and written once).
+void bench_cross_entropy() {
+  auto& be = cuda::cuda_backend();
+  const int64_t N = g_quick ? 4096 : 16384, C = 50304;
+  Tensor logits = (randn({N, C}, {.device = dev0()}) * 2.0).to(DType::BF16);
+  Tensor target = randint(0, C, {N}, {.dtype = DType::I64, .device = dev0()});
+  Tensor work = logits.clone();
+  const int it = g_quick ? 3 : 10;
+  // Each call overwrites `work` with a gradient: refreshed from the logits outside the timing
+  // would cost as much again, so both rows time the call on whatever `work` holds (finite).
+  const double one =
+      time_ms([&] { be.cross_entropy_with_grad_(work, target, Reduction::Mean, 0.0, -100); }, it);
+  const double two = time_ms(
+      [&] { cross_entropy_with_grad_composed(be, work, target, Reduction::Mean, 0.0, -100); }, it);
+  add_time_row("cross_entropy_with_grad_ 16384x50304 bf16", one, two, " (two kernels)", 1.0);
+  const double floor_ms = 2.0 * double(N * C) * 2 / (g_copy_gbs * 1e6);
+  g_rows.push_back({"  the same against its memory floor", fmt("%.4f ms", one),
+                    fmt("%.4f ms (bytes at copy speed)", floor_ms), fmt("%.3f", one / floor_ms),
+                    "(report)", true});
+}
+
 // ---------------------------------------------------------------- allocator
 void bench_allocator() {
   const int pairs = g_quick ? 100000 : 1000000;
@@ -426,7 +452,11 @@ void print_table() {
 }  // namespace
 
 static int run_all(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) g_quick = g_quick || std::strcmp(argv[i], "--quick") == 0;
+  std::string only;  // --only NAME: that step alone (after "add", which measures the copy speed)
+  for (int i = 1; i < argc; ++i) {
+    g_quick = g_quick || std::strcmp(argv[i], "--quick") == 0;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+  }
   if (!cuda::is_available()) {
     std::printf("bench_gpu_kernels: no CUDA device, nothing to measure\n");
     return 0;
@@ -444,9 +474,11 @@ static int run_all(int argc, char** argv) {
     const char* name;
     std::function<void()> run;
   };
-  for (const Step& s : {Step{"add", bench_add}, Step{"matmul", [&] { bench_matmul(blas); }},
-                        Step{"conv", bench_conv}, Step{"norm and pool", bench_norm_pool},
-                        Step{"allocator", bench_allocator}}) {
+  for (const Step& s :
+       {Step{"add", bench_add}, Step{"matmul", [&] { bench_matmul(blas); }},
+        Step{"conv", bench_conv}, Step{"norm and pool", bench_norm_pool},
+        Step{"cross-entropy", bench_cross_entropy}, Step{"allocator", bench_allocator}}) {
+    if (!only.empty() && only != s.name && std::string(s.name) != "add") continue;
     std::printf("running %s ...\n", s.name);
     std::fflush(stdout);
     s.run();

@@ -75,17 +75,45 @@ void check_ce_into(const Tensor& into, const Tensor& logits) {
       " must be contiguous and like the logits ", describe(logits));
 }
 
-DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev) {
+DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev,
+                      bool allow_16bit) {
   const DType dt = tensors.empty() ? DType::F32 : tensors[0].dtype();
+  auto ok = [&](DType d) {
+    return d == DType::F32 || d == DType::F64 ||
+           (allow_16bit && (d == DType::F16 || d == DType::BF16));
+  };
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    LOOM_CHECK(t.defined() && (t.dtype() == DType::F32 || t.dtype() == DType::F64) &&
-                   t.dtype() == dt && t.device() == dev && t.is_contiguous(),
-               op, ": tensor ", i, " (", t.defined() ? describe(t) : std::string("undefined"),
-               ") must be contiguous, float32 or float64 like tensor 0 (", dtype_name(dt), "), on ",
-               dev);
+    LOOM_CHECK(
+        t.defined() && ok(t.dtype()) && t.dtype() == dt && t.device() == dev && t.is_contiguous(),
+        op, ": tensor ", i, " (", t.defined() ? describe(t) : std::string("undefined"),
+        ") must be contiguous, float32 or float64", allow_16bit ? " (or 16-bit)" : "",
+        " like tensor 0 (", dtype_name(dt), "), on ", dev);
   }
   return dt;
+}
+
+void check_scale_factor(const Tensor& factor, DType dt, Device dev) {
+  const DType want = dt == DType::F16 || dt == DType::BF16 ? DType::F32 : dt;
+  LOOM_CHECK(
+      factor.defined() && factor.numel() == 1 && factor.dtype() == want && factor.device() == dev,
+      "scale_by_: factor ", factor.defined() ? describe(factor) : std::string("undefined"),
+      " must be one ", dtype_name(want), " value on ", dev, " for ", dtype_name(dt), " tensors");
+}
+
+CrossEntropyOut cross_entropy_with_grad_composed(Backend& be, const Tensor& logits,
+                                                 const Tensor& target, Reduction r,
+                                                 double label_smoothing, int64_t ignore_index) {
+  LOOM_CHECK(r != Reduction::None && logits.is_contiguous(), "cross_entropy_with_grad_: logits ",
+             describe(logits), " must be contiguous and the reduction Mean or Sum");
+  CrossEntropyOut out = be.cross_entropy(logits, target, r, label_smoothing, ignore_index);
+  const Tensor one = empty({}, {.dtype = DType::F64, .device = logits.device()});
+  be.fill_(one, 1.0);
+  // The Sum's gradient with grad 1 and scale 1, written over the logits (each element read
+  // before it is overwritten, by the same thread).
+  be.cross_entropy_backward(one, logits, target, out.lse, one, Reduction::Sum, label_smoothing,
+                            ignore_index, logits);
+  return out;
 }
 
 void check_sdpa_into(const char* op, const SdpaGrads& into, const Tensor& q, const Tensor& k,

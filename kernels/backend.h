@@ -122,10 +122,19 @@ void check_batch_norm_pool2_input(const char* op, const Tensor& x);
 // device).
 void check_ce_into(const Tensor& into, const Tensor& logits);
 
+// Backend::cross_entropy_with_grad_ composed of be's cross_entropy and cross_entropy_backward:
+// its oracle, the CPU's implementation and CUDA's for rows too wide for the one-pass kernel.
+CrossEntropyOut cross_entropy_with_grad_composed(Backend& be, const Tensor& logits,
+                                                 const Tensor& target, Reduction r,
+                                                 double label_smoothing, int64_t ignore_index);
+
 // The lists sum_of_squares and scale_by_ take (Note [Fused gradient norm]): every tensor defined,
 // contiguous, of one dtype (float32 or float64), on `dev`; an error names `op` and the first bad
 // tensor. Returns the dtype (float32 for an empty list).
-DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev);
+DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device dev,
+                      bool allow_16bit = false);
+// scale_by_'s factor for a list of dtype dt: one value of dt (float32 for a 16-bit list) on dev.
+void check_scale_factor(const Tensor& factor, DType dt, Device dev);
 
 // The checks both backends' sdpa_forward and sdpa_backward share: q (B, H, Tq, D), k (B, H, Tk, D)
 // and v (B, H, Tk, Dv), one floating dtype, one device.

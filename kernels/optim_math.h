@@ -17,6 +17,22 @@
 
 namespace loom {
 
+// a * b. On CUDA rounded once and never contracted into a fused multiply-add with what follows,
+// so the clip's coefficient applied inside the update (AdamMath::grad_scale) gives the very bits
+// of a separate scaling pass (nn::clip_grad_norm_) followed by the update. The CPU loop keeps the
+// plain product (the compiler may contract it; a barrier would stop the loop's vectorization).
+template <typename T>
+LOOM_HOST_DEVICE inline T mul_rn(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>)
+    return __fmul_rn(a, b);
+  else
+    return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // Note [Adam's update, as PyTorch computes it]
 // With g the gradient (plus wd * p for Adam; for AdamW p *= 1 - lr * wd first):
 //   m = m + (1 - beta1) * (g - m)          (torch's lerp_ for a weight below 0.5)
@@ -29,6 +45,7 @@ namespace loom {
 template <typename T>
 struct AdamMath {
   T one_minus_beta1, beta2, one_minus_beta2, weight_decay, decay_keep, step_size, bc2_sqrt, eps;
+  T grad_scale;  // every gradient is multiplied by it first (AdamStepParams::grad_scale; else 1)
   bool decoupled, amsgrad;
   double beta1_d, beta2_d, weight_decay_d;  // what at() needs
 
@@ -41,6 +58,7 @@ struct AdamMath {
                T(1),
                T(1),
                T(p.eps),
+               T(1),
                p.decoupled_weight_decay,
                p.amsgrad,
                p.beta1,
@@ -75,6 +93,7 @@ struct AdamMath {
     // Branches touch locals only (each of p, m, v is stored once, unconditionally), so a CPU
     // compiler can turn them into selects and vectorize the loop.
     T pv = p;
+    g = mul_rn(g, grad_scale);  // rounded as a separate pass's product would be
     if (weight_decay != T(0)) {
       if (decoupled)
         pv = pv * decay_keep;
@@ -195,6 +214,11 @@ inline bool check_adam_step(const std::vector<Tensor>& params, const std::vector
   check_fused_step_args("adam_step", params, grads, states);
   if (params.empty()) return false;
   check_step_scalars("adam_step", hp.on_device, params[0]);
+  const Tensor& s = hp.grad_scale;
+  LOOM_CHECK(!s.defined() || (s.numel() == 1 && s.dtype() == params[0].dtype() &&
+                              s.device() == params[0].device()),
+             "adam_step: the gradients' scale must be one ", dtype_name(params[0].dtype()),
+             " value on ", params[0].device(), ", got ", describe(s));
   return true;
 }
 

@@ -54,6 +54,10 @@ struct AdamStepParams {
   bool amsgrad = false;
   int64_t step = 1;             // the number of this update (1 for the first), for bias correction
   DeviceStepScalars on_device;  // when defined, replaces lr and step (Note above)
+  // Undefined, or one value of the parameters' dtype on their device that multiplies every
+  // gradient before the update: the clip's coefficient (Note [Clipping inside the update] in
+  // nn/optim/optimizer.h), read on the device like the scalars above.
+  Tensor grad_scale;
 };
 
 // Hyper-parameters of one fused SGD update.

@@ -35,6 +35,12 @@ void check_args(double max_norm, double norm_type) {
   LOOM_CHECK(max_norm >= 0.0, "clip_grad_norm_: max_norm ", max_norm, " is negative");
 }
 
+// min(1, max_norm / (total + 1e-6)), computed on the device in g's dtype.
+Tensor coefficient(const Tensor& total, double max_norm, const Tensor& g) {
+  return minimum(rdiv(total + 1e-6, max_norm),
+                 scalar_tensor(1.0, {.dtype = g.dtype(), .device = g.device()}));
+}
+
 // Raises on a NaN or infinite total (one host sync) when asked; then every gradient *= coef =
 // min(1, max_norm / (total + 1e-6)), computed on the device.
 void clip_by(const std::vector<Tensor>& grads, const Tensor& total, double max_norm,
@@ -44,9 +50,7 @@ void clip_by(const std::vector<Tensor>& grads, const Tensor& total, double max_n
     LOOM_CHECK(std::isfinite(t), "clip_grad_norm_: the total norm of the gradients is ", t,
                "; pass error_if_nonfinite = false to clip anyway");
   }
-  const DType dt = grads[0].dtype();
-  Tensor coef = minimum(rdiv(total + 1e-6, max_norm),
-                        scalar_tensor(1.0, {.dtype = dt, .device = grads[0].device()}));
+  Tensor coef = coefficient(total, max_norm, grads[0]);
   if (fused) return backend_for(coef.device()).scale_by_(grads, coef);
   for (Tensor g : grads) g.mul_(coef.to(g.dtype()));  // a handle: the same storage
 }
@@ -73,6 +77,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   Tensor total = sqrt(backend_for(grads[0].device()).sum_of_squares(grads));
   clip_by(grads, total, max_norm, error_if_nonfinite, /*fused=*/true);
   return total;
+}
+
+std::optional<ClipCoefficient> clip_coefficient(const std::vector<Tensor>& params,
+                                                double max_norm) {
+  check_args(max_norm, 2.0);
+  NoGradGuard guard;
+  std::vector<Tensor> grads = grads_of(params);
+  if (grads.empty() || !fusable(grads, 2.0)) return std::nullopt;
+  Tensor total = sqrt(backend_for(grads[0].device()).sum_of_squares(grads));
+  return ClipCoefficient{total, coefficient(total, max_norm, grads[0])};
 }
 
 Tensor clip_grad_norm_sharded_(const std::vector<Tensor>& grads, double max_norm, DType dtype,

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -29,6 +30,17 @@ Tensor clip_grad_norm_composite(const std::vector<Tensor>& params, double max_no
 // may hold none). Float32/float64 contiguous gradients (the fused path only).
 Tensor clip_grad_norm_sharded_(const std::vector<Tensor>& grads, double max_norm, DType dtype,
                                Device device, const std::function<void(Tensor&)>& sum_over_ranks);
+
+// The fused 2-norm clip without its scaling pass, for an optimizer that multiplies the
+// gradients by `coef` inside its update (Note [Clipping inside the update] in
+// nn/optim/optimizer.h): total as clip_grad_norm_'s, coef = min(1, max_norm / (total + 1e-6))
+// (0-d, the gradients' dtype and device). Empty when clip_grad_norm_ would not take its fused
+// path (gradients that are not contiguous float32/float64 of one dtype), or no parameter has a
+// gradient.
+struct ClipCoefficient {
+  Tensor total, coef;
+};
+std::optional<ClipCoefficient> clip_coefficient(const std::vector<Tensor>& params, double max_norm);
 
 constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 

@@ -213,22 +213,26 @@ Tensor GPT::embed(const Tensor& idx, int64_t start) {
   return drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
 }
 
-// Each block's last residual add is done by the next layer norm (TransformerBlock::forward_parts).
 Tensor GPT::forward(const Tensor& idx) {
-  Tensor x = embed(idx, 0), pending;  // (B, T, C)
-  if (checkpoint_blocks_ && autograd::is_grad_enabled()) return forward_checkpointed(x);
-  for (const auto& block : blocks()) std::tie(x, pending) = block->forward_parts(x, pending);
-  Tensor h = pending.defined() ? ln_f->forward_add(x, pending, amp::autocast_dtype()).second
-                               : ln_f->forward(x, amp::autocast_dtype());
-  return lm_head->forward(h);  // (B, T, V)
+  return lm_head->forward(hidden(idx));  // (B, T, V)
 }
 
-// x: (B, T, C) -> logits; each block one checkpoint node (its input kept, the rest recomputed).
-Tensor GPT::forward_checkpointed(Tensor x) {
+// Each block's last residual add is done by the next layer norm (TransformerBlock::forward_parts).
+Tensor GPT::hidden(const Tensor& idx) {
+  Tensor x = embed(idx, 0), pending;  // (B, T, C)
+  if (checkpoint_blocks_ && autograd::is_grad_enabled()) return hidden_checkpointed(x);
+  for (const auto& block : blocks()) std::tie(x, pending) = block->forward_parts(x, pending);
+  return pending.defined() ? ln_f->forward_add(x, pending, amp::autocast_dtype()).second
+                           : ln_f->forward(x, amp::autocast_dtype());
+}
+
+// x: (B, T, C) -> ln_f's output; each block one checkpoint node (its input kept, the rest
+// recomputed).
+Tensor GPT::hidden_checkpointed(Tensor x) {
   for (const auto& block : blocks())
     x = autograd::checkpoint(
         [b = block.get()](const std::vector<Tensor>& in) { return (*b)(in[0]); }, {x});
-  return lm_head->forward(ln_f->forward(x, amp::autocast_dtype()));
+  return ln_f->forward(x, amp::autocast_dtype());
 }
 
 Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
@@ -239,11 +243,12 @@ Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
   return lm_head->forward(ln_f->forward(x, amp::autocast_dtype()));
 }
 
+// The head and the loss as one op (Note [The classifier in one node] in autograd/ops/linalg.cpp):
+// the logits never leave it.
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
-  Tensor logits = forward(idx);
   LOOM_CHECK(targets.shape() == idx.shape(), "GPT::loss: targets ", describe(targets),
              " should have the input's shape ", idx.shape());
-  return cross_entropy(flatten(logits, 0, 1), flatten(targets), Reduction::Mean, 0.0, -1);
+  return linear_cross_entropy(hidden(idx), lm_head->weight, targets, Reduction::Mean, 0.0, -1);
 }
 
 int64_t GPT::num_parameters(bool include_position_table) const {

@@ -109,8 +109,12 @@ class GPT : public Module {
   Tensor forward(const Tensor& idx) override;
   // The same from position cache.length on, appending to the cache (nn/gpt_sample.h).
   Tensor forward(const Tensor& idx, KVCache& cache);
-  // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored).
-  Tensor loss(const Tensor& idx, const Tensor& targets);
+  // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored),
+  // the head and the loss as one op (linear_cross_entropy).
+  bool has_loss() const override { return true; }
+  Tensor loss(const Tensor& idx, const Tensor& targets) override;
+  // forward(idx) without the head: ln_f's output (B, T, C).
+  Tensor hidden(const Tensor& idx);
 
   // GPT-2's init: every Linear and Embedding weight ~ N(0, 0.02), biases 0, LayerNorms 1 and 0,
   // and the residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
@@ -137,7 +141,7 @@ class GPT : public Module {
 
  private:
   Tensor embed(const Tensor& idx, int64_t start);  // (B, T) -> (B, T, C), positions from start
-  Tensor forward_checkpointed(Tensor x);           // the blocks and ln_f, each block checkpointed
+  Tensor hidden_checkpointed(Tensor x);            // the blocks and ln_f, each block checkpointed
   bool checkpoint_blocks_ = false;
   std::vector<std::shared_ptr<TransformerBlock>> blocks() const;
 };

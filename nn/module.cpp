@@ -16,6 +16,12 @@ Tensor Module::forward(const Tensor&) {
   LOOM_FAIL(type_name_, ": forward(x) with one input is not defined for this module");
 }
 
+Tensor Module::loss(const Tensor&, const Tensor&) {
+  LOOM_FAIL(type_name_,
+            ": loss(x, y) is not defined for this module (has_loss() is false); "
+            "take a loss of forward(x) instead");
+}
+
 namespace {
 thread_local const Module* t_calling = nullptr;  // the module whose operator() runs (anomaly mode)
 }  // namespace

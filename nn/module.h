@@ -59,6 +59,12 @@ class Module {
 
   // One input, one output. Modules with other signatures (losses) add their own forward.
   virtual Tensor forward(const Tensor& x);
+  // The mean training loss of inputs x against class targets y (entries -1 ignored), for a model
+  // that makes it better than a cross-entropy over forward(x): GPT's head and loss as one op
+  // (Note [The classifier in one node] in autograd/ops/linalg.cpp). has_loss() says whether the
+  // model has one (StepRunner then calls loss instead of forward); loss errors when it has not.
+  virtual bool has_loss() const { return false; }
+  virtual Tensor loss(const Tensor& x, const Tensor& y);
   // Calls forward(); in anomaly mode (autograd/anomaly.h) it also names this call in the scope
   // path: "<name in parent> (<type>)".
   Tensor operator()(const Tensor& x);

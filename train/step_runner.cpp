@@ -83,8 +83,11 @@ Tensor classification_loss(const Tensor& logits, const Tensor& target, Reduction
   return cross_entropy(flatten(logits, 0, -2), flatten(target), r, label_smoothing, -1);
 }
 
+// The model's own loss where it has one (GPT's head and loss as one op: nn::Module::has_loss),
+// else the cross-entropy of its output.
 Tensor StepRunner::forward_loss(const Tensor& x, const Tensor& y) {
   amp::Autocast autocast(amp_dtype_);
+  if (smoothing_ == 0.0 && model_.has_loss()) return model_.loss(x, y);
   return classification_loss(model_(x), y, Reduction::Mean, smoothing_);
 }
 
@@ -106,8 +109,10 @@ void StepRunner::set_grad_clip(double max_norm) {
 void StepRunner::optimizer_step() {
   if (in_backward_) return;  // every parameter was updated as backward produced its gradient
   if (clip_ > 0.0) {
-    if (scaler_) scaler_->unscale_(opt_);      // clip the true gradients, not the scaled ones
-    grad_norm_ = opt_.clip_grad_norm_(clip_);  // over every rank when sharded
+    if (scaler_) scaler_->unscale_(opt_);  // clip the true gradients, not the scaled ones
+    // In the update where the optimizer can (Note [Clipping inside the update]); over every
+    // rank when sharded.
+    grad_norm_ = opt_.clip_grad_norm_in_step(clip_);
   }
   if (!scaler_) {
     opt_.step();

@@ -77,7 +77,8 @@ class StepRunner {
   StepRunner& operator=(const StepRunner&) = delete;
 
   // One training step on x: (N, ...) and class indices y: (N) (or a sequence model's (N, T)
-  // against logits (N, T, C): classification_loss); returns the loss (a scalar on the device,
+  // against logits (N, T, C): classification_loss; a model with its own loss, such as GPT,
+  // computes it: nn::Module::has_loss); returns the loss (a scalar on the device,
   // not synchronised), the mean over the batch also when it runs as k micro-batches.
   Tensor step(const Tensor& x, const Tensor& y);
 
@@ -102,6 +103,9 @@ class StepRunner {
   // Clips the gradients to a global 2-norm of at most max_norm before each update (after
   // unscaling them with a GradScaler), as torch.nn.utils.clip_grad_norm_; 0 turns it off. The
   // norm before clipping is grad_norm() (a device scalar; undefined before the first step).
+  // Adam and AdamW apply the clip inside their update (Note [Clipping inside the update] in
+  // nn/optim/optimizer.h): the parameters are those of a clip before the update, but .grad is
+  // left unclipped.
   void set_grad_clip(double max_norm);
   const Tensor& grad_norm() const { return grad_norm_; }
 

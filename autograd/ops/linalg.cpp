@@ -2,7 +2,8 @@
 //   (K) @ (K)       -> dot as (1, K) @ (K, 1)
 //   (..., M, K) @ (K, N)       -> one mm on the flattened (... * M, K)
 //   (..., M, K) @ (..., K, N)  -> bmm over the broadcast batch
-// linear and gelu_mlp: Notes [Fused linear], [Float32 weight gradients] and [Fused MLP] below.
+// linear, gelu_mlp and linear_cross_entropy: Notes [Fused linear], [Float32 weight gradients],
+// [Fused MLP] and [The classifier in one node] below.
 #include "autograd/ops/linalg.h"
 
 #include <optional>
@@ -13,6 +14,7 @@
 #include "autograd/ops/checks.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/shape.h"
+#include "autograd/ops/softmax_loss.h"
 #include "autograd/recompute.h"
 #include "kernels/raw_ops.h"
 
@@ -278,6 +280,65 @@ Tensor gelu_mlp(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, co
         return out;
       });
   return unfold_rows(y, x, w2.size(0));
+}
+
+// Note [The classifier in one node]
+// linear_cross_entropy is a language model's output Linear and its loss,
+// cross_entropy(x W^T, target), as one node. Forward: the (M, V) logits from one GEMM, then
+// Backend::cross_entropy_with_grad_ writes the loss and, over the logits, G = d(sum of the rows'
+// losses)/dlogits (on CUDA one read and one write of each row: Note [Cross-entropy and its
+// gradient in one pass] in kernels/cuda/cuda_cross_entropy.cu). Backward, with g the loss's
+// gradient and m = g * scale (scale = 1 / rows counted for Mean, 1 for Sum; 0-d, on the device):
+//   dx = m (G W),   dW = G^T (m x)
+// m multiplies the (M, C) operands, never the (M, V) G. Composed, cross_entropy reads the logits
+// in forward and reads and writes them again in backward (Note [Fused cross-entropy]); here they
+// are read and written once, in forward, which also needs no check that nobody else holds them:
+// they never leave the node. The values are the composite's to rounding (G is rounded to the
+// logits' dtype before m is applied, dx once more after). Without a gradient to make (no grad
+// mode, nothing requiring one) and for Reduction::None it is the composite itself.
+Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const Tensor& target_in,
+                            Reduction r, double label_smoothing, int64_t ignore_index) {
+  if (r == Reduction::None || !autograd::any_requires_grad({x_in, weight_in})) {
+    const Tensor logits = linear(x_in, weight_in);
+    return cross_entropy(logits.dim() == 2 ? logits : flatten(logits, 0, -2), flatten(target_in), r,
+                         label_smoothing, ignore_index);
+  }
+  const Tensor x = amp::cast_lower(x_in);
+  const LinearParam wp = linear_param(weight_in);
+  const Tensor& w = wp.low;
+  Backend& be = check_linear("linear_cross_entropy", x, w, Tensor());
+  const Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, w.size(1)});  // (M, C)
+  const Tensor target = flatten(target_in);                          // (M)
+  LOOM_CHECK(target.dtype() == DType::I64 && target.size(0) == x2.size(0) &&
+                 target.device() == x2.device(),
+             "linear_cross_entropy: target ", describe(target_in), " must be int64 on ",
+             x2.device(), " with one class per row of the input ", describe(x_in));
+  LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
+             "linear_cross_entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
+  Tensor grad = be.linear(x2, w, Tensor(), LinearActivation::None).y;  // the logits (M, V)
+  CrossEntropyOut out =
+      be.cross_entropy_with_grad_(grad, target, r, label_smoothing, ignore_index);  // now G
+  Tensor loss = record("linear_cross_entropy", out.loss, {x2, wp.recorded},
+                       [sx = save(x2, "linear_cross_entropy"), sw = save(w, "linear_cross_entropy"),
+                        grad, scale = out.scale, wt = wp.recorded.dtype()](const Tensor& g) {
+                         Backend& be = backend_for(g.device());
+                         const DType factor = grad.dtype() == DType::F64 ? DType::F64 : DType::F32;
+                         const Tensor m = raw::cast(
+                             be.binary(BinaryOp::Mul, raw::cast(g, DType::F64), scale), factor);
+                         Grads out(2);
+                         if (needs_input_grad(0)) {
+                           out[0] = be.mm(grad, sw.get());  // (M, C)
+                           be.scale_by_({out[0]}, m);
+                         }
+                         if (needs_input_grad(1)) {
+                           Tensor xm = sx.get().clone();  // (M, C)
+                           be.scale_by_({xm}, m);
+                           out[1] = be.mm(raw::transpose(grad, 0, 1), xm, wt);  // (V, C)
+                         }
+                         return out;
+                       });
+  const bool low = grad.dtype() == DType::F16 || grad.dtype() == DType::BF16;
+  return low && !amp::is_autocast_enabled() ? loss.to(grad.dtype()) : loss;  // as cross_entropy
 }
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 // Matrix products: matmul (1-d, 2-d and batched with broadcasting, like torch.matmul), mm, bmm,
-// linear (x W^T + b) and gelu_mlp (two Linears with a tanh GELU between them).
+// linear (x W^T + b), gelu_mlp (two Linears with a tanh GELU between them) and
+// linear_cross_entropy (a Linear and its cross-entropy).
 // Leaves out: decompositions and solvers.
 #pragma once
 
@@ -21,5 +22,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // linalg.cpp).
 Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                 const Tensor& b2);
+// cross_entropy(linear(x, weight) with its leading dims folded into rows, target flattened) as
+// one op, a language model's classifier: x (..., C), weight (V, C), target (...) int64 with
+// x's leading shape. The logits are the op's own: on CUDA their gradient is made in the same pass
+// as the loss and written over them (Note [The classifier in one node] in linalg.cpp).
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target,
+                            Reduction r = Reduction::Mean, double label_smoothing = 0.0,
+                            int64_t ignore_index = -100);
 
 }  // namespace loom

@@ -155,6 +155,15 @@ void broadcast_buffers(nn::Module& module, ProcessGroup& pg) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
+  return run_training_forward(x, [&] { return module_->forward(x); });
+}
+
+Tensor DistributedDataParallel::loss(const Tensor& x, const Tensor& y) {
+  return run_training_forward(x, [&] { return module_->loss(x, y); });
+}
+
+Tensor DistributedDataParallel::run_training_forward(const Tensor& x,
+                                                     const std::function<Tensor()>& body) {
   bool training_step = is_training() && autograd::is_grad_enabled();
   const bool captured = training_step && capturing(x);  // Note [DDP and CUDA graphs]
   if (captured) {
@@ -177,7 +186,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     check_consistency();  // a captured step's check runs before each replay (before_replay)
   if (opt_.broadcast_buffers) sync_buffers();
   if (training_step) reducer_->prepare_for_forward(sync_);
-  Tensor out = module_->forward(x);
+  Tensor out = body();
   if (training_step) {
     reducer_->prepare_for_backward({out});
     if (!captured) ++iteration_;  // the replays count theirs (before_replay)

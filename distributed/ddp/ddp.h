@@ -45,6 +45,10 @@ class DistributedDataParallel : public nn::Module {
   // Training forward (train mode, grad enabled): buffers from rank 0, the previous reduction
   // checked, .grad bound to the buckets; the backward of its output all-reduces the gradients.
   Tensor forward(const Tensor& x) override;
+  // The wrapped module's own loss (nn::Module::has_loss), with the same training forward around
+  // it: the backward of the loss all-reduces the gradients.
+  bool has_loss() const override { return module_->has_loss(); }
+  Tensor loss(const Tensor& x, const Tensor& y) override;
   void train(bool on = true) override;
 
   nn::Module& module() { return *module_; }
@@ -97,7 +101,11 @@ class DistributedDataParallel : public nn::Module {
  private:
   void verify_same_layout();
   void broadcast_state(int root);
-  bool capturing(const Tensor& x) const;  // x's device's current stream is being captured
+  bool capturing(const Tensor& x) const;
+  // forward and loss: DDP's work around `body` (the wrapped module's forward or loss of x).
+  Tensor run_training_forward(
+      const Tensor& x,
+      const std::function<Tensor()>& body);  // x's device's current stream is being captured
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;

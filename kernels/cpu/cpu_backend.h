@@ -7,7 +7,7 @@
 //   cpu_reduce.cpp       reduce, max_dim
 //   cpu_linalg.cpp       mm, bmm, linear (through cpu_gemm.cpp)
 //   cpu_softmax_loss.cpp softmax, softmax_backward, nll_loss, nll_loss_backward, cross_entropy,
-//                        cross_entropy_backward
+//                        cross_entropy_backward, cross_entropy_with_grad_
 //   cpu_conv.cpp         conv2d and its two backwards (the naive reference: cpu_conv_naive.cpp)
 //   cpu_pool.cpp         max_pool2d, avg_pool2d and backwards
 //   cpu_norm.cpp         batch_norm, batch_norm_backward

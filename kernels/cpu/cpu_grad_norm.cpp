@@ -1,6 +1,7 @@
 // The fused gradient norm on the CPU (Note [Fused gradient norm] in kernels/backend_methods.inc):
 // the sum of squares of a list of tensors, in double, element after element in list order (the
-// deterministic reference the CUDA kernels are tested against), and the in-place scale.
+// deterministic reference the CUDA kernels are tested against), and the in-place scale (also of
+// float16/bfloat16 tensors by a float32 factor).
 // Leaves out: threads (a norm is a small part of a CPU step).
 #include "kernels/cpu/cpu_backend.h"
 
@@ -16,10 +17,11 @@ double sum_squares_of(const Tensor& t) {
   return s;
 }
 
-template <typename T>
-void scale_one(const Tensor& t, T f) {
+// t *= f, computed in F (T's own type, or float for 16-bit T) and rounded once to T.
+template <typename T, typename F>
+void scale_one(const Tensor& t, F f) {
   T* p = t.data<T>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] *= f;
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = T(F(p[i]) * f);
 }
 
 }  // namespace
@@ -38,18 +40,19 @@ Tensor CpuBackend::sum_of_squares(const std::vector<Tensor>& tensors) {
   return out;
 }
 
-// every tensor *= factor (0-d, the tensors' dtype)
+// every tensor *= factor (0-d, the tensors' dtype; float32 for 16-bit tensors)
 void CpuBackend::scale_by_(const std::vector<Tensor>& tensors, const Tensor& factor) {
-  const DType dt = check_norm_list("scale_by_", tensors, kCPU);
-  LOOM_CHECK(
-      factor.defined() && factor.numel() == 1 && factor.dtype() == dt && factor.device() == kCPU,
-      "scale_by_: factor ", factor.defined() ? describe(factor) : std::string("undefined"),
-      " must be one ", dtype_name(dt), " value on the CPU");
+  const DType dt = check_norm_list("scale_by_", tensors, kCPU, /*allow_16bit=*/true);
+  check_scale_factor(factor, dt, kCPU);
   for (const Tensor& t : tensors) {
     if (dt == DType::F64)
       scale_one<double>(t, *factor.data<double>());
-    else
+    else if (dt == DType::F32)
       scale_one<float>(t, *factor.data<float>());
+    else if (dt == DType::BF16)
+      scale_one<BFloat16>(t, *factor.data<float>());
+    else
+      scale_one<Half>(t, *factor.data<float>());
   }
 }
 

@@ -35,6 +35,7 @@ void adam_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
   if (dev.skip) return;
   auto math = AdamMath<T>::make(hp);
   if (dev.lr) math = math.at(*dev.lr, *dev.step + 1.0);
+  if (hp.grad_scale.defined()) math.grad_scale = *hp.grad_scale.data<T>();
   for (size_t t = 0; t < params.size(); ++t) {
     T* p = params[t].data<T>();
     const T* g = grads[t].data<T>();

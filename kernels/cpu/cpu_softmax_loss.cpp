@@ -299,4 +299,11 @@ Tensor CpuBackend::cross_entropy_backward(const Tensor& grad, const Tensor& logi
   return out;
 }
 
+// logits (N, C) contiguous -> the forward, and the Sum's gradient written over the logits
+CrossEntropyOut CpuBackend::cross_entropy_with_grad_(const Tensor& logits, const Tensor& target,
+                                                     Reduction r, double label_smoothing,
+                                                     int64_t ignore_index) {
+  return cross_entropy_with_grad_composed(*this, logits, target, r, label_smoothing, ignore_index);
+}
+
 }  // namespace loom::cpu

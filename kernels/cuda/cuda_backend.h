@@ -7,7 +7,7 @@
 //   cuda_reduce.cu        reduce, max_dim
 //   cuda_linalg.cpp       mm, bmm, linear (cuBLASLt, lt_matmul.cpp)
 //   cuda_softmax_loss.cu  softmax, softmax_backward, nll_loss, nll_loss_backward
-//   cuda_cross_entropy.cu cross_entropy, cross_entropy_backward
+//   cuda_cross_entropy.cu cross_entropy, cross_entropy_backward, cross_entropy_with_grad_
 //   cuda_conv.cpp         conv2d and its two backwards (cuDNN)
 //   cuda_pool.cu          max_pool2d, avg_pool2d and backwards
 //   cuda_norm.cu          batch_norm, batch_norm_backward (channels-last passes: cuda_norm_cl.cu)

@@ -6,12 +6,18 @@
 // (double, fixed order: deterministic). Backward: a block per row writes
 // g * (softmax - onehot) in the logits' dtype. Logits may be float16/bfloat16 (a language model's
 // (B*T, V) under autocast): they are read as they are and accumulated in float32, so the (N, C)
-// float32 copy and log-probabilities of the composite never exist. Leaves out: class weights,
-// writing the gradient over the logits in place. Contiguous rows are read in 16-byte packs
+// float32 copy and log-probabilities of the composite never exist. cross_entropy_with_grad_ makes
+// the forward and the gradient in one pass over each row (Note [Cross-entropy and its gradient in
+// one pass]). Leaves out: class weights. Contiguous rows are read in 16-byte packs
 // (Note [Vector loads of the logits]).
-#include <algorithm>
-#include <limits>
+#include <cuda_pipeline.h>
 
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <type_traits>
+
+#include "core/cuda/available.h"
 #include "core/cuda/check.h"
 #include "core/cuda/device_error.h"
 #include "core/cuda/stream.h"
@@ -194,6 +200,113 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
+struct Max {
+  template <typename A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a > b ? a : b;
+  }
+};
+
+// Note [Cross-entropy and its gradient in one pass]
+// Backend::cross_entropy_with_grad_ for contiguous rows that fit in shared memory: a block per
+// row copies the row once from global memory into shared memory (cp.async: every pack of the
+// row in flight at once) and finds the row's maximum; then the sum of exp(x - max) (and of the
+// logits, for label smoothing) from that copy, the row's loss and log-sum-exp; then it writes the
+// Sum's gradient softmax - (1 - ls) onehot - ls / C over the row. Each thread reads back only the
+// packs it stored, so only the two block sums synchronise. The row is read once and written once;
+// the forward and backward kernels above read it twice and write it once (for GPT-2's 16384 x 50304
+// bfloat16 logits, 1.65 GB a read). A row of that vocabulary is 100.6 KB: two blocks fit in an
+// H200 SM's 227 KB, so one reads while the other computes. Ignored rows get zeros.
+constexpr int kRowThreads = 512;
+
+// exp(v) for v <= 0 (a logit less the row's maximum or log-sum-exp): the hardware's exp2 (a few
+// ulps, below what the bfloat16 gradient or a float32 sum of 50k terms keeps); float64 exactly.
+template <typename A>
+__device__ __forceinline__ A fast_exp(A v) {
+  if constexpr (std::is_same_v<A, float>)
+    return __expf(v);
+  else
+    return math::exp(v);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kRowThreads, 2)
+    cross_entropy_with_grad_kernel(T* x, const int64_t* target, int64_t ts, int64_t N, int64_t C,
+                                   int64_t ignore, double ls, acc_t<T>* row_loss, acc_t<T>* lse,
+                                   DeviceErrorSlot* err) {
+  using A = acc_t<T>;
+  using P = Pack<T, V>;
+  extern __shared__ __align__(16) unsigned char row_bytes[];
+  P* row = reinterpret_cast<P*>(row_bytes);  // C / V packs
+  const int64_t packs = C / V;
+  const A off = A(ls / double(C)), hit = A(1.0 - ls);
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    P* xr = reinterpret_cast<P*>(x + i * C);
+    const int64_t t = target[i * ts];  // the same in every thread: the branches stay uniform
+    if (t == ignore || t < 0 || t >= C) {
+      if (t != ignore && threadIdx.x == 0)
+        report_device_error(err, DeviceOp::CrossEntropy, t, i, C);
+      if (threadIdx.x == 0) row_loss[i] = A(0), lse[i] = A(0);
+      for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) xr[j] = P{};
+      continue;
+    }
+    // All of this thread's packs in flight at once (cp.async: global to shared, no registers).
+    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x)
+      __pipeline_memcpy_async(row + j, xr + j, sizeof(P));
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    A m = -std::numeric_limits<A>::infinity();
+    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+      const P p = row[j];
+#pragma unroll
+      for (int u = 0; u < V; ++u) m = Max{}(m, A(p.v[u]));
+    }
+    m = block_reduce(m, Max{}, -std::numeric_limits<A>::infinity());
+    A s = A(0), sx = A(0);
+    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+      const P p = row[j];
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        const A v = A(p.v[u]);
+        s += fast_exp(v - m);
+        sx += v;
+      }
+    }
+    s = block_reduce(s, Sum{}, A(0));
+    if (ls != 0.0) sx = block_reduce(sx, Sum{}, A(0));
+    const A l = m + math::log(s);
+    if (threadIdx.x == 0) {                 // row[] is whole: the block sums synchronised the block
+      A loss = l - A(row[t / V].v[t % V]);  // -log softmax at the target
+      if (ls != 0.0) loss = A((1.0 - ls) * double(loss) + (ls / double(C)) * (double(C) * l - sx));
+      row_loss[i] = loss;
+      lse[i] = l;
+    }
+    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+      const P p = row[j];
+      P o;
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        A d = fast_exp(A(p.v[u]) - l) - off;
+        if (j * V + u == t) d -= hit;
+        o.v[u] = T(d);
+      }
+      xr[j] = o;
+    }
+    __syncthreads();  // thread 0 read row[t / V] above: no thread overwrites it before that
+  }
+}
+
+// The shared memory a block may have on this device (once per process and device).
+int64_t max_row_bytes(int dev) {
+  static std::array<int, kMaxCudaDevices> bytes{};
+  if (bytes[size_t(dev)] == 0) {
+    int v = 0;
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    bytes[size_t(dev)] = v - 1024;  // room for block_reduce's static arrays
+  }
+  return bytes[size_t(dev)];
+}
+
 }  // namespace
 
 // logits: (N, C), target: (N) int64 -> loss 0-d (Mean, Sum) or (N) (None) and lse (N), both
@@ -270,6 +383,64 @@ Tensor CudaBackend::cross_entropy_backward(const Tensor& grad, const Tensor& log
                                        out.data<scalar_t>(), device_error_slot(dev));
   });
   LOOM_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+  return out;
+}
+
+// logits (N, C) contiguous, r Mean or Sum -> the forward, and the Sum's gradient written over
+// the logits: one pass (Note [Cross-entropy and its gradient in one pass]) when a row fits in a
+// block's shared memory, else the forward and backward kernels above.
+CrossEntropyOut CudaBackend::cross_entropy_with_grad_(const Tensor& logits, const Tensor& target,
+                                                      Reduction r, double label_smoothing,
+                                                      int64_t ignore_index) {
+  LOOM_CHECK(target.dtype() == DType::I64 && target.dim() == 1 && logits.dim() == 2 &&
+                 logits.size(0) == target.size(0) && target.device() == logits.device() &&
+                 logits.is_contiguous() && r != Reduction::None,
+             "cross_entropy_with_grad_: logits ", describe(logits), " and target ",
+             describe(target),
+             " must be contiguous (N, C) and (N) int64 on one device, the reduction Mean or Sum");
+  const int64_t N = logits.size(0), C = logits.size(1);
+  const Device d = logits.device();
+  const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t bytes = C * int64_t(dtype_size(logits.dtype()));
+  bool one_pass = false;
+  LOOM_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_with_grad_", [&] {
+    constexpr int V = 16 / sizeof(scalar_t);
+    one_pass = N > 0 && bytes <= max_row_bytes(d.index) &&
+               packs_fit<scalar_t, V>(logits.data<scalar_t>(), C, 1, C);
+  });
+  if (!one_pass)
+    return cross_entropy_with_grad_composed(*this, logits, target, r, label_smoothing,
+                                            ignore_index);
+  Tensor rows = empty({N}, {.dtype = acc, .device = d});
+  CrossEntropyOut out{empty({}, {.dtype = acc, .device = d}),
+                      empty({N}, {.dtype = acc, .device = d}),
+                      empty({}, {.dtype = DType::F64, .device = d})};
+  const int dev = d.index;
+  DeviceGuard guard(dev);
+  cudaStream_t s = current_stream(dev);
+  LOOM_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_with_grad_", [&] {
+    using A = acc_t<scalar_t>;
+    constexpr int V = 16 / sizeof(scalar_t);
+    auto kernel = cross_entropy_with_grad_kernel<scalar_t, V>;
+    // Rows above the default 48 KB: opt in to all the device has, once per dtype and device (an
+    // eager step runs it before any CUDA graph capture).
+    static std::array<bool, kMaxCudaDevices> opted{};
+    if (!opted[size_t(dev)]) {
+      LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(max_row_bytes(dev))));
+      opted[size_t(dev)] = true;
+    }
+    const int64_t threads = std::clamp<int64_t>((C / V + kWarpSize - 1) / kWarpSize * kWarpSize,
+                                                kWarpSize, kRowThreads);
+    kernel<<<unsigned(std::min<int64_t>(N, 65535)), unsigned(threads), size_t(bytes), s>>>(
+        logits.data<scalar_t>(), target.data<int64_t>(), target.stride(0), N, C, ignore_index,
+        label_smoothing, rows.data<A>(), out.lse.data<A>(), device_error_slot(dev));
+    LOOM_CUDA_CHECK_LAUNCH("cross_entropy_with_grad_kernel");
+    cross_entropy_total_kernel<A><<<1, 1024, 0, s>>>(rows.data<A>(), target.data<int64_t>(),
+                                                     target.stride(0), N, ignore_index, r,
+                                                     out.loss.data<A>(), out.scale.data<double>());
+    LOOM_CUDA_CHECK_LAUNCH("cross_entropy_total_kernel");
+  });
   return out;
 }
 

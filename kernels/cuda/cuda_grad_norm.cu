@@ -3,7 +3,8 @@
 // of 8192 elements writes its own partial sum (double), then one block adds the partials in a
 // fixed order: the same bits whatever the grid, and no atomics. scale_by_ is one multi-tensor
 // launch reading the factor from device memory (a CUDA graph captures both as they are).
-// Leaves out: float16/bfloat16 lists (gradients of float32 master weights are float32).
+// scale_by_ also takes float16/bfloat16 lists (a float32 factor); sum_of_squares does not
+// (gradients of float32 master weights are float32).
 #include <cstdint>
 
 #include "core/cuda/check.h"
@@ -52,15 +53,16 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) *out = T(s);
 }
 
-template <typename T>
+// p *= f, computed in F (T itself, or float for 16-bit T) and rounded once to T.
+template <typename T, typename F>
 __global__ void __launch_bounds__(kBlockSize)
-    scale_kernel(const __grid_constant__ NormTable<T> tab, const T* factor) {
-  const T f = *factor;
+    scale_kernel(const __grid_constant__ NormTable<T> tab, const F* factor) {
+  const F f = *factor;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
     const auto [t, begin, end] = chunk_range(tab, c);
     T* p = tab.ptr[0][t];
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] *= f;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] = T(F(p[i]) * f);
   }
 }
 
@@ -103,30 +105,32 @@ Tensor CudaBackend::sum_of_squares(const std::vector<Tensor>& tensors) {
                           : sum_of_squares_as<float>(tensors, d);
 }
 
-// every tensor *= factor (0-d, the tensors' dtype, on their device)
+// every tensor *= factor (0-d, the tensors' dtype or float32 for 16-bit ones, on their device)
 void CudaBackend::scale_by_(const std::vector<Tensor>& tensors, const Tensor& factor) {
   if (tensors.empty()) return;
   const Device d = tensors[0].defined() ? tensors[0].device() : factor.device();
-  const DType dt = check_norm_list("scale_by_", tensors, d);
-  LOOM_CHECK(
-      factor.defined() && factor.numel() == 1 && factor.dtype() == dt && factor.device() == d,
-      "scale_by_: factor ", factor.defined() ? describe(factor) : std::string("undefined"),
-      " must be one ", dtype_name(dt), " value on ", d);
+  const DType dt = check_norm_list("scale_by_", tensors, d, /*allow_16bit=*/true);
+  check_scale_factor(factor, dt, d);
   const int dev = d.index;
   DeviceGuard guard(dev);
   cudaStream_t s = current_stream(dev);
-  auto launch = [&](auto type_tag) {
+  auto launch = [&](auto type_tag, auto factor_tag) {
     using T = decltype(type_tag);
+    using F = decltype(factor_tag);
     for_each_table<NormTable<T>>({&tensors}, [&](const NormTable<T>& tab, int64_t chunks) {
-      scale_kernel<T>
-          <<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, factor.data<T>());
+      scale_kernel<T, F>
+          <<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, factor.data<F>());
       LOOM_CUDA_CHECK_LAUNCH("scale_by_");
     });
   };
   if (dt == DType::F64)
-    launch(double{});
+    launch(double{}, double{});
+  else if (dt == DType::F32)
+    launch(float{}, float{});
+  else if (dt == DType::BF16)
+    launch(BFloat16{}, float{});
   else
-    launch(float{});
+    launch(Half{}, float{});
 }
 
 }  // namespace loom::cuda

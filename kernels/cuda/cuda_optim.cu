@@ -62,13 +62,15 @@ __global__ void advance_step_kernel(const DeviceScalars d) {
 }
 
 // Lists: 0 params, 1 grads, 2 exp_avgs, 3 exp_avg_sqs, 4 max_exp_avg_sqs (amsgrad only).
+// grad_scale: null, or the one value every gradient is multiplied by (AdamStepParams::grad_scale).
 template <typename T>
 __global__ void adam_kernel(const __grid_constant__ OptimTable<T, 5> tab, AdamMath<T> math,
-                            const DeviceScalars dev) {
+                            const DeviceScalars dev, const T* grad_scale) {
   if (dev.lr) {
     if (skipped(dev)) return;
     math = math.at(*dev.lr, *dev.step + 1.0);
   }
+  if (grad_scale) math.grad_scale = *grad_scale;
   constexpr int W = Pack<T>::W;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
@@ -147,11 +149,13 @@ void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   cudaStream_t s = current_stream(dev);
   const auto math = AdamMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
+  const T* grad_scale = hp.grad_scale.defined() ? hp.grad_scale.data<T>() : nullptr;
   static const std::vector<Tensor> none;
   for_each_table<OptimTable<T, 5>>(
       {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
       [&](const OptimTable<T, 5>& tab, int64_t chunks) {
-        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
+        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds,
+                                                                                     grad_scale);
         LOOM_CUDA_CHECK_LAUNCH("adam_step");
       });
   if (ds.step) {

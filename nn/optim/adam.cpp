@@ -91,10 +91,11 @@ std::vector<std::string> Adam::buffer_names(size_t g) const {
 }
 
 // The same formula as AdamMath (kernels/optim_math.h), one tensor op at a time.
-void Adam::step_composite(size_t i, const AdamOptions& o) {
+void Adam::step_composite(size_t i, const AdamOptions& o, const Tensor& grad_scale) {
   Tensor p = param(i);
   ParamState& st = state_of(i);
   Tensor g = p.grad();
+  if (grad_scale.defined()) g = g * grad_scale.to(g.dtype());
   auto [beta1, beta2] = o.betas;
   if (o.weight_decay != 0.0) {
     if (decoupled_)
@@ -119,6 +120,7 @@ void Adam::step_composite(size_t i, const AdamOptions& o) {
 
 void Adam::step() {
   NoGradGuard guard;
+  const Tensor grad_scale = take_grad_scale();  // Note [Clipping inside the update]
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamOptions& o = options_[g];
     size_t nbuf = buffer_names(g).size();
@@ -138,7 +140,7 @@ void Adam::step() {
     });
     for (const auto& bucket : buckets) {
       if (!o.fused || !bucket.fusable) {
-        for (size_t i : bucket.index) step_composite(i, o);
+        for (size_t i : bucket.index) step_composite(i, o, grad_scale);
         continue;
       }
       std::vector<Tensor> ps, gs, ms, vs, vmaxs;
@@ -160,6 +162,7 @@ void Adam::step() {
       hp.amsgrad = o.amsgrad;
       hp.step = state_of(bucket.index[0]).step;
       hp.on_device = on_device;
+      hp.grad_scale = grad_scale;
       adam_step_(ps, gs, ms, vs, vmaxs, hp);
     }
   }

@@ -49,9 +49,11 @@ class Adam : public Optimizer {
   std::vector<std::string> buffer_names(size_t group) const override;
   bool counts_steps() const override { return true; }
   bool fused(size_t group) const override { return options_[group].fused; }
+  bool applies_grad_scale() const override { return true; }
 
  private:
-  void step_composite(size_t index, const AdamOptions& o);
+  // grad_scale: undefined, or the clip's coefficient (Note [Clipping inside the update]).
+  void step_composite(size_t index, const AdamOptions& o, const Tensor& grad_scale);
   bool decoupled_;
   std::vector<AdamOptions> options_;
 };

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/factory.h"
@@ -125,6 +126,7 @@ void Optimizer::step_one(const Tensor& p) {
 }
 
 void Optimizer::zero_grad() {
+  grad_scale_ = Tensor();  // a clip coefficient no step() used (Note [Clipping inside the update])
   for (auto& g : groups_)
     for (auto& p : g)
       if (p.grad().defined()) p.set_grad(Tensor());
@@ -140,6 +142,17 @@ std::unique_ptr<Optimizer> Optimizer::make_like(std::vector<std::vector<Tensor>>
 Tensor Optimizer::clip_grad_norm_(double max_norm) {
   return nn::clip_grad_norm_(all_params(), max_norm);
 }
+
+Tensor Optimizer::clip_grad_norm_in_step(double max_norm) {
+  if (applies_grad_scale() && !sharded())
+    if (auto c = nn::clip_coefficient(all_params(), max_norm)) {
+      grad_scale_ = c->coef;
+      return c->total;
+    }
+  return clip_grad_norm_(max_norm);
+}
+
+Tensor Optimizer::take_grad_scale() { return std::exchange(grad_scale_, Tensor()); }
 
 double Optimizer::lr(size_t group) const {
   params(group);  // checks the group number

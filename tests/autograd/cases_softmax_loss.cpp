@@ -1,5 +1,6 @@
 // Op-table cases: softmax and log_softmax (last, middle and leading dims, transposed inputs),
-// nll_loss and cross_entropy (every Reduction, ignored rows, label smoothing), mse_loss, and
+// nll_loss and cross_entropy (every Reduction, ignored rows, label smoothing), the classifier
+// linear_cross_entropy, mse_loss, and
 // index_select on a non-leading dim. Dropout is random: see test_dropout.cpp.
 #include <cmath>
 
@@ -162,6 +163,36 @@ std::vector<OpCase> softmax_loss_cases() {
                 [](auto& r) {
                   return class_loss_ref(transpose_ref(r[0]), r[1], Reduction::Mean, 0.25, -100,
                                         false);
+                }});
+
+  // ---- linear_cross_entropy (Note [The classifier in one node]): x (..., K) against weight
+  // (V, K), the logits x W^T made by the reference. 8 classes: on CUDA the one-pass kernel's
+  // packs fit (float32, 4 a pack); 5 classes: CUDA composes the two kernels.
+  auto logits_ref = [](const A& x, const A& w) {
+    const int64_t K = w.shape[1], V = w.shape[0], M = x.numel() / K;
+    A o = ref::zeros({M, V});
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < V; ++j)
+        for (int64_t k = 0; k < K; ++k) o.v[i * V + j] += x.v[i * K + k] * w.v[j * K + k];
+    return o;
+  };
+  cs.push_back({"linear_cross_entropy_mean",
+                {{{6, 4}}, {{8, 4}}, {{6}, Init::Int, false, 8}},
+                [](auto& x) { return linear_cross_entropy(x[0], x[1], x[2]); },
+                [logits_ref](auto& r) {
+                  return class_loss_ref(logits_ref(r[0], r[1]), r[2], Reduction::Mean, 0.0, -100,
+                                        false);
+                }});
+  cs.push_back({"linear_cross_entropy_3d_sum_ignore_smoothing",
+                {{{2, 3, 4}}, {{5, 4}}, {{2, 3}, Init::Int, false, 5}},
+                [](auto& x) {
+                  return linear_cross_entropy(x[0], x[1], with_row(x[2], 4, -1), Reduction::Sum,
+                                              0.1, -1);
+                },
+                [logits_ref](auto& r) {
+                  A t = with_row(r[2], 4, -1);
+                  t.shape = {6};
+                  return class_loss_ref(logits_ref(r[0], r[1]), t, Reduction::Sum, 0.1, -1, false);
                 }});
 
   // ---- mse_loss: both arguments differentiable; one transposed

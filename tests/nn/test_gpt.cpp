@@ -1,7 +1,8 @@
 // GPT (nn/gpt.h) against the same model written with loom's primitive ops (index_select, matmul,
 // a masked softmax, layer norm and the tanh GELU from their formulas): the loss of every one of
 // 50 AdamW steps, weight tying (one tensor, both gradients summed, saved once, resumed), the
-// parameter count, the KV cache against recomputing the prefix, sampling, and the errors.
+// parameter count, the KV cache against recomputing the prefix, sampling, StepRunner with the
+// model's own loss, and the errors.
 // Leaves out: the ops' own tests (tests/autograd) and train_gpt
 // (tests/examples/test_train_gpt.cpp).
 #include <gtest/gtest.h>
@@ -10,10 +11,12 @@
 
 #include "autograd/ops/ops.h"
 #include "nn/checkpoint.h"
+#include "nn/clip.h"
 #include "nn/gpt.h"
 #include "nn/gpt_sample.h"
 #include "nn/optim/adam.h"
 #include "support/temp_files.h"
+#include "train/step_runner.h"
 
 using namespace loom;
 using namespace loom::nn;
@@ -123,6 +126,36 @@ TEST(GPT, LossOfFiftyStepsEqualsThePrimitiveOpModel) {
     ref_opt->step();
     ASSERT_NEAR(loss.item<float>(), rl.item<float>(), 1e-5) << "step " << step;
   }
+}
+
+// StepRunner takes the model's own loss (nn::Module::has_loss: the head and cross-entropy as one
+// op, linear_cross_entropy) and trains the weights a loop over forward's logits trains.
+TEST(GPT, StepRunnerTrainsWithTheModelsOwnLoss) {
+  GPTConfig c = tiny();
+  manual_seed(3);
+  GPT a(c), b(c);
+  for (size_t i = 0; i < a.parameters().size(); ++i) {
+    NoGradGuard g;
+    b.parameters()[i].copy_(a.parameters()[i]);
+  }
+  EXPECT_TRUE(a.has_loss());
+  auto oa = gpt_adamw(a.parameters()), ob = gpt_adamw(b.parameters());
+  train::StepRunner runner(a, *oa, 0.0, false);
+  runner.set_grad_clip(1.0);
+  for (int step = 0; step < 3; ++step) {
+    Tensor idx = random_ids(3, 12, c.vocab_size, 300 + step);
+    Tensor tgt = random_ids(3, 12, c.vocab_size, 400 + step);
+    Tensor la = runner.step(idx, tgt);
+    ob->zero_grad();
+    Tensor lb =
+        cross_entropy(flatten(b.forward(idx), 0, 1), flatten(tgt), Reduction::Mean, 0.0, -1);
+    lb.backward();
+    nn::clip_grad_norm_(b.parameters(), 1.0);
+    ob->step();
+    EXPECT_NEAR(la.item<float>(), lb.item<float>(), 1e-5) << "step " << step;
+  }
+  for (size_t i = 0; i < a.parameters().size(); ++i)
+    EXPECT_LT(max(abs(a.parameters()[i] - b.parameters()[i])).item<float>(), 1e-5) << i;
 }
 
 TEST(GPT, TiedEmbeddingIsOneTensorWhoseGradientSumsBothUses) {

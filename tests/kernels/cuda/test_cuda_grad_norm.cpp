@@ -1,7 +1,8 @@
 // The fused gradient norm on CUDA (kernels/cuda/cuda_grad_norm.cu) against the CPU's: the sum of
 // squares of many tensors (chunks of 8192 across tensor boundaries, a table of more than 512
 // tensors, which takes two launches) in float32 and float64, the same bits on every run; scale_by_
-// bit for bit; clip_grad_norm_ on the GPU against the CPU.
+// bit for bit; clip_grad_norm_ on the GPU against the CPU; the clip inside fused AdamW's update
+// (Note [Clipping inside the update]) bit for bit against the clip followed by the update.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -9,6 +10,7 @@
 #include "autograd/ops/ops.h"
 #include "kernels/backend.h"
 #include "nn/clip.h"
+#include "nn/optim/adam.h"
 #include "support/cuda_test_util.h"
 
 using namespace loom;
@@ -53,4 +55,34 @@ TEST(CudaGradNorm, MatchesCpu) {
   EXPECT_NEAR(tg, tc, 1e-5 * tc);
   for (size_t i = 0; i < pc.size(); ++i)
     EXPECT_TRUE(all_close(pc[i].grad(), pg[i].grad().to(kCPU), 1e-6));
+}
+
+TEST(CudaGradNorm, ClipInsideAdamWEqualsTheClipThenTheUpdateBitForBit) {
+  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(43);
+  for (DType dt : {kF32, kF64}) {
+    std::vector<Tensor> a, b;
+    for (int64_t n : {5, 9000, 70001}) {
+      Tensor p = randn({n}, {.dtype = dt}, &gen).to(kGpu).requires_grad_(true);
+      Tensor q = p.detach().clone().requires_grad_(true);
+      a.push_back(p);
+      b.push_back(q);
+    }
+    optim::AdamW oa(a, {.lr = 0.1, .weight_decay = 0.1}), ob(b, {.lr = 0.1, .weight_decay = 0.1});
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < a.size(); ++i) {
+        Tensor g = randn(a[i].shape(), {.dtype = dt}, &gen).to(kGpu) * 10.0;  // clipped
+        a[i].set_grad(g);
+        b[i].set_grad(g.clone());
+      }
+      Tensor ta = nn::clip_grad_norm_(a, 1.0);
+      oa.step();
+      Tensor tb = ob.clip_grad_norm_in_step(1.0);
+      EXPECT_GT(tb.item(), 2.0);
+      ob.step();
+      EXPECT_EQ(ta.item(), tb.item());
+    }
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(all_equal(a[i].detach().to(kCPU), b[i].detach().to(kCPU))) << dtype_name(dt) << i;
+  }
 }
