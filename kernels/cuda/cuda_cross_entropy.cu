@@ -216,7 +216,12 @@ struct Max {
 // packs it stored, so only the two block sums synchronise. The row is read once and written once;
 // the forward and backward kernels above read it twice and write it once (for GPT-2's 16384 x 50304
 // bfloat16 logits, 1.65 GB a read). A row of that vocabulary is 100.6 KB: two blocks fit in an
-// H200 SM's 227 KB, so one reads while the other computes. Ignored rows get zeros.
+// H200 SM's 227 KB, so one reads while the other computes. Ignored rows get zeros. Measured on an
+// H200 (bench_gpu_kernels --only cross-entropy, 16384 x 50304 bf16): 1.31 ms, against 1.46 ms for
+// the two kernels and a floor of 0.78 ms (the bytes at copy speed). Tried and slower: the row in
+// registers (2.85 ms: too few rows in flight), plain loads instead of cp.async (1.79 ms: each
+// thread waited on one load at a time), and one block of 1024 threads per SM copying its next
+// row into a second buffer while working on this one (1.62 ms).
 constexpr int kRowThreads = 512;
 
 // exp(v) for v <= 0 (a logit less the row's maximum or log-sum-exp): the hardware's exp2 (a few
