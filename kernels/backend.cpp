@@ -45,6 +45,17 @@ void check_mm_out_dtype(const char* op, const Tensor& a, std::optional<DType> ou
       describe(a), " (expected its own dtype, or float32 for float16/bfloat16)");
 }
 
+void check_mm_into(const char* op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) &&
+                 out.size(0) == a.size(0) && out.size(1) == b.size(1),
+             op, ": out ", out.shape(), " cannot hold ", a.shape(), " @ ", b.shape());
+  LOOM_CHECK(a.dtype() == b.dtype() && a.device() == b.device() && out.device() == a.device(), op,
+             ": a ", describe(a), ", b ", describe(b), " and out ", describe(out),
+             " need one dtype for a and b and one device");
+  LOOM_CHECK(out.is_contiguous(), op, ": out ", describe(out), " must be contiguous");
+  check_mm_out_dtype(op, a, out.dtype());
+}
+
 void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExtras& e,
                                       const Tensor& x) {
   const Tensor& a = e.grad_add;

@@ -113,6 +113,9 @@ void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExt
 
 // mm's out_dtype: none, a's dtype, or float32 for float16/bfloat16 a. An error names `op`.
 void check_mm_out_dtype(const char* op, const Tensor& a, std::optional<DType> out_dtype);
+// mm_into_'s arguments: 2-d a (M, K) and b (K, N) of one dtype, out (M, N) contiguous in a
+// dtype check_mm_out_dtype allows, one device. An error names `op` and the offending tensors.
+void check_mm_into(const char* op, const Tensor& out, const Tensor& a, const Tensor& b);
 
 // The input checks both backends' batch_norm_relu_max_pool2 and its backward share: x is
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.

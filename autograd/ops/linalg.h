@@ -25,9 +25,18 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
 // cross_entropy(linear(x, weight) with its leading dims folded into rows, target flattened) as
 // one op, a language model's classifier: x (..., C), weight (V, C), target (...) int64 with
 // x's leading shape. The logits are the op's own: on CUDA their gradient is made in the same pass
-// as the loss and written over them (Note [The classifier in one node] in linalg.cpp).
+// as the loss and written over them (Note [The classifier in one node] in linalg.cpp), a chunk of
+// chunk_rows rows at a time (0: chunks of at most 3 x 2^27 logits; Note [The classifier in
+// chunks]).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target,
                             Reduction r = Reduction::Mean, double label_smoothing = 0.0,
-                            int64_t ignore_index = -100);
+                            int64_t ignore_index = -100, int64_t chunk_rows = 0);
+
+namespace detail {
+// linear_cross_entropy's rows per chunk for M rows of V classes: M in equal chunks (the last may
+// be shorter) of at most 3 x 2^27 logits, a multiple of 8 rows when there is more than one; M when
+// the logits fit in one.
+int64_t classifier_chunk_rows(int64_t M, int64_t V);
+}  // namespace detail
 
 }  // namespace loom

@@ -39,10 +39,10 @@ int64_t leading_dim(const Tensor& t, bool transposed) {
   return t.size(d) == 1 ? t.size(1 - d) : t.stride(d);
 }
 
-// out (M, N), row-major contiguous, = a (M, K) @ b (K, N), for float or double; a and b are
-// gemm_ready.
+// out (M, N), row-major contiguous, = (or += with accumulate) a (M, K) @ b (K, N), for float or
+// double; a and b are gemm_ready.
 template <typename T>
-void gemm(const Tensor& a, const Tensor& b, T* out) {
+void gemm(const Tensor& a, const Tensor& b, T* out, bool accumulate = false) {
   GemmArgs<T> g;
   g.M = a.size(0), g.N = b.size(1), g.K = a.size(1);
   g.A = static_cast<const T*>(a.data_ptr());
@@ -53,6 +53,7 @@ void gemm(const Tensor& a, const Tensor& b, T* out) {
   g.ldb = leading_dim(b, g.trans_b);
   g.C = out;
   g.ldc = g.N;
+  g.accumulate = accumulate;
   cpu::gemm(g);
 }
 
@@ -83,6 +84,28 @@ Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0, std::optional<DType> o
   gemm<float>(a, b, o32.data<float>());
   if (!o32.is_same(out)) copy_(out, o32);
   return out;
+}
+
+void CpuBackend::mm_into_(const Tensor& out, const Tensor& a0, const Tensor& b0, bool accumulate) {
+  check_mm_into("mm_into_", out, a0, b0);
+  if (a0.numel() == 0 || b0.numel() == 0) {  // an empty sum
+    if (!accumulate) fill_(out, 0.0);
+    return;
+  }
+  if (a0.dtype() == DType::F32 || a0.dtype() == DType::F64) {
+    Tensor a = gemm_ready(a0), b = gemm_ready(b0);
+    if (a.dtype() == DType::F32)
+      gemm<float>(a, b, out.data<float>(), accumulate);
+    else
+      gemm<double>(a, b, out.data<double>(), accumulate);
+    return;
+  }
+  // Half precision: the float32 product, then written (or added) in out's dtype, rounded once.
+  const Tensor p = mm(a0, b0, DType::F32);
+  if (accumulate)
+    copy_(out, binary(BinaryOp::Add, raw::cast(out, DType::F32), p));
+  else
+    copy_(out, p);
 }
 
 LinearOut CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,

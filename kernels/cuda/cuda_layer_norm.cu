@@ -4,7 +4,9 @@
 // row, the second from L1), then y. Backward: dx per row from two row sums; grad_weight and
 // grad_bias as column sums in two deterministic stages (Note [Layer norm column sums]). The
 // backward can also add a gradient of x that other ops sent and write dx again in 16 bits
-// (LayerNormBackwardExtras).
+// (LayerNormBackwardExtras). float32 rows of up to 1024 values, a multiple of 4, go to the fast
+// path first (Note [Layer norm, a row in registers] in cuda_layer_norm_rows.cu); these kernels
+// take the rest and are the reference it is tested against.
 // With a residual the forward first adds it (x + residual, written out as `sum`) and normalises
 // that; y may be written in a 16-bit type and dy read in one (Note [Layer norm with the residual
 // add] in autograd/ops/layer_norm.cpp). Leaves out: float16/bfloat16 x (the op casts it to float32
@@ -16,6 +18,7 @@
 #include "core/dispatch.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_layer_norm_rows.h"
 #include "kernels/cuda/launch.h"
 
 namespace loom::cuda {
@@ -205,6 +208,7 @@ LayerNormOut CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Ten
   if (M == 0) return out;
   const int dev = x.device().index;
   DeviceGuard g(dev);
+  if (layer_norm_forward_rows(x, res, w, b, eps, out)) return out;
   const auto blocks = unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock);
   auto run = [&](auto t) {
     using T = decltype(t);
@@ -238,28 +242,35 @@ struct BackwardArgs {
 };
 
 // The backward: dx (with the extras), then the column sums in two stages (Note [Layer norm
-// column sums]). L: the type of r.grad_input_low.
+// column sums]): the fast path's kernel (Note [Layer norm, a row in registers]) makes dx and the
+// first stage in one pass when it takes the tensors. L: the type of r.grad_input_low.
 template <typename T, typename Y, typename L>
 void backward(const BackwardArgs& a) {
   const int64_t M = a.x.size(0), N = a.x.size(1);
   cudaStream_t s = current_stream(a.dev);
   LayerNormGrads& r = a.r;
-  if (M > 0)
-    layer_norm_dx_kernel<T, Y, L>
-        <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
-            a.dy.data<Y>(), a.x.data<T>(), ptr_or_null<T>(a.w), a.mean.data<T>(), a.rstd.data<T>(),
-            ptr_or_null<T>(a.add), r.grad_input.data<T>(),
-            r.grad_input_low.defined() ? r.grad_input_low.data<L>() : nullptr, M, N);
-  if (!r.grad_weight.defined() && !r.grad_bias.defined()) return;
-  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
+  const bool sums = r.grad_weight.defined() || r.grad_bias.defined();
+  // Room for the partial rows of either path (the fast one makes more).
+  const int64_t rows =
+      std::max<int64_t>((M + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock, 1);
   const Options o{.dtype = a.x.dtype(), .device = a.x.device()};
-  Tensor pw = empty({std::max<int64_t>(chunks, 1), N}, o),
-         pb = empty({std::max<int64_t>(chunks, 1), N}, o);
-  if (M > 0)
-    layer_norm_param_partials_kernel<T, Y>
-        <<<dim3(unsigned((N + kWarpSize - 1) / kWarpSize), unsigned(chunks)),
-           kRowsPerBlock * kWarpSize, 0, s>>>(a.dy.data<Y>(), a.x.data<T>(), a.mean.data<T>(),
-                                              a.rstd.data<T>(), pw.data<T>(), pb.data<T>(), M, N);
+  Tensor pw = sums ? empty({rows, N}, o) : Tensor(), pb = sums ? empty({rows, N}, o) : Tensor();
+  int64_t chunks = (M + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock;
+  if (!layer_norm_backward_rows(a.dy, a.x, a.w, a.mean, a.rstd, a.add, r, pw, pb)) {
+    chunks = (M + kChunkRows - 1) / kChunkRows;
+    if (M > 0)
+      layer_norm_dx_kernel<T, Y, L>
+          <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
+              a.dy.data<Y>(), a.x.data<T>(), ptr_or_null<T>(a.w), a.mean.data<T>(),
+              a.rstd.data<T>(), ptr_or_null<T>(a.add), r.grad_input.data<T>(),
+              r.grad_input_low.defined() ? r.grad_input_low.data<L>() : nullptr, M, N);
+    if (sums && M > 0)
+      layer_norm_param_partials_kernel<T, Y>
+          <<<dim3(unsigned((N + kWarpSize - 1) / kWarpSize), unsigned(chunks)),
+             kRowsPerBlock * kWarpSize, 0, s>>>(a.dy.data<Y>(), a.x.data<T>(), a.mean.data<T>(),
+                                                a.rstd.data<T>(), pw.data<T>(), pb.data<T>(), M, N);
+  }
+  if (!sums) return;
   layer_norm_param_finish_kernel<T>
       <<<unsigned((N + kWarpSize - 1) / kWarpSize), kRowsPerBlock * kWarpSize, 0, s>>>(
           pw.data<T>(), pb.data<T>(), r.grad_weight.defined() ? r.grad_weight.data<T>() : nullptr,

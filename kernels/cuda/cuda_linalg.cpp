@@ -78,18 +78,19 @@ LtMatmulArgs gemm_args(const Tensor& out, const Tensor& a, const Tensor& b, Tens
   return args;
 }
 
-// out (B, M, N) contiguous = a (B, M, K) @ b (B, K, N), with an optional epilogue; aux (M, N)
-// contiguous (B = 1) receives the pre-activation with the *Aux epilogues.
+// out (B, M, N) contiguous = a (B, M, K) @ b (B, K, N), or += with accumulate, with an optional
+// epilogue; aux (M, N) contiguous (B = 1) receives the pre-activation with the *Aux epilogues.
 void gemm(const Tensor& out, const Tensor& a, const Tensor& b, LtEpilogue epi = LtEpilogue::None,
-          const Tensor& bias = Tensor(), const Tensor& aux = Tensor()) {
+          const Tensor& bias = Tensor(), const Tensor& aux = Tensor(), bool accumulate = false) {
   if (out.numel() == 0) return;
   // An empty sum (K == 0); epilogues only come from linear_fused, which rejects K == 0.
   if (a.size(2) == 0) {
-    cuda_backend().fill_(out, 0.0);
+    if (!accumulate) cuda_backend().fill_(out, 0.0);
     return;
   }
   Tensor keep_a, keep_b;
   LtMatmulArgs args = gemm_args(out, a, b, keep_a, keep_b);
+  args.accumulate = accumulate;
   args.epilogue = epi;
   args.bias = bias.defined() ? bias.data_ptr() : nullptr;
   args.aux = aux.defined() ? aux.data_ptr() : nullptr;
@@ -113,6 +114,14 @@ Tensor CudaBackend::mm(const Tensor& a, const Tensor& b, std::optional<DType> ou
       empty({a.size(0), b.size(1)}, {.dtype = out_dtype.value_or(a.dtype()), .device = a.device()});
   gemm(raw::unsqueeze(out, 0), raw::unsqueeze(a, 0), raw::unsqueeze(b, 0));
   return out;
+}
+
+// out (M, N) contiguous = or += a (M, K) @ b (K, N)
+void CudaBackend::mm_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
+  check_cuda_floating("mm_into_", a);
+  check_mm_into("mm_into_", out, a, b);
+  gemm(raw::unsqueeze(out, 0), raw::unsqueeze(a, 0), raw::unsqueeze(b, 0), LtEpilogue::None,
+       Tensor(), Tensor(), accumulate);
 }
 
 // a: (B, M, K), b: (B, K, N) -> (B, M, N)

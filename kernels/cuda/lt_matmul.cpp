@@ -25,13 +25,13 @@ namespace {
 // Creating descriptors is cheap, but cublasLtMatmulAlgoGetHeuristic costs tens of microseconds,
 // as much as a small product itself. A plan holds the descriptors and the chosen algorithm for
 // one key: every argument that can change the choice (device, dtype, math mode, shapes, leading
-// dimensions, batch strides, epilogue, and the alignment of each pointer, since the fastest
-// kernels need 16-byte or better alignment). Pointers themselves are not in the key: A, B and D
-// are passed per call, and the bias and aux pointers are set on the plan's descriptor under its
-// mutex just before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul
+// dimensions, batch strides, epilogue, accumulation, and the alignment of each pointer, since the
+// fastest kernels need 16-byte or better alignment). Pointers themselves are not in the key: A, B
+// and D are passed per call, and the bias and aux pointers are set on the plan's descriptor under
+// its mutex just before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul
 // only).
 
-constexpr int kKeyLen = 27;
+constexpr int kKeyLen = 28;
 using PlanKey = PlanKeyOf<kKeyLen>;
 
 struct Plan {
@@ -241,7 +241,8 @@ PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
                  alignment_of(x.d),
                  bias ? alignment_of(bias) : 0,
                  has_aux(x.epilogue) ? alignment_of(x.aux) : 0,
-                 has_aux(x.epilogue) ? x.ld_aux : 0};
+                 has_aux(x.epilogue) ? x.ld_aux : 0,
+                 x.accumulate};
 }
 
 // The cached plan for x (made at the first call with its key); plan->unsupported says whether
@@ -269,8 +270,8 @@ void launch(Plan& plan, const LtMatmulArgs& x) {
   if (plan.workspace > 0)
     workspace = allocator_for(Device(DeviceType::CUDA, x.device)).allocate(plan.workspace);
 
-  float alpha_f = 1.0f, beta_f = 0.0f;
-  double alpha_d = 1.0, beta_d = 0.0;
+  float alpha_f = 1.0f, beta_f = x.accumulate ? 1.0f : 0.0f;
+  double alpha_d = 1.0, beta_d = x.accumulate ? 1.0 : 0.0;
   const void* alpha = x.dtype == DType::F64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = x.dtype == DType::F64 ? static_cast<const void*>(&beta_d) : &beta_f;
   cudaStream_t stream = current_stream(x.device);

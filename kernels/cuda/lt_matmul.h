@@ -1,7 +1,8 @@
 // One cuBLASLt matrix product, D = op(A) op(B) (+ bias, activation), in cuBLAS's column-major
 // terms, with its plan (descriptors and the chosen algorithm) cached per shape, layout, dtype and
 // math mode. cuda_linalg.cpp turns loom's row-major tensors into these arguments.
-// Leaves out: tensors, shape checks and copies (the callers' job); beta != 0 (D is overwritten).
+// Leaves out: tensors, shape checks and copies (the callers' job); beta other than 0 (D is
+// overwritten) or 1 (LtMatmulArgs::accumulate: D += the product).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,7 @@ struct LtMatmulArgs {
   void* aux = nullptr;  // m x n like D, leading dimension ld_aux (a multiple of 8): written by
                         // the *Aux epilogues, read by DGeluTanh
   int64_t ld_aux = 0;
+  bool accumulate = false;  // D += the product (beta 1, C = D) instead of D = the product
 };
 
 // Launches the product on the current stream of args.device. Float32 follows allow_tf32()

@@ -195,6 +195,26 @@ std::vector<OpCase> softmax_loss_cases() {
                   return class_loss_ref(logits_ref(r[0], r[1]), t, Reduction::Sum, 0.1, -1, false);
                 }});
 
+  // Rows in chunks (Note [The classifier in chunks]): 7 rows by 3 (3, 3, 1), Mean over the rows
+  // that count with one ignored; the Sum with smoothing by 2.
+  cs.push_back({"linear_cross_entropy_chunked_mean_ignore",
+                {{{7, 4}}, {{6, 4}}, {{7}, Init::Int, false, 6}},
+                [](auto& x) {
+                  return linear_cross_entropy(x[0], x[1], with_row(x[2], 4, -1), Reduction::Mean,
+                                              0.0, -1, 3);
+                },
+                [logits_ref](auto& r) {
+                  return class_loss_ref(logits_ref(r[0], r[1]), with_row(r[2], 4, -1),
+                                        Reduction::Mean, 0.0, -1, false);
+                }});
+  cs.push_back(
+      {"linear_cross_entropy_chunked_sum_smoothing",
+       {{{5, 4}}, {{8, 4}}, {{5}, Init::Int, false, 8}},
+       [](auto& x) { return linear_cross_entropy(x[0], x[1], x[2], Reduction::Sum, 0.1, -100, 2); },
+       [logits_ref](auto& r) {
+         return class_loss_ref(logits_ref(r[0], r[1]), r[2], Reduction::Sum, 0.1, -100, false);
+       }});
+
   // ---- mse_loss: both arguments differentiable; one transposed
   auto sq_diff = [](const A& a, const A& b) {
     return ref::map2(a, b, [](double u, double v) { return (u - v) * (u - v); });

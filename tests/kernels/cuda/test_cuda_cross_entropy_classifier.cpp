@@ -2,8 +2,8 @@
 // cross_entropy_with_grad_'s one-pass kernel (Note [Cross-entropy and its gradient in one pass])
 // against the forward and backward kernels composed, for GPT-2's bfloat16 vocabulary, float32
 // rows of every width the kernel takes, ignored rows and label smoothing; linear_cross_entropy
-// under bf16 autocast against the CPU's float32 composite; scale_by_ on 16-bit tensors against
-// the CPU bit for bit.
+// under bf16 autocast, in one chunk of rows and in three, against the CPU's float32 composite;
+// scale_by_ on 16-bit tensors against the CPU bit for bit.
 #include <gtest/gtest.h>
 
 #include "autograd/amp/autocast.h"
@@ -58,27 +58,31 @@ TEST(CudaLinearCrossEntropy, MatchesTheCpuUnderAutocast) {
   Tensor x = randn({2, M / 2, K}, {}, &gen), w = randn({V, K}, {}, &gen) * 0.2;
   Tensor target = randint(0, V, {2, M / 2}, {.dtype = kI64}, &gen);
   target.data<int64_t>()[7] = -1;
-  auto run = [&](Device dev) {
+  auto run = [&](Device dev, int64_t chunk_rows) {
     Tensor xl = x.to(dev).detach().requires_grad_(true);
     Tensor wl = w.to(dev).detach().requires_grad_(true);
     Tensor loss;
     {
       std::optional<amp::Autocast> ac;
       if (dev.is_cuda()) ac.emplace(kBF16);
-      loss = linear_cross_entropy(xl, wl, target.to(dev), Reduction::Mean, 0.0, -1);
+      loss = linear_cross_entropy(xl, wl, target.to(dev), Reduction::Mean, 0.0, -1, chunk_rows);
     }
     loss.backward(full({}, 0.5, {.device = dev}));
     return std::make_tuple(loss.detach().to(kCPU), xl.grad().to(kCPU), wl.grad().to(kCPU));
   };
-  auto [lc, dxc, dwc] = run(kCPU);
-  auto [lg, dxg, dwg] = run(kGpu);
-  EXPECT_EQ(lg.dtype(), kF32);
-  EXPECT_EQ(dwg.dtype(), kF32) << "the weight's gradient from the GEMM in float32";
-  EXPECT_NEAR(lg.item(), lc.item(), 2e-2 * lc.item());
-  // bfloat16 inputs and gradients: a few 2^-8 relative of the largest entries.
-  const double sx = max(abs(dxc)).item(), sw = max(abs(dwc)).item();
-  EXPECT_TRUE(all_close(dxc, dxg, 3e-2 * sx));
-  EXPECT_TRUE(all_close(dwc, dwg, 3e-2 * sw));
+  auto [lc, dxc, dwc] = run(kCPU, 0);
+  // One chunk, and three (40, 40 and 16 rows: Note [The classifier in chunks]).
+  for (int64_t chunk_rows : {int64_t(0), int64_t(40)}) {
+    SCOPED_TRACE(str("chunk_rows ", chunk_rows));
+    auto [lg, dxg, dwg] = run(kGpu, chunk_rows);
+    EXPECT_EQ(lg.dtype(), kF32);
+    EXPECT_EQ(dwg.dtype(), kF32) << "the weight's gradient from the GEMM in float32";
+    EXPECT_NEAR(lg.item(), lc.item(), 2e-2 * lc.item());
+    // bfloat16 inputs and gradients: a few 2^-8 relative of the largest entries.
+    const double sx = max(abs(dxc)).item(), sw = max(abs(dwc)).item();
+    EXPECT_TRUE(all_close(dxc, dxg, 3e-2 * sx));
+    EXPECT_TRUE(all_close(dwc, dwg, 3e-2 * sw));
+  }
 }
 
 TEST(CudaLinearCrossEntropy, ScaleBySixteenBitMatchesTheCpu) {
