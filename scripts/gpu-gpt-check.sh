@@ -8,7 +8,8 @@
 # frontend headers) and .data/kjv.txt (scripts/gpt-corpus.sh) carried to the GPU machine.
 # Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS, NCU_SECONDS (300); NCU=1 also
 # times every kernel of a few gpt steps under Nsight Compute (gpu__time_duration, to
-# $LOG/ncu-gpt.csv; scripts/kernel-breakdown.py sums it per kernel class); TORCH=0 skips the
+# $LOG/ncu-gpt.csv, and with VISION=1 resnet50's to $LOG/ncu-resnet50.csv;
+# scripts/kernel-breakdown.py sums it per kernel class); TORCH=0 skips the
 # libtorch twin; VISION=1 adds the resnet50 and vit-b16 rows (eager, and as a graph with
 # recomputed activations); CTEST=1 runs every CUDA test through ctest instead of the GPT ones.
 set -u -o pipefail
@@ -70,6 +71,12 @@ if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
     "$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --warmup 1 --steps 2 --repeats 1 \
     > "$LOG/ncu-gpt.csv" 2> "$LOG/ncu-gpt.err"
   stamp "ncu: $(grep -c gpu__time_duration "$LOG/ncu-gpt.csv") kernels timed"
+  if [ "${VISION:-0}" = 1 ]; then
+    timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$BUILD/benchmarks/bench_train" --workload resnet50 --amp bf16 --warmup 1 --steps 2 --repeats 1 \
+      > "$LOG/ncu-resnet50.csv" 2> "$LOG/ncu-resnet50.err"
+    stamp "ncu resnet50: $(grep -c gpu__time_duration "$LOG/ncu-resnet50.csv") kernels timed"
+  fi
 fi
 
 if [ -f .data/kjv.txt ]; then
