@@ -14,6 +14,8 @@
 // (the GPTs) recomputes each transformer block in backward (mode column "ckpt");
 // --recompute-activations rebuilds batch norm + ReLU and GELU outputs in backward instead of
 // keeping them (autograd/recompute.h; mode "recomp", or "graph+r" with --cuda-graph).
+// --profile-timed turns a profiler's collection on for the timed steps only (run it under
+// `ncu --profile-from-start off`; scripts/kernel-breakdown.py sums the kernels per step).
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
 // scripts/bench-compare.sh runs both side by side.
 //
@@ -117,18 +119,26 @@ struct Result {
   int64_t parameters = 0;
 };
 
-Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bool graph,
-           const std::string& amp_mode, bool in_backward, bool checkpointing) {
+// What run() does besides the step: the flags of main().
+struct RunOptions {
+  bool graph = false, in_backward = false, checkpointing = false;
+  bool profile_timed = false;  // cuda::profiler_start/stop around the timed steps
+  std::string amp_mode = "off";
+};
+
+Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, const RunOptions& o) {
+  const bool graph = o.graph;
+  const std::string& amp_mode = o.amp_mode;
   Setup s = make_setup(w, dev);
   if (auto* gpt = dynamic_cast<nn::GPT*>(s.model.get()))
-    gpt->set_activation_checkpointing(checkpointing);
+    gpt->set_activation_checkpointing(o.checkpointing);
   train::StepRunner runner(*s.model, *s.opt, 0.0, graph);  // eager, or a replayed CUDA graph
   if (!w.make) runner.set_grad_clip(1.0);
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
   if (amp_mode != "off")
     runner.set_amp(amp_mode == "bf16" ? DType::BF16 : DType::F16,
                    scaler.is_enabled() ? &scaler : nullptr);
-  runner.set_optimizer_in_backward(in_backward);
+  runner.set_optimizer_in_backward(o.in_backward);
   auto step = [&] { runner.step(s.x, s.y); };
   step();
   now_synced(dev);
@@ -138,12 +148,14 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, bo
   // in the pool the capture filled, in the warm-up), so its peak is taken from the start.
   if (dev.is_cuda() && !graph) cuda::reset_peak_memory_stats(dev.index);
   std::vector<double> ms;
+  if (o.profile_timed) cuda::profiler_start();
   for (int r = 0; r < repeats; ++r) {
     double t0 = now_synced(dev);
     for (int i = 0; i < steps; ++i) step();
     double t1 = now_synced(dev);
     ms.push_back((t1 - t0) * 1e3 / steps);
   }
+  if (o.profile_timed) cuda::profiler_stop();
   std::sort(ms.begin(), ms.end());
   Result res{ms[ms.size() / 2], ms.front(), ms.back(), 0, first_step_s};
   if (dev.is_cuda())
@@ -200,6 +212,11 @@ int main(int argc, char** argv) {
   app.add_flag("--recompute-activations", recompute,
                "rebuild batch norm + ReLU and GELU outputs in backward instead of keeping them "
                "(Note [Recomputed activations]: lower peak memory, one elementwise pass each)");
+  bool profile_timed = false;
+  app.add_flag("--profile-timed", profile_timed,
+               "a profiler's collection on for the timed steps only (cudaProfilerStart/Stop): "
+               "run under `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` "
+               "to leave out the first step and the warm-up");
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
   amp::set_channels_last_convolutions(channels_last == "on");
   autograd::set_recompute_activations(recompute);
@@ -220,7 +237,12 @@ int main(int argc, char** argv) {
     for (const Workload& w : all) {
       // "all" means the small image workloads; the GPTs and ImageNet-sized models by name.
       if (workload != w.name && (workload != "all" || w.by_name)) continue;
-      Result r = run(w, dev, warmup, steps, repeats, graph, amp_mode, in_backward, checkpointing);
+      const RunOptions o{.graph = graph,
+                         .in_backward = in_backward,
+                         .checkpointing = checkpointing,
+                         .profile_timed = profile_timed,
+                         .amp_mode = amp_mode};
+      Result r = run(w, dev, warmup, steps, repeats, o);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
                   dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
                   graph           ? (recompute ? "graph+r" : "graph")

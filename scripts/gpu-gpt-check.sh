@@ -7,9 +7,10 @@
 # build-gpt/logs) as it finishes, so a call cut short keeps what ran. Needs third_party/ (cuDNN's
 # frontend headers) and .data/kjv.txt (scripts/gpt-corpus.sh) carried to the GPU machine.
 # Knobs: BUILD, JOBS (16), STEPS (10), TRAIN_SECONDS (60), TRAIN_ARGS, NCU_SECONDS (300); NCU=1 also
-# times every kernel of a few gpt steps under Nsight Compute (gpu__time_duration, to
-# $LOG/ncu-gpt.csv, and with VISION=1 resnet50's to $LOG/ncu-resnet50.csv;
-# scripts/kernel-breakdown.py sums it per kernel class); TORCH=0 skips the
+# times every kernel of two timed gpt steps under Nsight Compute, the warm-up left out
+# (bench_train --profile-timed; gpu__time_duration to $LOG/ncu-gpt.csv, and with VISION=1
+# resnet50's to $LOG/ncu-resnet50.csv; scripts/kernel-breakdown.py FILE --steps 2 sums it per
+# kernel class); TORCH=0 skips the
 # libtorch twin; VISION=1 adds the resnet50 and vit-b16 rows (eager, and as a graph with
 # recomputed activations); CTEST=1 runs every CUDA test through ctest instead of the GPT ones.
 set -u -o pipefail
@@ -67,13 +68,17 @@ stamp "test_cuda (GPT ops): $(grep -E 'PASSED|FAILED' "$LOG/test_cuda.txt" | tr 
 fi
 
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
-  timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    "$BUILD/benchmarks/bench_train" --workload gpt --amp bf16 --warmup 1 --steps 2 --repeats 1 \
+  # The timed steps alone (--profile-timed): kernel-breakdown.py ncu-gpt.csv --steps 2.
+  timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --profile-from-start off \
+    --metrics gpu__time_duration.sum --csv "$BUILD/benchmarks/bench_train" --workload gpt \
+    --amp bf16 --warmup 1 --steps 2 --repeats 1 --profile-timed \
     > "$LOG/ncu-gpt.csv" 2> "$LOG/ncu-gpt.err"
   stamp "ncu: $(grep -c gpu__time_duration "$LOG/ncu-gpt.csv") kernels timed"
   if [ "${VISION:-0}" = 1 ]; then
-    timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      "$BUILD/benchmarks/bench_train" --workload resnet50 --amp bf16 --warmup 1 --steps 2 --repeats 1 \
+    # Without the warm-up, where cuDNN times every convolution algorithm: --steps 2.
+    timeout -k 5 "${NCU_SECONDS:-300}" ncu --clock-control none --profile-from-start off \
+      --metrics gpu__time_duration.sum --csv "$BUILD/benchmarks/bench_train" --workload resnet50 \
+      --amp bf16 --warmup 3 --steps 2 --repeats 1 --profile-timed \
       > "$LOG/ncu-resnet50.csv" 2> "$LOG/ncu-resnet50.err"
     stamp "ncu resnet50: $(grep -c gpu__time_duration "$LOG/ncu-resnet50.csv") kernels timed"
   fi

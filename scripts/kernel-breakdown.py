@@ -2,10 +2,12 @@
 """kernel-breakdown.py: where a training step's GPU time goes, from Nsight Compute's CSV.
 
 Reads `ncu --metrics gpu__time_duration.sum --csv` output (scripts/gpu-gpt-check.sh with NCU=1
-writes one for the gpt workload), sums each kernel's duration per class (GEMMs, attention, layer
-norm, cross-entropy, elementwise, reductions, optimizer, embedding, other) and prints the classes
+writes one for the gpt workload and resnet50), sums each kernel's duration per class (attention,
+convolutions, GEMMs, batch norm, layer norm, cross-entropy, optimizer, embedding, reductions,
+elementwise, other) and prints the classes
 and the top kernels, per step: the totals are divided by --steps (the steps the profiled run
-made, warm-up included). Kernels run one at a time under ncu, so the sum is the step's kernel
+made, warm-up included, or the timed ones alone with bench_train --profile-timed under
+`ncu --profile-from-start off`). Kernels run one at a time under ncu, so the sum is the step's kernel
 time without overlap or launch gaps, not its wall time. Leaves out: anything but durations.
 Usage: scripts/kernel-breakdown.py ncu-gpt.csv --steps 3
 """
@@ -16,8 +18,10 @@ import re
 import sys
 
 CLASSES = [  # (class, regex on the kernel name), first match wins
-    ("attention (cuDNN SDPA)", r"sdpa|flash|fmha|cudnn|attn"),
+    ("attention (cuDNN SDPA)", r"sdpa|flash|fmha|attn"),
+    ("convolution (cuDNN)", r"conv|fprop|dgrad|wgrad|nhwc|nchw"),
     ("GEMM (cuBLASLt)", r"gemm|xmma|cutlass|nvjet|sm90_|sm80_|matmul"),
+    ("batch norm", r"bn_|batch_norm"),
     ("layer norm", r"layer_norm"),
     ("cross-entropy", r"cross_entropy|softmax|nll"),
     ("optimizer", r"adam|sgd|multi_tensor|optim|clip|norm_sq|foreach"),

@@ -7,6 +7,7 @@
 #include "core/error.h"
 
 #ifdef LOOM_WITH_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -50,6 +51,18 @@ void reset_peak_memory_stats(int device) {
   LOOM_FAIL("cuda::reset_peak_memory_stats(", device, "): this build of loom has no CUDA support");
 }
 #endif
+
+void profiler_start() {
+#ifdef LOOM_WITH_CUDA
+  if (is_available()) cudaProfilerStart();
+#endif
+}
+
+void profiler_stop() {
+#ifdef LOOM_WITH_CUDA
+  if (is_available()) cudaProfilerStop();
+#endif
+}
 
 #ifdef LOOM_WITH_CUDA
 static_assert(kCudaErrorInsufficientDriver == int(cudaErrorInsufficientDriver) &&

@@ -44,6 +44,14 @@ struct MemoryStats {
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 
+// Turn a profiler's collection on and off (cudaProfilerStart / cudaProfilerStop): a profiler
+// started with collection off (`ncu --profile-from-start off`, `nsys
+// --capture-range=cudaProfilerApi`) then records only the work launched between the two, such as a
+// benchmark's timed steps without its warm-up (bench_train --profile-timed). No-ops in a build
+// without CUDA or without a device.
+void profiler_start();
+void profiler_stop();
+
 // Why no CUDA device is usable, in words, from what the runtime answered: cudaGetDeviceCount's
 // error code (0 = success with 0 devices), cudaDriverGetVersion's version (0 = no driver
 // installed) and the runtime version loom was built with. Tells apart no driver, a driver too old
