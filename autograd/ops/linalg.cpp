@@ -299,7 +299,7 @@ Tensor gelu_mlp(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, co
 //
 // Note [The classifier in chunks]
 // The logits are the largest tensor of a language model's step (GPT-2 124M: 16384 x 50304
-// bfloat16, 1.65 GB, more than twelve layers' MLP activations), and the node never needs them
+// bfloat16, 1.65 GB, more than the twelve layers' GELU outputs), and the node never needs them
 // whole: a row's loss and gradient depend on that row alone. So forward walks the rows in chunks
 // of R (detail::classifier_chunk_rows: logits of at most 3 x 2^27 elements, 768 MiB in bfloat16)
 // and, for each chunk, does backward's two products with G_c at once, then drops it:
