@@ -62,27 +62,7 @@ void gemm(const Tensor& a, const Tensor& b, T* out, bool accumulate = false) {
 Tensor CpuBackend::mm(const Tensor& a0, const Tensor& b0, std::optional<DType> out_dtype) {
   check_mm_out_dtype("mm", a0, out_dtype);
   Tensor out = empty({a0.size(0), b0.size(1)}, {.dtype = out_dtype.value_or(a0.dtype())});
-  if (a0.numel() == 0 || b0.numel() == 0) {
-    fill_(out, 0.0);
-    return out;
-  }
-  if (a0.dtype() == DType::F32 || a0.dtype() == DType::F64) {
-    Tensor a = gemm_ready(a0), b = gemm_ready(b0);
-    if (a.dtype() == DType::F32)
-      gemm<float>(a, b, out.data<float>());
-    else
-      gemm<double>(a, b, out.data<double>());
-    return out;
-  }
-  LOOM_CHECK(is_floating(a0.dtype()), "mm: dtype ", dtype_name(a0.dtype()),
-             " is not supported (expected a floating type)");
-  // Half precision on the CPU: compute in float32 and round once.
-  Tensor a = raw::contiguous(raw::cast(a0, DType::F32)),
-         b = raw::contiguous(raw::cast(b0, DType::F32));
-  // A float32 result asked for (out_dtype) is written as it is, without the rounding to 16 bits.
-  Tensor o32 = out.dtype() == DType::F32 ? out : empty(out.shape(), {.dtype = DType::F32});
-  gemm<float>(a, b, o32.data<float>());
-  if (!o32.is_same(out)) copy_(out, o32);
+  mm_into_(out, a0, b0, false);
   return out;
 }
 
@@ -100,12 +80,19 @@ void CpuBackend::mm_into_(const Tensor& out, const Tensor& a0, const Tensor& b0,
       gemm<double>(a, b, out.data<double>(), accumulate);
     return;
   }
-  // Half precision: the float32 product, then written (or added) in out's dtype, rounded once.
-  const Tensor p = mm(a0, b0, DType::F32);
-  if (accumulate)
-    copy_(out, binary(BinaryOp::Add, raw::cast(out, DType::F32), p));
-  else
-    copy_(out, p);
+  LOOM_CHECK(is_floating(a0.dtype()), "mm_into_: dtype ", dtype_name(a0.dtype()),
+             " is not supported (expected a floating type)");
+  // Half precision on the CPU: compute in float32 and round once. A float32 out (mm's out_dtype)
+  // takes the product, or the sum, as it is, without the rounding to 16 bits.
+  Tensor a = raw::contiguous(raw::cast(a0, DType::F32)),
+         b = raw::contiguous(raw::cast(b0, DType::F32));
+  if (out.dtype() == DType::F32) {
+    gemm<float>(a, b, out.data<float>(), accumulate);
+    return;
+  }
+  Tensor o32 = accumulate ? raw::cast(out, DType::F32) : empty(out.shape(), {.dtype = DType::F32});
+  gemm<float>(a, b, o32.data<float>(), accumulate);
+  copy_(out, o32);
 }
 
 LinearOut CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias,
