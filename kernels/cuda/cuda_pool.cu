@@ -6,7 +6,8 @@
 // Backward: both gather per input element (Note [Pool gather], Note [Max pool gather]); max
 // pooling's scatter by the saved indices is kept as its naive version (Note [Max pool scatter]).
 // Index arithmetic is 32-bit when the tensors allow it. Max pooling keeps a channels-last input's
-// layout (Note [Channels-last pooling]); average pooling reads any layout as a contiguous copy.
+// layout (Note [Channels-last pooling]; in 16-byte channel vectors where they fit:
+// cuda_pool_cl.cu); average pooling reads any layout as a contiguous copy.
 // Leaves out: ceil_mode, dilation, cuDNN's pooling.
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "core/cuda/stream.h"
 #include "core/dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_pool_cl.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/functors.h"
@@ -338,6 +340,8 @@ std::pair<Tensor, Tensor> CudaBackend::max_pool2d(const Tensor& x0, const Pool2d
   if (y.numel() == 0) return {y, idx};
   int dev = x.device().index;
   DeviceGuard guard(dev);
+  // Note [Channels-last pooling in channel vectors] (cuda_pool_cl.cu) when it applies.
+  if (cl && max_pool2d_cl_vectors(x, y, idx, g)) return {y, idx};
   LOOM_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
     with_index_type(g, [&](auto index) {
       using I = decltype(index);
@@ -377,6 +381,7 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y0, const Tensor& ind
   int dev = gy.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
+  if (cl && max_pool2d_backward_cl_vectors(gy, idx, gx, geom)) return gx;
   if (!use_naive_kernels()) {
     LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
       with_index_type(geom, [&](auto index) {
