@@ -69,6 +69,14 @@ void check_layer_norm_backward_extras(const char* op, const LayerNormBackwardExt
       e.grad_input_low ? dtype_name(*e.grad_input_low) : "");
 }
 
+void check_batch_norm_residual(const char* op, const Tensor& x, const Tensor& residual) {
+  if (!residual.defined()) return;
+  LOOM_CHECK(residual.shape() == x.shape() && residual.dtype() == x.dtype() &&
+                 residual.device() == x.device(),
+             op, ": residual ", describe(residual),
+             " must have the shape, dtype and device of input ", describe(x));
+}
+
 void check_batch_norm_pool2_input(const char* op, const Tensor& x) {
   LOOM_CHECK(x.dim() == 4, op, ": expected an input (N, C, H, W), got ", describe(x));
   LOOM_CHECK(x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(2) > 0 && x.size(3) > 0, op,

@@ -121,6 +121,9 @@ void check_mm_into(const char* op, const Tensor& out, const Tensor& a, const Ten
 // (N, C, H, W) with even, non-zero H and W and more than one value per channel.
 void check_batch_norm_pool2_input(const char* op, const Tensor& x);
 
+// batch_norm's residual: undefined, or x's shape, dtype and device.
+void check_batch_norm_residual(const char* op, const Tensor& x, const Tensor& residual);
+
 // cross_entropy_backward's `into`: undefined, or (N, C) contiguous like the logits (same dtype and
 // device).
 void check_ce_into(const Tensor& into, const Tensor& logits);

@@ -116,6 +116,9 @@ class BatchNorm2d : public Module {
   // runs. With max_pool2 also a MaxPool2d(2) after the ReLU (loom::batch_norm_relu_max_pool2d),
   // what BatchNormReLUMaxPool2d runs.
   Tensor forward(const Tensor& x, bool relu, bool max_pool2 = false);
+  // relu(forward(x) + residual) as one op in training (loom::batch_norm_add_relu): the end of a
+  // residual block (nn/resnet.h).
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   void reset_running_stats();
   void reset_parameters();
   std::string extra_repr() const override;
@@ -130,6 +133,9 @@ class BatchNorm2d : public Module {
 
  private:
   Tensor forward_synced(const Tensor& x, bool relu, bool max_pool2, double factor);
+  void check_input(const Tensor& x) const;
+  double count_batch();  // the running stats' momentum for this batch
+  Tensor one_;           // the counter's increment, made once per device (not a buffer)
 };
 
 struct LayerNormOptions {

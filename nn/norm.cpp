@@ -4,6 +4,7 @@
 #include "autograd/ops/norm.h"
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
 #include "nn/init.h"
 #include "nn/layers.h"
@@ -50,18 +51,40 @@ void BatchNorm2d::reset_parameters() {
 
 Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, false); }
 
-Tensor BatchNorm2d::forward(const Tensor& x, bool relu, bool max_pool2) {
+void BatchNorm2d::check_input(const Tensor& x) const {
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features,
              "): expected input (N, ", num_features, ", H, W), got ",
              x.defined() ? describe(x) : std::string("an undefined tensor"));
+}
+
+double BatchNorm2d::count_batch() {
   // As torch.nn.BatchNorm2d: count batches in training; with momentum = nullopt the running
   // stats are a cumulative average (factor 1 / batches seen).
   double factor = options.momentum.value_or(0.0);
   if (is_training() && options.track_running_stats) {
     NoGradGuard g;
-    num_batches_tracked.add_(ones_like(num_batches_tracked));
+    // One kernel per step: the increment is kept, not filled again (a ResNet-50 step has 53).
+    if (!one_.defined() || one_.device() != num_batches_tracked.device())
+      one_ = ones_like(num_batches_tracked);
+    num_batches_tracked.add_(one_);
     if (!options.momentum) factor = 1.0 / num_batches_tracked.item();
   }
+  return factor;
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  check_input(x);
+  const double factor = count_batch();
+  if (sync && is_training()) return relu(forward_synced(x, false, false, factor) + residual);
+  const bool pass_running = !is_training() || options.track_running_stats;
+  return batch_norm_add_relu(x, residual, weight, bias, pass_running ? running_mean : Tensor(),
+                             pass_running ? running_var : Tensor(),
+                             is_training() || !options.track_running_stats, factor, options.eps);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x, bool relu, bool max_pool2) {
+  check_input(x);
+  const double factor = count_batch();
   if (sync && is_training()) return forward_synced(x, relu, max_pool2, factor);
   // Batch statistics in training, and in eval when there are no running stats.
   bool use_batch_stats = is_training() || !options.track_running_stats;

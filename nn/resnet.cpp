@@ -1,7 +1,8 @@
 // ResNet's blocks and model (nn/resnet.h). Each BatchNorm followed by a ReLU runs as one op
-// (batch_norm with relu, as nn::fuse's BatchNormReLU2d); convolutions under autocast on CUDA go
-// channels-last by themselves (amp::conv_layout), as in the CNN.
-// Leaves out: the ResNet-18/34/50 configurations (nn/models.cpp) and training programs.
+// (batch_norm with relu, as nn::fuse's BatchNormReLU2d), and a block's last BatchNorm with the
+// shortcut's add and the ReLU as another (batch_norm_add_relu); convolutions under autocast on CUDA
+// go channels-last by themselves (amp::conv_layout), as in the CNN. Leaves out: the ResNet-18/34/50
+// configurations (nn/models.cpp) and training programs.
 #include "nn/resnet.h"
 
 #include "autograd/anomaly.h"
@@ -24,6 +25,13 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride 
 Tensor bn_relu(const ModuleHolder<BatchNorm2d>& bn, const Tensor& x) {
   if (autograd::is_anomaly_enabled()) return relu(bn(x));
   return bn->forward(x, /*relu=*/true);
+}
+
+// relu(bn(x) + shortcut), the end of a block, as one op in training (loom::batch_norm_add_relu,
+// Note [Batch norm's fusions]); in anomaly mode the ops one by one, as bn_relu.
+Tensor bn_add_relu(const ModuleHolder<BatchNorm2d>& bn, const Tensor& x, const Tensor& shortcut) {
+  if (autograd::is_anomaly_enabled()) return relu(bn(x) + shortcut);
+  return bn->forward_add_relu(x, shortcut);
 }
 
 // The projection shortcut (1x1 conv with the stride, BatchNorm) when the shape changes, else null.
@@ -52,9 +60,9 @@ BasicBlock::BasicBlock(int64_t in, int64_t p, int64_t s)
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor h = bn_relu(bn1, conv1(x));                  // (N, planes, H/s, W/s)
-  Tensor y = bn2(conv2(h));                           // (N, planes, H/s, W/s)
-  return relu(y + (downsample ? downsample(x) : x));  // the shortcut: x or its projection
+  Tensor h = bn_relu(bn1, conv1(x));  // (N, planes, H/s, W/s)
+  // (N, planes, H/s, W/s); the shortcut: x or its projection
+  return bn_add_relu(bn2, conv2(h), downsample ? downsample(x) : x);
 }
 
 // ---------------------------------------------------------------- Bottleneck
@@ -72,10 +80,9 @@ Bottleneck::Bottleneck(int64_t in, int64_t p, int64_t s)
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor h = bn_relu(bn1, conv1(x));  // (N, planes, H, W)
-  h = bn_relu(bn2, conv2(h));         // (N, planes, H/s, W/s)
-  Tensor y = bn3(conv3(h));           // (N, 4 planes, H/s, W/s)
-  return relu(y + (downsample ? downsample(x) : x));
+  Tensor h = bn_relu(bn1, conv1(x));                                  // (N, planes, H, W)
+  h = bn_relu(bn2, conv2(h));                                         // (N, planes, H/s, W/s)
+  return bn_add_relu(bn3, conv3(h), downsample ? downsample(x) : x);  // (N, 4 planes, H/s, W/s)
 }
 
 // ---------------------------------------------------------------- ResNet

@@ -16,6 +16,14 @@ namespace loom {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum = 0.1, double eps = 1e-5, bool relu = false);
+// relu(batch_norm(x, ...) + residual) as one op in training: a residual block's last batch
+// norm, its shortcut add and the ReLU in batch norm's normalising pass (Note [Batch norm's
+// fusions] in autograd/ops/norm.cpp). The composite of the three ops in eval, in anomaly mode,
+// and for a residual of another dtype or shape than x (it broadcasts and promotes as `+`).
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                           const Tensor& bias, const Tensor& running_mean,
+                           const Tensor& running_var, bool training, double momentum = 0.1,
+                           double eps = 1e-5);
 // max_pool2d(batch_norm(..., relu = true), 2) as one op: x (N, C, H, W) -> (N, C, H / 2, W / 2).
 // On CUDA, in training, for NCHW x with even H and W and no autocast, three passes over x that
 // never write the full-size activation (Note [Batch norm into max pool] in

@@ -107,21 +107,24 @@ void channel_stats(const T* x, const NormGeom& g, std::vector<double>& mean,
   });
 }
 
-// y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu (a NaN becomes 0, as ReluOp)
+// y = (x - mean[c]) * scale[c] + shift[c] (+ res, when given), then max(y, 0) with relu (a NaN
+// becomes 0, as ReluOp); one rounding to T.
 template <typename T>
-void affine_per_channel(const T* x, T* y, const NormGeom& g, const std::vector<double>& mean,
-                        const std::vector<double>& scale, const std::vector<double>& shift,
-                        bool relu) {
+void affine_per_channel(const T* x, const T* res, T* y, const NormGeom& g,
+                        const std::vector<double>& mean, const std::vector<double>& scale,
+                        const std::vector<double>& shift, bool relu) {
   using A = acc_t<T>;
   for_each_channel(g.C, g.N * g.L, [&](int64_t c) {
     A m = A(mean[c]), a = A(scale[c]), b = A(shift[c]);
     for (int64_t n = 0; n < g.N; ++n) {
       const T* xp = x + (n * g.C + c) * g.L;
+      const T* rp = res ? res + (n * g.C + c) * g.L : nullptr;
       T* yp = y + (n * g.C + c) * g.L;
-      if (relu) {
+      if (relu || rp) {
         for (int64_t l = 0; l < g.L; ++l) {
           A v = (A(xp[l]) - m) * a + b;
-          yp[l] = T(v > A(0) ? v : A(0));
+          if (rp) v += A(rp[l]);
+          yp[l] = T(!relu || v > A(0) ? v : A(0));
         }
       } else {
         for (int64_t l = 0; l < g.L; ++l) yp[l] = T((A(xp[l]) - m) * a + b);
@@ -190,15 +193,19 @@ void batch_norm_backward_kernel(const T* gy, const T* x, const T* relu_y, T* gx,
 
 DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-// x: (N, C, L) contiguous -> y = (x - mean) * (w * invstd) + b per channel (max(y, 0) with relu).
+// x: (N, C, L) contiguous -> y = (x - mean) * (w * invstd) + b per channel, + residual when
+// defined (x's shape and dtype), then max(y, 0) with relu.
 Tensor normalise(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
-                 const std::vector<double>& mean, const std::vector<double>& invstd, bool relu) {
+                 const std::vector<double>& mean, const std::vector<double>& invstd, bool relu,
+                 const Tensor& residual = Tensor()) {
   NormGeom g = norm_geom(x);
   std::vector<double> scale(size_t(g.C));
   for (int64_t c = 0; c < g.C; ++c) scale[c] = w[c] * invstd[c];
   Tensor y = empty(x.shape(), {.dtype = x.dtype()});
+  const Tensor r = residual.defined() ? raw::contiguous(residual) : Tensor();
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-    affine_per_channel(x.data<scalar_t>(), y.data<scalar_t>(), g, mean, scale, b, relu);
+    affine_per_channel(x.data<scalar_t>(), r.defined() ? r.data<scalar_t>() : nullptr,
+                       y.data<scalar_t>(), g, mean, scale, b, relu);
   });
   return y;
 }
@@ -207,9 +214,11 @@ Tensor normalise(const Tensor& x, const std::vector<double>& w, const std::vecto
 
 BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, const Tensor& bias,
                                     const Tensor& running_mean, const Tensor& running_var,
-                                    bool training, double momentum, double eps, bool relu) {
+                                    bool training, double momentum, double eps, bool relu,
+                                    const Tensor& residual) {
   Tensor x = raw::contiguous(x0);
   NormGeom g = norm_geom(x);
+  check_batch_norm_residual("batch_norm", x, residual);
   const bool batch_stats = training || !running_mean.defined();
   std::vector<double> mean(size_t(g.C)), var(size_t(g.C));
   if (batch_stats) {
@@ -224,14 +233,16 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
   BatchNormOut out;
   if (!batch_stats) {
     out.y = normalise(x, channel_values(weight, g.C, 1.0), channel_values(bias, g.C, 0.0), mean,
-                      invstd, relu);
+                      invstd, relu, residual);
     return out;
   }
   // Normalised with the statistics as saved (float32 for a float32 input), so that
   // batch_norm_apply makes this y again bit for bit (Note [Recomputed activations]).
   out.save_mean = raw::cast(from_vector(mean, {g.C}), stats_dtype(x.dtype()));
   out.save_invstd = raw::cast(from_vector(invstd, {g.C}), stats_dtype(x.dtype()));
-  out.y = batch_norm_apply(x, weight, bias, out.save_mean, out.save_invstd, relu);
+  out.y = normalise(x, channel_values(weight, g.C, 1.0), channel_values(bias, g.C, 0.0),
+                    channel_values(out.save_mean, g.C, 0.0),
+                    channel_values(out.save_invstd, g.C, 1.0), relu, residual);
   if (training && running_mean.defined()) {
     const double M = double(g.N * g.L);
     std::vector<double> rm = channel_values(running_mean, g.C, 0.0);

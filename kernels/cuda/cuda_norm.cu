@@ -4,8 +4,8 @@
 // x is read as (N, C, L), L the product of the trailing dims. f16/bf16 accumulate in float32,
 // f64 in float64; save_mean/save_invstd are float32 (float64 for f64 inputs).
 // Channels-last inputs keep their layout (their passes: cuda_norm_cl.cu; the finalize is shared).
-// Leaves out: the eval backward (elementwise, in the op layer), cuDNN's batch norm.
-// The naive reference beside the fast statistics pass: bn_stats_naive_kernel (two passes).
+// Leaves out: the eval backward (elementwise, in the op layer), cuDNN's batch norm. The naive
+// reference beside the fast statistics pass: bn_stats_naive_kernel (two passes).
 #include <algorithm>
 #include <cmath>
 
@@ -129,8 +129,7 @@ __global__ void bn_stats_partial_kernel(const T* __restrict__ x, NormGeom g,
   if (threadIdx.x == 0) pn[c * S + s] = w.n, pmean[c * S + s] = w.mean, pm2[c * S + s] = w.m2;
 }
 
-// The naive reference: one block per channel, two passes, float64 sums (slow and accurate).
-// x: (N, C, L) -> mean, var: (C).
+// The naive reference, x: (N, C, L) -> mean, var: (C): a block per channel, two float64 passes.
 template <typename T>
 __global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t<T>* mean,
                                       acc_t<T>* var) {
@@ -151,25 +150,27 @@ __global__ void bn_stats_naive_kernel(const T* __restrict__ x, NormGeom g, acc_t
   if (threadIdx.x == 0) mean[c] = acc_t<T>(m), var[c] = acc_t<T>(ss / double(g.M));
 }
 
-// y = (x - mean[c]) * scale[c] + shift[c], then max(y, 0) with relu; V elements per thread per
-// step over the whole tensor (Note [Vector walks]).
+// y = (x - mean[c]) * scale[c] + shift[c] (+ residual, when not null), then max(y, 0) with relu;
+// V elements per thread per step over the whole tensor (Note [Vector walks]).
 template <typename T, int V>
-__global__ void bn_apply_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* mean,
-                                const acc_t<T>* scale, const acc_t<T>* shift, NormGeom g,
-                                bool relu) {
+__global__ void bn_apply_kernel(const T* __restrict__ x, const T* __restrict__ residual,
+                                T* __restrict__ y, const acc_t<T>* mean, const acc_t<T>* scale,
+                                const acc_t<T>* shift, NormGeom g, bool relu) {
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   const int64_t Lv = g.L / V, total = g.N * g.C * Lv, step = int64_t(gridDim.x) * blockDim.x;
-  const VT* xv = reinterpret_cast<const VT*>(x);
+  const VT *xv = reinterpret_cast<const VT*>(x), *rv = reinterpret_cast<const VT*>(residual);
   VT* yv = reinterpret_cast<VT*>(y);
   Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
   int64_t c = w.a % g.C, dc = w.da % g.C;
   while (w.t < total) {
     const A m = mean[c], a = scale[c], b = shift[c];
-    VT in = xv[w.t], out;
+    VT in = xv[w.t], out, res;
+    if (rv) res = rv[w.t];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       A v = bn_pre(A(in.v[j]), m, a, b);
+      if (rv) v += A(res.v[j]);
       out.v[j] = T(relu && !(v > A(0)) ? A(0) : v);
     }
     yv[w.t] = out;
@@ -421,25 +422,28 @@ BnCoefficients bn_coefficients(const Tensor& x, const Tensor& w, const Tensor& b
 }
 
 namespace {
-// y = (x - mean) * scale + shift per channel (max(y, 0) with relu), in x's layout (contiguous or
-// channels-last); `any`: false leaves y unwritten (no values, or no statistics to use).
-Tensor apply_coefficients(const Tensor& x, const Tensor& mean, const Tensor& scale,
-                          const Tensor& shift, bool relu, bool any, cudaStream_t stream) {
+// bn_apply_kernel's y in x's layout (contiguous or channels-last); `any`: false leaves y unwritten.
+Tensor apply_coefficients(const Tensor& x, const Tensor& residual0, const Tensor& mean,
+                          const Tensor& scale, const Tensor& shift, bool relu, bool any,
+                          cudaStream_t stream) {
   const bool cl = raw::is_channels_last(x);
   Tensor y = cl ? raw::empty_channels_last(x.shape(), {.dtype = x.dtype(), .device = x.device()})
                 : empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (!any) return y;
+  Tensor residual = residual0;
+  if (residual.defined()) residual = cl ? raw::channels_last(residual) : raw::contiguous(residual);
   if (cl) {
-    bn_apply_cl(x, y, mean, scale, shift, relu, stream);
+    bn_apply_cl(x, residual, y, mean, scale, shift, relu, stream);
     return y;
   }
   NormGeom g = norm_geom(x);
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), y.data_ptr()}), [&](auto V) {
+    const T* rp = residual.defined() ? residual.data<T>() : nullptr;
+    with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), rp, y.data_ptr()}), [&](auto V) {
       bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, x.device().index), kThreads, 0, stream>>>(
-          x.data<T>(), y.data<T>(), static_cast<const A*>(mean.data_ptr()),
+          x.data<T>(), rp, y.data<T>(), static_cast<const A*>(mean.data_ptr()),
           static_cast<const A*>(scale.data_ptr()), static_cast<const A*>(shift.data_ptr()), g,
           relu);
       LOOM_CUDA_CHECK_LAUNCH("bn_apply_kernel");
@@ -480,17 +484,19 @@ Tensor CudaBackend::batch_norm_apply(const Tensor& x0, const Tensor& weight0, co
       LOOM_CUDA_CHECK_LAUNCH("bn_coefficients_kernel");
     });
   }
-  return apply_coefficients(x, raw::contiguous(save_mean), scale, shift, relu,
+  return apply_coefficients(x, Tensor(), raw::contiguous(save_mean), scale, shift, relu,
                             g.C > 0 && g.M > 0 && x.numel() > 0, stream);
 }
 
 BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, const Tensor& bias0,
                                      const Tensor& running_mean, const Tensor& running_var,
-                                     bool training, double momentum, double eps, bool relu) {
+                                     bool training, double momentum, double eps, bool relu,
+                                     const Tensor& residual) {
   const bool cl = raw::is_channels_last(x0);  // kept (Note [Channels-last])
   Tensor x = cl ? x0 : raw::contiguous(x0);
   NormGeom g = norm_geom(x);
   check_geometry("batch_norm", x, g);
+  check_batch_norm_residual("batch_norm", x, residual);
   const bool batch_stats = training || !running_mean.defined();
   int dev = x.device().index;
   DeviceGuard guard(dev);
@@ -501,7 +507,7 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
 
   BatchNormOut out;
   const bool any = g.C > 0 && (g.M > 0 || !batch_stats) && x.numel() > 0;
-  out.y = apply_coefficients(x, k.mean, k.scale, k.shift, relu, any, stream);
+  out.y = apply_coefficients(x, residual, k.mean, k.scale, k.shift, relu, any, stream);
   if (batch_stats) {
     out.save_mean = k.mean;
     out.save_invstd = k.invstd;

@@ -37,8 +37,9 @@ struct NormSums {
 // are channels-last (N, C, H, W) with M = N H W > 0; mean, scale, shift, k, off, slope are (C) in
 // the accumulate dtype (float32, float64 for f64).
 NormPartials bn_stats_partials_cl(const Tensor& x, cudaStream_t stream);
-void bn_apply_cl(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& scale,
-                 const Tensor& shift, bool relu, cudaStream_t stream);
+// residual (undefined: none): added before the ReLU, in x's layout.
+void bn_apply_cl(const Tensor& x, const Tensor& residual, const Tensor& y, const Tensor& mean,
+                 const Tensor& scale, const Tensor& shift, bool relu, cudaStream_t stream);
 NormSums bn_backward_partials_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_y,
                                  const Tensor& mean, cudaStream_t stream);
 void bn_backward_apply_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_y, const Tensor& gx,

@@ -183,25 +183,27 @@ __device__ void load_coeffs(A (&out)[n][V], const A* const (&arrays)[n], int64_t
 // (t / Cv, t % Cv); a thread steps `step` vectors and carries cv (adding step % Cv, wrapping
 // once), reloading the coefficients only when cv changes.
 template <typename T, int V>
-__global__ void bn_apply_cl_kernel(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* mean,
-                                   const acc_t<T>* scale, const acc_t<T>* shift, int64_t total,
-                                   int64_t Cv, bool relu) {
+__global__ void bn_apply_cl_kernel(const T* __restrict__ x, const T* __restrict__ residual,
+                                   T* __restrict__ y, const acc_t<T>* mean, const acc_t<T>* scale,
+                                   const acc_t<T>* shift, int64_t total, int64_t Cv, bool relu) {
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   const int64_t step = int64_t(gridDim.x) * blockDim.x, dc = step % Cv;
   int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= total) return;
-  const VT* xv = reinterpret_cast<const VT*>(x);
+  const VT *xv = reinterpret_cast<const VT*>(x), *rv = reinterpret_cast<const VT*>(residual);
   VT* yv = reinterpret_cast<VT*>(y);
   const A* const arrays[3] = {mean, scale, shift};
   A k[3][V];
   int64_t cv = t % Cv;
   load_coeffs<A, V, 3>(k, arrays, cv);
   for (; t < total; t += step) {
-    VT in = xv[t], out;
+    VT in = xv[t], out, res;
+    if (rv) res = rv[t];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       A v = (A(in.v[j]) - k[0][j]) * k[1][j] + k[2][j];
+      if (rv) v += A(res.v[j]);
       out.v[j] = T(relu && !(v > A(0)) ? A(0) : v);
     }
     yv[t] = out;
@@ -307,15 +309,17 @@ NormPartials bn_stats_partials_cl(const Tensor& x, cudaStream_t stream) {
   return p;
 }
 
-void bn_apply_cl(const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& scale,
-                 const Tensor& shift, bool relu, cudaStream_t stream) {
+void bn_apply_cl(const Tensor& x, const Tensor& residual, const Tensor& y, const Tensor& mean,
+                 const Tensor& scale, const Tensor& shift, bool relu, cudaStream_t stream) {
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    with_vec_width<T>(vec_width_for<T>(x.size(1), {x.data_ptr(), y.data_ptr()}), [&](auto V) {
+    const T* rp = residual.defined() ? residual.data<T>() : nullptr;
+    with_vec_width<T>(vec_width_for<T>(x.size(1), {x.data_ptr(), rp, y.data_ptr()}), [&](auto V) {
       const int64_t total = x.numel() / V, Cv = x.size(1) / V;
       bn_apply_cl_kernel<T, V><<<walk_blocks(total, x.device().index), kThreads, 0, stream>>>(
-          x.data<T>(), y.data<T>(), ptr<A>(mean), ptr<A>(scale), ptr<A>(shift), total, Cv, relu);
+          x.data<T>(), rp, y.data<T>(), ptr<A>(mean), ptr<A>(scale), ptr<A>(shift), total, Cv,
+          relu);
       LOOM_CUDA_CHECK_LAUNCH("bn_apply_cl_kernel");
     });
   });

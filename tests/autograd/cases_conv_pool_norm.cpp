@@ -277,6 +277,33 @@ std::vector<OpCase> conv_pool_norm_cases() {
        [relu_of](auto& r) {
          return relu_of(batch_norm_ref(r[0], &r[1], &r[2], &r[3], &r[4], 1e-5));
        }});
+  // A residual block's end, relu(batch_norm(x) + residual), as one op (training), and its
+  // composite (eval).
+  auto plus = [](A y, const A& r) {
+    for (size_t i = 0; i < y.v.size(); ++i) y.v[i] += r.v[i];
+    return y;
+  };
+  cs.push_back({"batch_norm_add_relu",
+                {{{4, 3, 2, 2}}, {{3}}, {{3}}, {{4, 3, 2, 2}}},
+                [](auto& x) {
+                  return batch_norm_add_relu(x[0], x[3], x[1], x[2], Tensor(), Tensor(), true);
+                },
+                [relu_of, plus](auto& r) {
+                  return relu_of(
+                      plus(batch_norm_ref(r[0], &r[1], &r[2], nullptr, nullptr, 1e-5), r[3]));
+                }});
+  cs.push_back(
+      {"batch_norm_add_relu_eval",
+       {{{3, 3, 2, 2}},
+        {{3}},
+        {{3}},
+        {{3, 3, 2, 2}},
+        {{3}, Init::Normal, false},
+        {{3}, Init::Positive, false}},
+       [](auto& x) { return batch_norm_add_relu(x[0], x[3], x[1], x[2], x[4], x[5], false); },
+       [relu_of, plus](auto& r) {
+         return relu_of(plus(batch_norm_ref(r[0], &r[1], &r[2], &r[4], &r[5], 1e-5), r[3]));
+       }});
   // ---- layer_norm
   cs.push_back({"layer_norm_affine",
                 {{{3, 4, 5}}, {{5}}, {{5}}},

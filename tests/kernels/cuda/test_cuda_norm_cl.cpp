@@ -1,4 +1,5 @@
-// Channels-last on CUDA (Note [Channels-last]): batch norm and max pooling on channels-last inputs
+// Channels-last on CUDA (Note [Channels-last]): batch norm (also with the residual add: a ResNet
+// block's end) and max pooling (also in channel vectors) on channels-last inputs
 // against the CPU backend and the NCHW kernels on the same values (and the layout they return),
 // and autocast's channels-last convolutions (Note [Autocast channels-last]) against the same
 // network with them turned off. Skipped without a GPU; compiles to nothing without
@@ -7,10 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/conv_pool.h"
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/norm.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
@@ -134,6 +139,106 @@ TEST(CudaChannelsLast, MaxPoolMatchesNchwAndKeepsTheLayout) {
       EXPECT_TRUE(raw::is_channels_last(gx_any));
       EXPECT_LT(rel_err(gx_any, host(gx)), 1e-6);
     }
+}
+
+// t's values in a channels-last tensor whose data starts one element past a 16-byte boundary: the
+// channel-vector pooling kernels decline it and the general channels-last kernels run.
+Tensor misaligned_cl(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor flat = empty({t.numel() + 1}, {.dtype = t.dtype(), .device = gpu()});
+  Tensor nhwc = raw::view(raw::slice(flat, 0, 1, t.numel() + 1, 1), {s[0], s[2], s[3], s[1]});
+  Tensor v = raw::permute(nhwc, {0, 3, 1, 2});
+  v.copy_(t);
+  EXPECT_TRUE(raw::is_channels_last(v));
+  return v;
+}
+
+// Equal element for element, NaN equal to NaN.
+::testing::AssertionResult same_values(const Tensor& want, const Tensor& got) {
+  std::vector<double> w = host(want), g = host(got);
+  if (w.size() != g.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!(w[i] == g[i] || (std::isnan(w[i]) && std::isnan(g[i]))))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << ", want " << w[i];
+  return ::testing::AssertionSuccess();
+}
+
+// Note [Channels-last pooling in channel vectors]: on data full of ties, NaNs and -inf, with
+// overlapping windows (ResNet's stem: 3 x 3, stride 2, padding 1; and 5 x 5, stride 1, padding 2)
+// and windows that leave cells uncovered (2 x 2 over odd sizes), the vector kernels give the
+// general channels-last kernels' values, indices and gradients bit for bit, in every dtype and
+// with several vectors per pixel.
+TEST(CudaChannelsLast, MaxPoolInChannelVectorsMatchesTheGeneralKernelsBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  Pool2dParams stem, wide, two;
+  stem.kernel = {3, 3}, stem.stride = {2, 2}, stem.padding = {1, 1};
+  wide.kernel = {5, 5}, wide.stride = {1, 1}, wide.padding = {2, 2};
+  two.kernel = two.stride = {2, 2};
+  struct Case {
+    DType dt;
+    int64_t C;  // 3 vectors of 16 bytes, 2 for float16
+  };
+  for (const Case& c : {Case{kBF16, 24}, Case{kF16, 16}, Case{kF32, 12}, Case{kF64, 6}})
+    for (const Pool2dParams& p : {stem, wide, two}) {
+      const Shape shape{3, c.C, 11, 9};
+      SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + str(shape) + " kernel " +
+                   std::to_string(p.kernel[0]));
+      std::vector<double> xv = host(random_tensor(shape, kF64, 51, kCPU, 2.0));
+      for (size_t i = 0; i < xv.size(); ++i) {
+        xv[i] = std::round(xv[i] * 2) / 2;  // ties
+        if (i % 37 == 5) xv[i] = std::nan("");
+        if (i % 41 == 7) xv[i] = -INFINITY;
+      }
+      Tensor x = cl(from_vector(xv, shape).to(c.dt).to(gpu()));
+      auto [y, idx] = be().max_pool2d(x, p);                         // channel vectors
+      auto [y_ref, idx_ref] = be().max_pool2d(misaligned_cl(x), p);  // the general kernel
+      EXPECT_TRUE(raw::is_channels_last(y) && raw::is_channels_last(idx));
+      EXPECT_TRUE(same_values(y_ref, y));
+      EXPECT_EQ(idx.to_vector<int64_t>(), idx_ref.to_vector<int64_t>());
+      Tensor gy = cl(random_tensor(y.shape(), c.dt, 52, gpu()));
+      Tensor gx = be().max_pool2d_backward(gy, idx, shape, p);
+      Tensor gx_ref = be().max_pool2d_backward(misaligned_cl(gy), idx, shape, p);
+      EXPECT_TRUE(raw::is_channels_last(gx));
+      EXPECT_TRUE(same_values(gx_ref, gx));
+    }
+}
+
+// batch_norm_add_relu (Note [Batch norm's fusions]) on the GPU, as a ResNet block's end runs it
+// under bf16 autocast (channels-last bf16 activations, float32 weight and bias) and in float32
+// NCHW, against the composite relu(batch_norm(x) + residual) in float64 on the CPU from the same
+// values: y (keeping the layout) and the gradients of x, weight, bias and the residual.
+TEST(CudaBatchNormAddRelu, MatchesTheCompositeInFloat64) {
+  SKIP_WITHOUT_CUDA();
+  for (bool channels_last : {true, false}) {
+    SCOPED_TRACE(channels_last ? "bf16 channels-last" : "f32 NCHW");
+    const DType dt = channels_last ? kBF16 : kF32;
+    const Shape s{8, 32, 6, 5};
+    Tensor x0 = random_tensor(s, dt, 61, gpu(), 1.5, 0.3), r0 = random_tensor(s, dt, 62, gpu());
+    Tensor gy = random_tensor(s, dt, 65, gpu());
+    if (channels_last) x0 = cl(x0), r0 = cl(r0), gy = cl(gy);
+    Tensor w0 = random_tensor({32}, kF32, 63, gpu(), 0.5, 1.0),
+           b0 = random_tensor({32}, kF32, 64, gpu());
+    auto run = [](std::vector<Tensor> in, const Tensor& g, bool fused) {
+      for (Tensor& t : in) t = t.detach().requires_grad_();
+      Tensor y;
+      {
+        std::optional<amp::Autocast> guard;
+        if (in[0].dtype() == kBF16) guard.emplace(kBF16);
+        y = fused ? batch_norm_add_relu(in[0], in[3], in[1], in[2], Tensor(), Tensor(), true)
+                  : relu(batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true) + in[3]);
+      }
+      y.backward(g);
+      return std::vector<Tensor>{y, in[0].grad(), in[1].grad(), in[2].grad(), in[3].grad()};
+    };
+    auto f64 = [](const Tensor& t) { return t.to(kCPU).to(kF64).contiguous(); };
+    std::vector<Tensor> got = run({x0, w0, b0, r0}, gy, true);
+    std::vector<Tensor> want = run({f64(x0), f64(w0), f64(b0), f64(r0)}, f64(gy), false);
+    EXPECT_EQ(raw::is_channels_last(got[0]), channels_last);
+    const char* names[] = {"y", "grad x", "grad weight", "grad bias", "grad residual"};
+    const double tol = channels_last ? 2e-2 : 1e-4;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LT(rel_err(got[i], host(want[i])), tol) << names[i];
+  }
 }
 
 // conv -> batch norm + ReLU -> max pool -> conv -> mean, the cnn's pattern, under bf16 autocast:
