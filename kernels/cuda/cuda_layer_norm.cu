@@ -241,40 +241,40 @@ struct BackwardArgs {
   int dev;
 };
 
-// The backward: dx (with the extras), then the column sums in two stages (Note [Layer norm
-// column sums]): the fast path's kernel (Note [Layer norm, a row in registers]) makes dx and the
-// first stage in one pass when it takes the tensors. L: the type of r.grad_input_low.
+// The column sums' second stage: dw, db from `rows` partial rows of pw, pb (0 rows: zeros).
+template <typename T>
+void finish_column_sums(const Tensor& pw, const Tensor& pb, LayerNormGrads& r, int64_t rows,
+                        int64_t N, cudaStream_t s) {
+  layer_norm_param_finish_kernel<T>
+      <<<unsigned((N + kWarpSize - 1) / kWarpSize), kRowsPerBlock * kWarpSize, 0, s>>>(
+          pw.data<T>(), pb.data<T>(), r.grad_weight.defined() ? r.grad_weight.data<T>() : nullptr,
+          r.grad_bias.defined() ? r.grad_bias.data<T>() : nullptr, rows, N);
+}
+
+// The general backward: dx (with the extras), then the column sums in two stages (Note [Layer
+// norm column sums]), the first in chunks of kChunkRows rows. L: the type of r.grad_input_low.
 template <typename T, typename Y, typename L>
 void backward(const BackwardArgs& a) {
   const int64_t M = a.x.size(0), N = a.x.size(1);
   cudaStream_t s = current_stream(a.dev);
   LayerNormGrads& r = a.r;
   const bool sums = r.grad_weight.defined() || r.grad_bias.defined();
-  // Room for the partial rows of either path (the fast one makes more).
-  const int64_t rows =
-      std::max<int64_t>((M + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock, 1);
+  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
   const Options o{.dtype = a.x.dtype(), .device = a.x.device()};
-  Tensor pw = sums ? empty({rows, N}, o) : Tensor(), pb = sums ? empty({rows, N}, o) : Tensor();
-  int64_t chunks = (M + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock;
-  if (!layer_norm_backward_rows(a.dy, a.x, a.w, a.mean, a.rstd, a.add, r, pw, pb)) {
-    chunks = (M + kChunkRows - 1) / kChunkRows;
-    if (M > 0)
-      layer_norm_dx_kernel<T, Y, L>
-          <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
-              a.dy.data<Y>(), a.x.data<T>(), ptr_or_null<T>(a.w), a.mean.data<T>(),
-              a.rstd.data<T>(), ptr_or_null<T>(a.add), r.grad_input.data<T>(),
-              r.grad_input_low.defined() ? r.grad_input_low.data<L>() : nullptr, M, N);
-    if (sums && M > 0)
-      layer_norm_param_partials_kernel<T, Y>
-          <<<dim3(unsigned((N + kWarpSize - 1) / kWarpSize), unsigned(chunks)),
-             kRowsPerBlock * kWarpSize, 0, s>>>(a.dy.data<Y>(), a.x.data<T>(), a.mean.data<T>(),
-                                                a.rstd.data<T>(), pw.data<T>(), pb.data<T>(), M, N);
-  }
-  if (!sums) return;
-  layer_norm_param_finish_kernel<T>
-      <<<unsigned((N + kWarpSize - 1) / kWarpSize), kRowsPerBlock * kWarpSize, 0, s>>>(
-          pw.data<T>(), pb.data<T>(), r.grad_weight.defined() ? r.grad_weight.data<T>() : nullptr,
-          r.grad_bias.defined() ? r.grad_bias.data<T>() : nullptr, M > 0 ? chunks : 0, N);
+  const Shape partials{std::max<int64_t>(chunks, 1), N};
+  Tensor pw = sums ? empty(partials, o) : Tensor(), pb = sums ? empty(partials, o) : Tensor();
+  if (M > 0)
+    layer_norm_dx_kernel<T, Y, L>
+        <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
+            a.dy.data<Y>(), a.x.data<T>(), ptr_or_null<T>(a.w), a.mean.data<T>(), a.rstd.data<T>(),
+            ptr_or_null<T>(a.add), r.grad_input.data<T>(),
+            r.grad_input_low.defined() ? r.grad_input_low.data<L>() : nullptr, M, N);
+  if (sums && M > 0)
+    layer_norm_param_partials_kernel<T, Y>
+        <<<dim3(unsigned((N + kWarpSize - 1) / kWarpSize), unsigned(chunks)),
+           kRowsPerBlock * kWarpSize, 0, s>>>(a.dy.data<Y>(), a.x.data<T>(), a.mean.data<T>(),
+                                              a.rstd.data<T>(), pw.data<T>(), pb.data<T>(), M, N);
+  if (sums) finish_column_sums<T>(pw, pb, r, M > 0 ? chunks : 0, N, s);
 }
 
 }  // namespace
@@ -300,6 +300,16 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& 
   if (need_bias) r.grad_bias = empty({N}, o);
   const int dev = x.device().index;
   DeviceGuard g(dev);
+  // The fast path first (Note [Layer norm, a row in registers]): dx and the column sums' first
+  // stage in one pass, one partial row per 64-row block.
+  Tensor pw, pb;
+  if (layer_norm_backward_rows(dy, x, w, mean, rstd, extras.grad_add, r, need_weight || need_bias,
+                               pw, pb)) {
+    if (need_weight || need_bias)
+      finish_column_sums<float>(pw, pb, r, pw.size(0), N, current_stream(dev));
+    LOOM_CUDA_CHECK_LAUNCH("layer_norm_backward kernels");
+    return r;
+  }
   const BackwardArgs a{dy, x, w, mean, rstd, extras.grad_add, r, dev};
   auto run = [&](auto t) {
     using T = decltype(t);

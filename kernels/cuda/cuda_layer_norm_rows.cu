@@ -254,11 +254,18 @@ bool layer_norm_forward_rows(const Tensor& x, const Tensor& res, const Tensor& w
 
 bool layer_norm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& w,
                               const Tensor& mean, const Tensor& rstd, const Tensor& add,
-                              LayerNormGrads& r, const Tensor& pw, const Tensor& pb) {
-  if (!takes(x, {&dy, &w, &add, &r.grad_input, &r.grad_input_low})) return false;
+                              LayerNormGrads& r, bool sums, Tensor& pw, Tensor& pb) {
+  auto f32_or_bf16 = [](DType d) { return d == DType::F32 || d == DType::BF16; };
+  if (!takes(x, {&dy, &w, &add, &r.grad_input, &r.grad_input_low}) || !f32_or_bf16(dy.dtype()) ||
+      (r.grad_input_low.defined() && !f32_or_bf16(r.grad_input_low.dtype())))
+    return false;
   const int64_t M = x.size(0), N = x.size(1);
   const int dev = x.device().index;
-  const unsigned blocks = unsigned((M + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock);
+  const int64_t blocks = (M + kLayerNormRowsPerBlock - 1) / kLayerNormRowsPerBlock;
+  if (sums) {
+    pw = empty({blocks, N}, {.dtype = DType::F32, .device = x.device()});
+    pb = empty({blocks, N}, {.dtype = DType::F32, .device = x.device()});
+  }
   bool launched = false;
   with_f32_or_bf16(dy.dtype(), [&](auto yt) {
     using Y = decltype(yt);
@@ -267,7 +274,7 @@ bool layer_norm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& w
           using L = decltype(lt);
           with_vecs(N, [&](auto v) {
             layer_norm_backward_rows_kernel<Y, L, decltype(v)::value>
-                <<<blocks, kWarps * kWarpSize, 0, current_stream(dev)>>>(
+                <<<unsigned(blocks), kWarps * kWarpSize, 0, current_stream(dev)>>>(
                     dy.data<Y>(), x.data<float>(), ptr_or_null<const float>(w), mean.data<float>(),
                     rstd.data<float>(), ptr_or_null<const float>(add), r.grad_input.data<float>(),
                     ptr_or_null<L>(r.grad_input_low), ptr_or_null<float>(pw),

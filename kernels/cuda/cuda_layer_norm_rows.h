@@ -21,11 +21,11 @@ bool layer_norm_forward_rows(const Tensor& x, const Tensor& res, const Tensor& w
 constexpr int64_t kLayerNormRowsPerBlock = 64;
 
 // Backward: r.grad_input (and r.grad_input_low) from dy, x, w, mean, rstd and the optional `add`,
-// as layer_norm_dx_kernel does, and, when pw and pb are defined ((ceil(M / 64), N) float32), each
-// block's partial sums of dy xhat and dy over its rows, in a fixed order. Returns false, launching
-// nothing, when the fast path does not take these tensors.
+// as layer_norm_dx_kernel does, and with `sums` each block's partial sums of dy xhat and dy over
+// its rows, in a fixed order, into pw and pb (made here: (ceil(M / 64), N) float32). Returns false,
+// launching and allocating nothing, when the fast path does not take these tensors.
 bool layer_norm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& w,
                               const Tensor& mean, const Tensor& rstd, const Tensor& add,
-                              LayerNormGrads& r, const Tensor& pw, const Tensor& pb);
+                              LayerNormGrads& r, bool sums, Tensor& pw, Tensor& pb);
 
 }  // namespace loom::cuda
