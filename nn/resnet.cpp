@@ -27,13 +27,6 @@ Tensor bn_relu(const ModuleHolder<BatchNorm2d>& bn, const Tensor& x) {
   return bn->forward(x, /*relu=*/true);
 }
 
-// relu(bn(x) + shortcut), the end of a block, as one op in training (loom::batch_norm_add_relu,
-// Note [Batch norm's fusions]); in anomaly mode the ops one by one, as bn_relu.
-Tensor bn_add_relu(const ModuleHolder<BatchNorm2d>& bn, const Tensor& x, const Tensor& shortcut) {
-  if (autograd::is_anomaly_enabled()) return relu(bn(x) + shortcut);
-  return bn->forward_add_relu(x, shortcut);
-}
-
 // The projection shortcut (1x1 conv with the stride, BatchNorm) when the shape changes, else null.
 std::shared_ptr<Sequential> shortcut(int64_t in, int64_t out, int64_t stride) {
   if (stride == 1 && in == out) return nullptr;
@@ -61,8 +54,9 @@ BasicBlock::BasicBlock(int64_t in, int64_t p, int64_t s)
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor h = bn_relu(bn1, conv1(x));  // (N, planes, H/s, W/s)
-  // (N, planes, H/s, W/s); the shortcut: x or its projection
-  return bn_add_relu(bn2, conv2(h), downsample ? downsample(x) : x);
+  // relu(bn2(conv2(h)) + shortcut) as one op (Note [Batch norm's fusions]; the ops one by one in
+  // anomaly mode); the shortcut: x or its projection. (N, planes, H/s, W/s)
+  return bn2->forward_add_relu(conv2(h), downsample ? downsample(x) : x);
 }
 
 // ---------------------------------------------------------------- Bottleneck
@@ -80,9 +74,10 @@ Bottleneck::Bottleneck(int64_t in, int64_t p, int64_t s)
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor h = bn_relu(bn1, conv1(x));                                  // (N, planes, H, W)
-  h = bn_relu(bn2, conv2(h));                                         // (N, planes, H/s, W/s)
-  return bn_add_relu(bn3, conv3(h), downsample ? downsample(x) : x);  // (N, 4 planes, H/s, W/s)
+  Tensor h = bn_relu(bn1, conv1(x));  // (N, planes, H, W)
+  h = bn_relu(bn2, conv2(h));         // (N, planes, H/s, W/s)
+  // relu(bn3(conv3(h)) + shortcut) as one op, as in BasicBlock. (N, 4 planes, H/s, W/s)
+  return bn3->forward_add_relu(conv3(h), downsample ? downsample(x) : x);
 }
 
 // ---------------------------------------------------------------- ResNet

@@ -230,18 +230,18 @@ BatchNormOut CpuBackend::batch_norm(const Tensor& x0, const Tensor& weight, cons
   }
   std::vector<double> invstd(size_t(g.C));
   for (int64_t c = 0; c < g.C; ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+  const std::vector<double> w = channel_values(weight, g.C, 1.0),
+                            b = channel_values(bias, g.C, 0.0);
   BatchNormOut out;
   if (!batch_stats) {
-    out.y = normalise(x, channel_values(weight, g.C, 1.0), channel_values(bias, g.C, 0.0), mean,
-                      invstd, relu, residual);
+    out.y = normalise(x, w, b, mean, invstd, relu, residual);
     return out;
   }
   // Normalised with the statistics as saved (float32 for a float32 input), so that
   // batch_norm_apply makes this y again bit for bit (Note [Recomputed activations]).
   out.save_mean = raw::cast(from_vector(mean, {g.C}), stats_dtype(x.dtype()));
   out.save_invstd = raw::cast(from_vector(invstd, {g.C}), stats_dtype(x.dtype()));
-  out.y = normalise(x, channel_values(weight, g.C, 1.0), channel_values(bias, g.C, 0.0),
-                    channel_values(out.save_mean, g.C, 0.0),
+  out.y = normalise(x, w, b, channel_values(out.save_mean, g.C, 0.0),
                     channel_values(out.save_invstd, g.C, 1.0), relu, residual);
   if (training && running_mean.defined()) {
     const double M = double(g.N * g.L);
