@@ -72,8 +72,8 @@ function(loom_find_cuda_libraries)
   endif()
 endfunction()
 
-# cuDNN's C++ frontend, header-only, with which kernels/cuda/cudnn_sdpa.cpp builds the flash
-# attention graphs (Note [Flash attention through cuDNN] in kernels/cuda/cudnn_sdpa.h). Looked for in
+# cuDNN's C++ frontend, header-only, with which kernels/cuda/attention/cudnn_sdpa.cpp builds the flash
+# attention graphs (Note [Flash attention through cuDNN] in kernels/cuda/attention/cudnn_sdpa.h). Looked for in
 # LOOM_CUDNN_FRONTEND_DIR (its include folder, or the folder above it) when set, then in
 # third_party/cudnn_frontend/include, where scripts/install-deps.sh unpacks it from the PyPI wheel,
 # then on the system's include path. LOOM_CUDNN_FRONTEND_VERSION: its version, e.g. 1.32.0.

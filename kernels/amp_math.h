@@ -1,6 +1,6 @@
 // The per-element math of the GradScaler kernels (Backend::amp_unscale_ / amp_update_scale_),
 // written once for the CPU loop (kernels/cpu/cpu_amp.cpp) and the CUDA kernels
-// (kernels/cuda/cuda_amp.cu), plus the argument checks both backends run.
+// (kernels/cuda/elementwise/cuda_amp.cu), plus the argument checks both backends run.
 // Leaves out: the loops (each backend has its own) and the GradScaler itself (nn/amp/).
 #pragma once
 

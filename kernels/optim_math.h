@@ -195,9 +195,9 @@ inline void check_step_scalars(const char* op, const DeviceStepScalars& d, const
 
 // Note [The path of a fused step]
 // One way down, no callbacks: CpuBackend::adam_step (kernels/cpu/cpu_optim.cpp) or
-// CudaBackend::adam_step (kernels/cuda/cuda_optim.cu) calls check_adam_step below (the host side
-// both share: every list and the device-side scalars), then switches on the parameters' dtype to
-// its own loop or kernel, which runs AdamMath on each element. sgd_step goes the same way.
+// CudaBackend::adam_step (kernels/cuda/optim/cuda_optim.cu) calls check_adam_step below (the host
+// side both share: every list and the device-side scalars), then switches on the parameters' dtype
+// to its own loop or kernel, which runs AdamMath on each element. sgd_step goes the same way.
 
 // Parameters may be float32 or float64 (check_fused_step_args); the backends' dtype switch
 // instantiates its loop for these two only.

@@ -1,7 +1,7 @@
 // How both backends lay out a reduction: the result's shape, and a permutation that puts the
 // kept dims first and the reduced dims last, so the input reads as (outer, inner) rows; the
 // argument checks of reduce and max_dim, and the name of a reduction in error messages.
-// Leaves out: the kernels (kernels/cpu/cpu_reduce.cpp, kernels/cuda/cuda_reduce.cu).
+// Leaves out: the kernels (kernels/cpu/cpu_reduce.cpp, kernels/cuda/elementwise/cuda_reduce.cu).
 #pragma once
 
 #include <cstddef>

@@ -63,8 +63,9 @@ class BatchNormReLU2d : public FusedModule {
 };
 
 // max_pool2d(relu(batch_norm(x)), 2) as one op: loom::batch_norm_relu_max_pool2d (Note [Batch
-// norm into max pool] in kernels/cuda/cuda_norm_pool.cu: on CUDA, in training, the full-size
-// activation is never written; elsewhere the op composes). x: (N, C, H, W) -> (N, C, H/2, W/2).
+// norm into max pool] in kernels/cuda/norm/cuda_batch_norm_pool.cu: on CUDA, in training, the
+// full-size activation is never written; elsewhere the op composes). x: (N, C, H, W) -> (N, C, H/2,
+// W/2).
 class BatchNormReLUMaxPool2d : public FusedModule {
  public:
   // pool must be a MaxPool2d(2): 2 x 2 window, stride 2, no padding (is_max_pool_2).

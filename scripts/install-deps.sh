@@ -35,7 +35,7 @@ if ! python3 -c "import safetensors, numpy, tensorboard" 2>/dev/null; then
 fi
 
 # cuDNN's C++ frontend (header-only): the flash attention of the CUDA build (Note [Flash attention
-# through cuDNN] in kernels/cuda/cudnn_sdpa.h). Its PyPI wheel carries the headers under include/;
+# through cuDNN] in kernels/cuda/attention/cudnn_sdpa.h). Its PyPI wheel carries the headers under include/;
 # only those are unpacked, into third_party/cudnn_frontend/include (ignored by git). A CPU-only
 # build does not use them; without them a CUDA build runs the attention op's composite.
 cudnn_fe_version=1.32.0

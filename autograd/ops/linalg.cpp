@@ -288,7 +288,7 @@ Tensor gelu_mlp(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, co
 // cross_entropy(x W^T, target), as one node. Forward makes the (M, V) logits with one GEMM, then
 // Backend::cross_entropy_with_grad_ writes the loss and, over the logits, G = d(sum of the rows'
 // losses)/dlogits (on CUDA one read and one write of each row: Note [Cross-entropy and its
-// gradient in one pass] in kernels/cuda/cuda_cross_entropy.cu). Backward, with g the loss's
+// gradient in one pass] in kernels/cuda/loss/cuda_cross_entropy.cu). Backward, with g the loss's
 // gradient and m = g * scale (scale = 1 / rows counted for Mean, 1 for Sum; 0-d, on the device):
 //   dx = m (G W),   dW = m (G^T x)
 // Composed, cross_entropy reads the logits in forward and reads and writes them again in

@@ -121,7 +121,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
     // the fused ReLU y is saved too, after the recipe is offered (so it may be kept as the
     // recipe): the mask is y > 0 (the CPU and channels-last CUDA read y; NCHW CUDA recomputes
     // the mask from x, weight and bias: Note [ReLU mask from x] in
-    // kernels/cuda/cuda_norm_finalize.cuh).
+    // kernels/cuda/norm/cuda_batch_norm_finalize.cuh).
     autograd::offer_recompute("batch_norm", o.y, {x, weight, bias},
                               [sx, sw, sb, mean = o.save_mean, invstd = o.save_invstd, relu] {
                                 return backend_for(sx.get().device())
@@ -179,8 +179,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
 // - Not the convolution and the batch norm. cuDNN's graph API describes both halves: the batch
 //   statistics as a GEN_STATS node after the convolution, and the normalise + ReLU of the previous
 //   layer as the convolution's prologue (its ConvBNfprop pattern). Asked on an H200 with cuDNN 9
-//   (tests/kernels/cuda/test_cuda_conv_genstats.cpp), it offers conv + statistics only through an
-//   engine compiled at run time, about 1 s per shape, and that engine ran a ResNet-50 layer3
+//   (tests/kernels/cuda/conv/test_cuda_conv_genstats.cpp), it offers conv + statistics only through
+//   an engine compiled at run time, about 1 s per shape, and that engine ran a ResNet-50 layer3
 //   convolution in 0.060 ms against 0.029 for the convolution alone (whose statistics pass costs
 //   about 0.01 more); for the prologue it offers no engine at all. So the two stay apart.
 Tensor batch_norm_add_relu(const Tensor& x_in, const Tensor& residual_in, const Tensor& weight_in,
@@ -217,8 +217,8 @@ Tensor batch_norm_add_relu(const Tensor& x_in, const Tensor& residual_in, const 
                 });
 }
 
-// Note [Batch norm into max pool] (kernels/cuda/cuda_norm_pool.cu) on CUDA, in training, on an
-// NCHW float tensor with even H and W and no autocast; everywhere else the composition, whose
+// Note [Batch norm into max pool] (kernels/cuda/norm/cuda_batch_norm_pool.cu) on CUDA, in training,
+// on an NCHW float tensor with even H and W and no autocast; everywhere else the composition, whose
 // values it gives (the tests compare the two).
 Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& running_mean, const Tensor& running_var,

@@ -27,8 +27,8 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 // max_pool2d(batch_norm(..., relu = true), 2) as one op: x (N, C, H, W) -> (N, C, H / 2, W / 2).
 // On CUDA, in training, for NCHW x with even H and W and no autocast, three passes over x that
 // never write the full-size activation (Note [Batch norm into max pool] in
-// kernels/cuda/cuda_norm_pool.cu); elsewhere the two ops. What Sequential runs for a BatchNorm2d,
-// a ReLU and a MaxPool2d(2) in a row.
+// kernels/cuda/norm/cuda_batch_norm_pool.cu); elsewhere the two ops. What Sequential runs for a
+// BatchNorm2d, a ReLU and a MaxPool2d(2) in a row.
 Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& running_mean, const Tensor& running_var,
                                   bool training, double momentum = 0.1, double eps = 1e-5);

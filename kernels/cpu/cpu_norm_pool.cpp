@@ -1,10 +1,10 @@
 // The CPU's BatchNorm (batch statistics) + ReLU + MaxPool2d(2) (Backend::batch_norm_relu_max_pool2)
 // on x (N, C, H, W) with even H and W: the composition the CUDA kernels fuse
-// (kernels/cuda/cuda_norm_pool.cu, Note [Batch norm into max pool]), written to be read, not to be
-// fast. The op layer fuses only on CUDA, so this is the reference the CUDA kernels are tested
-// against, with the same arithmetic: each window's four values are computed from x and the saved
-// statistics as the CUDA kernels compute them, so both backends pick the same argmax.
-// Leaves out: speed (the CPU trains through batch_norm and max_pool2d), channels-last, odd H or W.
+// (kernels/cuda/norm/cuda_batch_norm_pool.cu, Note [Batch norm into max pool]), written to be read,
+// not to be fast. The op layer fuses only on CUDA, so this is the reference the CUDA kernels are
+// tested against, with the same arithmetic: each window's four values are computed from x and the
+// saved statistics as the CUDA kernels compute them, so both backends pick the same argmax. Leaves
+// out: speed (the CPU trains through batch_norm and max_pool2d), channels-last, odd H or W.
 #include <cmath>
 #include <limits>
 #include <vector>

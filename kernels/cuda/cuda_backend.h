@@ -1,21 +1,23 @@
 // The CUDA backend: every Backend method on NVIDIA GPUs. Kernels launch on the current stream of
 // the tensor's device (core/cuda/stream.h); outputs come from the caching allocator
-// (core/cuda/allocator.h). Methods are defined in one file per family:
-//   cuda_copy.cu          copy_ (device<->device, host<->device), fill_, arange_, random_
-//   cuda_elementwise.cu   unary, where (functors of kernels/functors.h)
-//   cuda_binary.cu        binary, binary_scalar, binary_ (split off to compile in parallel)
-//   cuda_reduce.cu        reduce, max_dim
-//   cuda_linalg.cpp       mm, bmm, linear (cuBLASLt, lt_matmul.cpp)
-//   cuda_softmax_loss.cu  softmax, softmax_backward, nll_loss, nll_loss_backward
-//   cuda_cross_entropy.cu cross_entropy, cross_entropy_backward, cross_entropy_with_grad_
-//   cuda_conv.cpp         conv2d and its two backwards (cuDNN)
-//   cuda_pool.cu          max_pool2d, avg_pool2d and backwards
-//   cuda_norm.cu          batch_norm, batch_norm_backward (channels-last passes: cuda_norm_cl.cu)
-//   cuda_norm_pool.cu     batch_norm_relu_max_pool2 and its backward
-//   cuda_index.cu         index_select, index_add, dropout
-//   cuda_optim.cu         adam_step, sgd_step (one multi-tensor launch)
-//   cuda_amp.cu           amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
-//   cuda_attention.cpp    sdpa_forward, sdpa_backward (cuDNN's flash attention, cudnn_sdpa.cpp)
+// (core/cuda/allocator.h). This folder holds the backend and the launch helpers every kernel
+// shares (launch.h, loops.cuh, block_reduce.cuh, multi_tensor.cuh, vector_walk.cuh); the methods
+// are defined in one subfolder per family:
+//   elementwise/  cuda_copy.cu (copy_, fill_, arange_, random_), cuda_elementwise.cu (unary,
+//                 where), cuda_binary.cu (binary, binary_scalar, binary_), cuda_reduce.cu
+//                 (reduce, max_dim), cuda_index.cu (index_select, index_add, dropout), cuda_amp.cu
+//                 (amp_unscale_, amp_update_scale_: the GradScaler's kernels)
+//   matmul/       cuda_linalg.cpp (mm, bmm, linear through cuBLASLt: lt_matmul.cpp)
+//   norm/         cuda_layer_norm.cu (+ the row-in-registers fast path, cuda_layer_norm_rows.cu),
+//                 cuda_batch_norm.cu (channels-last passes: cuda_batch_norm_cl.cu;
+//                 batch_norm_relu_max_pool2: cuda_batch_norm_pool.cu)
+//   attention/    cuda_attention.cpp (sdpa_forward, sdpa_backward: cuDNN's flash attention,
+//                 cudnn_sdpa.cpp)
+//   conv/         cuda_conv.cpp (conv2d and its two backwards through cuDNN), cuda_pool.cu
+//                 (max_pool2d, avg_pool2d and backwards; channels-last: cuda_pool_cl.cu)
+//   loss/         cuda_softmax_loss.cu (softmax, nll_loss and backwards), cuda_cross_entropy.cu
+//                 (cross_entropy, its backward, the classifier's fused loss)
+//   optim/        cuda_optim.cu (adam_step, sgd_step: one multi-tensor launch), cuda_grad_norm.cu
 // Leaves out: multi-GPU communication (distributed/).
 #pragma once
 

@@ -1,6 +1,6 @@
 // Vector walks: how a kernel reads a tensor viewed as (A, C, L) in vectors of V elements without
-// a division per load, and how the host picks V (kernels/cuda/cuda_norm.cu uses both: its passes
-// over the batch-norm activations are memory-bound, so every load is 16 bytes wide).
+// a division per load, and how the host picks V (kernels/cuda/norm/cuda_batch_norm.cu uses both:
+// its passes over the batch-norm activations are memory-bound, so every load is 16 bytes wide).
 // Leaves out: strided tensors (the callers make theirs contiguous) and the launch shapes.
 #pragma once
 

@@ -1,6 +1,6 @@
 // GradScaler (Note [GradScaler] in nn/amp/grad_scaler.h): the device-side state, the calls to
 // the fused unscale and scale-update ops, and the state_dict a checkpoint holds.
-// Leaves out: the kernels (kernels/cpu/cpu_amp.cpp, kernels/cuda/cuda_amp.cu).
+// Leaves out: the kernels (kernels/cpu/cpu_amp.cpp, kernels/cuda/elementwise/cuda_amp.cu).
 #include "nn/amp/grad_scaler.h"
 
 #include <cstdint>

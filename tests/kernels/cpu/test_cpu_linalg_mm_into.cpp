@@ -1,7 +1,7 @@
 // Backend::mm_into_ on the CPU: the product written into an existing tensor (a row block of a
 // bigger one) or added to it, in float32 and float64 and from bfloat16 into float32 or bfloat16,
 // with a transposed operand, against a float64 reference; and its errors. The CUDA backend's
-// against these: tests/kernels/cuda/test_cuda_linalg_mm_into.cpp.
+// against these: tests/kernels/cuda/matmul/test_cuda_linalg_mm_into.cpp.
 #include <gtest/gtest.h>
 
 #include <string>

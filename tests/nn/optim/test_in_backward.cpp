@@ -3,7 +3,8 @@
 // parameters and optimizer state of the usual step(); gradients are freed as they are consumed; a
 // parameter without a gradient is left alone; the hooks go quiet when it is destroyed; and the
 // combinations it cannot serve (two at once, a GradScaler, a CUDA graph step) fail with errors
-// that say why. Peak device memory is checked on CUDA in tests/kernels/cuda/test_cuda_optim.cpp.
+// that say why. Peak device memory is checked on CUDA in
+// tests/kernels/cuda/optim/test_cuda_optim.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
