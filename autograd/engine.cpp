@@ -150,17 +150,11 @@ void backward_nested(const Tensor& root, const Tensor& grad_root) {
 
 namespace {
 
-// Steps 1 and 2 of a pass from root with gradient g0 (Note at the top of engine.h); the caller
-// owns t_callbacks.
-void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph) {
-  NoGradGuard no_grad;                      // the backward functions themselves are not recorded
-  amp::Autocast no_autocast(std::nullopt);  // nor autocast (Note [Autocast policy])
-  std::shared_ptr<Node> root_node = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
-
-  // 1. Count the edges that reach each node (iterative DFS; the graph can be deep).
+// 1. Count the edges that reach each node from root (iterative DFS; the graph can be deep).
+std::unordered_map<Node*, int> count_dependencies(Node* root) {
   std::unordered_map<Node*, int> deps;
-  std::vector<Node*> stack{root_node.get()};
-  deps[root_node.get()] = 0;
+  std::vector<Node*> stack{root};
+  deps[root] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
@@ -171,69 +165,91 @@ void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph) {
       if (inserted) stack.push_back(e.node.get());
     }
   }
+  return deps;
+}
 
-  // 2. Run nodes whose gradients are complete, latest first.
-  t_retain = retain_graph;
-  std::unordered_map<Node*, Tensor> pending{{root_node.get(), g0}};
+// The state of step 2: edges still to arrive, gradients summed so far, nodes ready to run.
+struct Pass {
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, Tensor> pending;
   std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
-  ready.push(root_node.get());
+  bool retain_graph = false;
+
+  bool has_gradient(Node* n) { return pending.count(n) && pending[n].defined(); }
+};
+
+// A node all of whose edges arrived without a gradient: nothing flows further down this path,
+// but its inputs still wait on it, so they are released as if it had run with no gradient.
+void release_unreached(Pass& pass, Node* node) {
+  pass.pending.erase(node);
+  std::vector<Node*> skip{node};
+  while (!skip.empty()) {
+    Node* s = skip.back();
+    skip.pop_back();
+    for (const Edge& e : s->next) {
+      if (!e.node) continue;
+      if (--pass.deps[e.node.get()] > 0) continue;
+      if (pass.has_gradient(e.node.get()))
+        pass.ready.push(e.node.get());
+      else
+        skip.push_back(e.node.get());
+    }
+  }
+}
+
+// Runs node n's backward on its summed gradient g and passes each input's gradient on.
+void run_node(Pass& pass, Node* n, const Tensor& g) {
+  LOOM_CHECK(n->backward != nullptr,
+             "backward: trying to backward through the graph a second time ", "(through '", n->name,
+             "'); its saved tensors were freed after the first backward. ",
+             "Pass retain_graph = true to the first backward if you need to backward twice");
+  std::vector<std::pair<size_t, Tensor>> taken;
+  t_running = n, t_pending = &pass.pending, t_taken = &taken;
+  Grads grads = n->backward(g);
+  t_running = nullptr, t_pending = nullptr, t_taken = nullptr;
+  LOOM_CHECK(grads.size() == n->next.size(), n->name, ": backward returned ", grads.size(),
+             " gradients for ", n->next.size(), " inputs");
+  for (auto& [i, sum] : taken)  // a taken sum the backward did not use goes back
+    if (!grads[i].defined()) grads[i] = std::move(sum);
+  if (!pass.retain_graph) n->backward = nullptr;  // frees the saved tensors
+  if (is_anomaly_enabled()) check_backward_grads(*n, grads);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    Node* next = n->next[i].node.get();
+    if (!next) continue;
+    if (grads[i].defined()) {
+      LOOM_CHECK(grads[i].shape() == n->input_shapes[i], n->name,
+                 ": backward returned a gradient of shape ", grads[i].shape(), " for input ", i,
+                 " of shape ", n->input_shapes[i]);
+      Tensor& slot = pass.pending[next];
+      slot = slot.defined() ? add(slot, grads[i]) : grads[i];
+    }
+    if (--pass.deps[next] > 0) continue;
+    if (pass.has_gradient(next))
+      pass.ready.push(next);
+    else
+      release_unreached(pass, next);
+  }
+}
+
+// Steps 1 and 2 of a pass from root with gradient g0 (Note at the top of engine.h); the caller
+// owns t_callbacks.
+void run_graph(const Tensor& root, const Tensor& g0, bool retain_graph) {
+  NoGradGuard no_grad;                      // the backward functions themselves are not recorded
+  amp::Autocast no_autocast(std::nullopt);  // nor autocast (Note [Autocast policy])
+  std::shared_ptr<Node> root_node = root.is_leaf() ? grad_accumulator(root) : root.grad_fn();
+  Pass pass{count_dependencies(root_node.get()), {{root_node.get(), g0}}, {}, retain_graph};
+  t_retain = retain_graph;
+  pass.ready.push(root_node.get());  // 2. Run nodes whose gradients are complete, latest first.
   try {
-    while (!ready.empty()) {
-      Node* n = ready.top();
-      ready.pop();
-      Tensor g = std::move(pending[n]);
-      pending.erase(n);
-      if (n->is_accumulate_grad()) {
+    while (!pass.ready.empty()) {
+      Node* n = pass.ready.top();
+      pass.ready.pop();
+      Tensor g = std::move(pass.pending[n]);
+      pass.pending.erase(n);
+      if (n->is_accumulate_grad())
         accumulate(*n, std::move(g));
-        continue;
-      }
-      LOOM_CHECK(n->backward != nullptr,
-                 "backward: trying to backward through the graph a second time ", "(through '",
-                 n->name, "'); its saved tensors were freed after the first backward. ",
-                 "Pass retain_graph = true to the first backward if you need to backward twice");
-      std::vector<std::pair<size_t, Tensor>> taken;
-      t_running = n, t_pending = &pending, t_taken = &taken;
-      Grads grads = n->backward(g);
-      t_running = nullptr, t_pending = nullptr, t_taken = nullptr;
-      LOOM_CHECK(grads.size() == n->next.size(), n->name, ": backward returned ", grads.size(),
-                 " gradients for ", n->next.size(), " inputs");
-      for (auto& [i, sum] : taken)  // a taken sum the backward did not use goes back
-        if (!grads[i].defined()) grads[i] = std::move(sum);
-      if (!retain_graph) n->backward = nullptr;  // frees the saved tensors
-      if (is_anomaly_enabled()) check_backward_grads(*n, grads);
-      for (size_t i = 0; i < grads.size(); ++i) {
-        Node* next = n->next[i].node.get();
-        if (!next) continue;
-        if (grads[i].defined()) {
-          LOOM_CHECK(grads[i].shape() == n->input_shapes[i], n->name,
-                     ": backward returned a gradient of shape ", grads[i].shape(), " for input ", i,
-                     " of shape ", n->input_shapes[i]);
-          Tensor& slot = pending[next];
-          slot = slot.defined() ? add(slot, grads[i]) : grads[i];
-        }
-        if (--deps[next] == 0) {
-          if (pending.count(next) && pending[next].defined()) {
-            ready.push(next);
-          } else {
-            pending.erase(next);  // no gradient reached it: nothing flows further down this path
-            // Its inputs still wait on this edge; release them as if it had run with no gradient.
-            std::vector<Node*> skip{next};
-            while (!skip.empty()) {
-              Node* s = skip.back();
-              skip.pop_back();
-              for (const Edge& e : s->next) {
-                if (!e.node) continue;
-                if (--deps[e.node.get()] == 0) {
-                  if (pending.count(e.node.get()) && pending[e.node.get()].defined())
-                    ready.push(e.node.get());
-                  else
-                    skip.push_back(e.node.get());
-                }
-              }
-            }
-          }
-        }
-      }
+      else
+        run_node(pass, n, g);
     }
   } catch (...) {
     t_running = nullptr, t_pending = nullptr, t_taken = nullptr;

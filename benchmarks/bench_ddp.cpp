@@ -72,7 +72,7 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   manual_seed(1 + uint64_t(pg.rank()));  // each rank its own batch
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
-  train::StepRunner runner(net, opt, 0.0, false);
+  train::StepRunner runner(net, opt, 0.0, false, ddp.get());
   if (bf16) runner.set_amp(kBF16, nullptr);
   for (int i = 0; i < warmup; ++i) runner.step(x, y);
   std::vector<double> ms;

@@ -208,6 +208,108 @@ struct DirectConv {
   }
 };
 
+// One layer of bench_conv at one dtype: the operands, loom's parameters and cuDNN's own setup.
+struct ConvCase {
+  const ConvLayer& L;
+  DType dt;
+  const char* dn;        // "f32" or "bf16"
+  cudnnMathType_t math;  // the descriptor's math type, restored after each search
+  Conv2dParams p;
+  Tensor x, w, gy, out_y, out_x, out_w;
+  DirectConv& d;
+  const int it = 20;
+  float one = 1, zero = 0;
+};
+
+// cuDNN's fastest algorithm (its own search) for one pass, with the math type it asks for.
+template <typename Perf>
+auto fastest(ConvCase& c, const Perf* perf, int n, const char* pass) {
+  LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS, "bench: no cuDNN ", pass,
+             " algorithm");
+  if (c.dt != DType::F32) LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(c.d.conv, perf[0].mathType));
+  return perf[0].algo;
+}
+
+void conv_forward(ConvCase& c, cuda::CudaBackend& be) {
+  DirectConv& d = c.d;
+  cudnnConvolutionFwdAlgoPerf_t perf[16];
+  int n = 0;
+  LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+      d.h, d.x, c.x.data_ptr(), d.w, c.w.data_ptr(), d.conv, d.y, c.out_y.data_ptr(), 16, &n, perf,
+      d.ws, d.ws_size));
+  auto algo = fastest(c, perf, n, "forward");
+  double ref = time_ms(
+      [&] {
+        LOOM_CUDNN_CHECK(cudnnConvolutionForward(d.h, &c.one, d.x, c.x.data_ptr(), d.w,
+                                                 c.w.data_ptr(), d.conv, algo, d.ws, d.ws_size,
+                                                 &c.zero, d.y, c.out_y.data_ptr()));
+      },
+      c.it);
+  double ours = time_ms([&] { be.conv2d(c.x, c.w, c.p); }, c.it);
+  add_time_row(std::string(c.L.name) + " fwd " + c.dn, ours, ref, "");
+  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+}
+
+void conv_backward_data(ConvCase& c, cuda::CudaBackend& be) {
+  DirectConv& d = c.d;
+  cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+  int n = 0;
+  LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+      d.h, d.w, c.w.data_ptr(), d.y, c.gy.data_ptr(), d.conv, d.x, c.out_x.data_ptr(), 16, &n, perf,
+      d.ws, d.ws_size));
+  auto algo = fastest(c, perf, n, "backward-data");
+  double ref = time_ms(
+      [&] {
+        LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(d.h, &c.one, d.w, c.w.data_ptr(), d.y,
+                                                      c.gy.data_ptr(), d.conv, algo, d.ws,
+                                                      d.ws_size, &c.zero, d.x, c.out_x.data_ptr()));
+      },
+      c.it);
+  double ours = time_ms([&] { be.conv2d_backward_input(c.gy, c.w, c.x.shape(), c.p); }, c.it);
+  add_time_row(std::string(c.L.name) + " bwd-data " + c.dn, ours, ref, "");
+  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+}
+
+void conv_backward_filter(ConvCase& c, cuda::CudaBackend& be) {
+  DirectConv& d = c.d;
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
+  int n = 0;
+  LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+      d.h, d.x, c.x.data_ptr(), d.y, c.gy.data_ptr(), d.conv, d.w, c.out_w.data_ptr(), 16, &n, perf,
+      d.ws, d.ws_size));
+  auto algo = fastest(c, perf, n, "backward-filter");
+  double ref = time_ms(
+      [&] {
+        LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            d.h, &c.one, d.x, c.x.data_ptr(), d.y, c.gy.data_ptr(), d.conv, algo, d.ws, d.ws_size,
+            &c.zero, d.w, c.out_w.data_ptr()));
+      },
+      c.it);
+  double ours = time_ms([&] { be.conv2d_backward_weight(c.gy, c.x, c.w.shape(), c.p); }, c.it);
+  add_time_row(std::string(c.L.name) + " bwd-filter " + c.dn, ours, ref, "");
+}
+
+// bf16 channels-last (NHWC data, KRSC filter) against loom's own NCHW on the same values:
+// whether carrying that layout through the network would pay (Note [Convolution layouts]).
+void conv_channels_last(ConvCase& c, cuda::CudaBackend& be) {
+  auto cl = [](const Tensor& t) {
+    return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  };
+  const Tensor &x = c.x, &w = c.w, &gy = c.gy;
+  const Conv2dParams& p = c.p;
+  Tensor xc = cl(x), wc = cl(w), gyc = cl(gy);
+  std::string n = std::string(c.L.name) + " bf16 NHWC/NCHW ";
+  const std::string note = " loom NCHW";
+  add_time_row(n + "fwd", time_ms([&] { be.conv2d(xc, wc, p); }, c.it),
+               time_ms([&] { be.conv2d(x, w, p); }, c.it), note);
+  add_time_row(n + "bwd-data",
+               time_ms([&] { be.conv2d_backward_input(gyc, wc, x.shape(), p); }, c.it),
+               time_ms([&] { be.conv2d_backward_input(gy, w, x.shape(), p); }, c.it), note);
+  add_time_row(n + "bwd-filter",
+               time_ms([&] { be.conv2d_backward_weight(gyc, xc, w.shape(), p); }, c.it),
+               time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, c.it), note);
+}
+
 void bench_conv() {
   const int64_t N = 256;
   const ConvLayer layers[] = {{"conv1 1->32 28x28", 1, 28, 32},
@@ -215,107 +317,30 @@ void bench_conv() {
                               {"conv3 64->128 14x14", 64, 14, 128}};
   auto& be = cuda::cuda_backend();
   for (DType dt : {DType::F32, DType::BF16}) {
-    const char* dn = dt == DType::F32 ? "f32" : "bf16";
     cudnnDataType_t cdt = dt == DType::F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
     cudnnMathType_t math = dt == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     for (const ConvLayer& L : layers) {
-      Conv2dParams p;
-      p.padding = {1, 1};
+      DirectConv d(L, N, cdt, math);
       Tensor x = randn({N, L.C, L.H, L.H}, {.device = dev0()}).to(dt);
       Tensor w = (randn({L.K, L.C, 3, 3}, {.device = dev0()}) * 0.1).to(dt);
       Tensor gy = randn({N, L.K, L.H, L.H}, {.device = dev0()}).to(dt);
-      Tensor out_y = empty(gy.shape(), {.dtype = dt, .device = dev0()});
-      Tensor out_x = empty(x.shape(), {.dtype = dt, .device = dev0()});
-      Tensor out_w = empty(w.shape(), {.dtype = dt, .device = dev0()});
-      DirectConv d(L, N, cdt, math);
-      float one = 1, zero = 0;
-      const int it = 20;
-      // forward
-      {
-        cudnnConvolutionFwdAlgoPerf_t perf[16];
-        int n = 0;
-        LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-            d.h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y, out_y.data_ptr(), 16, &n, perf,
-            d.ws, d.ws_size));
-        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS,
-                   "bench: no cuDNN forward algorithm");
-        if (dt != DType::F32)
-          LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
-        auto algo = perf[0].algo;
-        double ref = time_ms(
-            [&] {
-              LOOM_CUDNN_CHECK(cudnnConvolutionForward(d.h, &one, d.x, x.data_ptr(), d.w,
-                                                       w.data_ptr(), d.conv, algo, d.ws, d.ws_size,
-                                                       &zero, d.y, out_y.data_ptr()));
-            },
-            it);
-        double ours = time_ms([&] { be.conv2d(x, w, p); }, it);
-        add_time_row(std::string(L.name) + " fwd " + dn, ours, ref, "");
-        LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
-      }
-      // backward data
-      {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-        int n = 0;
-        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            d.h, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv, d.x, out_x.data_ptr(), 16, &n, perf,
-            d.ws, d.ws_size));
-        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS,
-                   "bench: no cuDNN backward-data algorithm");
-        if (dt != DType::F32)
-          LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
-        auto algo = perf[0].algo;
-        double ref = time_ms(
-            [&] {
-              LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(
-                  d.h, &one, d.w, w.data_ptr(), d.y, gy.data_ptr(), d.conv, algo, d.ws, d.ws_size,
-                  &zero, d.x, out_x.data_ptr()));
-            },
-            it);
-        double ours = time_ms([&] { be.conv2d_backward_input(gy, w, x.shape(), p); }, it);
-        add_time_row(std::string(L.name) + " bwd-data " + dn, ours, ref, "");
-        LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math));
-      }
-      // backward filter
-      {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-        int n = 0;
-        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            d.h, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv, d.w, out_w.data_ptr(), 16, &n, perf,
-            d.ws, d.ws_size));
-        LOOM_CHECK(n > 0 && perf[0].status == CUDNN_STATUS_SUCCESS,
-                   "bench: no cuDNN backward-filter algorithm");
-        if (dt != DType::F32)
-          LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, perf[0].mathType));
-        auto algo = perf[0].algo;
-        double ref = time_ms(
-            [&] {
-              LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-                  d.h, &one, d.x, x.data_ptr(), d.y, gy.data_ptr(), d.conv, algo, d.ws, d.ws_size,
-                  &zero, d.w, out_w.data_ptr()));
-            },
-            it);
-        double ours = time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, it);
-        add_time_row(std::string(L.name) + " bwd-filter " + dn, ours, ref, "");
-      }
-      // bf16 channels-last (NHWC data, KRSC filter) against loom's own NCHW on the same values:
-      // whether carrying that layout through the network would pay (Note [Convolution layouts]).
-      if (dt == DType::BF16) {
-        auto cl = [](const Tensor& t) {
-          return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
-        };
-        Tensor xc = cl(x), wc = cl(w), gyc = cl(gy);
-        std::string n = std::string(L.name) + " bf16 NHWC/NCHW ";
-        const std::string note = " loom NCHW";
-        add_time_row(n + "fwd", time_ms([&] { be.conv2d(xc, wc, p); }, it),
-                     time_ms([&] { be.conv2d(x, w, p); }, it), note);
-        add_time_row(n + "bwd-data",
-                     time_ms([&] { be.conv2d_backward_input(gyc, wc, x.shape(), p); }, it),
-                     time_ms([&] { be.conv2d_backward_input(gy, w, x.shape(), p); }, it), note);
-        add_time_row(n + "bwd-filter",
-                     time_ms([&] { be.conv2d_backward_weight(gyc, xc, w.shape(), p); }, it),
-                     time_ms([&] { be.conv2d_backward_weight(gy, x, w.shape(), p); }, it), note);
-      }
+      ConvCase c{L,
+                 dt,
+                 dt == DType::F32 ? "f32" : "bf16",
+                 math,
+                 Conv2dParams{},
+                 x,
+                 w,
+                 gy,
+                 empty(gy.shape(), {.dtype = dt, .device = dev0()}),
+                 empty(x.shape(), {.dtype = dt, .device = dev0()}),
+                 empty(w.shape(), {.dtype = dt, .device = dev0()}),
+                 d};
+      c.p.padding = {1, 1};
+      conv_forward(c, be);
+      conv_backward_data(c, be);
+      conv_backward_filter(c, be);
+      if (dt == DType::BF16) conv_channels_last(c, be);
     }
   }
 }

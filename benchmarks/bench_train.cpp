@@ -176,55 +176,69 @@ void print_throughput(const Workload& w, const Result& r) {
               double(r.parameters) / 1e6);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"loom training-step benchmark (WORKLOADS.md)"};
-  train::configure_app(app);
+// The benchmark's flags.
+struct BenchFlags {
   std::string workload = "all", device;
   int warmup = 10, steps = 50, repeats = 5;
   bool graph = false;
   std::string amp_mode = "off";
-  app.add_option("--workload", workload,
+  std::string channels_last = "on";
+  bool in_backward = false, checkpointing = false, recompute = false, profile_timed = false;
+};
+
+void add_bench_flags(CLI::App& app, BenchFlags& f) {
+  train::configure_app(app);
+  app.add_option("--workload", f.workload,
                  "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50 or vit-b16")
       ->check(
           CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16"}));
-  app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
-  app.add_option("--warmup", warmup, "warm-up steps")->check(train::int_range(1, 1000000));
-  app.add_option("--steps", steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
-  app.add_option("--repeats", repeats, "repeats (the median is reported)")
+  app.add_option("--device", f.device, "cpu, cuda or cuda:N (default: cuda if present)");
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(train::int_range(1, 1000000));
+  app.add_option("--steps", f.steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
+  app.add_option("--repeats", f.repeats, "repeats (the median is reported)")
       ->check(train::int_range(1, 10000));
-  app.add_flag("--cuda-graph", graph,
+  app.add_flag("--cuda-graph", f.graph,
                "replay the whole step as one CUDA graph (zero-grad, forward, backward, optimizer)");
-  app.add_option("--amp", amp_mode, "mixed precision: off (strict fp32), bf16 or fp16 (autocast)")
+  app.add_option("--amp", f.amp_mode, "mixed precision: off (strict fp32), bf16 or fp16 (autocast)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
-  std::string channels_last = "on";
-  app.add_option("--channels-last", channels_last,
+  app.add_option("--channels-last", f.channels_last,
                  "on (default) or off: autocast's channels-last convolutions on CUDA")
       ->check(CLI::IsMember({"on", "off"}));
-  bool in_backward = false;
-  app.add_flag("--optimizer-in-backward", in_backward,
+  app.add_flag("--optimizer-in-backward", f.in_backward,
                "update each parameter inside backward and free its gradient (lower peak memory)");
-  bool checkpointing = false;
-  app.add_flag("--activation-checkpointing", checkpointing,
+  app.add_flag("--activation-checkpointing", f.checkpointing,
                "the GPTs: recompute each transformer block in backward (lower peak memory)");
-  bool recompute = false;
-  app.add_flag("--recompute-activations", recompute,
+  app.add_flag("--recompute-activations", f.recompute,
                "rebuild batch norm + ReLU and GELU outputs in backward instead of keeping them "
                "(Note [Recomputed activations]: lower peak memory, one elementwise pass each)");
-  bool profile_timed = false;
-  app.add_flag("--profile-timed", profile_timed,
+  app.add_flag("--profile-timed", f.profile_timed,
                "a profiler's collection on for the timed steps only (cudaProfilerStart/Stop): "
                "run under `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` "
                "to leave out the first step and the warm-up");
+}
+
+// The mode column: how the step ran.
+const char* mode_name(const BenchFlags& f) {
+  if (f.graph) return f.recompute ? "graph+r" : "graph";
+  if (f.in_backward) return "in-bwd";
+  if (f.checkpointing) return "ckpt";
+  return f.recompute ? "recomp" : "eager";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom training-step benchmark (WORKLOADS.md)"};
+  BenchFlags f;
+  add_bench_flags(app, f);
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
-  amp::set_channels_last_convolutions(channels_last == "on");
-  autograd::set_recompute_activations(recompute);
+  amp::set_channels_last_convolutions(f.channels_last == "on");
+  autograd::set_recompute_activations(f.recompute);
 
   Device dev = kCPU;
-  if (device.empty() && cuda::is_available()) dev = cuda_device(0);
+  if (f.device.empty() && cuda::is_available()) dev = cuda_device(0);
   try {
-    if (!device.empty()) dev = Device(device);
+    if (!f.device.empty()) dev = Device(f.device);
     std::vector<Workload> all = {{"mlp", 256, &mlp},
                                  {"cnn", 256, &cnn},
                                  {"wide", 2048, &wide},
@@ -236,21 +250,17 @@ int main(int argc, char** argv) {
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
       // "all" means the small image workloads; the GPTs and ImageNet-sized models by name.
-      if (workload != w.name && (workload != "all" || w.by_name)) continue;
-      const RunOptions o{.graph = graph,
-                         .in_backward = in_backward,
-                         .checkpointing = checkpointing,
-                         .profile_timed = profile_timed,
-                         .amp_mode = amp_mode};
-      Result r = run(w, dev, warmup, steps, repeats, o);
+      if (f.workload != w.name && (f.workload != "all" || w.by_name)) continue;
+      const RunOptions o{.graph = f.graph,
+                         .in_backward = f.in_backward,
+                         .checkpointing = f.checkpointing,
+                         .profile_timed = f.profile_timed,
+                         .amp_mode = f.amp_mode};
+      Result r = run(w, dev, f.warmup, f.steps, f.repeats, o);
       std::printf("%-6s %-8s %-6s %-6s %6ld %10.3f %10.3f %10.3f %10.1f %12.3f\n", w.name.c_str(),
-                  dev.str().c_str(), amp_mode == "off" ? "fp32" : amp_mode.c_str(),
-                  graph           ? (recompute ? "graph+r" : "graph")
-                  : in_backward   ? "in-bwd"
-                  : checkpointing ? "ckpt"
-                  : recompute     ? "recomp"
-                                  : "eager",
-                  long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib, r.first_step_s);
+                  dev.str().c_str(), f.amp_mode == "off" ? "fp32" : f.amp_mode.c_str(),
+                  mode_name(f), long(w.batch), r.median_ms, r.min_ms, r.max_ms, r.peak_mib,
+                  r.first_step_s);
       if (!w.make) print_throughput(w, r);
       std::fflush(stdout);
     }

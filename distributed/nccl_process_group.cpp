@@ -322,7 +322,7 @@ void NcclProcessGroup::check_device(const char* op, const Tensor& t) const {
 // Note [NCCL under graph capture]
 // NCCL's collectives can be captured into a CUDA graph, which is how DDP's bucket all-reduces
 // become part of the whole-step graph (Note [The training step as a CUDA graph] in
-// train/step_runner.h). An op launched while the device's current (compute) stream is being
+// train/cuda_graph_step.h). An op launched while the device's current (compute) stream is being
 // captured: (1) the ready event recorded on the capturing stream, waited for by the group's
 // stream, pulls the group's stream into the capture (a fork), so the NCCL kernel becomes a node
 // of the graph after the compute work it reads; (2) its end event is recorded in the capture, and

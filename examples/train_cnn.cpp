@@ -13,30 +13,54 @@
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_cnn   # one
 //   process per GPU (or CPU process)
 //
-// The training loop is in main below, as in examples/train_mlp.cpp (which says more about it);
-// the CNN adds BatchNorm buffers (synced over ranks before each evaluation) and augmentation.
+// The training step and loop are in main below, as in examples/train_mlp.cpp (which says more
+// about them); the CNN adds BatchNorm buffers (synced over ranks before each evaluation),
+// augmentation and a learning-rate schedule.
 #include <cstdio>
 
-#include "autograd/anomaly.h"
+#include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
-#include "distributed/ddp/ddp.h"
 #include "distributed/sync_batch_norm.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
 #include "nn/optim/lr_scheduler.h"
-#include "train/checkpointing.h"
 #include "train/classifier_data.h"
+#include "train/cuda_graph_step.h"
 #include "train/data_parallel.h"
-#include "train/loss_window.h"
+#include "train/flags.h"
 #include "train/make_optimizer.h"
-#include "train/run_log.h"
-#include "train/train_flags.h"
+#include "train/run.h"
 
 using namespace loom;
 
 namespace {
+
+// The program's own flags, beside train::TrainConfig's.
+struct CnnFlags {
+  std::string arch = "classifier";
+  bool augment = false, sync_bn = false;
+  std::string schedule = "constant";
+  int64_t warmup = 0;
+};
+
+void add_cnn_flags(CLI::App& app, CnnFlags& f) {
+  app.add_option("--augment", f.augment,
+                 "random crop (padding 2) and horizontal flip of training images");
+  app.add_option("--model", f.arch,
+                 "classifier (default), workload (the benchmark's cnn), resnet18 (small-image "
+                 "stem) or vit (patch 4, 6 layers, width 128)")
+      ->check(CLI::IsMember({"classifier", "workload", "resnet18", "vit"}));
+  app.add_option("--sync-bn", f.sync_bn,
+                 "BatchNorm statistics over every process's batch (SyncBatchNorm), so that N "
+                 "processes train as one with the same global batch");
+  app.add_option("--lr-schedule", f.schedule,
+                 "constant, or cosine: the lr decays to 0 over the run's steps, per step")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup", f.warmup, "with --lr-schedule cosine: linear warm-up steps first")
+      ->check(train::int_range(0, 1 << 30));
+}
 
 // [Conv2d(in, out, 3, padding 1), BatchNorm2d, ReLU]; shapes keep H and W.
 void conv_bn_relu(nn::Sequential& s, int64_t in, int64_t out) {
@@ -95,111 +119,65 @@ std::unique_ptr<optim::Optimizer> make_model_optimizer(const train::TrainConfig&
 int main(int argc, char** argv) {
   CLI::App app{"Train a CNN on Fashion-MNIST with loom"};
   train::TrainConfig cfg;
-  bool augment = false;
-  std::string arch = "classifier";
+  CnnFlags f;
   train::add_train_flags(app, cfg);
-  app.add_option("--augment", augment,
-                 "random crop (padding 2) and horizontal flip of training images");
-  app.add_option("--model", arch,
-                 "classifier (default), workload (the benchmark's cnn), resnet18 (small-image "
-                 "stem) or vit (patch 4, 6 layers, width 128)")
-      ->check(CLI::IsMember({"classifier", "workload", "resnet18", "vit"}));
-  bool sync_bn = false;
-  app.add_option("--sync-bn", sync_bn,
-                 "BatchNorm statistics over every process's batch (SyncBatchNorm), so that N "
-                 "processes train as one with the same global batch");
-  std::string schedule = "constant";
-  int64_t warmup = 0;
-  app.add_option("--lr-schedule", schedule,
-                 "constant, or cosine: the lr decays to 0 over the run's steps, per step")
-      ->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--warmup", warmup, "with --lr-schedule cosine: linear warm-up steps first")
-      ->check(train::int_range(0, 1 << 30));
+  add_cnn_flags(app, f);
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return train::run_main("train_cnn", [&] {
     manual_seed(cfg.seed);
-    std::shared_ptr<nn::Module> model = make_model(arch);
-    train::RunSetup run(cfg);  // device, process group (under loomrun), checks, seed
-    if (sync_bn && distributed::convert_sync_batchnorm(*model, run.pg) > 0 && run.main())
-      std::printf("SyncBatchNorm: BatchNorm statistics over the %d processes\n", run.pg->size());
-    train::ClassifierData data(cfg, run, augment ? augmentation() : nullptr);  // sharded by rank
-    data::DataLoader& loader = *data.train;
-    const auto fused =
-        nn::fuse(*model);  // BatchNorm2d + ReLU (+ MaxPool2d(2)) run as one op (nn/fuse.h)
-    if (run.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
-    model->to(run.device);
+    std::shared_ptr<nn::Module> model = make_model(f.arch);
+    train::RunSetup setup(cfg);  // device, process group (under loomrun), checks, seed
+    if (f.sync_bn && distributed::convert_sync_batchnorm(*model, setup.pg) > 0 && setup.main())
+      std::printf("SyncBatchNorm: BatchNorm statistics over the %d processes\n", setup.pg->size());
+    train::ClassifierData data(cfg, setup, f.augment ? augmentation() : nullptr);  // by rank
+    const auto fused = nn::fuse(*model);  // BatchNorm2d + ReLU (+ MaxPool2d(2)) as one op
+    if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    model->to(setup.device);
     model->train();
-    auto opt = make_model_optimizer(cfg, arch, *model);
-    std::optional<DType> amp_dtype;  // docs/amp.md: autocast, and loss scaling for float16
-    if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
-    amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
-    // The replica: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md);
-    // with --zero the optimizer state (and gradients) sharded over them (docs/sharding.md).
-    train::DataParallel dp(cfg, run, model, *opt);
-    distributed::DistributedDataParallel* ddp = dp.ddp();
+    auto inner = make_model_optimizer(cfg, f.arch, *model);
+    train::DataParallel dp(cfg, setup, model, *inner);  // DDP, or ZeRO with --zero (docs/ddp.md)
     nn::Module& net = dp.net();
+    optim::Optimizer& opt = dp.optimizer();
     // --lr-schedule cosine: one scheduler step per optimizer step, over --max-steps or the epochs.
-    const int64_t total = cfg.max_steps > 0 ? cfg.max_steps : cfg.epochs * loader.size();
+    const int64_t total = train::total_steps(cfg, *data.train);
     std::optional<optim::CosineWithWarmup> sched;
-    if (schedule == "cosine")
-      sched.emplace(dp.optimizer(),
-                    optim::CosineWithWarmupOptions{.warmup_steps = std::min(warmup, total - 1),
-                                                   .total_steps = total});
-    train::Checkpointer ckpt(
-        cfg, run, {*model, dp.optimizer(), scaler, loader, sched ? &*sched : nullptr, dp.fsdp()});
-    int64_t step = ckpt.resume();  // 0, or where the newest checkpoint stopped
-    train::RunLog log(cfg, run);
-    log.start(model->type_name(), data.train_set->size());
-    std::optional<autograd::DetectAnomalyGuard> anomaly;
-    if (cfg.detect_anomaly) anomaly.emplace(true);
-    train::LossWindow window(cfg, run);  // read-backs, divergence, SIGTERM (Note [Preemption])
-    train::StepRunner runner(net, dp.optimizer(), cfg.label_smoothing, cfg.cuda_graph);
-    train::MemoryProbe memory(run.device);  // each rank's bytes, printed after the first step
-    bool memory_reported = false;
-    runner.set_grad_accum(cfg.grad_accum);  // --grad-accum: micro-batches, one update
-    runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
-    auto prof = train::attach_profiler(cfg, run, runner, ddp);
+    if (f.schedule == "cosine")
+      sched.emplace(opt, optim::CosineWithWarmupOptions{
+                             .warmup_steps = std::min(f.warmup, total - 1), .total_steps = total});
+    std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
+    amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
+    train::Run run(cfg, setup, {*model, dp, *data.train, scaler, sched ? &*sched : nullptr},
+                   {.title = model->type_name(), .train_examples = data.train_set->size()});
 
-    // The loop. The loader counts epochs: it moves to the next one when an epoch's batches end.
-    for (int64_t epoch = loader.epoch(); epoch < cfg.epochs; epoch = loader.epoch()) {
-      train::EpochProgress progress(epoch + 1, cfg.epochs, loader.batches_left(),
-                                    run.progress_options());
-      while (auto batch = train::next_batch(loader, prof.get())) {
-        Tensor loss = runner.step(batch->data, batch->target);  // a scalar, left on the device
-        if (!memory_reported) {
-          memory.report(run, *model, dp);
-          memory_reported = true;
-        }
-        if (prof) prof->end_step();
+    // One training step, as in examples/train_mlp.cpp.
+    auto forward_backward = [&](const train::MicroBatch& mb) {  // x (b, 1, 28, 28), y (b)
+      amp::Autocast autocast(amp_dtype);  // --amp: convolutions and matmuls in bf16 or fp16
+      Tensor loss = mb.share(cross_entropy(net(mb.x), mb.y, Reduction::Mean, cfg.label_smoothing));
+      mb.forward_done();
+      scaler.scale(loss).backward();
+      return loss.detach();
+    };
+    train::CudaGraphStep step(
+        [&](const Tensor& x, const Tensor& y) {
+          opt.zero_grad();
+          Tensor loss = train::accumulate(x, y, run.accumulation(), forward_backward);
+          scaler.step(opt);  // opt.step(), skipped under fp16 when a gradient is inf or nan
+          scaler.update();
+          return loss;
+        },
+        cfg.cuda_graph, opt, dp.ddp(), cfg.grad_accum);
+
+    while (run.next_interval()) {  // an epoch
+      while (auto batch = run.next_batch()) {
+        Tensor loss = step(batch->data, batch->target);
         if (sched) sched->step();
-        ++step;
-        bool last = loader.batches_left() == 0 || cfg.max_steps_reached(step);
-        if (auto mean = window.add(loss, step, last, progress, cfg.batch_size))
-          log.scalar("train/loss", *mean, step);
-        if (window.stop_signal()) break;
-        if (ckpt.due(step)) ckpt.save_here(step);  // --checkpoint-every, mid-epoch
-        if (cfg.max_steps_reached(step)) break;
+        if (!run.after_step(loss)) break;
       }
-      progress.finish();
-      if (int sig = window.stop_signal()) {  // save exactly this step, then exit 128 + sig
-        log.stopped(sig, str("step ", step), ckpt.save_here(step));
-        break;
-      }
-      if (cfg.max_steps_reached(step)) {
-        log.stopped_at_max_steps(step);
-        break;
-      }
-      dp.sync_buffers();  // evaluate every rank with rank 0's buffers (DDP, FSDP)
-      auto eval = train::evaluate_classifier(dp.eval_net(), *data.test, *run.pg, run.device);
-      log.end_epoch(epoch, progress, eval, dp.optimizer().lr(), scaler, step);
-      std::string saved = ckpt.save(epoch + 1, 0, step);
-      int sig = epoch + 1 < cfg.epochs ? window.stop_everywhere() : 0;  // a signal during eval?
-      if (sig) {  // then the epoch's checkpoint is the last
-        log.stopped(sig, str("epoch ", epoch + 1, " (step ", step, ")"), saved);
-        break;
-      }
+      if (!run.end_interval()) break;
+      dp.sync_buffers();  // evaluate every rank with rank 0's BatchNorm statistics
+      if (!run.evaluated(train::evaluate_classifier(dp, *data.test, setup))) break;
     }
-    return log.finish(step, prof.get());  // 0, or 143/130 after a SIGTERM/SIGINT stop
+    return run.finish();
   });
 }

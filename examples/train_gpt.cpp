@@ -10,26 +10,24 @@
 //       --batch-size 16 --amp bf16                      # (one line) llm.c / nanoGPT .bin shards
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_gpt
 //
-// The loop is in main below: steps -> the loss window -> every --eval-every steps the
-// validation loss and a summary line -> checkpoints. The parts it calls live in train/
-// (run_setup, token_data, checkpointing, loss_window, evaluate, run_log, step_runner).
+// main below shows the training step (zero_grad, forward and loss, backward, clip, AdamW's step)
+// and the loop: intervals of --eval-every steps, each ending with the validation loss. train::Run
+// (train/run.h) keeps the books around them: loss window, log, checkpoints, signals.
 #include <cstdio>
 #include <filesystem>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "data/byte_tokenizer.h"
-#include "distributed/ddp/ddp.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/gpt_sample.h"
 #include "nn/optim/lr_scheduler.h"
-#include "train/checkpointing.h"
+#include "train/cuda_graph_step.h"
 #include "train/data_parallel.h"
-#include "train/evaluate.h"
-#include "train/loss_window.h"
+#include "train/flags.h"
 #include "train/make_optimizer.h"
-#include "train/run_log.h"
+#include "train/run.h"
 #include "train/token_data.h"
-#include "train/train_flags.h"
 
 using namespace loom;
 
@@ -130,84 +128,64 @@ int main(int argc, char** argv) {
     manual_seed(cfg.seed);
     auto model = std::make_shared<nn::GPT>(model_config(g));
     model->set_activation_checkpointing(g.activation_checkpointing);
-    train::RunSetup run(cfg);
-    train::TokenData data(cfg, run, g.data);  // windows (B, T) of token ids, sharded by rank
-    data::DataLoader& loader = *data.train;
-    model->to(run.device);
-    auto opt = train::make_transformer_adamw(cfg, model->parameters());
-    int64_t total = cfg.max_steps > 0 ? cfg.max_steps : cfg.epochs * loader.size();
-    cfg.epochs =
-        std::max(cfg.epochs, (total + loader.size() - 1) / loader.size());  // --max-steps rules
-    // DDP (or ZeRO with --zero) before the Checkpointer, which must restore the sharded state.
-    train::DataParallel dp(cfg, run, model, *opt);
-    optim::Optimizer& opt_run = dp.optimizer();  // the ZeroOptimizer under --zero, else *opt
-    optim::CosineWithWarmup sched(opt_run, {.warmup_steps = std::min(g.warmup, total - 1),
-                                            .total_steps = total,
-                                            .eta_min = cfg.lr * g.min_lr_ratio});
-    std::optional<DType> amp_dtype;
-    if (cfg.amp != "off") amp_dtype = cfg.amp == "bf16" ? DType::BF16 : DType::F16;
-    amp::GradScaler scaler(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
-    train::Checkpointer ckpt(cfg, run, {*model, opt_run, scaler, loader, &sched, dp.fsdp()});
-    int64_t step = ckpt.resume();
+    train::RunSetup setup(cfg);
+    train::TokenData data(cfg, setup, g.data);  // windows (B, T) of token ids, sharded by rank
+    model->to(setup.device);
+    auto adamw = train::make_transformer_adamw(cfg, model->parameters());
+    train::DataParallel dp(cfg, setup, model, *adamw);  // DDP, or ZeRO / FSDP with --zero
     nn::Module& net = dp.net();
-    train::RunLog log(cfg, run);
-    log.start(str("GPT ", model->config.n_layer, "x", model->config.n_embd, " (",
-                  model->num_parameters(), " parameters)"),
-              data.train_set->num_tokens());
-    train::LossWindow window(cfg, run);
-    train::StepRunner runner(net, opt_run, 0.0, cfg.cuda_graph);
-    train::MemoryProbe memory(run.device);  // each rank's bytes, printed after the first step
-    bool memory_reported = false;
-    runner.set_amp(amp_dtype, scaler.is_enabled() ? &scaler : nullptr);
-    runner.set_grad_clip(g.grad_clip);
-    runner.set_grad_accum(cfg.grad_accum);  // micro-batches of (B/N/K, T), one update per step
+    optim::Optimizer& opt = dp.optimizer();  // the ZeroOptimizer under --zero, else *adamw
+    const int64_t total = train::total_steps(cfg, *data.train);
+    optim::CosineWithWarmup sched(opt, {.warmup_steps = std::min(g.warmup, total - 1),
+                                        .total_steps = total,
+                                        .eta_min = cfg.lr * g.min_lr_ratio});
+    std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
+    amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
     const int64_t tokens_per_step = cfg.batch_size * g.data.seq_len;
-    const double flops_per_step = model->flops_per_token(g.data.seq_len) * double(tokens_per_step);
+    train::Run run(
+        cfg, setup, {*model, dp, *data.train, scaler, &sched},
+        {.title = str("GPT ", model->config.n_layer, "x", model->config.n_embd, " (",
+                      model->num_parameters(), " parameters)"),
+         .train_examples = data.train_set->num_tokens(),
+         .eval_every = g.eval_every,
+         .samples_per_step = tokens_per_step,
+         .flops_per_step = model->flops_per_token(g.data.seq_len) * double(tokens_per_step),
+         .peak_tflops = g.peak_tflops});
 
-    // The loop: intervals of --eval-every steps, each ending with the validation loss.
-    while (step < total && !window.stop_signal()) {
-      int64_t n = std::min(g.eval_every, total - step);
-      train::EpochProgress progress(step / g.eval_every + 1,
-                                    (total + g.eval_every - 1) / g.eval_every, n,
-                                    run.progress_options());
-      for (int64_t i = 0; i < n; ++i) {
-        auto batch = train::next_batch(loader, nullptr);
-        if (!batch) batch = train::next_batch(loader, nullptr);  // the next epoch's first
-        Tensor loss = runner.step(batch->data, batch->target);   // x, y: (B/N, T) int64
-        if (!memory_reported) {
-          memory.report(run, *model, dp);
-          memory_reported = true;
-        }
+    // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it
+    // (train::accumulate, train::CudaGraphStep), as in examples/train_mlp.cpp.
+    auto forward_backward = [&](const train::MicroBatch& mb) {  // mb.x, mb.y: (b, T) token ids
+      amp::Autocast autocast(amp_dtype);             // --amp bf16: the matrix products in bf16
+      Tensor loss = mb.share(net.loss(mb.x, mb.y));  // forward, head and cross-entropy as one op
+      mb.forward_done();
+      scaler.scale(loss).backward();
+      return loss.detach();
+    };
+    train::CudaGraphStep step(
+        [&](const Tensor& x, const Tensor& y) {
+          opt.zero_grad();
+          Tensor loss = train::accumulate(x, y, run.accumulation(), forward_backward);
+          scaler.unscale_(opt);  // fp16: the true gradients, for the clip
+          if (g.grad_clip > 0) opt.clip_grad_norm_in_step(g.grad_clip);  // in AdamW's update
+          scaler.step(opt);
+          scaler.update();
+          return loss;
+        },
+        cfg.cuda_graph, opt, dp.ddp(), cfg.grad_accum);
+
+    while (run.next_interval()) {  // --eval-every steps
+      while (auto batch = run.next_batch()) {
+        Tensor loss = step(batch->data, batch->target);  // x, y: (B/N, T) int64
         sched.step();
-        ++step;
-        if (auto mean = window.add(loss, step, i + 1 == n, progress, tokens_per_step))
-          log.scalar("train/loss", *mean, step);
-        if (window.stop_signal()) break;
-        if (ckpt.due(step)) ckpt.save_here(step);
+        if (!run.after_step(loss)) break;
       }
-      progress.finish();
-      if (int sig = window.stop_signal()) {
-        log.stopped(sig, str("step ", step), ckpt.save_here(step));
-        break;
-      }
-      auto val = train::evaluate_classifier(dp.eval_net(), *data.val, *run.pg, run.device);
-      double tok_s = progress.samples_per_second();
-      if (run.main())
-        std::printf(
-            "step %ld | train loss %.4f | val loss %.4f | %.0f tok/s | %.2f ms/step | "
-            "MFU %.1f%% | lr %.3g\n",
-            long(step), progress.mean_loss(), val.loss, tok_s, progress.ms_per_step(),
-            100.0 * tok_s * flops_per_step / double(tokens_per_step) / (g.peak_tflops * 1e12),
-            opt->lr());
-      log.validated(val);
-      log.scalar("val/loss", val.loss, step);
-      log.scalar("train/tokens_per_second", tok_s, step);
-      ckpt.save_here(step);
+      if (!run.end_interval()) break;
+      if (!run.evaluated(train::evaluate_classifier(dp, *data.val, setup))) break;
     }
     if (g.sample > 0) {
-      auto whole = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
-      if (run.main()) print_sample(*model, g);
+      auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
+      if (setup.main()) print_sample(*model, g);
     }
-    return log.finish(step, nullptr);
+    return run.finish();
   });
 }

@@ -194,10 +194,11 @@ inline void check_step_scalars(const char* op, const DeviceStepScalars& d, const
 }
 
 // Note [The path of a fused step]
-// One way down, no callbacks: CpuBackend::adam_step (kernels/cpu/cpu_optim.cpp) or
-// CudaBackend::adam_step (kernels/cuda/optim/cuda_optim.cu) calls check_adam_step below (the host
-// side both share: every list and the device-side scalars), then switches on the parameters' dtype
-// to its own loop or kernel, which runs AdamMath on each element. sgd_step goes the same way.
+// One way down: CpuBackend::adam_step (kernels/cpu/cpu_optim.cpp) or CudaBackend::adam_step
+// (kernels/cuda/optim/cuda_optim.cu) calls fused_adam_step below with its own typed body (a loop
+// or a kernel launch, which runs AdamMath on each element); fused_adam_step runs the host side
+// both share (check_adam_step: every list and the device-side scalars) and the switch on the
+// parameters' dtype. sgd_step goes the same way through fused_sgd_step.
 
 // Parameters may be float32 or float64 (check_fused_step_args); the backends' dtype switch
 // instantiates its loop for these two only.
@@ -231,6 +232,30 @@ inline bool check_sgd_step(const std::vector<Tensor>& params, const std::vector<
   if (params.empty()) return false;
   check_step_scalars("sgd_step", hp.on_device, params[0]);
   return true;
+}
+
+// A backend's adam_step: the checks, then typed(T{}) for the parameters' dtype T (float or
+// double), where typed runs the backend's loop or kernel for T.
+template <typename Typed>
+void fused_adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                     const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                     const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp,
+                     Typed&& typed) {
+  if (!check_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp)) return;
+  LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
+    if constexpr (is_fused_step_type<scalar_t>) typed(scalar_t{});
+  });
+}
+
+// A backend's sgd_step, the same way.
+template <typename Typed>
+void fused_sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp,
+                    Typed&& typed) {
+  if (!check_sgd_step(params, grads, momentum_bufs, hp)) return;
+  LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
+    if constexpr (is_fused_step_type<scalar_t>) typed(scalar_t{});
+  });
 }
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "data/mnist.h"
+#include "train/sharded_loaders.h"
 
 namespace loom::train {
 
@@ -16,29 +17,9 @@ ClassifierData::ClassifierData(const TrainConfig& cfg, const RunSetup& run,
     train_set = std::make_shared<data::TensorDataset>(all.data().slice(0, 0, cfg.train_limit),
                                                       all.target().slice(0, 0, cfg.train_limit));
   }
-  // Rank r takes the positions = r mod N of each global batch (Note [Data-parallel training loop]).
-  auto train_sampler = std::make_shared<data::DistributedSampler>(
-      train_set->size(), data::DistributedSamplerOptions{.num_replicas = run.world,
-                                                         .rank = run.rank,
-                                                         .shuffle = true,
-                                                         .seed = cfg.seed,
-                                                         .drop_last = true});
-  train = std::make_unique<data::DataLoader>(train_set, train_sampler,
-                                             data::DataLoaderOptions{.batch_size = run.local_batch,
-                                                                     .drop_last = true,
-                                                                     .num_workers = cfg.workers,
-                                                                     .device = run.device,
-                                                                     .seed = cfg.seed,
-                                                                     .transform = train_transform});
+  train = sharded_train_loader(train_set, cfg, run, train_transform);
   // Note [Sharded evaluation]: no padding, so every test image is counted once over all ranks.
-  auto test_sampler = std::make_shared<data::DistributedSampler>(
-      test_set->size(),
-      data::DistributedSamplerOptions{
-          .num_replicas = run.world, .rank = run.rank, .shuffle = false, .exactly_once = true});
-  test = std::make_unique<data::DataLoader>(
-      test_set, test_sampler,
-      data::DataLoaderOptions{
-          .batch_size = 1000, .num_workers = cfg.workers, .device = run.device});
+  test = sharded_eval_loader(test_set, test_set->size(), 1000, cfg.workers, run);
   LOOM_CHECK(train->size() > 0, "no training step: ", train_set->size(),
              " training examples make no full batch of ", "--batch-size ", cfg.batch_size,
              run.world > 1 ? str(" over ", run.world, " processes") : std::string(),

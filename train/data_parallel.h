@@ -2,8 +2,8 @@
 // the model alone (one process, --zero 0), DistributedDataParallel (--zero 0 under loomrun), or
 // DDP with ZeRO stage 1 or 2 and a ZeroOptimizer over the program's optimizer, or
 // FullyShardedDataParallel (stage 3) and a ZeroOptimizer (any number of processes, one included).
-// And MemoryProbe, the per-rank memory report after the first step. Leaves out: the step itself
-// (train/step_runner.h).
+// Leaves out: the step itself (the program's, or train/step_runner.h) and the memory report
+// (train/memory_probe.h).
 #pragma once
 
 #include <memory>
@@ -37,6 +37,9 @@ class DataParallel {
     if (ddp_) ddp_->sync_buffers();
     if (fsdp_) fsdp_->sync_buffers();
   }
+  // Whether every forward of eval_net() is a collective (ZeRO-3 gathers parameters in it), so that
+  // every rank must run as many (Note [Sharded evaluation] in train/evaluate.h).
+  bool eval_forwards_are_collectives() const { return fsdp_ != nullptr; }
   distributed::DistributedDataParallel* ddp() const { return ddp_.get(); }
   distributed::FullyShardedDataParallel* fsdp() const { return fsdp_.get(); }
   const distributed::ZeroOptimizer* zero() const { return zero_.get(); }
@@ -47,25 +50,6 @@ class DataParallel {
   std::shared_ptr<distributed::DistributedDataParallel> ddp_;
   std::shared_ptr<distributed::FullyShardedDataParallel> fsdp_;
   std::unique_ptr<distributed::ZeroOptimizer> zero_;
-};
-
-// Note [Memory report]
-// Made before the first step, it notes the bytes the allocator of the run's device holds
-// (weights, data, everything resident) and resets the peak; report() after the first step
-// prints, from rank 0, one line per rank: parameters, gradients and optimizer state (the
-// tensors' sizes; under ZeRO the rank's shards), activations and temporaries (the step's peak
-// less what was resident before it, the gradients and the state: what the step added and freed
-// again), and the peak. CPU: the CPU allocator's counters (glibc's usable sizes); CUDA: the
-// caching allocator's (allocated bytes, not the reserved cache).
-class MemoryProbe {
- public:
-  explicit MemoryProbe(Device device);
-  // A collective: every rank calls it once, after its first step.
-  void report(const RunSetup& run, nn::Module& model, DataParallel& dp) const;
-
- private:
-  Device device_;
-  int64_t resident_ = 0;
 };
 
 }  // namespace loom::train

@@ -4,9 +4,8 @@
 #include <vector>
 
 #include "autograd/ops/ops.h"
-#include "distributed/fsdp/fsdp.h"
+#include "train/classification_loss.h"
 #include "train/progress.h"
-#include "train/step_runner.h"
 
 namespace loom::train {
 
@@ -16,8 +15,7 @@ namespace {
 // uncounted, until it has run as many as the rank with the most.
 void keep_in_step(nn::Module& model, distributed::ProcessGroup& pg, int64_t batches,
                   const Tensor& last, Device dev) {
-  if (pg.size() == 1 || dynamic_cast<distributed::FullyShardedDataParallel*>(&model) == nullptr)
-    return;
+  if (pg.size() == 1) return;
   Tensor most = full({1}, double(batches), {.dtype = DType::I64, .device = dev});
   pg.all_reduce(most, distributed::ReduceOp::Max)->wait();
   const int64_t extra = int64_t(most.item()) - batches;
@@ -32,7 +30,8 @@ void keep_in_step(nn::Module& model, distributed::ProcessGroup& pg, int64_t batc
 }  // namespace
 
 Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
-                               distributed::ProcessGroup& pg, Device dev) {
+                               distributed::ProcessGroup& pg, Device dev,
+                               bool forwards_are_collectives) {
   double start = steady_seconds();
   NoGradGuard no_grad;
   model.eval();
@@ -47,13 +46,18 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
     n += b.target.numel();
     ++batches, last = b.data;
   }
-  keep_in_step(model, pg, batches, last, dev);
+  if (forwards_are_collectives) keep_in_step(model, pg, batches, last, dev);
   model.train();
   // (3): loss sum, correct answers, examples; summed over ranks (Note [Sharded evaluation]).
   Tensor sums = cat({loss_sum, correct, full({1}, double(n), {.dtype = kF64, .device = dev})}, 0);
   if (pg.size() > 1) pg.all_reduce(sums, distributed::ReduceOp::Sum)->wait();
   std::vector<double> h = sums.to(kCPU).to_vector<double>();
   return {h[0] / h[2], h[1] / h[2], steady_seconds() - start};
+}
+
+Evaluation evaluate_classifier(DataParallel& dp, data::DataLoader& loader, const RunSetup& setup) {
+  return evaluate_classifier(dp.eval_net(), loader, *setup.pg, setup.device,
+                             dp.eval_forwards_are_collectives());
 }
 
 }  // namespace loom::train

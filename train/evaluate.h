@@ -8,6 +8,8 @@
 #include "data/dataloader.h"
 #include "distributed/process_group.h"
 #include "nn/module.h"
+#include "train/data_parallel.h"
+#include "train/run_setup.h"
 
 namespace loom::train {
 
@@ -26,7 +28,12 @@ struct Evaluation {
 // Runs `model` in eval mode (then back to train mode) without gradients over `loader`'s batches:
 // data (N, ...) -> logits (N, classes), target (N) class indices; or logits (N, T, classes),
 // target (N, T) (train::classification_loss).
+// forwards_are_collectives: every forward is a collective (ZeRO-3 gathers parameters in it), so
+// a rank with fewer batches repeats its last one, uncounted, until every rank has run as many.
 Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
-                               distributed::ProcessGroup& pg, Device device);
+                               distributed::ProcessGroup& pg, Device device,
+                               bool forwards_are_collectives = false);
+// The same for a program's model as `dp` spreads it (dp.eval_net(), on the run's device).
+Evaluation evaluate_classifier(DataParallel& dp, data::DataLoader& loader, const RunSetup& setup);
 
 }  // namespace loom::train

@@ -1,7 +1,9 @@
-// Flag checking for programs built on loom (CLI11), used by the examples and benchmarks: numeric
-// ranges with readable bounds, non-finite numbers refused, defaults shown by --help, and a bad flag
-// answered with the message, the usage line and exit code 2. Leaves out: the flags themselves (each
-// program's own).
+// The command-line flags of programs built on loom (CLI11): the flags every training program
+// shares (--device, --epochs, --batch-size, ...) filling a TrainConfig (train/train_config.h),
+// and the checking they use: numeric ranges with readable bounds, non-finite numbers refused,
+// defaults shown by --help, a bad flag answered with the message, the usage line and exit code 2.
+// Header-only, so that the loom library itself needs no CLI11. Leaves out: a program's own flags
+// (it adds them after these).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include "train/train_config.h"
 
 namespace loom::train {
 
@@ -88,6 +92,71 @@ inline int parse_flags(CLI::App& app, int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   return -1;
+}
+
+// Adds the common flags to a CLI11 app and sets the app up so that --help shows defaults. Call it
+// before adding the program's own options.
+inline void add_train_flags(CLI::App& app, TrainConfig& c) {
+  configure_app(app);  // before any option: --help shows the defaults
+  app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda if present)");
+  app.add_option("--epochs", c.epochs, "passes over the training set")
+      ->check(int_range(1, 1000000));
+  app.add_option("--batch-size", c.batch_size,
+                 "examples per step over all processes (each of N processes takes 1/N)")
+      ->check(int_range(1, 1 << 24));
+  app.add_option("--grad-accum", c.grad_accum,
+                 "gradient accumulation: each step runs K micro-batches of --batch-size / K "
+                 "examples (per process: / N), then one update, so the effective batch stays "
+                 "--batch-size and activation memory is that of a micro-batch")
+      ->check(int_range(1, 1 << 20));
+  app.add_option("--lr", c.lr, "learning rate")->check(real_range(0, 1e3, true));
+  app.add_option("--optimizer", c.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(real_range(0, 1e3));
+  app.add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing")
+      ->check(real_range(0, 0.99));
+  app.add_option("--seed", c.seed, "seed of initialisation, shuffling and augmentation");
+  app.add_option("--data-dir", c.data_dir, "folder with the Fashion-MNIST idx files");
+  app.add_option("--workers", c.workers,
+                 "data-loading worker threads (at most 4 per hardware thread)")
+      ->check(int_range(0, max_workers()));
+  app.add_option("--log-dir", c.log_dir, "write TensorBoard event files here");
+  app.add_option("--checkpoint-dir", c.checkpoint_dir, "save a checkpoint here after every epoch");
+  app.add_option("--keep-last", c.keep_last, "checkpoints to keep")->check(int_range(1, 1000000));
+  app.add_flag("--resume", c.resume,
+               "continue from the newest valid checkpoint in --checkpoint-dir (which must exist)");
+  app.add_flag("--cuda-graph", c.cuda_graph,
+               "capture the whole training step as a CUDA graph and replay it");
+  app.add_option("--train-limit", c.train_limit, "train on the first N images only (0: all)")
+      ->check(int_range(0, int64_t(1) << 40));
+  app.add_option("--max-steps", c.max_steps, "stop after N steps in total (0: no limit)")
+      ->check(int_range(0, int64_t(1) << 50));
+  app.add_option("--log-every", c.log_every, "read the loss back every N steps")
+      ->check(int_range(1, 1000000));
+  app.add_flag("--allow-nonfinite", c.allow_nonfinite,
+               "keep training when the loss is nan or inf (default: stop)");
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "also save a checkpoint every N steps (0: per epoch only)")
+      ->check(int_range(0, int64_t(1) << 50));
+  app.add_flag("--detect-anomaly", c.detect_anomaly,
+               "stop at the first NaN or Inf made in forward or backward, naming the op and the "
+               "module whose forward made it (slow: reads every op's output back)");
+  app.add_flag(
+      "--recompute-activations", c.recompute_activations,
+      "keep batch norm + ReLU and GELU outputs out of memory between forward and backward, "
+      "rebuilding them from their inputs in the backward (one elementwise pass each): a "
+      "lower peak for a little time (docs/perf.md)");
+  app.add_flag("--profile", c.profile,
+               "print each process's step-time breakdown (data, forward, backward, exposed "
+               "all-reduce, optimizer)");
+  app.add_option("--zero", c.zero,
+                 "shard the training state over the processes (ZeRO, docs/sharding.md): 0 = DDP "
+                 "(each holds everything), 1 = optimizer state, 2 = also gradients, 3 = also "
+                 "parameters (FullyShardedDataParallel)")
+      ->check(int_range(0, 3));
+  app.add_option("--amp", c.amp,
+                 "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
 }
 
 }  // namespace loom::train

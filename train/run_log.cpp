@@ -143,23 +143,4 @@ int RunLog::finish(int64_t steps, const StepProfiler* profiler) {
   return exit_status(r);
 }
 
-std::unique_ptr<StepProfiler> attach_profiler(const TrainConfig& cfg, const RunSetup& run,
-                                              StepRunner& runner,
-                                              distributed::DistributedDataParallel* ddp) {
-  if (!cfg.profile) return nullptr;
-  auto prof = std::make_unique<StepProfiler>(run.device);
-  runner.set_profiler(prof.get());
-  if (ddp)
-    ddp->reducer().set_backward_computed_hook(
-        [p = prof.get()] { p->mark(StepProfiler::BackwardComputed); });
-  return prof;
-}
-
-std::optional<data::Batch> next_batch(data::DataLoader& loader, StepProfiler* profiler) {
-  if (profiler) profiler->mark(StepProfiler::StepBegin);
-  std::optional<data::Batch> batch = loader.next();
-  if (batch && profiler) profiler->mark(StepProfiler::DataReady);
-  return batch;
-}
-
 }  // namespace loom::train

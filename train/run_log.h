@@ -10,13 +10,11 @@
 #include <optional>
 #include <string>
 
-#include "distributed/ddp/ddp.h"
 #include "nn/amp/grad_scaler.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
 #include "train/run_setup.h"
 #include "train/step_profile.h"
-#include "train/step_runner.h"
 #include "train/tensorboard.h"
 
 namespace loom::train {
@@ -78,13 +76,5 @@ class RunLog {
   std::unique_ptr<SummaryWriter> tb_;
   TrainReport report_;
 };
-
-// --profile: a StepProfiler timing `runner`'s phases (and, under DDP, when backward's compute
-// ends, to tell the exposed all-reduce); nullptr without the flag.
-std::unique_ptr<StepProfiler> attach_profiler(const TrainConfig& cfg, const RunSetup& run,
-                                              StepRunner& runner,
-                                              distributed::DistributedDataParallel* ddp);
-// The loader's next batch; the profiler (when there is one) marks the wait for it.
-std::optional<data::Batch> next_batch(data::DataLoader& loader, StepProfiler* profiler);
 
 }  // namespace loom::train

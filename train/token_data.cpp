@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "train/sharded_loaders.h"
 
 namespace loom::train {
 
@@ -48,28 +49,9 @@ TokenData::TokenData(const TrainConfig& cfg, const RunSetup& run, const TokenDat
   LOOM_CHECK(t.text.empty() != t.shards.empty(),
              "give the training text as --text FILE or --shards DIR (exactly one of them)");
   std::tie(train_set, val_set) = load_splits(t);
-  // Rank r takes the positions = r mod N of each global batch (Note [Data-parallel training loop]).
-  auto train_sampler = std::make_shared<data::DistributedSampler>(
-      train_set->size(), data::DistributedSamplerOptions{.num_replicas = run.world,
-                                                         .rank = run.rank,
-                                                         .shuffle = true,
-                                                         .seed = cfg.seed,
-                                                         .drop_last = true});
-  train = std::make_unique<data::DataLoader>(train_set, train_sampler,
-                                             data::DataLoaderOptions{.batch_size = run.local_batch,
-                                                                     .drop_last = true,
-                                                                     .num_workers = cfg.workers,
-                                                                     .device = run.device,
-                                                                     .seed = cfg.seed});
+  train = sharded_train_loader(train_set, cfg, run);
   int64_t n_val = t.val_windows > 0 ? std::min(t.val_windows, val_set->size()) : val_set->size();
-  auto val_sampler = std::make_shared<data::DistributedSampler>(
-      n_val,
-      data::DistributedSamplerOptions{
-          .num_replicas = run.world, .rank = run.rank, .shuffle = false, .exactly_once = true});
-  val = std::make_unique<data::DataLoader>(
-      val_set, val_sampler,
-      data::DataLoaderOptions{
-          .batch_size = run.local_batch, .num_workers = 0, .device = run.device});
+  val = sharded_eval_loader(val_set, n_val, run.local_batch, 0, run);
   LOOM_CHECK(train->size() > 0, "no training step: ", train_set->size(),
              " training windows make no full batch of --batch-size ", cfg.batch_size);
 }

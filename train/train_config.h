@@ -1,11 +1,14 @@
 // TrainConfig: what a training run is asked to do (device, epochs, batch, optimizer, folders,
-// checkpoints, AMP, ...), filled from the command line by add_train_flags (train/train_flags.h).
+// checkpoints, AMP, ...), filled from the command line by add_train_flags (train/flags.h).
 // The example programs and the parts of train/ read it. Leaves out: each program's own options
 // (model width, augmentation) and anything parsed (this header needs no CLI11).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "core/dtype.h"
 
 namespace loom::train {
 
@@ -42,5 +45,11 @@ struct TrainConfig {
   // --max-steps is set and `step` steps are done.
   bool max_steps_reached(int64_t step) const { return max_steps > 0 && step >= max_steps; }
 };
+
+// The dtype --amp runs the step's autocast region in: bfloat16, float16, or none (off).
+inline std::optional<DType> autocast_dtype(const TrainConfig& cfg) {
+  if (cfg.amp == "off") return std::nullopt;
+  return cfg.amp == "bf16" ? DType::BF16 : DType::F16;
+}
 
 }  // namespace loom::train

@@ -197,7 +197,7 @@ Tensor DistributedDataParallel::run_training_forward(const Tensor& x,
 // Note [DDP and CUDA graphs]
 // With a process group whose collectives can be captured (NCCL), a whole training step, DDP's
 // forward and the reducer's bucket all-reduces included, can be captured into one CUDA graph and
-// replayed (Note [The training step as a CUDA graph] in train/step_runner.h). Under capture the
+// replayed (Note [The training step as a CUDA graph] in train/cuda_graph_step.h). Under capture the
 // forward does what it does eagerly on the device (rank 0's buffers broadcast, the buckets bound
 // and zero-filled; the backward's all-reduces in bucket order, Note [Reducer under graph
 // capture]), but nothing that needs the host: the consistency check (a copy of the weights to the

@@ -163,7 +163,7 @@ void Reducer::rebuild_if_due() {
 }
 
 // Note [Reducer under graph capture]
-// A captured training step (Note [The training step as a CUDA graph] in train/step_runner.h)
+// A captured training step (Note [The training step as a CUDA graph] in train/cuda_graph_step.h)
 // records the reducer's device work once: the buckets' zero fill at forward, each bucket's 1/N
 // scaling and all-reduce in bucket order, the waits that join the communication stream back into
 // the capturing stream (Work::wait is a stream wait, never a host block: Note [NCCL under graph

@@ -225,12 +225,21 @@ void FullyShardedDataParallel::release(size_t u) {
 }
 
 Tensor FullyShardedDataParallel::forward(const Tensor& x) {
+  return run_root(x, [this](const Tensor& in) { return (*module_)(in); });
+}
+
+Tensor FullyShardedDataParallel::loss(const Tensor& x, const Tensor& y) {
+  return run_root(x, [&](const Tensor& in) { return module_->loss(in, y); });
+}
+
+Tensor FullyShardedDataParallel::run_root(const Tensor& x,
+                                          const std::function<Tensor(const Tensor&)>& fn) {
   order_.clear();
   gather(0);
   const bool grad = autograd::is_grad_enabled();
   root_in_backward_ = grad;
   const bool cast = param_dtype_ && !pinned_ && is_floating(x.dtype());  // mixed precision
-  Tensor out = (*module_)(cast ? x.to(*param_dtype_) : x);
+  Tensor out = fn(cast ? x.to(*param_dtype_) : x);
   if (!grad) release(0);  // no backward follows
   last_order_ = order_;
   return out;

@@ -80,6 +80,10 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   // The root gathered, the model's forward (its units gather themselves); without grad mode the
   // root is released again at the end.
   Tensor forward(const Tensor& x) override;
+  // The wrapped model's own loss (nn::Module::has_loss: GPT's head and cross-entropy as one op),
+  // with the same gathering around it as forward.
+  bool has_loss() const override { return module_->has_loss(); }
+  Tensor loss(const Tensor& x, const Tensor& y) override;
   nn::Module& module() { return *module_; }
   // Rank 0's buffers (BatchNorm statistics) to every rank (a collective; also done at
   // construction). Buffers are not sharded, and each rank updates its own in training.
@@ -170,7 +174,9 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   std::vector<Bucket> layout_;   // per unit: params, offsets, numel (padded), shard (gradient)
   std::vector<size_t> order_, last_order_;  // units in the order their forwards ran
   std::vector<Reduction> reductions_;
-  bool pinned_ = false;            // a FullParams guard lives: nothing is released
+  bool pinned_ = false;  // a FullParams guard lives: nothing is released
+  // forward and loss: the root gathered around fn(x), x cast under mixed precision.
+  Tensor run_root(const Tensor& x, const std::function<Tensor(const Tensor&)>& fn);
   bool root_in_backward_ = false;  // a training forward ran; its backward reduces the root
   bool end_queued_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // read by hooks that outlive this

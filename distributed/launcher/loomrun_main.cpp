@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -154,25 +155,70 @@ int report_outcome(const GroupResult& r, const LaunchOptions& o, NodeRendezvous*
   return code;
 }
 
+// With --nnodes > 1: this node's side of the rendezvous of the loomruns (node 0 serves it).
+std::unique_ptr<NodeRendezvous> join_nodes(const LaunchOptions& o) {
+  if (o.nnodes == 1) return nullptr;
+  return std::make_unique<NodeRendezvous>(
+      o.master_addr, o.rdzv_port, o.nnodes, o.node_rank,
+      std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)),
+      std::chrono::milliseconds(static_cast<int64_t>(o.node_timeout_seconds * 1000)));
+}
+
+// What loomrun sets in the workers' environment that the user may not expect, said once.
+void say_environment_notes(const LaunchOptions& o, const Environment& parent) {
+  std::vector<std::string> notes;
+  worker_environment(parent, WorkerIdentity{}, &notes);
+  for (const auto& n : notes) say(n);
+  if (o.nproc_per_node > 1 && !parent.count("OMP_NUM_THREADS") && !o.quiet)
+    say("OMP_NUM_THREADS=1 for each worker (set OMP_NUM_THREADS to choose)");
+}
+
+// After an attempt's workers are gone: the exit code when the job is over (success, a signal,
+// the last failure), or none to restart the group.
+std::optional<int> end_of_attempt(GroupResult& r, const LaunchOptions& o, NodeRendezvous* nodes,
+                                  int attempt, const int& interrupted,
+                                  const std::function<bool()>& cancelled) {
+  if (r.outcome == Outcome::kSucceeded && nodes) {
+    if (auto why = nodes->finish(attempt, cancelled)) {
+      if (interrupted) {  // Ctrl-C while waiting for the other nodes: they must stop too
+        r.outcome = Outcome::kSignalled;
+        r.signal = interrupted;
+      } else {
+        r.outcome = Outcome::kRemoteFailed;
+        r.remote_reason = *why;
+      }
+    }
+  }
+  if (r.outcome == Outcome::kSucceeded) {
+    if (!o.quiet) say("all workers of this node exited normally");
+    return 0;
+  }
+  const bool last = attempt >= o.max_restarts || r.outcome == Outcome::kSignalled ||
+                    r.outcome == Outcome::kSpawnFailed;
+  const int code = report_outcome(r, o, nodes, attempt);
+  if (nodes) nodes->stopped(attempt, last, o.grace_seconds);
+  if (last && r.outcome == Outcome::kSignalled) {
+    say("job stopped by " + signal_name(r.signal) + " after " + std::to_string(attempt + 1) +
+        " attempt(s); exit code " + std::to_string(code));
+    return code;
+  }
+  if (last) {
+    say("job failed after " + std::to_string(attempt + 1) + " attempt(s) (--max_restarts " +
+        std::to_string(o.max_restarts) + ")");
+    return code;
+  }
+  say("restarting all workers (restart " + std::to_string(attempt + 1) + " of " +
+      std::to_string(o.max_restarts) + ")");
+  return std::nullopt;
+}
+
 int run(const LaunchOptions& o) {
   install_signal_pipe();
   const Environment parent = current_environment();
-  std::unique_ptr<NodeRendezvous> nodes;
-  if (o.nnodes > 1) {
-    nodes = std::make_unique<NodeRendezvous>(
-        o.master_addr, o.rdzv_port, o.nnodes, o.node_rank,
-        std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_seconds * 1000)),
-        std::chrono::milliseconds(static_cast<int64_t>(o.node_timeout_seconds * 1000)));
-  }
-  {
-    std::vector<std::string> notes;
-    worker_environment(parent, WorkerIdentity{}, &notes);
-    for (const auto& n : notes) say(n);
-    if (o.nproc_per_node > 1 && !parent.count("OMP_NUM_THREADS") && !o.quiet)
-      say("OMP_NUM_THREADS=1 for each worker (set OMP_NUM_THREADS to choose)");
-  }
+  std::unique_ptr<NodeRendezvous> nodes = join_nodes(o);
+  say_environment_notes(o, parent);
   int interrupted = 0;  // a signal that came while no worker ran (waiting for the nodes)
-  auto cancelled = [&interrupted] {
+  std::function<bool()> cancelled = [&interrupted] {
     for (int sig : take_signals())
       if (sig != SIGCHLD) interrupted = sig;
     return interrupted != 0;
@@ -209,39 +255,9 @@ int run(const LaunchOptions& o) {
           std::to_string(where.first_rank + o.nproc_per_node - 1) + " of world size " +
           std::to_string(where.world_size) + " on node " + std::to_string(o.node_rank) + " (" +
           o.master_addr + ":" + std::to_string(o.master_port) + ")");
-
     GroupResult r = run_worker_group(spec);
-    if (r.outcome == Outcome::kSucceeded && nodes) {
-      if (auto why = nodes->finish(attempt, cancelled)) {
-        if (interrupted) {  // Ctrl-C while waiting for the other nodes: they must stop too
-          r.outcome = Outcome::kSignalled;
-          r.signal = interrupted;
-        } else {
-          r.outcome = Outcome::kRemoteFailed;
-          r.remote_reason = *why;
-        }
-      }
-    }
-    if (r.outcome == Outcome::kSucceeded) {
-      if (!o.quiet) say("all workers of this node exited normally");
-      return 0;
-    }
-    const bool last = attempt >= o.max_restarts || r.outcome == Outcome::kSignalled ||
-                      r.outcome == Outcome::kSpawnFailed;
-    const int code = report_outcome(r, o, nodes.get(), attempt);
-    if (nodes) nodes->stopped(attempt, last, o.grace_seconds);
-    if (last && r.outcome == Outcome::kSignalled) {
-      say("job stopped by " + signal_name(r.signal) + " after " + std::to_string(attempt + 1) +
-          " attempt(s); exit code " + std::to_string(code));
-      return code;
-    }
-    if (last) {
-      say("job failed after " + std::to_string(attempt + 1) + " attempt(s) (--max_restarts " +
-          std::to_string(o.max_restarts) + ")");
-      return code;
-    }
-    say("restarting all workers (restart " + std::to_string(attempt + 1) + " of " +
-        std::to_string(o.max_restarts) + ")");
+    if (auto code = end_of_attempt(r, o, nodes.get(), attempt, interrupted, cancelled))
+      return *code;
   }
 }
 

@@ -75,14 +75,9 @@ std::vector<int> pick_free_ports(int n, const std::string& host) {
 
 int pick_free_port(const std::string& host) { return pick_free_ports(1, host)[0]; }
 
-LaunchOptions parse_launch_options(int argc, char** argv) {
-  LaunchOptions o;
-  CLI::App app{
-      "loomrun: starts N worker processes per node with torchrun's environment (RANK, LOCAL_RANK,\n"
-      "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT); when one fails, stops\n"
-      "the others and says which rank failed and why.\n\n"
-      "  loomrun --nproc_per_node 4 ./build/examples/train_mlp --epochs 1",
-      "loomrun"};
+namespace {
+// loomrun's flags: torchrun's names (and dashed spellings), each filling a LaunchOptions field.
+void add_launch_flags(CLI::App& app, LaunchOptions& o) {
   app.prefix_command();  // the first positional argument and everything after it: the program
   app.add_option("--nproc_per_node,--nproc-per-node", o.nproc_spec,
                  "workers on this node: a number, gpu (one per CUDA device), cpu (one per hardware "
@@ -130,14 +125,10 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
                  "stderr lines of a failed rank shown in the failure report")
       ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines from loomrun itself (failures still print)");
-  app.footer(
-      "Every worker also gets LOOM_RESTART_COUNT (the attempt, from 0), LOOM_MAX_RESTARTS and\n"
-      "NCCL_NVLS_ENABLE=0 (NVLink multicast stays off). See docs/launcher.md.");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+}
+
+// What is left after loomrun's flags is the program and its arguments ("--" may separate them).
+void take_program(const CLI::App& app, LaunchOptions& o) {
   o.program = app.remaining();
   if (!o.program.empty() && o.program.front() == "--") {
     o.program.erase(o.program.begin());
@@ -146,7 +137,11 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     LOOM_FAIL("loomrun: unknown flag ", o.program.front(),
               " (loomrun's flags come before the program; --help lists them)");
   }
+}
 
+// The flags' values checked (errors name the flag), the worker count resolved and the ports
+// picked (--standalone; --rdzv_port next to --master_port).
+void check_launch_options(LaunchOptions& o) {
   LOOM_CHECK(!o.program.empty(), "loomrun: no program to run (loomrun [flags] program [args...])");
   o.nproc_per_node = resolve_nproc(o.nproc_spec);
   LOOM_CHECK(o.nnodes >= 1, "loomrun: --nnodes ", o.nnodes, " must be >= 1");
@@ -173,6 +168,28 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
              " must be in [1, 65535] and differ from "
              "--master_port ",
              o.master_port);
+}
+}  // namespace
+
+LaunchOptions parse_launch_options(int argc, char** argv) {
+  LaunchOptions o;
+  CLI::App app{
+      "loomrun: starts N worker processes per node with torchrun's environment (RANK, LOCAL_RANK,\n"
+      "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT); when one fails, stops\n"
+      "the others and says which rank failed and why.\n\n"
+      "  loomrun --nproc_per_node 4 ./build/examples/train_mlp --epochs 1",
+      "loomrun"};
+  app.footer(
+      "Every worker also gets LOOM_RESTART_COUNT (the attempt, from 0), LOOM_MAX_RESTARTS and\n"
+      "NCCL_NVLS_ENABLE=0 (NVLink multicast stays off). See docs/launcher.md.");
+  add_launch_flags(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  take_program(app, o);
+  check_launch_options(o);
   return o;
 }
 

@@ -83,26 +83,21 @@ void sgd_loop(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
 
 }  // namespace
 
-// Note [The path of a fused step] (kernels/optim_math.h): the shared checks, this backend's dtype
-// switch, then adam_loop / sgd_loop above.
+// Note [The path of a fused step] (kernels/optim_math.h): fused_adam_step and fused_sgd_step run
+// the shared checks and the dtype switch, then adam_loop / sgd_loop above.
 void CpuBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& exp_avgs,
                            const std::vector<Tensor>& exp_avg_sqs,
                            const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
-  if (!check_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp)) return;
-  LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
-    if constexpr (is_fused_step_type<scalar_t>)
-      adam_loop<scalar_t>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp, [&](auto t) {
+    adam_loop<decltype(t)>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
   });
 }
 
 void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                           const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
-  if (!check_sgd_step(params, grads, momentum_bufs, hp)) return;
-  LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
-    if constexpr (is_fused_step_type<scalar_t>)
-      sgd_loop<scalar_t>(params, grads, momentum_bufs, hp);
-  });
+  fused_sgd_step(params, grads, momentum_bufs, hp,
+                 [&](auto t) { sgd_loop<decltype(t)>(params, grads, momentum_bufs, hp); });
 }
 
 }  // namespace loom::cpu

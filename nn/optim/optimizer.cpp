@@ -306,38 +306,49 @@ std::string shape_or_undefined(const Tensor& t) {
 }
 }  // namespace
 
-void Optimizer::load_state_dict(const StateDict& sd) {
-  std::vector<std::string> problems;
-  size_t total = state_.size();
-  std::vector<size_t> group_of(total);
-  for (size_t g = 0, i = 0; g < groups_.size(); ++g)
-    for (size_t k = 0; k < groups_[g].size(); ++k) group_of[i++] = g;
+// A state dict sorted by global parameter number (name -> tensor) and by group.
+struct Optimizer::Loaded {
+  std::vector<std::map<std::string, Tensor>> per_param, per_group;
+};
 
-  // Sort the entries: per parameter (name -> tensor), per group (name -> tensor).
-  std::vector<std::map<std::string, Tensor>> per_param(total), per_group(groups_.size());
+size_t Optimizer::group_of(size_t param_index) const {
+  size_t g = 0;
+  while (g + 1 < groups_.size() && param_index >= groups_[g].size())
+    param_index -= groups_[g++].size();
+  return g;
+}
+
+Optimizer::Loaded Optimizer::sort_entries(const StateDict& sd,
+                                          std::vector<std::string>& problems) const {
+  const size_t total = state_.size();
+  Loaded l{std::vector<std::map<std::string, Tensor>>(total),
+           std::vector<std::map<std::string, Tensor>>(groups_.size())};
   for (const auto& [key, t] : sd) {
     auto parts = split3(key);
     size_t n = 0;
     bool ok = false;
     if (parts.size() == 3 && parts[0] == "state" && parse_index(parts[1], total, n)) {
-      auto names = buffer_names(group_of[n]);
+      auto names = buffer_names(group_of(n));
       ok = (counts_steps() && parts[2] == "step") ||
            std::count(names.begin(), names.end(), parts[2]);
-      if (ok) ok = per_param[n].emplace(parts[2], t).second;
+      if (ok) ok = l.per_param[n].emplace(parts[2], t).second;
     } else if (parts.size() == 3 && parts[0] == "param_groups" &&
                parse_index(parts[1], groups_.size(), n)) {
       ok = parts[2] == "params";
       for (const auto& [h, v] : hyper_parameters(n)) ok = ok || parts[2] == h;
-      if (ok) ok = per_group[n].emplace(parts[2], t).second;
+      if (ok) ok = l.per_group[n].emplace(parts[2], t).second;
     }
     if (!ok) problems.push_back("unexpected (or duplicated) entry \"" + key + "\"");
   }
+  return l;
+}
 
-  // Every group: its parameter list and all hyper-parameters.
+// Every group: its parameter list and all hyper-parameters.
+void Optimizer::check_groups(const Loaded& l, std::vector<std::string>& problems) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::string prefix = "param_groups." + std::to_string(g) + ".";
-    auto it = per_group[g].find("params");
-    if (it == per_group[g].end()) {
+    auto it = l.per_group[g].find("params");
+    if (it == l.per_group[g].end()) {
       problems.push_back("missing \"" + prefix + "params\"");
     } else {
       std::vector<int64_t> want(groups_[g].size());
@@ -350,78 +361,96 @@ void Optimizer::load_state_dict(const StateDict& sd) {
                                "..", want.empty() ? -1 : want.back(), ")"));
     }
     for (const auto& [h, v] : hyper_parameters(g)) {
-      auto e = per_group[g].find(h);
-      if (e == per_group[g].end())
+      auto e = l.per_group[g].find(h);
+      if (e == l.per_group[g].end())
         problems.push_back("missing \"" + prefix + h + "\"");
       else if (!e->second.defined() || e->second.numel() != 1)
         problems.push_back("\"" + prefix + h + "\" should hold one value, got " +
                            shape_or_undefined(e->second));
     }
   }
-  // Every parameter with state: all of it, of the right shapes.
-  for (size_t i = 0; i < total; ++i) {
-    if (per_param[i].empty()) continue;
-    const Tensor& p = groups_[group_of[i]][i - first_index(group_of[i])];
+}
+
+// Every parameter with state: all of it, of the right shapes.
+void Optimizer::check_param_states(const Loaded& l, std::vector<std::string>& problems) const {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (l.per_param[i].empty()) continue;
+    const size_t g = group_of(i);
+    const Tensor& p = groups_[g][i - first_index(g)];
     std::string prefix = "state." + std::to_string(i) + ".";
     if (counts_steps()) {
-      auto e = per_param[i].find("step");
-      if (e == per_param[i].end())
+      auto e = l.per_param[i].find("step");
+      if (e == l.per_param[i].end())
         problems.push_back("missing \"" + prefix + "step\"");
       else if (!e->second.defined() || e->second.numel() != 1)
         problems.push_back("\"" + prefix + "step\" should hold one value, got " +
                            shape_or_undefined(e->second));
     }
-    for (const auto& b : buffer_names(group_of[i])) {
-      auto e = per_param[i].find(b);
-      if (e == per_param[i].end())
+    for (const auto& b : buffer_names(g)) {
+      auto e = l.per_param[i].find(b);
+      if (e == l.per_param[i].end())
         problems.push_back("missing \"" + prefix + b + "\"");
       else if (!e->second.defined() || e->second.shape() != p.shape())
         problems.push_back(str("\"", prefix, b, "\" has shape ", shape_or_undefined(e->second),
                                ", parameter \"", p.name(), "\" has ", p.shape()));
     }
   }
-  if (!problems.empty()) {
-    std::string msg;
-    for (const auto& s : problems) msg += "\n  " + s;
-    LOOM_FAIL(name_, ".load_state_dict: the state dict does not match this optimizer:", msg);
-  }
+}
 
-  // Apply: hyper-parameters, then state (buffers copied onto each parameter's device and dtype).
+// Hyper-parameters, then state (buffers copied onto each parameter's device and dtype).
+void Optimizer::apply(const Loaded& l) {
   NoGradGuard guard;
   for (size_t g = 0; g < groups_.size(); ++g)
     for (const auto& [h, v] : hyper_parameters(g))
-      set_hyper_parameter(g, h, per_group[g].at(h).item());
-  for (size_t i = 0; i < total; ++i) {
+      set_hyper_parameter(g, h, l.per_group[g].at(h).item());
+  for (size_t i = 0; i < state_.size(); ++i) {
     ParamState st;
-    if (!per_param[i].empty()) {
-      const Tensor& p = groups_[group_of[i]][i - first_index(group_of[i])];
-      if (counts_steps()) st.step = int64_t(per_param[i].at("step").item());
-      for (const auto& b : buffer_names(group_of[i])) {
+    if (!l.per_param[i].empty()) {
+      const size_t g = group_of(i);
+      const Tensor& p = groups_[g][i - first_index(g)];
+      if (counts_steps()) st.step = int64_t(l.per_param[i].at("step").item());
+      for (const auto& b : buffer_names(g)) {
         Tensor buf = zeros_like(p);
-        buf.copy_(per_param[i].at(b));
+        buf.copy_(l.per_param[i].at(b));
         st.buffers.push_back(buf);
       }
     }
     state_[i] = std::move(st);
   }
-  // A capturable optimizer keeps its state complete (Note [Capturable optimizer]); its scalars
-  // follow the loaded values.
-  if (capturable()) {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const size_t first = first_index(g);
-      const bool had_state = !state_[first].buffers.empty();
-      for (size_t k = 0; k < groups_[g].size(); ++k) {
-        ParamState& st = state_[first + k];
-        if (st.buffers.empty())
-          for (size_t b = 0; b < buffer_names(g).size(); ++b)
-            st.buffers.push_back(zeros_like(groups_[g][k]));
-      }
-      // As in make_capturable: SGD counts 0 for new momentum buffers, 1 for loaded ones.
-      const double step = counts_steps() ? double(state_[first].step) : (had_state ? 1.0 : 0.0);
-      device_lr_[g].fill_(lr(g));
-      device_step_[g].fill_(step);
+}
+
+// A capturable optimizer keeps its state complete (Note [Capturable optimizer]); its scalars
+// follow the loaded values.
+void Optimizer::refresh_capturable() {
+  NoGradGuard guard;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const size_t first = first_index(g);
+    const bool had_state = !state_[first].buffers.empty();
+    for (size_t k = 0; k < groups_[g].size(); ++k) {
+      ParamState& st = state_[first + k];
+      if (st.buffers.empty())
+        for (size_t b = 0; b < buffer_names(g).size(); ++b)
+          st.buffers.push_back(zeros_like(groups_[g][k]));
     }
+    // As in make_capturable: SGD counts 0 for new momentum buffers, 1 for loaded ones.
+    const double step = counts_steps() ? double(state_[first].step) : (had_state ? 1.0 : 0.0);
+    device_lr_[g].fill_(lr(g));
+    device_step_[g].fill_(step);
   }
+}
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  std::vector<std::string> problems;
+  Loaded l = sort_entries(sd, problems);
+  check_groups(l, problems);
+  check_param_states(l, problems);
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& s : problems) msg += "\n  " + s;
+    LOOM_FAIL(name_, ".load_state_dict: the state dict does not match this optimizer:", msg);
+  }
+  apply(l);
+  if (capturable()) refresh_capturable();
 }
 
 }  // namespace loom::optim

@@ -175,6 +175,16 @@ class Optimizer {
   // Capturable: copies the device step counts into state_ (a sync).
   void pull_device_steps() const;
 
+  // load_state_dict's steps: sort the entries by parameter and group (an unknown or repeated key
+  // is a problem), check each group's and each parameter's entries, then apply them.
+  struct Loaded;
+  Loaded sort_entries(const StateDict& sd, std::vector<std::string>& problems) const;
+  void check_groups(const Loaded& l, std::vector<std::string>& problems) const;
+  void check_param_states(const Loaded& l, std::vector<std::string>& problems) const;
+  void apply(const Loaded& l);
+  void refresh_capturable();  // after a load: complete state, device lr and step counts
+  size_t group_of(size_t param_index) const;
+
   std::string name_;
   std::vector<std::vector<Tensor>> groups_;
   // By global parameter number. Mutable: a capturable optimizer's step counts are refreshed from

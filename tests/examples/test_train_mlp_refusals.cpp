@@ -2,7 +2,7 @@
 // before the first step when that can be known: zero-step runs, --resume with a missing folder,
 // unwritable folders, a checkpoint that does not fit the run, a diverging loss; "final test
 // accuracy" only after an evaluation. Leaves out: exact resume (test_train_mlp_resume.cpp) and flag
-// parsing (test_train_flags.cpp).
+// parsing (tests/train/test_flags.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

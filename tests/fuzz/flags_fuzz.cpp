@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "train/flags.h"
-#include "train/train_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # The lint's own test (.ci/lint): it passes on a copy of the clean tree, and fails, naming the
 # planted file, on one planted violation of each kind: an include up a floor, a kernels/cuda
-# include from above kernels/, one program including another, a file over 600 lines, a header
+# include from above kernels/, one program including another, a file over 600 lines, a function
+# over 80 lines (a brace in a comment or a string not counted), a header
 # that does not compile alone, a comment naming a missing path or a folder outside the
 # repository, a bare file name that no file has, a Note cited at a file that does not define it
 # (in a comment and in an error message) or defined nowhere, a test that mirrors no source (and
@@ -55,7 +56,7 @@ with tempfile.TemporaryDirectory() as tmp:
     shutil.copytree(ROOT, clean, ignore=ignore)
     # The clean tree passes (format as the switch in .ci/lint says). The header check on the whole
     # tree is .ci/run's own first step; here it runs on core/ alone, below, to keep this test fast.
-    expect("clean tree passes", clean, "floors,size,paths,names,notes,tests,format", 0)
+    expect("clean tree passes", clean, "floors,size,functions,paths,names,notes,tests,format", 0)
 
     cases = [
         # (name, check, file, appended text, message that must appear)
@@ -66,6 +67,12 @@ with tempfile.TemporaryDirectory() as tmp:
         ("a benchmark including an example", "floors", "benchmarks/bench_train.cpp",
          '#include "examples/train_mlp.cpp"\n', "separate floors"),
         ("a file over 600 lines", "size", "nn/linear.cpp", "// padding\n" * 600, "nn/linear.cpp has"),
+        ("a function over 80 lines", "functions", "nn/linear.cpp",
+         "int planted_long(int x) {\n" + "  x += 1;  // a { in a comment\n" * 80 + "  return x;\n}\n",
+         "a function of 82 lines"),
+        ("an example's function over 80 lines", "functions", "examples/train_mlp.cpp",
+         "namespace {\nvoid planted(int& x) {\n  const char* s = \"{\";\n" + "  x += 1;\n" * 80 +
+         "}\n}  // namespace\n", "examples/train_mlp.cpp"),
         ("a comment naming a missing path", "paths", "nn/linear.cpp",
          "// see nn/no_such_file.h\n", "nn/no_such_file.h"),
         ("a comment pointing outside the repository", "paths", "docs/tour.md",

@@ -83,7 +83,8 @@ std::shared_ptr<dist::ProcessGroup> one_rank_nccl() {
   amp::GradScaler scaler({.init_scale = 1099511627776.0,
                           .growth_interval = 3,
                           .enabled = c.scaler});  // 2^40: the first steps overflow
-  train::StepRunner runner(c.ddp ? static_cast<nn::Module&>(*ddp) : *model, opt, 0.0, graph);
+  train::StepRunner runner(c.ddp ? static_cast<nn::Module&>(*ddp) : *model, opt, 0.0, graph,
+                           ddp.get());
   runner.set_grad_accum(c.accum);
   runner.set_amp(c.amp, c.scaler ? &scaler : nullptr);
   Trained r;

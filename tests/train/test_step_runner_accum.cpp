@@ -1,5 +1,5 @@
 // Gradient accumulation in train::StepRunner (set_grad_accum, Note [Gradient accumulation] in
-// train/step_runner.h) on the CPU: k micro-batches end with the weights and the loss of one
+// train/micro_batches.h) on the CPU: k micro-batches end with the weights and the loss of one
 // hand-written full-batch step (SGD, AdamW, clipping; float64 and float32), fp16 loss scaling
 // updates once per step, and the misuses are errors naming their values. DDP over Gloo:
 // test_step_runner_accum_ddp.cpp.

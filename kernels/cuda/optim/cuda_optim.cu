@@ -187,26 +187,21 @@ void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 
 }  // namespace
 
-// Note [The path of a fused step] (kernels/optim_math.h): the shared checks, this backend's dtype
-// switch, then adam_launch / sgd_launch above.
+// Note [The path of a fused step] (kernels/optim_math.h): fused_adam_step and fused_sgd_step run
+// the shared checks and the dtype switch, then adam_launch / sgd_launch above.
 void CudaBackend::adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                             const std::vector<Tensor>& exp_avgs,
                             const std::vector<Tensor>& exp_avg_sqs,
                             const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& hp) {
-  if (!check_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp)) return;
-  LOOM_DISPATCH_FLOATING(params[0].dtype(), "adam_step", [&] {
-    if constexpr (is_fused_step_type<scalar_t>)
-      adam_launch<scalar_t>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
+  fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp, [&](auto t) {
+    adam_launch<decltype(t)>(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp);
   });
 }
 
 void CudaBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& momentum_bufs, const SgdStepParams& hp) {
-  if (!check_sgd_step(params, grads, momentum_bufs, hp)) return;
-  LOOM_DISPATCH_FLOATING(params[0].dtype(), "sgd_step", [&] {
-    if constexpr (is_fused_step_type<scalar_t>)
-      sgd_launch<scalar_t>(params, grads, momentum_bufs, hp);
-  });
+  fused_sgd_step(params, grads, momentum_bufs, hp,
+                 [&](auto t) { sgd_launch<decltype(t)>(params, grads, momentum_bufs, hp); });
 }
 
 }  // namespace loom::cuda

@@ -173,7 +173,7 @@ int run_training(int argc, char** argv) {
     opt.load_state_dict(osd);
   }
   amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 1000, .enabled = inf_at >= 0});
-  train::StepRunner runner(*net, opt, 0.0, false);
+  train::StepRunner runner(*net, opt, 0.0, false, ddp.get());
   if (inf_at >= 0) runner.set_amp(kF16, &scaler);
   if (o.count("mp") && zero != 3) runner.set_amp(kBF16, nullptr);
   runner.set_grad_accum(accum);

@@ -1,4 +1,4 @@
-// The training programs' flags (train/flags.h, add_train_flags in train/train_flags.h): ranges
+// The training programs' flags (add_train_flags and its ranges in train/flags.h): ranges
 // named in readable form, non-finite numbers refused, --help with defaults, a bad flag answered
 // with the usage line and exit code 2. Leaves out: what the flags do (the trainer tests).
 #include <gtest/gtest.h>
@@ -7,7 +7,6 @@
 
 #include "train/flags.h"
 #include "train/run_log.h"
-#include "train/train_flags.h"
 
 using namespace loom;
 
