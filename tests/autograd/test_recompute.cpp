@@ -1,8 +1,9 @@
 // Recomputed activations (autograd/recompute.h): a saved output is kept as its recipe, its storage
 // freed with the forward's last reference, rebuilt once for all its Saved and freed after the
-// last; an output written in place before it is saved is saved as it is; batch_norm_apply makes
-// batch_norm's output again bit for bit; ResNet, ViT and GPT train bit for bit the same with the
-// switch on, and their forward + backward peaks lower (the CPU allocator's live bytes).
+// last; an output written in place before it is saved (directly, or through a view after another
+// op saved it) is saved as it is; batch_norm_apply makes batch_norm's output again bit for bit;
+// ResNet, ViT and GPT train bit for bit the same with the switch on, and their forward + backward
+// peaks lower (the CPU allocator's live bytes).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -90,6 +91,36 @@ TEST(Recompute, AnOutputWrittenInPlaceBeforeItIsSavedIsSavedAsItIs) {
   };
   Tensor plain = grads(false), recomputed = grads(true);
   EXPECT_TRUE(bit_equal(plain, recomputed)) << max(abs(plain - recomputed)).item();
+}
+
+// The recipe stands for its output only while the storage keeps the version the op left. Here
+// relu(batch_norm(x)) has one channel overwritten through a view (as a hook or a mask might) after
+// batch norm saved it and before a matmul does: recipe_of gives nothing, and w's gradient is that
+// of the written values, y^T 1 (column sums of y, summed here by hand), not of the recipe's.
+TEST(Recompute, AnOutputWrittenThroughAViewVoidsItsRecipe) {
+  RecomputeActivationsGuard on(true);
+  manual_seed(12);
+  Tensor x = randn({6, 4}).requires_grad_(true);
+  Tensor gamma = ones({4}).requires_grad_(true), beta = zeros({4}).requires_grad_(true);
+  Tensor y = batch_norm(x, gamma, beta, Tensor(), Tensor(), true, 0.1, 1e-5, /*relu=*/true);
+  ASSERT_TRUE(autograd::recipe_of(y)) << "batch_norm with its ReLU offers a recipe";
+  {
+    NoGradGuard no_grad;
+    select(y, 1, 2).fill_(5.0);
+  }
+  EXPECT_FALSE(autograd::recipe_of(y)) << "the write left the recipe in place";
+  EXPECT_FALSE(autograd::recipe_of(y.view({24}))) << "a view of the written storage";
+  Tensor w = randn({4, 3}).requires_grad_(true);
+  matmul(y, w).sum().backward();
+  const std::vector<float> yv = y.detach().to_vector<float>(), dw = w.grad().to_vector<float>();
+  for (int64_t j = 0; j < 4; ++j) {
+    double col = 0;
+    for (int64_t i = 0; i < 6; ++i) col += yv[size_t(i * 4 + j)];
+    // The kernel's float32 sum of 6 terms below 5: five roundings of at most 2^-24 * 30 = 1.8e-6.
+    for (int64_t k = 0; k < 3; ++k)
+      EXPECT_NEAR(dw[size_t(j * 3 + k)], col, 1e-5) << "w.grad[" << j << "][" << k << "]";
+  }
+  EXPECT_EQ(yv[2], 5.0f) << "the written channel";
 }
 
 TEST(BatchNormApply, RebuildsTheForwardsOutputBitForBit) {

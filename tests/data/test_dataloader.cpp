@@ -1,5 +1,6 @@
 // data/dataloader: order, batch sizes, determinism for 0, 1 and 3 workers, the generic and fast
-// collate paths, transforms on the workers, exceptions, early stop, bounded prefetch, resume.
+// collate paths, transforms on the workers, exceptions, early stop, bounded prefetch, resume, and a
+// DistributedSampler's new shuffle each epoch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -307,6 +309,38 @@ TEST(DataLoader, WithDistributedSampler) {
   std::sort(want.begin(), want.end());
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(seen, want);
+}
+
+// A training loop's epochs over a DistributedSampler (shuffle, seed 6; 24 samples on 2 ranks): the
+// loader moves to the next epoch after each pass, and each epoch is a new shuffle, the two ranks'
+// batches interleaved giving random_permutation(24, 6 + epoch), a different order every epoch.
+TEST(DataLoader, DistributedSamplerReshufflesEveryEpoch) {
+  const int64_t n = 24, R = 2;
+  std::vector<std::vector<int64_t>> orders;  // the global order of each epoch
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (int64_t r = 0; r < R; ++r)
+    loaders.push_back(std::make_unique<DataLoader>(
+        std::make_shared<TensorDataset>(rows(n)),
+        std::make_shared<DistributedSampler>(
+            n, DistributedSamplerOptions{.num_replicas = R, .rank = r, .seed = 6}),
+        DataLoaderOptions{.batch_size = 5, .num_workers = 1}));
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int64_t> global(static_cast<size_t>(n));
+    for (int64_t r = 0; r < R; ++r) {
+      EXPECT_EQ(loaders[size_t(r)]->epoch(), epoch) << "rank " << r;
+      Seen s = one_epoch(*loaders[size_t(r)]);  // rank r took global[r], global[r + R], ...
+      int64_t i = r;
+      for (const auto& b : s.indices)
+        for (int64_t idx : b) {
+          if (i < n) global[size_t(i)] = idx;
+          i += R;
+        }
+      EXPECT_EQ(i, n + r) << "rank " << r << " took " << (i - r) / R << " samples";
+    }
+    EXPECT_EQ(global, random_permutation(n, 6 + uint64_t(epoch))) << "epoch " << epoch;
+    for (const auto& before : orders) EXPECT_NE(global, before) << "epoch " << epoch;
+    orders.push_back(global);
+  }
 }
 
 TEST(DataLoader, TransformsRunPerSampleAndDeterministically) {

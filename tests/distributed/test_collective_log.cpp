@@ -1,7 +1,8 @@
 // CollectiveLog (distributed/collective_log.h): sequence numbers, each op's description, the
 // record each rank publishes to the store, and the timeout message that names the ranks that did
-// not arrive (Note [Timeout errors]). One process on a real TCP store; the other ranks' records
-// are written to the store by the test, as their publishers would.
+// not arrive (Note [Timeout errors]), and the departures of Note [Who left] (a stopped heartbeat,
+// its gone/<rank> record read by another survivor). One process on a real TCP store; the other
+// ranks' records are written to the store by the test, as their publishers would.
 // Leaves out: a real timeout in a multi-process job (tests/distributed/test_gloo_process_group.cpp
 // has those).
 #include <gtest/gtest.h>
@@ -195,4 +196,43 @@ TEST(CollectiveLog, AStoppedHeartbeatIsNamedAfterThreeWatchedSecondsNotAfterASta
       << msg;
   EXPECT_GT(took, 2.4);
   EXPECT_LT(took, 4.5);
+}
+
+// Note [Who left]: the first survivor to see a heartbeat stop records "gone/<rank>"; a second
+// survivor that has never watched that rank names it from the record in its first look (a wait of
+// 0 ms: one pass over the ranks, no heartbeat of its own old enough), with the first one's words.
+// Only the first survivor's three watched seconds take time, and nothing is asserted about them.
+TEST(CollectiveLog, ARankNamedGoneByOneSurvivorIsNamedAtOnceByAnother) {
+  auto store = serve();
+  store->add("alive/2", 4);  // rank 2 of 3 beat four times, then stopped
+  {
+    CollectiveLog first(store, 0, 3);  // rank 1 has not joined yet: never beat, never named
+    EXPECT_EQ(first.departures(0ms), "");
+    const std::string msg = first.departures(15s);
+    EXPECT_EQ(msg.find("rank 2 has left the job (its heartbeat stopped: rank 0 saw none for "), 0u)
+        << msg;
+  }
+  ASSERT_TRUE(store->check({"gone/2"})) << "the departure was not recorded for the others";
+  EXPECT_EQ(store->get_string("gone/2", 1s).find("its heartbeat stopped: rank 0 saw none for "),
+            0u);
+  store->set("progress/2", std::string("9 all_reduce 16 float32"));
+  CollectiveLog second(store, 1, 3);
+  const std::string msg = second.departures(0ms);
+  EXPECT_EQ(msg.find("rank 2 has left the job (its heartbeat stopped: rank 0 saw none for "), 0u)
+      << msg;
+  EXPECT_NE(msg.find("; last seen in all_reduce #9; killed, or its host is gone)"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("rank 0"), msg.find("rank 0 saw")) << "rank 0 is alive: " << msg;
+  // A store wait on rank 2's key fails at once too, naming it.
+  try {
+    second.wait_for_keys(*store, {"layout/2"}, {2}, 30s, "comparing layouts");
+    FAIL() << "the wait did not name rank 2";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("comparing layouts on rank 1 (waiting for rank 2's "
+                                         "'layout/2'): rank 2 has left the job (its heartbeat "
+                                         "stopped: rank 0 saw none for "),
+              std::string::npos)
+        << e.what();
+  }
 }

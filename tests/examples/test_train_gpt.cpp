@@ -1,11 +1,12 @@
 // train_gpt (examples/train_gpt.cpp) as a program, on the CPU: 200 steps on a small generated text
 // reach a validation loss well below the text's unigram entropy (what a model that ignores context
-// can reach at best); a run killed with SIGKILL and resumed ends with the straight run's weights
-// bit for bit; 2 Gloo processes under loomrun end with one process's weights for the same global
-// batch; --grad-accum 2 ends with the one-batch run's weights and loss; and the sample it prints
-// is text. Every run is bounded by `timeout`.
+// can reach at best) and above its entropy rate (what no model can beat); a run killed with SIGKILL
+// and resumed ends with the straight run's weights bit for bit; 2 Gloo processes under loomrun end
+// with one process's weights for the same global batch; --grad-accum 2 ends with the one-batch
+// run's weights and loss; and the sample it prints is text. Every run is bounded by `timeout`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -60,6 +61,16 @@ std::string generated_text() {
          " " + when[rng() % when.size()] + ".\n";
   }
   return s;
+}
+
+// What no model can predict: each sentence of generated_text() is 4 independent uniform choices
+// among 5, 5, 4 and 4 phrases (ln 400 nats), and its bytes name the choices and nothing more, so
+// the text's entropy rate is ln 400 per sentence, divided by the mean sentence length in bytes. A
+// model's expected loss per token, with any context, is at least that; one trained on targets that
+// are not the next token (say the input itself) can go below it.
+double entropy_rate(const std::string& s) {
+  const double sentences = double(std::count(s.begin(), s.end(), '\n'));
+  return std::log(400.0) / (double(s.size()) / sentences);
 }
 
 // Entropy in nats of the byte frequencies of s.
@@ -123,6 +134,12 @@ TEST(TrainGpt, TwoHundredStepsGoWellBelowTheUnigramEntropy) {
   ASSERT_EQ(v.size(), 2u) << r.output;
   EXPECT_LT(v[1], 0.6 * h1) << "unigram entropy " << h1 << " nats\n" << r.output;
   EXPECT_LT(v[1], v[0]) << r.output;
+  const double floor = entropy_rate(generated_text());
+  EXPECT_GT(v[1], floor) << "below the text's entropy rate, " << floor
+                         << " nats: are the targets the next tokens?\n"
+                         << r.output;
+  std::printf("validation loss %.4f nats: entropy rate %.4f, 0.6 x unigram entropy %.4f\n", v[1],
+              floor, 0.6 * h1);
   EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("final validation loss"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--- sample (50 tokens"), std::string::npos) << r.output;

@@ -1,8 +1,8 @@
 // GPT (nn/gpt.h) against the same model written with loom's primitive ops (index_select, matmul,
 // a masked softmax, layer norm and the tanh GELU from their formulas): the loss of every one of
 // 50 AdamW steps, weight tying (one tensor, both gradients summed, saved once, resumed), the
-// parameter count, the KV cache against recomputing the prefix, sampling, StepRunner with the
-// model's own loss, and the errors.
+// parameter count, the KV cache against recomputing the prefix and against the primitive-op model
+// at each cached position, sampling, StepRunner with the model's own loss, and the errors.
 // Leaves out: the ops' own tests (tests/autograd) and train_gpt
 // (tests/examples/test_train_gpt.cpp).
 #include <gtest/gtest.h>
@@ -243,6 +243,35 @@ TEST(GPT, KvCacheGivesTheTokensOfRecomputingThePrefix) {
   Tensor full = m.forward(ids);
   EXPECT_LT(max(abs(select(step, 1, 0) - select(full, 1, 5))).item<float>(), 1e-5);
   EXPECT_EQ(cache.length, 6);
+}
+
+// The KV cache's positions, against the primitive-op model on the whole prefix: a prompt of 4, then
+// 5 cached steps of one token, for a batch of 2. The position table is drawn with spread 1 (GPT's
+// init gives 0.02), so a token embedded at the wrong position changes the logits (below 0.3) by
+// far more than 1e-6, about 60 float32 roundings of them (measured: 4.5e-8).
+TEST(GPT, EachCachedStepIsThePrimitiveModelAtItsPosition) {
+  GPTConfig c = tiny(2, 32);
+  manual_seed(10);
+  GPT m(c);
+  {
+    NoGradGuard g;
+    m.wpe->weight.copy_(randn(m.wpe->weight.shape()));
+  }
+  Params ref = clone_params(m);
+  Tensor ids = random_ids(2, 9, c.vocab_size, 11);
+  m.eval();
+  NoGradGuard g;
+  KVCache cache;
+  Tensor prompt = m.forward(slice(ids, 1, 0, 4), cache);  // (2, 4, V)
+  EXPECT_EQ(cache.length, 4);
+  Tensor want = ref_forward(ref, ref.at("wte.weight"), slice(ids, 1, 0, 4), c);
+  EXPECT_LT(max(abs(prompt - want)).item<float>(), 1e-6) << "the prompt";
+  for (int64_t t = 4; t < 9; ++t) {
+    Tensor step = select(m.forward(slice(ids, 1, t, t + 1), cache), 1, 0);  // (2, V)
+    EXPECT_EQ(cache.length, t + 1);
+    want = select(ref_forward(ref, ref.at("wte.weight"), slice(ids, 1, 0, t + 1), c), 1, t);
+    EXPECT_LT(max(abs(step - want)).item<float>(), 1e-6) << "position " << t;
+  }
 }
 
 TEST(GPT, SampleTokenFollowsTemperatureAndTopK) {

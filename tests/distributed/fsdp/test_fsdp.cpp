@@ -3,8 +3,9 @@
 // one is read there, activation checkpointing, evaluation without grad), and real multi-process
 // Gloo jobs of 2 and 3 ranks (zero_tool.cpp is the worker): DDP's weights for an MLP and a tiny
 // GPT, 1/N of the parameters, gradients and optimizer state per rank, clipping and GradScaler
-// decisions over all ranks, gradient accumulation, and checkpoints resumed on other world sizes
-// and other stages.
+// decisions over all ranks, gradient accumulation, checkpoints resumed on other world sizes
+// and other stages, and mixed precision against bf16 autocast and its written-out arithmetic
+// (the reduction itself: test_fsdp_mixed_precision.cpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -280,8 +281,22 @@ TEST(FsdpGloo, ParametersGradientsAndStateAreOneNthPerRank) {
 }
 
 // Mixed precision on 2 and 3 ranks: the same training as DDP under bf16 autocast (the last loss
-// within 1%), the ranks agreeing bit for bit, the saved weights fp32, and 2 and 3 ranks close
-// (bf16 sums over other row splits).
+// within 1%: measured 0.09%), the ranks agreeing bit for bit, the saved weights fp32, and each run
+// where the arithmetic of Note [FSDP mixed precision] (fsdp.h), written out in one process
+// (zero_tool mp_reference), ends: 3 ranks within Note [Mixed precision on three ranks], 2 ranks bit
+// for bit (test_fsdp_mixed_precision.cpp). The 2- and 3-rank runs are not compared with each
+// other: they differ by 0.019, and so do their written-out references, bf16 gradients over other
+// row splits; a bound on that measures the problem, not FSDP.
+// Note [Mixed precision on three ranks]
+// The reference adds the three ranks' float32 gradient terms in rank order, Gloo's ring in its own:
+// the means differ by float32 rounding, at most 2u (sum |g_r|) / 3 with u = 2^-24. AdamW divides
+// by the gradient's running RMS, so that changes an update by about lr 2u = 3.6e-10 (20 steps:
+// 7e-9, and more where the ranks' terms cancel); where it tips the bf16 rounding of a master the
+// gathered weight moves by one bf16 step, 2^-8 relative, and the later updates it touches by about
+// lr 2^-8 = 1.2e-5 a step, 2.3e-4 over 20 steps. Measured: 2e-8, and up to 2.3e-7 between
+// references that add in other orders. 1e-3 holds for these with 4x to spare over the tipped
+// rounding; a bf16 rounding of any reduced quantity from the first step on is far outside it (a
+// bf16 reduce-scatter: 0.02).
 TEST(FsdpGloo, MixedPrecisionTrainsLikeBf16Autocast) {
   auto loss = [](const Job& j) {
     const std::string& out = j.run.output[0];
@@ -295,7 +310,7 @@ TEST(FsdpGloo, MixedPrecisionTrainsLikeBf16Autocast) {
   EXPECT_LT(loss(two), 2.5) << "it trained (the first loss is about ln 16 = 2.77)";
   expect_ranks_agree(three, 3);
   for (auto& [k, t] : two.final_of(0)) EXPECT_EQ(t.dtype(), kF32) << k;
-  EXPECT_LE(worst_diff(three.final_of(0), two.final_of(0)), 2e-2);
+  EXPECT_LE(worst_diff(three.final_of(0), test::mp_reference(3, 20)), 1e-3);
   for (auto* j : {&ddp, &two, &three}) std::filesystem::remove_all(j->dir);
 }
 

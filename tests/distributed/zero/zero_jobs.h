@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -78,6 +79,28 @@ inline Job run_zero(int world, const std::string& dtype, int zero, int steps,
   EXPECT_FALSE(j.run.timed_out) << j.run.summary();
   for (int r = 0; r < world; ++r) EXPECT_EQ(j.run.exit_codes[r], 0) << j.run.summary();
   return j;
+}
+
+// zero_tool <args...> <new temp dir> on `world` Gloo ranks (its other modes: grads, mp_reference);
+// every rank must exit 0.
+inline Job run_zero_mode(int world, std::vector<std::string> args) {
+  Job j{temp_dir(), {}};
+  args.push_back(j.dir);
+  j.run =
+      run_workers(LOOM_ZERO_TOOL, args, world, free_port(), {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
+  EXPECT_FALSE(j.run.timed_out) << j.run.summary();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(j.run.exit_codes[r], 0) << j.run.summary();
+  return j;
+}
+
+// The fp32 weights after `steps` steps of FSDP's mixed-precision arithmetic for `world` ranks,
+// written out in one process (zero_tool mp_reference, Note [FSDP mixed precision] in
+// distributed/fsdp/fsdp.h).
+inline NamedTensors mp_reference(int world, int steps) {
+  Job j = run_zero_mode(1, {"mp_reference", std::to_string(world), std::to_string(steps)});
+  NamedTensors out = load_safetensors(j.dir + "/reference.safetensors").tensors;
+  std::filesystem::remove_all(j.dir);
+  return out;
 }
 
 // Every rank ends with the same weights, bitwise (they are all-gathered from the shards).

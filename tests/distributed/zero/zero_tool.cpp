@@ -14,7 +14,17 @@
 //   load=PATH (start from such a file, at the step it names)   inf_at=S (rank 0 puts an inf in its
 //   first gradient element before the update of step S: GradScaler, fp16 autocast)
 // Writes <out_dir>/final_rank<r>.safetensors and prints "memory params G grads S state T live L"
-// after the first step, "norms ..." and "skipped K". Exit 0 = ran, 3 = the expected error.
+// after the first step, "norms ..." and "skipped K". Two more modes, for Note [FSDP mixed
+// precision] (distributed/fsdp/fsdp.h), both on the gpt=1 model and batches:
+//   grads <out_dir>   N ranks: FSDP with bf16 units, one backward on this rank's rows of step 0's
+//     batch; writes <out_dir>/grads_rank<r>.safetensors: "fsdp.<name>" the reduced gradient (the
+//     ranks' fp32 shards all-gathered) and "local.<name>" the gradient of a plain bf16 model with
+//     the same weights on the same rows, as fp32
+//   mp_reference <world> <steps> <out_dir>   one process: what `train f32 3 <steps> ... gpt=1
+//     mp=bf16` computes on <world> ranks, written out: fp32 master weights, a bf16 copy of them
+//     computes each rank's gradient in turn, their fp32 mean (each scaled by 1/world, then summed
+//     in rank order) goes to AdamW; writes <out_dir>/reference.safetensors
+// Exit 0 = ran, 3 = the expected error.
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -217,17 +227,100 @@ int run_training(int argc, char** argv) {
             << last_loss << "\n";
   return 0;
 }
+
+// ---------------------------------------------------------------- grads, mp_reference
+
+Tensor token_loss(nn::Module& m, const Tensor& x, const Tensor& y) {
+  return cross_entropy(flatten(m(x), 0, 1), flatten(y));
+}
+
+// Step s's gpt=1 batch, rows [r * B / world, (r + 1) * B / world) (B = 24).
+std::pair<Tensor, Tensor> rank_rows(int64_t s, int r, int world) {
+  auto [x, y] = gpt_batch(test::ddp_case_batch(s, 24, kF32).first);
+  const int64_t rows = 24 / world;
+  return {x.slice(0, r * rows, (r + 1) * rows), y.slice(0, r * rows, (r + 1) * rows)};
+}
+
+// dst's parameters = src's, rounded to dst's dtype (the tied matrix once: named_parameters).
+void copy_params(nn::Module& dst, nn::Module& src) {
+  NoGradGuard no_grad;
+  auto d = dst.named_parameters(), s = src.named_parameters();
+  for (size_t i = 0; i < d.size(); ++i) d[i].second.copy_(s[i].second.to(d[i].second.dtype()));
+}
+
+int run_grads(const std::string& dir) {
+  auto model = make_gpt(kF32, false);
+  FullyShardedDataParallel f(model, nullptr, {.param_dtype = kBF16});
+  auto plain = make_gpt(kF32, false);
+  {
+    auto scope = f.full_params();  // rank 0's fp32 weights, which every rank now holds
+    copy_params(*plain, *model);
+  }
+  plain->to(kBF16);  // what a unit is gathered as: the master rounded to bf16
+  auto [x, y] = rank_rows(0, g_rank, g_world);
+  token_loss(f, x, y).backward();
+  token_loss(*plain, x, y).backward();
+  NamedTensors out;
+  const auto names = model->named_parameters();  // the order of f.params()
+  for (size_t u = 0; u < f.buckets().size(); ++u) {
+    const Bucket& b = f.buckets()[u];
+    Tensor whole = empty({b.numel}, {.dtype = b.shard.dtype()});
+    f.process_group().all_gather(whole, b.shard)->wait();
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = f.params()[b.params[k]];
+      Tensor g = make_view(whole, p.shape(), contiguous_strides(p.shape()), b.offsets[k]);
+      out.emplace_back("fsdp." + names[b.params[k]].first, g.clone());
+    }
+  }
+  for (auto& [k, p] : plain->named_parameters()) out.emplace_back("local." + k, p.grad().to(kF32));
+  save_safetensors(dir + "/grads_rank" + std::to_string(g_rank) + ".safetensors", out);
+  return 0;
+}
+
+int run_mp_reference(int world, int steps, const std::string& dir) {
+  auto master = make_gpt(kF32, false);  // rank 0's initial weights (g_rank is 0 here)
+  auto opt = make_optimizer(*master, "adamw");
+  auto plain = make_gpt(kF32, false);
+  plain->to(kBF16);
+  auto mp = master->named_parameters(), pp = plain->named_parameters();
+  for (int s = 0; s < steps; ++s) {
+    copy_params(*plain, *master);
+    std::vector<Tensor> mean(mp.size());
+    for (int r = 0; r < world; ++r) {
+      plain->zero_grad();
+      auto [x, y] = rank_rows(s, r, world);
+      token_loss(*plain, x, y).backward();
+      NoGradGuard no_grad;
+      for (size_t i = 0; i < mp.size(); ++i) {
+        Tensor g = pp[i].second.grad().to(kF32) * (1.0 / double(world));
+        mean[i] = r == 0 ? g : mean[i] + g;
+      }
+    }
+    for (size_t i = 0; i < mp.size(); ++i) mp[i].second.set_grad(mean[i]);
+    opt->step();
+  }
+  NamedTensors params;
+  for (auto& [k, t] : master->named_parameters()) params.emplace_back(k, t.clone());
+  save_safetensors(dir + "/reference.safetensors", params);
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 6 || std::string(argv[1]) != "train") {
-    std::cerr << "usage: zero_tool train <f32|f64> <zero> <steps> <out_dir> [key=value ...]\n";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (!(mode == "train" && argc >= 6) && !(mode == "grads" && argc == 3) &&
+      !(mode == "mp_reference" && argc == 5)) {
+    std::cerr << "usage: zero_tool train <f32|f64> <zero> <steps> <out_dir> [key=value ...]\n"
+                 "       zero_tool grads <out_dir>\n"
+                 "       zero_tool mp_reference <world> <steps> <out_dir>\n";
     return 2;
   }
   try {
     const test::TestJob job = test::join_test_job();
     g_rank = job.rank, g_world = job.world, g_device = job.device;
-    int rc = run_training(argc, argv);
+    int rc = mode == "train"   ? run_training(argc, argv)
+             : mode == "grads" ? run_grads(argv[2])
+                               : run_mp_reference(std::atoi(argv[2]), std::atoi(argv[3]), argv[4]);
     destroy_process_group();
     return rc;
   } catch (const std::exception& e) {
