@@ -40,7 +40,7 @@ class BpeRegex {
   const std::string& pattern() const { return pattern_; }  // as given
 
   // The pattern as PCRE2 runs it: \s -> \p{White_Space}, \S -> \P{White_Space}, outside and
-  // inside character classes (Note [Pre-tokenizer regexes]).
+  // inside character classes (Note [Pre-tokenizer regexes]); \\s and \Q...\E stay as they are.
   static std::string to_pcre2(std::string_view pattern);
 
  private:

@@ -35,6 +35,7 @@ namespace loom::data {
 // since text repeats its words: 1.3 times as fast on KJV with cl100k, more with a small
 // vocabulary. A byte without a token (only in a tokenizer.json trained without the whole byte
 // alphabet) is an error naming it; Hugging Face would drop it silently.
+// encode and decode are const and keep their state on the stack: one tokenizer serves many threads.
 class BpeTokenizer final : public Tokenizer {
  public:
   // A tiktoken rank file run as `preset` (or as `format`: its own regex and special tokens).

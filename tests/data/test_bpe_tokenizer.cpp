@@ -1,12 +1,13 @@
 // data/bpe_tokenizer: special tokens allowed, refused (the error names the token and its offset)
 // and as text, as tiktoken's allowed_special / disallowed_special; the longest special token wins;
 // decode(encode(x)) == x for any bytes, invalid UTF-8 included, with the invalid bytes their own
-// pieces; decode's errors; token ids; the constructor's checks.
+// pieces; decode's errors; token ids; the constructor's checks; one tokenizer on many threads.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -211,4 +212,18 @@ TEST(BpeTokenizer, RepeatedPiecesGiveTheSameIds) {
   std::vector<int32_t> want;
   for (int i = 0; i < 5; ++i) want.insert(want.end(), once.begin(), once.end());
   EXPECT_EQ(hf.encode(text), want);
+}
+
+// One tokenizer, several threads at once (the sanitizer builds check the sharing too).
+TEST(BpeTokenizer, ManyThreadsEncodeWithOneTokenizer) {
+  const BpeTokenizer& tok = cl100k();
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "Verse " + std::to_string(i) + ": In the beginning\n";
+  const std::vector<int32_t> want = tok.encode(text);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] { got[t] = tok.encode(text); });
+  for (std::thread& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
 }
