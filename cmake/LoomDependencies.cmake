@@ -1,6 +1,6 @@
 # Third-party libraries loom builds on (all from Debian packages on the development machines;
-# see the README's first command). The library needs Threads, OpenMP, Eigen, zlib and
-# nlohmann-json (OpenBLAS, Gloo, CUDA, cuDNN, NCCL when present); the programs and tests add CLI11,
+# see the README's first command). The library needs Threads, OpenMP, Eigen, zlib, nlohmann-json
+# and PCRE2 (OpenBLAS, Gloo, CUDA, cuDNN, NCCL when present); the programs and tests add CLI11,
 # GoogleTest and Google Benchmark, looked for only when they are built (LOOM_BUILD_*).
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
@@ -8,6 +8,12 @@ find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 include(${CMAKE_CURRENT_LIST_DIR}/LoomFindLibraries.cmake)
+# PCRE2 (Debian's libpcre2-dev): the BPE tokenizers' pre-tokenizer regexes (data/bpe_regex.h).
+loom_find_pcre2()
+if(NOT TARGET loom::pcre2)
+  message(FATAL_ERROR "PCRE2 not found (pcre2.h, libpcre2-8): the BPE tokenizers need it; on "
+                      "Debian: apt-get install libpcre2-dev (scripts/install-deps.sh does)")
+endif()
 
 if(LOOM_BUILD_EXAMPLES OR LOOM_BUILD_BENCHMARKS OR LOOM_BUILD_LAUNCHER)
   find_package(CLI11 QUIET)

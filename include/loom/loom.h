@@ -36,11 +36,13 @@
 #include "nn/checkpoint.h"
 #include "nn/serialize.h"
 #include "nn/state_dict.h"
-// Data: datasets, samplers, transforms, the loader, (Fashion-)MNIST.
+// Data: datasets, samplers, transforms, the loader, (Fashion-)MNIST, tokenizers.
+#include "data/bpe_tokenizer.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "data/mnist.h"
 #include "data/sampler.h"
+#include "data/tokenizer.h"
 #include "data/transforms.h"
 // Many processes: the job's environment, process groups, DistributedDataParallel.
 #include "distributed/ddp/ddp.h"

@@ -1,6 +1,7 @@
 // loom's package test: a user's program that sees loom only through <loom/loom.h> and loom::loom.
 // Trains a small regression model for a few Adam steps on random data (the loss must fall), then
-// writes its weights to a safetensors file, reads them into a fresh model and checks every value.
+// writes its weights to a safetensors file, reads them into a fresh model and checks every value;
+// and encodes a text with a byte-level BPE (its regex runs on PCRE2, which the package links).
 // Prints what it checked; exits 1 on the first failure.
 #include <loom/loom.h>
 
@@ -55,5 +56,17 @@ int main(int argc, char** argv) {
   std::printf("consumer: %zu tensors written to %s and read back exactly\n", file.tensors.size(),
               path.c_str());
   std::filesystem::remove(path);
+
+  // A BPE of the 256 bytes and " w" on GPT-2's regex: the pieces "hello", " world".
+  data::BpeModel bpe;
+  bpe.name = bpe.source = "consumer";
+  for (int b = 0; b < 256; ++b) bpe.tokens.push_back(std::string(1, char(b)));
+  bpe.tokens.push_back(" w");
+  bpe.pattern = data::kGpt2Pattern;
+  const data::BpeTokenizer tok(bpe);
+  const std::vector<int32_t> ids = tok.encode("hello world");
+  if (ids.size() != 10 || ids[5] != 256) return fail("the BPE did not merge \" w\"");
+  if (tok.decode(ids) != "hello world") return fail("the BPE did not decode its ids back");
+  std::printf("consumer: \"hello world\" is %zu BPE tokens and decodes back\n", ids.size());
   return 0;
 }

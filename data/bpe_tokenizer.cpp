@@ -1,0 +1,219 @@
+// BpeTokenizer (data/bpe_tokenizer.h): building the tables from a BpeModel, encode (Note [BPE
+// encoding]) and decode. Leaves out: several threads (a caller may split its texts).
+#include "data/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "data/hf_tokenizer_json.h"
+#include "data/tiktoken_file.h"
+
+namespace loom::data {
+
+BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& path, BpePreset preset) {
+  BpeModel m;
+  m.tokens = read_tiktoken_file(path);
+  const TiktokenFormat f = bpe_preset_format(preset, int32_t(m.tokens.size()));
+  m.name = f.name, m.source = path, m.pattern = f.pattern, m.specials = f.specials;
+  return BpeTokenizer(std::move(m));
+}
+
+BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& path, const TiktokenFormat& format) {
+  BpeModel m;
+  m.tokens = read_tiktoken_file(path);
+  m.name = format.name, m.source = path, m.pattern = format.pattern, m.specials = format.specials;
+  return BpeTokenizer(std::move(m));
+}
+
+BpeTokenizer BpeTokenizer::from_hf_json(const std::string& path) {
+  return BpeTokenizer(read_hf_tokenizer_json(path));
+}
+
+BpeTokenizer::BpeTokenizer(BpeModel model)
+    : name_(model.name),
+      source_(model.source),
+      pattern_(model.pattern),
+      whole_piece_first_(model.whole_piece_first) {
+  bytes_ = model.tokens;
+  if (const int64_t twice = ids_.build(bytes_); twice >= 0)
+    LOOM_FAIL(name(), ": tokens ", ids_.find(bytes_[size_t(twice)]), " and ", twice,
+              " have the same bytes \"", bytes_[size_t(twice)], "\"");
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    byte_ids_[size_t(b)] = ids_.find(std::string_view(&c, 1));
+  }
+  for (const auto& [text, id] : model.specials) {
+    LOOM_CHECK(!text.empty() && id >= 0, name(), ": special token \"", text, "\" with id ", id,
+               " (a special token needs text and an id >= 0)");
+    if (size_t(id) >= bytes_.size()) bytes_.resize(size_t(id) + 1);
+    LOOM_CHECK(bytes_[size_t(id)].empty() || bytes_[size_t(id)] == text, name(),
+               ": special token \"", text, "\" has id ", id, ", which is the ordinary token \"",
+               bytes_[size_t(id)], "\"");
+    bytes_[size_t(id)] = text;
+    specials_.emplace_back(text, id);
+  }
+  for (size_t i = 0; i < specials_.size(); ++i)
+    specials_by_byte_[static_cast<unsigned char>(specials_[i].first[0])].push_back(uint32_t(i));
+  for (auto& list : specials_by_byte_)
+    std::stable_sort(list.begin(), list.end(), [&](uint32_t a, uint32_t b) {
+      return specials_[a].first.size() > specials_[b].first.size();
+    });
+  build_merges(model);
+  if (!pattern_.empty()) regex_ = std::make_unique<BpeRegex>(pattern_, name());
+}
+
+// tiktoken's rule: every split of a token into two tokens merges into it, at its id; Hugging
+// Face's: the merges list in order (Note [BPE merge order] in data/bpe_merges.h).
+void BpeTokenizer::build_merges(const BpeModel& model) {
+  if (!model.merges.empty()) {
+    for (size_t r = 0; r < model.merges.size(); ++r) {
+      const BpeModel::Merge& m = model.merges[r];
+      merges_.set(m.left, m.right, {int32_t(r), m.merged});
+    }
+    return;
+  }
+  for (size_t id = 0; id < model.tokens.size(); ++id) {
+    const std::string_view t = model.tokens[id];
+    for (size_t k = 1; k < t.size(); ++k) {
+      const int32_t left = ids_.find(t.substr(0, k));
+      const int32_t right = left < 0 ? -1 : ids_.find(t.substr(k));
+      if (right >= 0) merges_.set(left, right, {int32_t(id), int32_t(id)});
+    }
+  }
+}
+
+std::string BpeTokenizer::name() const { return name_ + " (" + source_ + ")"; }
+
+std::pair<size_t, size_t> BpeTokenizer::next_special(std::string_view text, size_t from,
+                                                     const std::vector<char>& allowed) const {
+  for (size_t i = from; i < text.size(); ++i) {
+    for (uint32_t s : specials_by_byte_[static_cast<unsigned char>(text[i])]) {
+      const std::string& t = specials_[s].first;
+      if (allowed[s] && text.compare(i, t.size(), t) == 0) return {i, s};
+    }
+  }
+  return {std::string_view::npos, 0};
+}
+
+// Which special tokens are cut out of `text`; with refuse(), first an error for any other found
+// in it (tiktoken checks the whole text the same way before encoding).
+std::vector<char> BpeTokenizer::allowed_specials(std::string_view text,
+                                                 const SpecialTokens& special) const {
+  using Mode = SpecialTokens::Mode;
+  std::vector<char> allowed(specials_.size(), special.mode == Mode::kAllow);
+  for (const std::string& want : special.allowed) {
+    auto it = std::find_if(specials_.begin(), specials_.end(),
+                           [&](const auto& s) { return s.first == want; });
+    LOOM_CHECK(it != specials_.end(), name(), ": \"", want, "\" is not a special token of it");
+    allowed[size_t(it - specials_.begin())] = 1;
+  }
+  if (special.mode == Mode::kRefuse) {
+    std::vector<char> refused(allowed.size());
+    for (size_t i = 0; i < allowed.size(); ++i) refused[i] = !allowed[i];
+    auto [at, s] = next_special(text, 0, refused);
+    LOOM_CHECK(at == std::string_view::npos, name(), ": the text holds the special token \"",
+               specials_[s].first, "\" at byte ", at,
+               ", which is not allowed (encode with SpecialTokens::allow() to encode it as id ",
+               specials_[s].second, ", or SpecialTokens::as_text() to encode it as text)");
+  }
+  return allowed;
+}
+
+// The merged pieces of one encode call: piece -> where its tokens are in `ids`.
+struct BpeTokenizer::Scratch {
+  static constexpr size_t kMaxPieces = 1 << 16, kMaxBytes = 64;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return size_t(BpeTokenMap::hash(s)); }
+  };
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> cached;
+  std::vector<int32_t> ids;      // the cached pieces' tokens, one after the other
+  std::vector<int32_t> merging;  // the piece being merged
+};
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text,
+                                          const SpecialTokens& special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 4 + 16);
+  const std::vector<char> allowed = allowed_specials(text, special);
+  const bool any = std::find(allowed.begin(), allowed.end(), 1) != allowed.end();
+  Scratch scratch;
+  size_t pos = 0;
+  while (any) {
+    auto [at, s] = next_special(text, pos, allowed);
+    if (at == std::string_view::npos) break;
+    encode_stretch(text.substr(pos, at - pos), scratch, out);
+    out.push_back(specials_[s].second);
+    pos = at + specials_[s].first.size();
+  }
+  encode_stretch(text.substr(pos), scratch, out);
+  return out;
+}
+
+void BpeTokenizer::encode_stretch(std::string_view text, Scratch& scratch,
+                                  std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  if (!regex_) return encode_piece(text, scratch, out);
+  regex_->for_each_piece(text, [&](std::string_view piece) { encode_piece(piece, scratch, out); });
+}
+
+void BpeTokenizer::encode_piece(std::string_view piece, Scratch& scratch,
+                                std::vector<int32_t>& out) const {
+  if (whole_piece_first_ || piece.size() == 1) {
+    const int32_t id = ids_.find(piece);
+    if (id >= 0) return out.push_back(id);
+  }
+  const bool cacheable = piece.size() <= Scratch::kMaxBytes;
+  if (cacheable) {
+    auto it = scratch.cached.find(piece);
+    if (it != scratch.cached.end()) {
+      const auto first = scratch.ids.begin() + it->second.first;
+      return void(out.insert(out.end(), first, first + it->second.second));
+    }
+  }
+  std::vector<int32_t>& ids = scratch.merging;
+  ids.resize(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
+    const auto b = static_cast<unsigned char>(piece[i]);
+    ids[i] = byte_ids_[b];
+    LOOM_CHECK(ids[i] >= 0, name(), ": byte 0x", std::hex, int(b),
+               " has no token, so the text cannot be encoded");
+  }
+  merges_.apply(ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cacheable && scratch.cached.size() < Scratch::kMaxPieces) {
+    scratch.cached.emplace(piece, std::pair(uint32_t(scratch.ids.size()), uint32_t(ids.size())));
+    scratch.ids.insert(scratch.ids.end(), ids.begin(), ids.end());
+  }
+}
+
+std::string_view BpeTokenizer::token_bytes(int32_t id) const {
+  LOOM_CHECK(id >= 0 && id < int64_t(bytes_.size()), name(), ": id ", id,
+             " is outside the vocabulary [0, ", bytes_.size(), ")");
+  return bytes_[size_t(id)];
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= int64_t(bytes_.size()))
+      LOOM_FAIL(name(), ": cannot decode id ", id, " at position ", i,
+                ": outside the vocabulary [0, ", bytes_.size(), ")");
+    LOOM_CHECK(!bytes_[size_t(id)].empty(), name(), ": cannot decode id ", id, " at position ", i,
+               ": no token has that id");
+    out += bytes_[size_t(id)];
+  }
+  return out;
+}
+
+std::optional<int32_t> BpeTokenizer::find_token(std::string_view token) const {
+  for (const auto& [text, id] : specials_)
+    if (text == token) return id;
+  const int32_t id = ids_.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
+}
+
+}  // namespace loom::data

@@ -1,0 +1,248 @@
+// read_hf_tokenizer_json (data/hf_tokenizer_json.h): tokenizer.json through nlohmann-json, each
+// part checked against Note [tokenizer.json support], errors naming the file and the field.
+// Leaves out: writing tokenizer.json (`tokenizers` does that; scripts/make-tokenizer-fixtures.py).
+#include "data/hf_tokenizer_json.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "data/bpe_presets.h"
+
+namespace loom::data {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string shown(const json& j) {
+  std::string s = j.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+// The field's value, when it is there and not null; what `fallback` says otherwise.
+template <typename T>
+T get_or(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : it->get<T>();
+}
+
+// The bytes a byte-level string stands for; false when a character stands for no byte.
+bool bytes_of_text(std::string_view s, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (i + size_t(len) > s.size()) return false;
+    uint32_t cp = len == 1 ? c : c & (0x3F >> (len - 1));
+    for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    const int b = byte_of_char(cp);
+    if (b < 0) return false;
+    out += char(b);
+    i += size_t(len);
+  }
+  return true;
+}
+
+std::string regex_of_string(std::string_view s) {  // a literal as a regex
+  std::string out;
+  for (char c : s) {
+    if (std::strchr("\\^$.|?*+()[]{}", c) && c != '\0') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+struct Reader {
+  const std::string& path;
+  const json& root;
+  std::unordered_map<int32_t, std::string> not_bytes;  // vocab text that stands for no bytes
+  std::unordered_map<std::string, int32_t> id_of;      // vocab text (byte-level) -> id
+
+  void check_unsupported() const;
+  void read_model(BpeModel& m);
+  void read_vocab(const json& vocab, BpeModel& m);
+  void read_merges(const json& merges, BpeModel& m) const;
+  std::string read_pattern() const;
+  void read_added_tokens(BpeModel& m);
+};
+
+void Reader::check_unsupported() const {
+  const json& n = root.contains("normalizer") ? root["normalizer"] : json();
+  LOOM_CHECK(n.is_null() || (n.value("type", "") == "Sequence" &&
+                             n.value("normalizers", json::array()).empty()),
+             "tokenizer.json ", path, ": normalizer ", shown(n), " is not supported (only null)");
+  const json& d = root.contains("decoder") ? root["decoder"] : json();
+  LOOM_CHECK(d.is_null() || d.value("type", "") == "ByteLevel", "tokenizer.json ", path,
+             ": decoder ", shown(d), " is not supported (only ByteLevel)");
+}
+
+void Reader::read_model(BpeModel& m) {
+  LOOM_CHECK(root.contains("model") && root["model"].is_object(), "tokenizer.json ", path,
+             ": no \"model\" object");
+  const json& model = root["model"];
+  const std::string type = model.value("type", "BPE");
+  LOOM_CHECK(type == "BPE", "tokenizer.json ", path, ": model.type is \"", type,
+             "\"; loom reads byte-level BPE only");
+  LOOM_CHECK(get_or<double>(model, "dropout", 0.0) == 0.0, "tokenizer.json ", path,
+             ": model.dropout ", shown(model["dropout"]), " is not supported (only null)");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    LOOM_CHECK(get_or<std::string>(model, key, "").empty(), "tokenizer.json ", path, ": model.",
+               key, " ", shown(model[key]), " is not supported (only null)");
+  LOOM_CHECK(!get_or<bool>(model, "byte_fallback", false), "tokenizer.json ", path,
+             ": model.byte_fallback true is not supported");
+  m.whole_piece_first = get_or<bool>(model, "ignore_merges", false);
+  LOOM_CHECK(model.contains("vocab") && model["vocab"].is_object(), "tokenizer.json ", path,
+             ": model.vocab is not an object");
+  read_vocab(model["vocab"], m);
+  const json& merges = model.contains("merges") ? model["merges"] : json::array();
+  LOOM_CHECK(merges.is_array(), "tokenizer.json ", path, ": model.merges is not a list");
+  read_merges(merges, m);
+}
+
+void Reader::read_vocab(const json& vocab, BpeModel& m) {
+  std::string bytes;
+  for (const auto& [text, id_json] : vocab.items()) {
+    LOOM_CHECK(id_json.is_number_integer() && id_json.get<int64_t>() >= 0 &&
+                   id_json.get<int64_t>() < (1 << 22),
+               "tokenizer.json ", path, ": model.vocab[", json(text).dump(), "] is ",
+               shown(id_json), ", not an id in [0, 4194304)");
+    const int32_t id = id_json.get<int32_t>();
+    id_of[text] = id;
+    if (size_t(id) >= m.tokens.size()) m.tokens.resize(size_t(id) + 1);
+    LOOM_CHECK(m.tokens[size_t(id)].empty(), "tokenizer.json ", path, ": model.vocab gives id ", id,
+               " to two tokens (one is ", json(text).dump(), ")");
+    // Text that stands for no bytes must be an added token's (read_added_tokens).
+    if (bytes_of_text(text, bytes)) {
+      m.tokens[size_t(id)] = bytes;
+    } else {
+      m.tokens[size_t(id)] = text;
+      not_bytes[id] = text;
+    }
+  }
+}
+
+// "a b" strings (older files) or [a, b] pairs; a merge's rank is its place in the list.
+void Reader::read_merges(const json& merges, BpeModel& m) const {
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const json& e = merges[r];
+    std::string a, b;
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      const size_t sp = s.find(' ');
+      LOOM_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
+                 "tokenizer.json ", path, ": model.merges[", r, "] ", shown(e),
+                 " is not two tokens separated by a space");
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else {
+      LOOM_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
+                 "tokenizer.json ", path, ": model.merges[", r, "] ", shown(e),
+                 " is not a pair of tokens");
+      a = e[0].get<std::string>(), b = e[1].get<std::string>();
+    }
+    for (const std::string& t : {a, b, a + b})
+      LOOM_CHECK(id_of.count(t), "tokenizer.json ", path, ": model.merges[", r, "] ", shown(e),
+                 ": ", json(t).dump(), " is not in model.vocab");
+    m.merges.push_back({id_of.at(a), id_of.at(b), id_of.at(a + b)});
+  }
+}
+
+// The regex of the pre-tokenizer: ByteLevel's (GPT-2's), or a Split's followed by a ByteLevel
+// without regex.
+std::string Reader::read_pattern() const {
+  const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json();
+  const std::string type = pre.is_object() ? pre.value("type", "") : "";
+  auto byte_level = [&](const json& p, const std::string& field) {
+    LOOM_CHECK(p.value("type", "") == "ByteLevel", "tokenizer.json ", path, ": ", field, " ",
+               shown(p), " is not supported (ByteLevel, or Sequence [Split, ByteLevel])");
+    LOOM_CHECK(!p.value("add_prefix_space", false), "tokenizer.json ", path, ": ", field,
+               ".add_prefix_space true is not supported");
+    return p.value("use_regex", true);
+  };
+  if (type != "Sequence") return byte_level(pre, "pre_tokenizer") ? std::string(kGpt2Pattern) : "";
+  const json& seq = pre.value("pretokenizers", json::array());
+  LOOM_CHECK(seq.size() == 2, "tokenizer.json ", path, ": pre_tokenizer.pretokenizers has ",
+             seq.size(), " entries; loom reads [Split, ByteLevel]");
+  const json& split = seq[0];
+  LOOM_CHECK(split.value("type", "") == "Split" && split.value("behavior", "") == "Isolated" &&
+                 !split.value("invert", false),
+             "tokenizer.json ", path, ": pre_tokenizer.pretokenizers[0] ", shown(split),
+             " is not supported (Split, behavior Isolated, invert false)");
+  LOOM_CHECK(!byte_level(seq[1], "pre_tokenizer.pretokenizers[1]"), "tokenizer.json ", path,
+             ": pre_tokenizer.pretokenizers[1].use_regex true after a Split is not supported");
+  const json& pattern = split.value("pattern", json::object());
+  if (pattern.contains("Regex")) return pattern["Regex"].get<std::string>();
+  LOOM_CHECK(pattern.contains("String"), "tokenizer.json ", path,
+             ": pre_tokenizer.pretokenizers[0].pattern ", shown(pattern),
+             " is neither {\"Regex\": ...} nor {\"String\": ...}");
+  return regex_of_string(pattern["String"].get<std::string>());
+}
+
+void Reader::read_added_tokens(BpeModel& m) {
+  const json& added = root.value("added_tokens", json::array());
+  for (size_t i = 0; i < added.size(); ++i) {
+    const json& t = added[i];
+    LOOM_CHECK(
+        t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+            t["content"].is_string() && !t["content"].get<std::string>().empty(),
+        "tokenizer.json ", path, ": added_tokens[", i, "] ", shown(t), " has no id or content");
+    const std::string content = t["content"].get<std::string>();
+    for (const char* key : {"lstrip", "rstrip", "single_word"})
+      LOOM_CHECK(!t.value(key, false), "tokenizer.json ", path, ": added_tokens[", i, "] (",
+                 content, "): ", key, " true is not supported");
+    const int64_t id = t["id"].get<int64_t>();
+    LOOM_CHECK(id >= 0 && id < (1 << 22), "tokenizer.json ", path, ": added_tokens[", i, "] (",
+               content, "): id ", id, " is outside [0, 4194304)");
+    m.specials.emplace_back(content, int32_t(id));
+    if (not_bytes.erase(int32_t(id))) m.tokens[size_t(id)].clear();  // the special's text stands
+  }
+}
+
+}  // namespace
+
+int byte_of_char(uint32_t cp) {
+  // Characters U+0000..U+0143 -> bytes, built once from the rule.
+  static const std::vector<int16_t> table = [] {
+    std::vector<int16_t> t(256 + 68, -1);
+    int16_t next = 256;  // the bytes that are not printable, in order, from U+0100
+    for (int16_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      t[size_t(printable ? b : next++)] = b;
+    }
+    return t;
+  }();
+  return cp < table.size() ? table[cp] : -1;
+}
+
+BpeModel read_hf_tokenizer_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOOM_CHECK(in.good(), "tokenizer.json ", path, ": cannot open it: ", std::strerror(errno));
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::exception& e) {
+    LOOM_FAIL("tokenizer.json ", path, ": not valid JSON: ", e.what());
+  }
+  LOOM_CHECK(root.is_object(), "tokenizer.json ", path, ": not a JSON object");
+  BpeModel m;
+  m.name = "tokenizer.json", m.source = path;
+  Reader r{path, root, {}, {}};
+  try {
+    r.check_unsupported();
+    r.read_model(m);
+    m.pattern = r.read_pattern();
+    r.read_added_tokens(m);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    LOOM_FAIL("tokenizer.json ", path, ": ", e.what());
+  }
+  for (const auto& [id, text] : r.not_bytes)
+    LOOM_FAIL("tokenizer.json ", path, ": model.vocab entry ", json(text).dump(), " (id ", id,
+              ") is not byte-level text (a character of it stands for no byte) nor an added token");
+  return m;
+}
+
+}  // namespace loom::data

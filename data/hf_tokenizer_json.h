@@ -1,0 +1,29 @@
+// Hugging Face's tokenizer.json, the byte-level BPE kind (GPT-2's, Llama 3's, any trained with
+// `tokenizers`' ByteLevel): read into a BpeModel. Leaves out: other models (WordPiece, Unigram),
+// normalizers, the post-processor (BOS/EOS templates: the caller adds those ids) and BPE dropout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "data/bpe_model.h"
+
+namespace loom::data {
+
+// Note [tokenizer.json support]
+// Read: model.type "BPE" with vocab and merges ("a b" strings or [a, b] pairs), ignore_merges;
+// pre_tokenizer ByteLevel (use_regex: GPT-2's regex, kGpt2Pattern in data/bpe_presets.h) or a
+// Sequence of Split (a Regex or a String pattern, behavior "Isolated", not inverted) and ByteLevel
+// without its regex (Llama 3's); decoder ByteLevel or none; added_tokens, which become the special
+// tokens (Hugging Face splits every added token out of the text, special or not; encode with
+// SpecialTokens::allow() does the same). Refused with an error naming the field and its value:
+// anything else that would change the ids (a normalizer, add_prefix_space, dropout, byte_fallback,
+// a word prefix or suffix, an added token with lstrip, rstrip or single_word).
+BpeModel read_hf_tokenizer_json(const std::string& path);
+
+// GPT-2's byte-to-character map, which byte-level vocabularies are written in: bytes 33-126,
+// 161-172 and 174-255 are the characters of the same code, the 68 others U+0100 onwards in byte
+// order (a space is "Ġ", U+0120). -1 for a character that stands for no byte.
+int byte_of_char(uint32_t code_point);
+
+}  // namespace loom::data
