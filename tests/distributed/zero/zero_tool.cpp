@@ -230,7 +230,10 @@ int run_training(int argc, char** argv) {
 
 // ---------------------------------------------------------------- grads, mp_reference
 
+// The loss the training step takes: the model's own where it has one (GPT's head and
+// cross-entropy as one op; FSDP forwards it), as StepRunner does.
 Tensor token_loss(nn::Module& m, const Tensor& x, const Tensor& y) {
+  if (m.has_loss()) return m.loss(x, y);
   return cross_entropy(flatten(m(x), 0, 1), flatten(y));
 }
 
