@@ -1,7 +1,6 @@
-// The byte-level tokenizer (vocabulary 256: each byte of the UTF-8 text is one token) and
-// text_to_shards, which turns a text file into a train and a validation token shard. Leaves out:
-// BPE (data/bpe_tokenizer.h; examples/tokenize_shards.cpp writes its shards) and special tokens
-// (no end-of-text: 256 ids are all bytes).
+// The byte-level tokenizer (vocabulary 256: each byte of the UTF-8 text is one token). Leaves
+// out: turning a text file into shards (data/text_shards.h), BPE (data/bpe_tokenizer.h) and
+// special tokens (no end-of-text: 256 ids are all bytes).
 #pragma once
 
 #include <cstdint>
@@ -34,19 +33,5 @@ class ByteTokenizer final : public Tokenizer {
   // A single byte is its own token; nothing else is one.
   std::optional<int32_t> find_token(std::string_view token) const override;
 };
-
-// What text_to_shards wrote.
-struct TextShards {
-  std::string train_path, val_path;  // out_dir/train_000000.bin, out_dir/val_000000.bin
-  int64_t train_tokens = 0, val_tokens = 0;
-};
-
-// Reads `text_file` whole, tokenizes it with ByteTokenizer and writes out_dir/train_000000.bin
-// (the text before the split) and out_dir/val_000000.bin (the last `val_fraction` of it),
-// creating out_dir. The split is moved back to the start of a UTF-8 character, so both halves
-// decode to valid text. Errors: a missing or empty file, val_fraction outside [0, 1), a text too
-// short to leave a token on the training side.
-TextShards text_to_shards(const std::string& text_file, const std::string& out_dir,
-                          double val_fraction);
 
 }  // namespace loom::data

@@ -5,6 +5,8 @@
 // nn/gpt_sample.h).
 //
 //   ./build/examples/train_gpt --text $(scripts/gpt-corpus.sh)   # the KJV Bible, the "mini" model
+//   ./build/examples/train_gpt --text kjv.txt --tokenizer tokenizer.json   # BPE
+//   (docs/tokenizers.md)
 //   ./build/examples/train_gpt --text book.txt --max-steps 2000 --sample 300 --prompt "And "
 //   ./build/examples/train_gpt --shards data/ --vocab-size 50257 --model d12 --seq-len 1024
 //       --batch-size 16 --amp bf16                      # (one line) llm.c / nanoGPT .bin shards
@@ -18,7 +20,7 @@
 
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
-#include "data/byte_tokenizer.h"
+#include "data/tokenizer.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/gpt_sample.h"
 #include "nn/optim/lr_scheduler.h"
@@ -46,6 +48,8 @@ struct GptFlags {
   int64_t sample = 0;
   std::string prompt = "\n";
   nn::SampleOptions sampling;
+  std::string tokenizer = "bytes";  // --tokenizer: data::load_tokenizer's spec
+  bool decode_sample = true;        // false: shards of unknown tokens, printed as ids
 };
 
 void add_gpt_flags(CLI::App& app, GptFlags& g) {
@@ -56,9 +60,13 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
   app.add_option("--n-head", g.n_head, "attention heads (0: the model's)")
       ->check(train::int_range(0, 1024));
   app.add_option("--n-embd", g.n_embd, "width (0: the model's)")->check(train::int_range(0, 65536));
-  app.add_option("--text", g.data.text, "a UTF-8 text file to train on (bytes are the tokens)");
+  app.add_option("--text", g.data.text, "a UTF-8 text file to train on, tokenized by --tokenizer");
+  app.add_option("--tokenizer", g.tokenizer,
+                 "bytes (256 ids), a Hugging Face tokenizer.json or a tiktoken rank file "
+                 "(docs/tokenizers.md); --vocab-size follows it unless given");
   app.add_option("--shards", g.data.shards, "or a folder of train_*.bin / val_*.bin token shards");
-  app.add_option("--vocab-size", g.data.vocab_size, "256 for --text; 50257 for GPT-2 shards")
+  app.add_option("--vocab-size", g.data.vocab_size,
+                 "the model's vocabulary (default: the tokenizer's); 50257 for GPT-2 shards")
       ->check(train::int_range(2, 1 << 20));
   app.add_option("--seq-len", g.data.seq_len, "tokens per sequence (T)")
       ->check(train::int_range(1, 1 << 20));
@@ -98,18 +106,27 @@ nn::GPTConfig model_config(const GptFlags& g) {
   return c;
 }
 
-// --sample: N tokens after --prompt, decoded as bytes when the vocabulary is bytes.
-void print_sample(nn::GPT& model, const GptFlags& g) {
+// --sample: N tokens after --prompt, decoded by the run's tokenizer (as ids with shards).
+void print_sample(nn::GPT& model, const GptFlags& g, const data::Tokenizer& tok) {
   nn::SampleOptions o = g.sampling;
-  data::ByteTokenizer bytes;
-  auto prompt = bytes.encode(g.prompt);
+  const std::vector<int32_t> prompt = tok.encode_ordinary(g.prompt);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
   o.max_new_tokens = std::min<int64_t>(g.sample, model.config.block_size - int64_t(ids.size()));
   std::vector<int64_t> out = nn::generate(model, ids, o);
-  std::vector<uint16_t> tokens(out.begin(), out.end());
-  std::string text = model.config.vocab_size == 256 ? bytes.decode(tokens) : "(token ids)";
+  std::vector<int32_t> tokens(out.begin(), out.end());
+  std::string text = g.decode_sample ? tok.decode(tokens) : "(token ids)";
   std::printf("--- sample (%zu tokens, temperature %g, top-k %ld) ---\n%s%s\n---\n", out.size(),
               o.temperature, long(o.top_k), g.prompt.c_str(), text.c_str());
+}
+
+// --tokenizer: loads it; --vocab-size follows it unless given on the command line.
+std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const CLI::App& app, GptFlags& g) {
+  std::shared_ptr<const data::Tokenizer> tok = data::load_tokenizer(g.tokenizer);
+  if (app.count("--vocab-size") == 0 && g.data.shards.empty())
+    g.data.vocab_size = tok->vocab_size();
+  g.data.tokenizer = tok;
+  g.decode_sample = !g.data.text.empty() || app.count("--tokenizer") > 0;
+  return tok;
 }
 
 }  // namespace
@@ -125,6 +142,7 @@ int main(int argc, char** argv) {
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return train::run_main("train_gpt", [&] {
+    auto tokenizer = load_run_tokenizer(app, g);
     manual_seed(cfg.seed);
     auto model = std::make_shared<nn::GPT>(model_config(g));
     model->set_activation_checkpointing(g.activation_checkpointing);
@@ -184,7 +202,7 @@ int main(int argc, char** argv) {
     }
     if (g.sample > 0) {
       auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
-      if (setup.main()) print_sample(*model, g);
+      if (setup.main()) print_sample(*model, g, *tokenizer);
     }
     return run.finish();
   });

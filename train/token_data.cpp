@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "data/text_shards.h"
 #include "train/sharded_loaders.h"
 
 namespace loom::train {
@@ -16,8 +17,9 @@ namespace loom::train {
 namespace {
 using Split = std::shared_ptr<const data::TokenDataset>;
 
-// The training and validation splits: the shards in `t.shards`, or `t.text` tokenized as bytes
-// into shards in a temporary folder, mapped, and the folder removed (the mappings stay valid).
+// The training and validation splits: the shards in `t.shards`, or `t.text` tokenized (bytes, or
+// t.tokenizer) into shards in a temporary folder, mapped, and the folder removed (the mappings
+// stay valid).
 std::pair<Split, Split> load_splits(const TokenDataConfig& t) {
   data::TokenDatasetOptions o{.vocab_size = t.vocab_size,
                               .seq_len = t.seq_len,
@@ -27,8 +29,11 @@ std::pair<Split, Split> load_splits(const TokenDataConfig& t) {
                 data::glob_token_files(t.shards + "/train_*.bin"), o),
             std::make_shared<const data::TokenDataset>(
                 data::glob_token_files(t.shards + "/val_*.bin"), o)};
-  LOOM_CHECK(t.vocab_size >= data::ByteTokenizer::kVocabSize, "--text: bytes are the tokens, ",
-             "so the vocabulary must hold 256 of them, not --vocab-size ", t.vocab_size);
+  const data::ByteTokenizer bytes;
+  const data::Tokenizer& tok = t.tokenizer ? *t.tokenizer : bytes;
+  LOOM_CHECK(t.vocab_size >= tok.vocab_size(), "--text: the tokenizer ", tok.name(), " has ",
+             tok.vocab_size(), " ids, so the vocabulary must hold them, not --vocab-size ",
+             t.vocab_size);
   char tmpl[] = "/tmp/loom_text_tokens_XXXXXX";
   LOOM_CHECK(::mkdtemp(tmpl) != nullptr, "--text: cannot make a temporary folder in /tmp");
   std::string dir = tmpl;
@@ -39,7 +44,7 @@ std::pair<Split, Split> load_splits(const TokenDataConfig& t) {
       std::filesystem::remove_all(d, ec);
     }
   } remove{dir};
-  data::TextShards ts = data::text_to_shards(t.text, dir, t.val_fraction);
+  data::TextShards ts = data::text_to_shards(t.text, dir, t.val_fraction, tok);
   return {std::make_shared<const data::TokenDataset>(std::vector{ts.train_path}, o),
           std::make_shared<const data::TokenDataset>(std::vector{ts.val_path}, o)};
 }

@@ -15,18 +15,20 @@
 
 #include "data/dataloader.h"
 #include "data/token_dataset.h"
+#include "data/tokenizer.h"
 #include "train/run_setup.h"
 
 namespace loom::train {
 
 struct TokenDataConfig {
-  std::string text;       // a UTF-8 text file, tokenized as bytes
+  std::string text;       // a UTF-8 text file, tokenized by `tokenizer` below
   std::string shards;     // or a folder with train_*.bin and val_*.bin
   int64_t seq_len = 256;  // T: tokens per window
   int64_t vocab_size = 256;
   int64_t max_context = 0;    // the model's context (its position table); 0: seq_len
   double val_fraction = 0.1;  // of the text file
   int64_t val_windows = 0;    // evaluate on the first N validation windows only (0: all)
+  std::shared_ptr<const data::Tokenizer> tokenizer = nullptr;  // of --text; null: bytes
 };
 
 struct TokenData {

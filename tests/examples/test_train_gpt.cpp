@@ -285,3 +285,36 @@ TEST(TrainGpt, BadInputsAreErrorsNamingThem) {
   EXPECT_NE(r.output.find("exactly one of them"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
+
+// --tokenizer: a BPE tokenizer.json (the KJV-trained fixture of scripts/make-tokenizer-fixtures.py,
+// 1002 ids) tokenizes --text; the model's vocabulary follows it (the embedding has 1002 rows, so
+// the parameter count is that of vocabulary 1002), the validation loss falls below its start, and
+// the sample is the tokenizer's decoded text. A --vocab-size smaller than the tokenizer's is an
+// error naming both.
+TEST(TrainGpt, ABpeTokenizerSetsTheVocabularyAndDecodesTheSample) {
+  fs::path dir = temp_dir("bpe");
+  std::string text = write_text(dir);
+  const char* src = std::getenv("LOOM_SOURCE_DIR");
+  const std::string tok =
+      std::string(src && *src ? src : ".") + "/tests/data/tokenizers/kjv_bpe.json";
+  Outcome r = run_cmd(
+      gpt(1, text,
+          "--tokenizer " + tok + " --max-steps 40 --eval-every 20 --sample 12 --prompt 'the cat'"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  // 2 blocks of width 64 (12 C^2 + 13 C each), wte 1002 x 64 (tied), wpe 64 x 64, ln_f: 2 C.
+  const int64_t C = 64, params = 2 * (12 * C * C + 13 * C) + 1002 * C + 64 * C + 2 * C;
+  EXPECT_NE(r.output.find("(" + std::to_string(params) + " parameters)"), std::string::npos)
+      << r.output;
+  auto val = losses(r.output, "val");
+  ASSERT_EQ(val.size(), 2u) << r.output;
+  EXPECT_LT(val[1], val[0]);
+  EXPECT_LT(val[1], std::log(1002.0));  // below a uniform guess over the vocabulary
+  EXPECT_NE(r.output.find("--- sample (12 tokens"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(token ids)"), std::string::npos) << r.output;
+  Outcome bad = run_cmd(gpt(1, text, "--tokenizer " + tok + " --vocab-size 256 --max-steps 1"));
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("has 1002 ids, so the vocabulary must hold them, not --vocab-size 256"),
+            std::string::npos)
+      << bad.output;
+  fs::remove_all(dir);
+}
