@@ -79,6 +79,7 @@ Setup make_setup(const Workload& w, Device dev) {
   Setup s;
   if (!w.make) {
     auto m = std::make_shared<nn::GPT>(w.gpt);
+    nn::fuse(*m);  // the fused transformer blocks (nn/fuse_transformer.h)
     m->to(dev);
     train::TrainConfig c;
     c.optimizer = "adamw", c.lr = 6e-4, c.weight_decay = 0.1;
@@ -89,7 +90,7 @@ Setup make_setup(const Workload& w, Device dev) {
     return s;
   }
   auto m = w.make();
-  nn::fuse(*m);  // the fused Linear + ReLU and BatchNorm2d + ReLU (+ MaxPool2d(2)) modules
+  nn::fuse(*m);  // the fused Linear + ReLU, BatchNorm2d + ReLU (+ MaxPool2d(2)), ViT's blocks
   m->to(dev);
   s.opt = std::make_unique<optim::Adam>(m->parameters(), optim::AdamOptions{.lr = 1e-3});
   s.x = randn({w.batch, w.image[0], w.image[1], w.image[2]}, {.device = dev});

@@ -1,12 +1,13 @@
 // nn::fuse and its table of patterns: the one place that says which runs of layers run as one
 // fused module. Adding a fusion (docs/adding-an-op.md) is one entry here plus its module in
-// nn/fused.h.
+// nn/fused.h. The transformer models' step is nn/fuse_transformer.cpp, which nn::fuse calls.
 // Leaves out: the fused modules themselves (nn/fused.cpp) and their ops (autograd/ops).
 #include "nn/fuse.h"
 
 #include <functional>
 #include <memory>
 
+#include "nn/fuse_transformer.h"
 #include "nn/fused.h"
 
 namespace loom::nn {
@@ -99,6 +100,10 @@ std::vector<Fusion> fuse(Module& model) {
   std::vector<Fusion> out;
   std::function<void(Module&, const std::string&)> walk = [&](Module& m,
                                                               const std::string& prefix) {
+    for (Fusion& f : fuse_transformer_model(m)) {  // a GPT's or ViT's trunk (nn/fuse_transformer.h)
+      f.at = prefix + f.at;
+      out.push_back(std::move(f));
+    }
     if (auto* s = dynamic_cast<Sequential*>(&m)) fuse_children(*s, prefix, out);
     for (const auto& [name, child] : m.named_children()) walk(*child, prefix + name + ".");
   };
@@ -110,7 +115,9 @@ std::string fusion_summary(const std::vector<Fusion>& fusions) {
   if (fusions.empty()) return "nn::fuse: nothing to fuse";
   std::string s = str("nn::fuse: ", fusions.size(), fusions.size() == 1 ? " fusion:" : " fusions:");
   for (size_t i = 0; i < fusions.size(); ++i) {
-    s += str(i ? ", " : " ", fusions[i].at, " ", fusions[i].fused, " (+");
+    s += str(i ? ", " : " ", fusions[i].at, " ", fusions[i].fused);
+    if (fusions[i].absorbed.empty()) continue;
+    s += " (+";
     for (const auto& a : fusions[i].absorbed) s += " " + a;
     s += ")";
   }

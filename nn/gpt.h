@@ -1,10 +1,11 @@
 // GPT-2 (Radford et al., 2019) as nanoGPT and llm.c write it: token and position embeddings,
-// n_layer pre-norm transformer blocks (LayerNorm, causal self-attention, residual add; LayerNorm,
-// MLP with the tanh GELU, residual add), a final LayerNorm, and the output head whose weight IS
-// the token embedding's (Note [Tied embedding]). Parameter names follow nanoGPT without its
-// "transformer." prefix: wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight, ...,
-// ln_f.weight. A KV cache makes generation cost one position per new token (nn/gpt_sample.h).
-// Leaves out: loading OpenAI's released weights, and rotary/ALiBi position schemes.
+// n_layer pre-norm transformer blocks (nn/transformer.h: LayerNorm, causal self-attention,
+// residual add; LayerNorm, MLP with the tanh GELU, residual add), a final LayerNorm, and the
+// output head whose weight IS the token embedding's (Note [Tied embedding]). The model is plain:
+// nn::fuse (nn/fuse.h) swaps in the fused blocks that training programs run. Parameter names follow
+// nanoGPT without its "transformer." prefix: wte.weight, wpe.weight, h.0.ln_1.weight,
+// h.0.attn.c_attn.weight, ..., ln_f.weight. A KV cache makes generation cost one position per new
+// token (nn/gpt_sample.h). Leaves out: loading OpenAI's released weights, rotary/ALiBi positions.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "nn/layers.h"
+#include "nn/transformer.h"
 
 namespace loom::nn {
 
@@ -23,77 +25,14 @@ struct GPTConfig {
   int64_t n_embd = 768;  // C; each head has C / n_head channels
   double dropout = 0.0;  // on the attention weights, after each residual branch and the input
   bool bias = true;      // in the Linears and LayerNorms
-  // The blocks' options that a Vision Transformer (nn/vit.h) sets otherwise; GPT keeps these.
-  bool causal = true;                     // false: every position attends to every position
-  std::string gelu_approximate = "tanh";  // the MLP's GELU, as nn::GELU: "tanh" or "none" (erf)
-  double ln_eps = 1e-5;                   // the blocks' LayerNorms
 
   // GPT-2's sizes by depth, as llm.c names them: "d12" (124M), "d24" (350M), "d36" (774M),
   // "d48" (1558M). An unknown name is an error listing these.
   static GPTConfig gpt2(const std::string& depth);
   // Checks the sizes (all positive, n_embd divisible by n_head); errors name the field.
   void check() const;
-};
-
-// Keys and values of every position seen so far, per layer: (B, H, length, D) each.
-struct KVCache {
-  std::vector<Tensor> k, v;
-  int64_t length = 0;  // positions held
-};
-
-// x: (B, T, C) -> (B, T, C). One Linear makes q, k and v for all heads at once (c_attn, C -> 3C);
-// the heads are views of its output (B, T, 3, H, D), never copies. With cfg.causal false it is
-// plain self-attention (no mask; printed as SelfAttention), as a Vision Transformer's.
-class CausalSelfAttention : public Module {
- public:
-  explicit CausalSelfAttention(const GPTConfig& cfg);
-  Tensor forward(const Tensor& x) override;
-  // With a cache: x holds the positions after the cached ones; its k and v are appended to
-  // layer `layer` of the cache. Either the cache is empty (a prompt: causal) or x is one position
-  // (it attends to everything cached).
-  Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
-
-  int64_t n_head, n_embd;
-  double dropout;
-  bool causal;
-  ModuleHolder<Linear> c_attn, c_proj;
-  ModuleHolder<Dropout> resid_dropout;
-
- private:
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
-};
-
-// x: (B, T, C) -> (B, T, C): Linear(C, 4C) and GELU(tanh) as one fused linear, Linear(4C, C),
-// dropout. With cfg.gelu_approximate "none" the exact GELU runs as its own op after c_fc.
-class MLP : public Module {
- public:
-  explicit MLP(const GPTConfig& cfg);
-  Tensor forward(const Tensor& x) override;
-
-  ModuleHolder<Linear> c_fc, c_proj;
-  ModuleHolder<GELU> gelu;
-  ModuleHolder<Dropout> dropout;
-};
-
-// Pre-norm: x + attn(ln_1(x)), then + mlp(ln_2(.)). (B, T, C) -> (B, T, C).
-class TransformerBlock : public Module {
- public:
-  explicit TransformerBlock(const GPTConfig& cfg);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
-  // The block with its last residual add left to the caller: returns {r, m} with the output
-  // r + m, r the residual stream after attention and m the MLP's output. `pending` (or undefined)
-  // is the previous block's m, added to x here by ln_1 in the same pass as its norm (Note [Layer
-  // norm with the residual add] in autograd/ops/layer_norm.cpp). GPT::forward chains blocks so.
-  // Runs through the block's forward hooks (Note [Forward hooks] in nn/module.h).
-  std::pair<Tensor, Tensor> forward_parts(const Tensor& x, const Tensor& pending);
-
-  ModuleHolder<LayerNorm> ln_1, ln_2;
-  ModuleHolder<CausalSelfAttention> attn;
-  ModuleHolder<MLP> mlp;
-
- private:
-  std::pair<Tensor, Tensor> parts(const Tensor& x, const Tensor& pending);  // without the hooks
+  // The blocks': causal, LayerNorm (eps 1e-5), the tanh GELU, MLP 4C wide.
+  TransformerConfig block_config() const;
 };
 
 // Note [Tied embedding]
@@ -129,21 +68,18 @@ class GPT : public Module {
   // Activation checkpointing per transformer block (Note [Activation checkpointing] in
   // autograd/checkpoint.h): training forwards keep only each block's input and recompute the
   // block in backward. The same gradients, a lower peak, one more forward of the blocks.
-  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
-  bool activation_checkpointing() const { return checkpoint_blocks_; }
+  void set_activation_checkpointing(bool on) { h->checkpointing = on; }
+  bool activation_checkpointing() const { return h->checkpointing; }
 
   GPTConfig config;
   ModuleHolder<Embedding> wte, wpe;
   ModuleHolder<Dropout> drop;
-  ModuleHolder<Sequential> h;  // n_layer TransformerBlocks, named h.0, h.1, ...
-  ModuleHolder<LayerNorm> ln_f;
-  ModuleHolder<Linear> lm_head;  // weight tied to wte.weight; no bias
+  ModuleHolder<TransformerStack> h;  // n_layer TransformerBlocks, named h.0, h.1, ...
+  ModuleHolder<Module> ln_f;         // make_norm: a LayerNorm
+  ModuleHolder<Linear> lm_head;      // weight tied to wte.weight; no bias
 
  private:
   Tensor embed(const Tensor& idx, int64_t start);  // (B, T) -> (B, T, C), positions from start
-  Tensor hidden_checkpointed(Tensor x);            // the blocks and ln_f, each block checkpointed
-  bool checkpoint_blocks_ = false;
-  std::vector<std::shared_ptr<TransformerBlock>> blocks() const;
 };
 
 }  // namespace loom::nn

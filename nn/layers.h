@@ -3,7 +3,7 @@
 // is a thin Module around one op of autograd/ops; one .cpp per family (linear, embedding, conv,
 // norm, activation, dropout, pooling, container).
 // Leaves out: recurrent layers, padding modes other than zeros; attention and the transformer
-// blocks are GPT's (nn/gpt.h).
+// blocks are nn/transformer.h's.
 #pragma once
 
 #include <array>
@@ -152,11 +152,11 @@ class LayerNorm : public Module {
   explicit LayerNorm(int64_t normalized_size, LayerNormOptions options = {})
       : LayerNorm(Shape{normalized_size}, options) {}
   Tensor forward(const Tensor& x) override;
-  // The result in y_dtype, cast in the normalising pass (loom::layer_norm's y_dtype): what a
-  // transformer block asks for when a Linear under autocast reads it.
+  // The result in y_dtype, cast in the normalising pass (loom::layer_norm's y_dtype): what
+  // FusedAddLayerNorm (nn/fused_transformer.h) asks for when a Linear under autocast reads it.
   Tensor forward(const Tensor& x, std::optional<DType> y_dtype);
   // {x + branch, this norm of it} in one forward pass (loom::add_layer_norm): a pre-norm block's
-  // residual add and its next layer norm.
+  // residual add and its next layer norm, as FusedAddLayerNorm runs them.
   std::pair<Tensor, Tensor> forward_add(const Tensor& x, const Tensor& branch,
                                         std::optional<DType> y_dtype = std::nullopt);
   void reset_parameters();
@@ -285,6 +285,10 @@ class Sequential : public Module {
                ", not the requested type");
     return m;
   }
+
+ protected:
+  // A Sequential printed under another name (nn::TransformerStack).
+  explicit Sequential(std::string type_name) : Module(std::move(type_name)) {}
 };
 
 }  // namespace loom::nn

@@ -117,6 +117,12 @@ class Module {
   virtual std::string extra_repr() const { return ""; }
   void print(std::ostream& os, int indent = 0) const;
 
+  // Puts m in place of the child called `name` (same name, same position in every listing). m's
+  // parameters keep the names they have: nn::fuse (nn/fuse.h) swaps in modules that share the
+  // replaced ones' tensors, which are already named. A member holder that points at the old
+  // child (GPT::h) is the caller's to update (nn/fuse_transformer.cpp does both).
+  void replace_child(const std::string& name, std::shared_ptr<Module> m);
+
  protected:
   // Registers a member tensor (see Note [Modules hold their tensors by pointer]); parameters get
   // requires_grad. Names must be unique in the module and contain no '.'.
@@ -128,10 +134,6 @@ class Module {
     return m;
   }
   void add_child(const std::string& name, std::shared_ptr<Module> m);
-  // Puts m in place of the child called `name` (same name, same position in every listing). m's
-  // parameters keep the names they have: nn::fuse (nn/fuse.h) swaps in modules that share the
-  // replaced ones' tensors, which are already named.
-  void replace_child(const std::string& name, std::shared_ptr<Module> m);
   // A wrapper (DistributedDataParallel) lists `inner`'s own parameters, buffers and children as
   // its own, under the same names, so state_dict() is the same with or without the wrapper.
   // The wrapper must keep `inner` alive (the entries point at its members).

@@ -1,11 +1,10 @@
 // The Vision Transformer's modules (nn/vit.h): its configurations, the patch embedding and the
-// model around GPT's TransformerBlock.
-// Leaves out: the transformer block itself (nn/gpt.cpp) and training programs.
+// model around the transformer stack of nn/transformer.h.
+// Leaves out: the transformer block itself (nn/transformer.cpp) and training programs.
 #include "nn/vit.h"
 
 #include <cmath>
 
-#include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "nn/init.h"
 
@@ -30,15 +29,16 @@ int64_t ViTConfig::num_patches() const {
   return side * side;
 }
 
-GPTConfig ViTConfig::block_config() const {
-  return GPTConfig{.n_layer = n_layer,
-                   .n_head = n_head,
-                   .n_embd = n_embd,
-                   .dropout = dropout,
-                   .bias = true,
-                   .causal = false,
-                   .gelu_approximate = "none",
-                   .ln_eps = ln_eps};
+TransformerConfig ViTConfig::block_config() const {
+  return TransformerConfig{.n_embd = n_embd,
+                           .n_head = n_head,
+                           .causal = false,
+                           .bias = true,
+                           .dropout = dropout,
+                           .norm = NormKind::LayerNorm,
+                           .norm_eps = ln_eps,
+                           .mlp = MLPKind::GELU,
+                           .gelu_approximate = "none"};
 }
 
 void ViTConfig::check() const {
@@ -84,10 +84,9 @@ VisionTransformer::VisionTransformer(ViTConfig cfg) : Module("VisionTransformer"
   pos_embed = zeros({1, 1 + cfg.num_patches(), C});
   register_parameter("pos_embed", pos_embed);
   drop = register_module("drop", make<Dropout>(cfg.dropout));
-  blocks = register_module("blocks", make<Sequential>());
-  const GPTConfig bc = cfg.block_config();
-  for (int64_t i = 0; i < cfg.n_layer; ++i) blocks->push_back(make<TransformerBlock>(bc));
-  norm = register_module("norm", make<LayerNorm>(C, LayerNormOptions{.eps = cfg.ln_eps}));
+  const TransformerConfig block = cfg.block_config();
+  blocks = register_module("blocks", make<TransformerStack>(block, cfg.n_layer));
+  norm = register_module("norm", make_norm(block));
   head = register_module("head", make<Linear>(C, cfg.num_classes));
   init_weights();
 }
@@ -97,8 +96,8 @@ void VisionTransformer::init_weights() {
   init::normal_(patch_embed->proj->weight, 0.0, std::sqrt(1.0 / double(fan_in)));
   init::normal_(pos_embed, 0.0, 0.02);
   init::zeros_(cls_token);
-  for (const auto& block : block_list())
-    for (const auto& [name, p] : block->named_parameters()) {
+  for (size_t i = 0; i < blocks->size(); ++i)
+    for (const auto& [name, p] : blocks->block(i)->named_parameters()) {
       if (name.ends_with(".bias"))
         init::zeros_(p);
       else if (name.starts_with("ln_"))
@@ -107,20 +106,16 @@ void VisionTransformer::init_weights() {
         init::xavier_uniform_(p);  // attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
     }
   init::zeros_(patch_embed->proj->bias);
-  init::ones_(norm->weight);
-  init::zeros_(norm->bias);
+  for (const auto& [name, p] : norm->named_parameters()) {  // weight 1, bias 0
+    if (name == "weight")
+      init::ones_(p);
+    else
+      init::zeros_(p);
+  }
   init::zeros_(head->weight);
   init::zeros_(head->bias);
 }
 
-std::vector<std::shared_ptr<TransformerBlock>> VisionTransformer::block_list() const {
-  std::vector<std::shared_ptr<TransformerBlock>> out;
-  for (size_t i = 0; i < blocks->size(); ++i) out.push_back(blocks->at<TransformerBlock>(i));
-  return out;
-}
-
-// Each block's last residual add is done by the next layer norm, as GPT::forward does
-// (TransformerBlock::forward_parts).
 Tensor VisionTransformer::features(const Tensor& x) {
   const ViTConfig& c = config;
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c.in_channels &&
@@ -132,9 +127,7 @@ Tensor VisionTransformer::features(const Tensor& x) {
   const int64_t B = x.size(0);
   Tensor cls = expand(cls_token, {B, 1, c.n_embd});  // (B, 1, C)
   Tensor h = drop(cat({cls, t}, 1) + pos_embed);     // (B, 1 + N, C)
-  Tensor pending;
-  for (const auto& block : block_list()) std::tie(h, pending) = block->forward_parts(h, pending);
-  return norm->forward_add(h, pending, amp::autocast_dtype()).second;  // (B, 1 + N, C)
+  return blocks->forward(h, *norm);                  // norm(blocks(h)): (B, 1 + N, C)
 }
 
 Tensor VisionTransformer::forward(const Tensor& x) {

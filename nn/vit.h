@@ -1,8 +1,9 @@
 // The Vision Transformer (Dosovitskiy et al., 2020): the image cut into patches by a strided
-// convolution, a class token and learned position embeddings, GPT's pre-norm transformer blocks
-// (nn/gpt.h) without the causal mask and with the exact (erf) GELU, a final LayerNorm, and a
-// linear head on the class token. Parameter names: patch_embed.proj.weight, cls_token, pos_embed,
-// blocks.0.ln_1.weight, blocks.0.attn.c_attn.weight, ..., norm.weight, head.weight.
+// convolution, a class token and learned position embeddings, pre-norm transformer blocks
+// (nn/transformer.h) without the causal mask and with the exact (erf) GELU, a final LayerNorm, and
+// a linear head on the class token. The model is plain: nn::fuse (nn/fuse.h) swaps in the fused
+// blocks that training programs run. Parameter names: patch_embed.proj.weight, cls_token,
+// pos_embed, blocks.0.ln_1.weight, blocks.0.attn.c_attn.weight, ..., norm.weight, head.weight.
 // Leaves out: loading released weights (timm and torchvision name the block's tensors otherwise),
 // the pre-logits layer, distillation tokens, stochastic depth, resizing the position table.
 #pragma once
@@ -11,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "nn/gpt.h"
 #include "nn/layers.h"
+#include "nn/transformer.h"
 
 namespace loom::nn {
 
@@ -35,8 +36,8 @@ struct ViTConfig {
   static ViTConfig fashion_mnist(int64_t patch_size = 4);
 
   int64_t num_patches() const;  // (image_size / patch_size)^2
-  // The blocks' GPTConfig: non-causal, exact GELU, ln_eps, bias.
-  GPTConfig block_config() const;
+  // The blocks': non-causal, LayerNorm (ln_eps), the exact GELU, MLP 4C wide, biases.
+  TransformerConfig block_config() const;
   void check() const;  // errors name the field and its value
 };
 
@@ -63,18 +64,17 @@ class VisionTransformer : public Module {
   // xavier_uniform_, every bias 0, LayerNorms 1 and 0, head 0. The constructor runs it.
   void init_weights();
   int64_t num_parameters() const;
+  // Activation checkpointing per transformer block, as GPT::set_activation_checkpointing.
+  void set_activation_checkpointing(bool on) { blocks->checkpointing = on; }
 
   ViTConfig config;
   ModuleHolder<PatchEmbedding> patch_embed;
   Tensor cls_token;  // (1, 1, C)
   Tensor pos_embed;  // (1, 1 + N, C), the class token's position first
   ModuleHolder<Dropout> drop;
-  ModuleHolder<Sequential> blocks;  // n_layer TransformerBlocks (non-causal), blocks.0, ...
-  ModuleHolder<LayerNorm> norm;
+  ModuleHolder<TransformerStack> blocks;  // n_layer TransformerBlocks (non-causal), blocks.0, ...
+  ModuleHolder<Module> norm;              // make_norm: a LayerNorm
   ModuleHolder<Linear> head;
-
- private:
-  std::vector<std::shared_ptr<TransformerBlock>> block_list() const;
 };
 
 }  // namespace loom::nn

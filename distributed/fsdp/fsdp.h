@@ -59,8 +59,8 @@ namespace loom::distributed {
 // weights, and a run saved with mixed precision resumes without it (and the other way round).
 struct FSDPOptions {
   // Module types that become units (outermost first).
-  std::vector<std::string> unit_types = {"TransformerBlock", "BasicBlock", "Bottleneck", "Linear",
-                                         "Conv2d"};
+  std::vector<std::string> unit_types = {
+      "TransformerBlock", "FusedTransformerBlock", "BasicBlock", "Bottleneck", "Linear", "Conv2d"};
   bool prefetch = true;  // all-gather the next unit while this one computes
   // Note [FSDP mixed precision]: the dtype units are gathered and computed in (kBF16 or kF16);
   // the shards stay in the parameters' own dtype.

@@ -6,6 +6,7 @@
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
+#include "nn/fuse.h"
 #include "nn/gpt.h"
 
 using namespace loom;
@@ -24,6 +25,7 @@ struct Outcome {
 Outcome run(bool ckpt, const nn::GPTConfig& c, const Tensor& idx, const Tensor& tgt) {
   manual_seed(11);
   nn::GPT m(c);
+  nn::fuse(m);  // the fused blocks training programs run (the chain without checkpointing)
   m.to(cuda_device(0));
   m.set_activation_checkpointing(ckpt);
   cuda::synchronize(0);

@@ -15,6 +15,7 @@
 #include "core/cuda/available.h"
 #include "kernels/backend.h"
 #include "kernels/raw_ops.h"
+#include "nn/fuse.h"
 #include "nn/gpt.h"
 #include "nn/models.h"
 
@@ -106,6 +107,7 @@ TEST(CudaRecompute, GptUnderBf16AutocastGetsThePlainGradientsAndPeaksLower) {
   manual_seed(6);
   nn::GPT m(nn::GPTConfig{
       .vocab_size = 512, .block_size = 256, .n_layer = 4, .n_head = 4, .n_embd = 256});
+  nn::fuse(m);  // gelu_mlp: the GELU in c_fc's epilogue
   m.to(cuda_device(0));
   Tensor idx = randint(0, 512, {8, 256}).to(cuda_device(0));
   Tensor tgt = randint(0, 512, {8, 256}).to(cuda_device(0));

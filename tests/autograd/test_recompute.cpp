@@ -15,6 +15,7 @@
 #include "autograd/recompute.h"
 #include "core/allocator.h"
 #include "kernels/backend.h"
+#include "nn/fuse.h"
 #include "nn/gpt.h"
 #include "nn/resnet.h"
 #include "nn/vit.h"
@@ -187,19 +188,24 @@ TEST(Recompute, ResNetTrainsBitForBitTheSameAndPeaksLower) {
       m, [&] { return cross_entropy(m.forward(x), t); }, 0.9);
 }
 
-// A ViT (exact GELU between two Linears) and a GPT (GELU in the first Linear's epilogue): the
-// GELU's output rebuilt for the second Linear.
+// A ViT (exact GELU between two Linears) and a GPT, plain (the GELU its own op) and fused by
+// nn::fuse (the GELU in gelu_mlp's first Linear's epilogue): the GELU's output rebuilt for the
+// second Linear.
 TEST(Recompute, VitAndGptTrainBitForBitTheSameAndPeakLower) {
-  manual_seed(4);
-  nn::ViTConfig vc = nn::ViTConfig::fashion_mnist(7);
-  vc.n_layer = 2;
-  nn::VisionTransformer vit(vc);
-  Tensor img = randn({8, 1, 28, 28}), label = randint(0, 10, {8});
-  expect_same_gradients_lower_peak(
-      vit, [&] { return cross_entropy(vit.forward(img), label); }, 0.95);
-  nn::GPT gpt(
-      nn::GPTConfig{.vocab_size = 64, .block_size = 32, .n_layer = 2, .n_head = 2, .n_embd = 64});
-  Tensor idx = randint(0, 64, {4, 32}), tgt = randint(0, 64, {4, 32});
-  expect_same_gradients_lower_peak(
-      gpt, [&] { return gpt.loss(idx, tgt); }, 0.95);
+  for (bool fused : {false, true}) {
+    manual_seed(4);
+    nn::ViTConfig vc = nn::ViTConfig::fashion_mnist(7);
+    vc.n_layer = 2;
+    nn::VisionTransformer vit(vc);
+    if (fused) nn::fuse(vit);
+    Tensor img = randn({8, 1, 28, 28}), label = randint(0, 10, {8});
+    expect_same_gradients_lower_peak(
+        vit, [&] { return cross_entropy(vit.forward(img), label); }, 0.95);
+    nn::GPT gpt(
+        nn::GPTConfig{.vocab_size = 64, .block_size = 32, .n_layer = 2, .n_head = 2, .n_embd = 64});
+    if (fused) nn::fuse(gpt);
+    Tensor idx = randint(0, 64, {4, 32}), tgt = randint(0, 64, {4, 32});
+    expect_same_gradients_lower_peak(
+        gpt, [&] { return gpt.loss(idx, tgt); }, 0.95);
+  }
 }

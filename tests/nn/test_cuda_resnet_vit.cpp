@@ -3,7 +3,8 @@
 // BatchNorm over the few values of a small batch's last stages amplifies the different summation
 // orders of cuDNN and the CPU into gradients that differ by percents (0.4% for ResNet-18 and 2.5%
 // for ResNet-50 on an H200, 2026-12-03), which would hide a real bug. The ViT in float32 (1e-3;
-// TF32 is off in loom), and under bf16 autocast its logits within bf16's rounding.
+// TF32 is off in loom), plain and fused (nn::fuse), and under bf16 autocast its fused logits
+// within bf16's rounding.
 // Leaves out: speed (bench_train) and accuracy runs.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
+#include "nn/fuse.h"
 #include "nn/models.h"
 
 using namespace loom;
@@ -77,9 +79,19 @@ TEST(CudaVisionModels, SmallVitEqualsTheCpuAndRunsUnderBf16Autocast) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   manual_seed(4);
   Tensor x = randn({4, 1, 28, 28}), y = randint(0, 10, {4});
-  expect_cuda_equals_cpu([] { return nn::make_vit_fashion_mnist(7); }, x, y, kF32, 1e-3);
+  for (bool fused : {false, true}) {  // the plain model, and the fused one train_cnn runs
+    SCOPED_TRACE(fused ? "fused" : "plain");
+    expect_cuda_equals_cpu(
+        [fused] {
+          auto m = nn::make_vit_fashion_mnist(7);
+          if (fused) nn::fuse(*m);
+          return m;
+        },
+        x, y, kF32, 1e-3);
+  }
   manual_seed(3);
   auto vit = nn::make_vit_fashion_mnist(4);
+  nn::fuse(*vit);
   vit->to(cuda_device(0));
   Tensor plain = (*vit)(x.to(cuda_device(0)));
   Tensor mixed;

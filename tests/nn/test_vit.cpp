@@ -1,9 +1,9 @@
 // The Vision Transformer (nn/vit.h, built by nn/models.h): ViT-B/16's published parameter count,
-// shapes, the encoder block (GPT's TransformerBlock made non-causal with the exact GELU) and the
-// whole feature extractor against loom's primitive ops in float64 (matmul, softmax, matmul without
-// a mask; output and every gradient), Adam steps that lower the loss, the state_dict names and a
-// save/load round trip, and the errors.
-// Leaves out: CUDA and autocast (the ops' tests), the GPT itself (tests/nn/test_gpt.cpp).
+// shapes, the encoder block (nn/transformer.h's TransformerBlock, non-causal, the exact GELU) and
+// the whole feature extractor against loom's primitive ops in float64 (matmul, softmax, matmul
+// without a mask; output and every gradient), Adam steps that lower the loss, the state_dict names
+// and a save/load round trip, and the errors. Leaves out: CUDA and autocast (the ops' tests), the
+// GPT itself (tests/nn/test_gpt.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,7 +140,7 @@ TEST(ViT, EncoderBlockIsNonCausalWithTheExactGeluAsPrimitiveOps) {
   manual_seed(2);
   TransformerBlock block(c.block_config());
   EXPECT_EQ(block.attn->type_name(), "SelfAttention");
-  EXPECT_EQ(block.mlp->gelu->approximate, "none");
+  EXPECT_EQ(std::dynamic_pointer_cast<MLP>(block.mlp)->gelu->approximate, "none");
   auto f = [&](const Tensor& x) { return block(x); };
   auto f_ref = [&](const Params& p, const Tensor& x) {
     return ref_block(p, "", x, c.n_head, c.ln_eps);

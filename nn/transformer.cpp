@@ -1,0 +1,178 @@
+// The plain transformer modules (nn/transformer.h): the config's checks, the norm and MLP
+// factories, attention, MLP, block and stack, each forward the composition of its children.
+// Leaves out: the fused forms (nn/fused_transformer.cpp) and the models' embeddings and heads.
+#include "nn/transformer.h"
+
+#include "autograd/checkpoint.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/ops.h"
+
+namespace loom::nn {
+
+// ---------------------------------------------------------------- config and factories
+
+void TransformerConfig::check() const {
+  LOOM_CHECK(n_embd > 0 && n_head > 0 && n_kv_head >= 0 && mlp_hidden >= 0,
+             "TransformerConfig: sizes must be positive (n_embd ", n_embd, ", n_head ", n_head,
+             ", n_kv_head ", n_kv_head, ", mlp_hidden ", mlp_hidden, ")");
+  LOOM_CHECK(n_embd % n_head == 0, "TransformerConfig: n_embd ", n_embd,
+             " is not divisible by n_head ", n_head);
+  LOOM_CHECK(n_kv_head == 0 || n_kv_head == n_head, "TransformerConfig: n_kv_head ", n_kv_head,
+             " differs from n_head ", n_head,
+             ": grouped-query attention is not implemented (Note [Transformer extension points])");
+  LOOM_CHECK(dropout >= 0.0 && dropout < 1.0, "TransformerConfig: dropout ", dropout,
+             " is not in [0, 1)");
+  LOOM_CHECK(norm_eps > 0.0, "TransformerConfig: norm_eps ", norm_eps, " must be positive");
+}
+
+std::shared_ptr<Module> make_norm(const TransformerConfig& cfg) {
+  switch (cfg.norm) {
+    case NormKind::LayerNorm:
+      return make<LayerNorm>(cfg.n_embd, LayerNormOptions{.eps = cfg.norm_eps, .bias = cfg.bias});
+  }
+  LOOM_FAIL("make_norm: unknown NormKind ", int(cfg.norm));
+}
+
+std::shared_ptr<Module> make_feed_forward(const TransformerConfig& cfg) {
+  switch (cfg.mlp) {
+    case MLPKind::GELU:
+      return make<MLP>(cfg);
+  }
+  LOOM_FAIL("make_feed_forward: unknown MLPKind ", int(cfg.mlp));
+}
+
+// ---------------------------------------------------------------- attention
+
+SelfAttention::SelfAttention(const TransformerConfig& cfg)
+    : Module(cfg.causal ? "CausalSelfAttention" : "SelfAttention"),
+      n_head(cfg.n_head),
+      n_embd(cfg.n_embd),
+      dropout(cfg.dropout),
+      causal(cfg.causal) {
+  cfg.check();
+  c_attn = register_module("c_attn", make<Linear>(n_embd, 3 * n_embd, cfg.bias));
+  c_proj = register_module("c_proj", make<Linear>(n_embd, n_embd, cfg.bias));
+  resid_dropout = register_module("resid_dropout", make<Dropout>(cfg.dropout));
+}
+
+// q, k, v: (B, H, T, D) -> (B, T, C), then the output projection.
+Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
+  double p = is_training() ? dropout : 0.0;
+  Tensor y = scaled_dot_product_attention(q, k, v, is_causal, kDefaultScale, p);
+  int64_t B = q.size(0), T = q.size(2);
+  y = reshape(transpose(y, 1, 2), {B, T, n_embd});  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+  return resid_dropout->forward(c_proj->forward(y));
+}
+
+namespace {
+// qkv: (B, T, 3C) -> q, k, v as (B, H, T, D) views of it.
+std::vector<Tensor> split_heads(const Tensor& qkv, int64_t n_head) {
+  int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  Tensor five = view(qkv, {B, T, 3, n_head, C / n_head});
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < 3; ++i) out.push_back(transpose(select(five, 2, i), 1, 2));
+  return out;
+}
+}  // namespace
+
+Tensor SelfAttention::forward(const Tensor& x) {
+  LOOM_CHECK(x.dim() == 3 && x.size(2) == n_embd, type_name(), "(n_embd=", n_embd, "): input ",
+             describe(x), " should be (B, T, ", n_embd, ")");
+  // One node from the packed projection to the heads' outputs (Note [Packed attention] in
+  // autograd/ops/attention_packed.cpp): on CUDA the backward writes dq, dk, dv into one tensor.
+  const double p = is_training() ? dropout : 0.0;
+  Tensor y = scaled_dot_product_attention_packed(c_attn->forward(x), n_head, causal, kDefaultScale,
+                                                 p);  // (B, T, C)
+  return resid_dropout->forward(c_proj->forward(y));
+}
+
+Tensor SelfAttention::forward(const Tensor& x, KVCache& cache, size_t layer) {
+  LOOM_CHECK(causal, "SelfAttention: a KV cache needs causal attention (causal is false)");
+  LOOM_CHECK(cache.length == 0 || x.size(1) == 1, "CausalSelfAttention: with ", cache.length,
+             " cached positions the input must be one position, got ", x.size(1));
+  auto qkv = split_heads(c_attn->forward(x), n_head);
+  if (cache.k.size() <= layer) cache.k.resize(layer + 1), cache.v.resize(layer + 1);
+  Tensor& k = cache.k[layer];
+  Tensor& v = cache.v[layer];
+  k = k.defined() ? cat({k, qkv[1]}, 2) : contiguous(qkv[1]);  // (B, H, length + T, D)
+  v = v.defined() ? cat({v, qkv[2]}, 2) : contiguous(qkv[2]);
+  return attend(qkv[0], k, v, /*is_causal=*/cache.length == 0);
+}
+
+// ---------------------------------------------------------------- MLP
+
+MLP::MLP(const TransformerConfig& cfg) : Module("MLP") {
+  c_fc = register_module("c_fc", make<Linear>(cfg.n_embd, cfg.hidden(), cfg.bias));
+  gelu = register_module("gelu", make<GELU>(cfg.gelu_approximate));
+  c_proj = register_module("c_proj", make<Linear>(cfg.hidden(), cfg.n_embd, cfg.bias));
+  dropout = register_module("dropout", make<Dropout>(cfg.dropout));
+}
+
+Tensor MLP::forward(const Tensor& x) {  // (B, T, C) -> (B, T, hidden) -> (B, T, C)
+  return dropout(c_proj(gelu(c_fc(x))));
+}
+
+// ---------------------------------------------------------------- block
+
+// The children are made one statement at a time, in the order they are named: each Linear's
+// init draws from the default generator (as arguments of one call their order would be the
+// compiler's).
+TransformerBlock::TransformerBlock(const TransformerConfig& cfg) : Module("TransformerBlock") {
+  ln_1 = register_module("ln_1", make_norm(cfg));
+  attn = register_module("attn", make<SelfAttention>(cfg));
+  ln_2 = register_module("ln_2", make_norm(cfg));
+  mlp = register_module("mlp", make_feed_forward(cfg));
+}
+
+TransformerBlock::TransformerBlock(std::string type_name, std::shared_ptr<Module> ln_1_,
+                                   std::shared_ptr<SelfAttention> attn_,
+                                   std::shared_ptr<Module> ln_2_, std::shared_ptr<Module> mlp_)
+    : Module(std::move(type_name)) {
+  ln_1 = register_module("ln_1", std::move(ln_1_));
+  attn = register_module("attn", std::move(attn_));
+  ln_2 = register_module("ln_2", std::move(ln_2_));
+  mlp = register_module("mlp", std::move(mlp_));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x_in) {
+  Tensor x = x_in + attn(ln_1(x_in));  // (B, T, C)
+  return x + mlp(ln_2(x));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x_in, KVCache& cache, size_t layer) {
+  Tensor x = x_in + attn->forward(ln_1(x_in), cache, layer);
+  return x + mlp(ln_2(x));
+}
+
+// ---------------------------------------------------------------- stack
+
+TransformerStack::TransformerStack(const TransformerConfig& cfg, int64_t n_layer)
+    : Sequential("TransformerStack") {
+  LOOM_CHECK(n_layer > 0, "TransformerStack: n_layer ", n_layer, " must be positive");
+  for (int64_t i = 0; i < n_layer; ++i) push_back(make<TransformerBlock>(cfg));
+}
+
+// Each block checkpointed: one node that keeps its input and runs the block again in backward.
+Tensor TransformerStack::forward(const Tensor& x) {
+  const bool ckpt = checkpointing && autograd::is_grad_enabled();
+  Tensor h = x;
+  for (size_t i = 0; i < size(); ++i) {
+    TransformerBlock* b = block(i).get();
+    h = ckpt ? autograd::checkpoint([b](const std::vector<Tensor>& in) { return (*b)(in[0]); }, {h})
+             : (*b)(h);
+  }
+  return h;
+}
+
+Tensor TransformerStack::forward(const Tensor& x, Module& final_norm) {
+  return final_norm(forward(x));
+}
+
+Tensor TransformerStack::forward(const Tensor& x, Module& final_norm, KVCache& cache) {
+  Tensor h = x;
+  for (size_t i = 0; i < size(); ++i) h = block(i)->forward(h, cache, i);
+  return final_norm(h);
+}
+
+}  // namespace loom::nn
