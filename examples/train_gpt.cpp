@@ -22,6 +22,7 @@
 #include "autograd/ops/ops.h"
 #include "data/tokenizer.h"
 #include "nn/amp/grad_scaler.h"
+#include "nn/fuse.h"
 #include "nn/gpt_sample.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/cuda_graph_step.h"
@@ -147,6 +148,9 @@ int main(int argc, char** argv) {
     auto model = std::make_shared<nn::GPT>(model_config(g));
     model->set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
+    // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h).
+    const auto fused = nn::fuse(*model);
+    if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     train::TokenData data(cfg, setup, g.data);  // windows (B, T) of token ids, sharded by rank
     model->to(setup.device);
     auto adamw = train::make_transformer_adamw(cfg, model->parameters());
