@@ -1,10 +1,12 @@
 // nn::fuse's transformer step: in a model whose trunk is a TransformerStack followed by a final
 // norm (GPT's h and ln_f, the Vision Transformer's blocks and norm), the stack becomes a
 // FusedTransformerStack of FusedTransformerBlocks and the norm a FusedAddLayerNorm
-// (nn/fused_transformer.h). nn::fuse runs it on every GPT and VisionTransformer it walks through.
+// (nn/fused_transformer.h). nn::fuse runs it on every GPT and VisionTransformer it walks through;
+// a model of one's own names its stack and norm (docs/adding-a-model.md).
 //
 //   auto gpt = std::make_shared<nn::GPT>(cfg);
 //   nn::fuse(*gpt);                          // or nn::fuse_transformer(*gpt): this step alone
+//   nn::fuse_transformer(*lm, lm->blocks, lm->norm);  // any model: its two members
 //
 // Leaves out: the Sequential patterns (nn/fuse.cpp) and unfusing.
 #pragma once

@@ -3,8 +3,9 @@
 // without activation checkpointing, with and without dropout; the fused model's KV cache against
 // its full forward and the plain model's; the fused ops in the graph; keys, parameters and
 // checkpoints unchanged both ways; the printed model, fusion_summary and a second fuse; anomaly
-// mode. Leaves out: the fused ops against their composites (tests/autograd), CUDA (the ops' CUDA
-// tests, tests/autograd/test_cuda_checkpoint.cpp), FSDP (tests/distributed/fsdp/test_fsdp.cpp).
+// mode; a model of one's own fused through fuse_transformer. Leaves out: the fused ops against
+// their composites (tests/autograd), CUDA (the ops' CUDA tests,
+// tests/autograd/test_cuda_checkpoint.cpp), FSDP (tests/distributed/fsdp/test_fsdp.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,25 @@ std::string printed(const Module& m) {
   os << m;
   return os.str();
 }
+
+// A model of one's own built from the stack (docs/adding-a-model.md's TinyLM): (B, T) ids ->
+// (B, T, V) logits, without position embeddings.
+class TinyLM : public Module {
+ public:
+  TinyLM() : Module("TinyLM") {
+    TransformerConfig block{.n_embd = 16, .n_head = 2, .causal = true};
+    tok = register_module("tok", make<Embedding>(37, 16));
+    blocks = register_module("blocks", make<TransformerStack>(block, 2));
+    norm = register_module("norm", make_norm(block));
+    head = register_module("head", make<Linear>(16, 37));
+  }
+  Tensor forward(const Tensor& idx) override { return head(blocks->forward(tok(idx), *norm)); }
+
+  ModuleHolder<Embedding> tok;
+  ModuleHolder<TransformerStack> blocks;
+  ModuleHolder<Module> norm;
+  ModuleHolder<Linear> head;
+};
 
 }  // namespace
 
@@ -347,4 +367,27 @@ TEST(FusedTransformer, AnyFinalNormGetsTheWholeResidualStream) {
   Tensor x = randn({2, 5, 32});
   EXPECT_LT(max_abs(fused.forward(x, norm) - plain.forward(x, norm)), 1e-5);
   EXPECT_GT(max_abs(fused.forward(x, norm)), 0.5);
+}
+
+// A model nn::fuse does not know names its trunk to fuse_transformer, which puts the fused stack
+// and norm into its children and into the two members its forward calls: the plain model's loss
+// and gradients.
+TEST(FusedTransformer, AModelOfOnesOwnNamesItsTrunk) {
+  manual_seed(14);
+  auto plain = std::make_shared<TinyLM>();
+  manual_seed(14);
+  auto fused = std::make_shared<TinyLM>();
+  EXPECT_TRUE(fuse(*fused).empty());  // nn::fuse cannot know TinyLM's members
+  EXPECT_EQ(fusion_summary(fuse_transformer(*fused, fused->blocks, fused->norm)),
+            "nn::fuse: 4 fusions: blocks FusedTransformerStack, blocks.0 FusedTransformerBlock, "
+            "blocks.1 FusedTransformerBlock, norm FusedAddLayerNorm");
+  EXPECT_EQ(fused->blocks.get(), fused->named_children()[1].second.get());
+  EXPECT_EQ(fused->norm->type_name(), "FusedAddLayerNorm");
+  plain->to(kF64);
+  fused->to(kF64);
+  const Tensor idx = random_ids(2, 7, 15), tgt = random_ids(2, 7, 16);
+  auto loss = [&](Module& m) { return cross_entropy(flatten(m.forward(idx), 0, 1), flatten(tgt)); };
+  expect_same(run(*plain, [&] { return loss(*plain); }), run(*fused, [&] { return loss(*fused); }),
+              "TinyLM");
+  EXPECT_EQ(count(recorded_ops(loss(*fused)), "gelu_mlp"), 2);
 }
