@@ -24,6 +24,8 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/gpt_sample.h"
+#include "nn/hf_checkpoint.h"
+#include "nn/hf_gpt2.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/cuda_graph_step.h"
 #include "train/data_parallel.h"
@@ -50,6 +52,7 @@ struct GptFlags {
   std::string prompt = "\n";
   nn::SampleOptions sampling;
   std::string tokenizer = "bytes";  // --tokenizer: data::load_tokenizer's spec
+  std::string init_from, save_hf;   // Hugging Face GPT-2 folders (nn/hf_gpt2.h)
   bool decode_sample = true;        // false: shards of unknown tokens, printed as ids
 };
 
@@ -85,6 +88,11 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
   app.add_flag("--activation-checkpointing", g.activation_checkpointing,
                "keep only each block's input in forward and recompute the block in backward "
                "(less memory, one more forward)");
+  app.add_option("--init-from", g.init_from,
+                 "start from a Hugging Face GPT-2 folder (config.json and safetensors, as "
+                 "transformers saves them): its sizes and weights instead of --model");
+  app.add_option("--save-hf", g.save_hf,
+                 "after training, write the model as a Hugging Face GPT-2 folder here");
   app.add_option("--peak-tflops", g.peak_tflops, "the device's peak, for MFU")
       ->check(train::real_range(0, 1e6, true));
   app.add_option("--sample", g.sample, "after training, print N generated tokens")
@@ -105,6 +113,35 @@ nn::GPTConfig model_config(const GptFlags& g) {
   c.vocab_size = g.data.vocab_size;
   c.block_size = g.data.seq_len;  // the position table: as long as the training windows
   return c;
+}
+
+// The model --model (and --n-layer, ...) describe, or the one --init-from's folder holds; its
+// position table as long as the training windows need (an error when a folder's is shorter).
+std::shared_ptr<nn::GPT> make_model(const GptFlags& g) {
+  if (g.init_from.empty()) return std::make_shared<nn::GPT>(model_config(g));
+  nn::HfCheckpoint ckpt(g.init_from);
+  auto model = std::make_shared<nn::GPT>(nn::gpt2_config_from_hf(ckpt.config()));
+  nn::load_hf_gpt2_into(*model, ckpt);
+  LOOM_CHECK(g.data.seq_len <= model->config.block_size, "--init-from ", g.init_from,
+             ": --seq-len ", g.data.seq_len, " is longer than the model's ",
+             model->config.block_size, " positions");
+  LOOM_CHECK(g.data.vocab_size <= model->config.vocab_size, "--init-from ", g.init_from,
+             ": the data's vocabulary of ", g.data.vocab_size, " ids does not fit the model's ",
+             model->config.vocab_size);
+  return model;
+}
+
+// How the run is reported: the model's name, tokens per step, MFU's FLOPs and peak.
+train::RunPlan run_plan(nn::GPT& model, const GptFlags& g, const train::TrainConfig& cfg,
+                        int64_t train_tokens) {
+  const int64_t tokens_per_step = cfg.batch_size * g.data.seq_len;
+  return {.title = str("GPT ", model.config.n_layer, "x", model.config.n_embd, " (",
+                       model.num_parameters(), " parameters)"),
+          .train_examples = train_tokens,
+          .eval_every = g.eval_every,
+          .samples_per_step = tokens_per_step,
+          .flops_per_step = model.flops_per_token(g.data.seq_len) * double(tokens_per_step),
+          .peak_tflops = g.peak_tflops};
 }
 
 // --sample: N tokens after --prompt, decoded by the run's tokenizer (as ids with shards).
@@ -145,7 +182,7 @@ int main(int argc, char** argv) {
   return train::run_main("train_gpt", [&] {
     auto tokenizer = load_run_tokenizer(app, g);
     manual_seed(cfg.seed);
-    auto model = std::make_shared<nn::GPT>(model_config(g));
+    auto model = make_model(g);
     model->set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
     // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h).
@@ -163,16 +200,8 @@ int main(int argc, char** argv) {
                                         .eta_min = cfg.lr * g.min_lr_ratio});
     std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
-    const int64_t tokens_per_step = cfg.batch_size * g.data.seq_len;
-    train::Run run(
-        cfg, setup, {*model, dp, *data.train, scaler, &sched},
-        {.title = str("GPT ", model->config.n_layer, "x", model->config.n_embd, " (",
-                      model->num_parameters(), " parameters)"),
-         .train_examples = data.train_set->num_tokens(),
-         .eval_every = g.eval_every,
-         .samples_per_step = tokens_per_step,
-         .flops_per_step = model->flops_per_token(g.data.seq_len) * double(tokens_per_step),
-         .peak_tflops = g.peak_tflops});
+    train::Run run(cfg, setup, {*model, dp, *data.train, scaler, &sched},
+                   run_plan(*model, g, cfg, data.train_set->num_tokens()));
 
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it
     // (train::accumulate, train::CudaGraphStep), as in examples/train_mlp.cpp.
@@ -204,9 +233,10 @@ int main(int argc, char** argv) {
       if (!run.end_interval()) break;
       if (!run.evaluated(train::evaluate_classifier(dp, *data.val, setup))) break;
     }
-    if (g.sample > 0) {
+    if (g.sample > 0 || !g.save_hf.empty()) {
       auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
-      if (setup.main()) print_sample(*model, g, *tokenizer);
+      if (setup.main() && g.sample > 0) print_sample(*model, g, *tokenizer);
+      if (setup.main() && !g.save_hf.empty()) nn::save_hf_gpt2(*model, g.save_hf);
     }
     return run.finish();
   });

@@ -3,7 +3,8 @@
 // can reach at best) and above its entropy rate (what no model can beat); a run killed with SIGKILL
 // and resumed ends with the straight run's weights bit for bit; 2 Gloo processes under loomrun end
 // with one process's weights for the same global batch; --grad-accum 2 ends with the one-batch
-// run's weights and loss; and the sample it prints is text. Every run is bounded by `timeout`.
+// run's weights and loss; the sample it prints is text; a BPE --tokenizer; --init-from and
+// --save-hf with a Hugging Face GPT-2 folder. Every run is bounded by `timeout`.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +18,9 @@
 #include <regex>
 
 #include "autograd/ops/ops.h"
+#include "data/token_shards.h"
 #include "nn/checkpoint.h"
+#include "nn/hf_gpt2.h"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -314,6 +317,40 @@ TEST(TrainGpt, ABpeTokenizerSetsTheVocabularyAndDecodesTheSample) {
   Outcome bad = run_cmd(gpt(1, text, "--tokenizer " + tok + " --vocab-size 256 --max-steps 1"));
   EXPECT_EQ(bad.status, 1) << bad.output;
   EXPECT_NE(bad.output.find("has 1002 ids, so the vocabulary must hold them, not --vocab-size 256"),
+            std::string::npos)
+      << bad.output;
+  fs::remove_all(dir);
+}
+
+// --init-from and --save-hf: a run started from a Hugging Face GPT-2 folder (the transformers
+// fixture of scripts/make-hf-fixtures.py: 2 x 32, vocabulary 96, 64 positions) takes its sizes
+// and weights; with a learning rate of 1e-12 one step moves no weight by more than 1e-9, so the
+// folder --save-hf writes holds the fixture's weights (read back by nn::load_hf_gpt2). A
+// --seq-len longer than the folder's positions is an error naming both.
+TEST(TrainGpt, InitFromAndSaveHfRoundTripAHuggingFaceFolder) {
+  fs::path dir = temp_dir("hf"), shards = dir / "shards", out = dir / "saved";
+  fs::create_directories(shards);
+  std::vector<uint16_t> ids;
+  for (int i = 0; i < 4000; ++i) ids.push_back(uint16_t((i * 7) % 95));
+  data::write_token_shard((shards / "train_000000.bin").string(), ids);
+  data::write_token_shard((shards / "val_000000.bin").string(), ids);
+  const char* src = std::getenv("LOOM_SOURCE_DIR");
+  const std::string hf = std::string(src && *src ? src : ".") + "/tests/nn/golden/hf/gpt2";
+  const std::string common = std::string(TRAIN_GPT_BIN) + " --device cpu --workers 0 --shards " +
+                             shards.string() + " --vocab-size 96 --init-from " + hf +
+                             " --batch-size 4 ";
+  Outcome r = run_cmd(common + "--seq-len 32 --lr 1e-12 --max-steps 1 --eval-every 1 --save-hf " +
+                      out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("GPT 2x32 ("), std::string::npos) << r.output;
+  auto want = nn::load_hf_gpt2(hf), got = nn::load_hf_gpt2(out.string());
+  auto a = want->named_parameters(), b = got->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(max(abs(a[i].second - b[i].second)).item(), 1e-9) << a[i].first;
+  Outcome bad = run_cmd(common + "--seq-len 128 --max-steps 1");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--seq-len 128 is longer than the model's 64 positions"),
             std::string::npos)
       << bad.output;
   fs::remove_all(dir);
