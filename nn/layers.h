@@ -45,6 +45,13 @@ class Linear : public Module {
 
   int64_t in_features, out_features;
   Tensor weight, bias;  // bias undefined without bias
+  // Low-rank adapters (nn/lora.h, Note [LoRA]): children lora_A (in -> r) and lora_B (r -> out),
+  // and forward adds lora_scale * lora_B(lora_A(dropout(x, lora_dropout))). Null without.
+  std::shared_ptr<Linear> lora_A, lora_B;
+  double lora_scale = 0.0, lora_dropout = 0.0;
+  // Adds the two adapters (rank r, scale alpha / r) and removes them again (nn/lora.cpp).
+  void add_lora(int64_t rank, double alpha, double dropout);
+  void remove_lora();
 };
 
 // ---------------------------------------------------------------- Conv2d (nn/conv.cpp)

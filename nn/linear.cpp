@@ -2,10 +2,12 @@
 // Leaves out: factory options for dtype and device (use Module::to after construction).
 #include <cmath>
 
+#include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
 #include "autograd/ops/linalg.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/lora.h"
 
 namespace loom::nn {
 
@@ -39,12 +41,17 @@ Tensor Linear::forward(const Tensor& x, LinearActivation act) {
              "Linear(in_features=", in_features, "): input ",
              x.defined() ? describe(x) : std::string("undefined"), " should end in ", in_features,
              " features");
-  return linear(x, weight, bias, act);
+  if (!lora_A) return linear(x, weight, bias, act);
+  LOOM_CHECK(act == LinearActivation::None, "Linear(in_features=", in_features,
+             "): low-rank adapters add after the product, so a fused activation cannot follow; "
+             "apply LoRA to the plain model (before nn::fuse)");
+  return linear(x, weight, bias) + lora_delta(*this, x);  // Note [LoRA] in nn/lora.h
 }
 
 std::string Linear::extra_repr() const {
   return str("in_features=", in_features, ", out_features=", out_features,
-             ", bias=", bias.defined() ? "true" : "false");
+             ", bias=", bias.defined() ? "true" : "false",
+             lora_A ? str(", lora_rank=", lora_A->out_features, ", lora_scale=", lora_scale) : "");
 }
 
 }  // namespace loom::nn

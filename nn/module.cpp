@@ -123,6 +123,15 @@ void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
   LOOM_FAIL(type_name_, ".replace_child: there is no child called \"", name, "\"");
 }
 
+void Module::remove_child(const std::string& name) {
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->first == name) {
+      children_.erase(it);
+      return;
+    }
+  LOOM_FAIL(type_name_, ".remove_child: there is no child called \"", name, "\"");
+}
+
 void Module::share_members_of(Module& inner) {
   LOOM_CHECK(&inner != this, type_name_,
              ".share_members_of: a module cannot share its own members");

@@ -122,6 +122,8 @@ class Module {
   // replaced ones' tensors, which are already named. A member holder that points at the old
   // child (GPT::h) is the caller's to update (nn/fuse_transformer.cpp does both).
   void replace_child(const std::string& name, std::shared_ptr<Module> m);
+  // Removes the child called `name` (merge_lora drops a Linear's adapters this way).
+  void remove_child(const std::string& name);
 
  protected:
   // Registers a member tensor (see Note [Modules hold their tensors by pointer]); parameters get
