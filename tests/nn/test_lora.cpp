@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "autograd/ops/ops.h"
+#include "nn/fuse.h"
 #include "nn/gpt.h"
 #include "nn/lora.h"
 #include "nn/optim/adam.h"
@@ -134,6 +135,25 @@ TEST(LoRA, MergeFoldsTheUpdateIntoTheWeights) {
   EXPECT_TRUE(lora_parameters(m).empty());
   for (auto& [k, t] : m.state_dict()) EXPECT_EQ(k.find("lora_"), std::string::npos) << k;
   for (const Tensor& p : m.parameters()) EXPECT_TRUE(p.requires_grad());
+}
+
+// A fused GPT (nn::fuse: the MLP as one gelu_mlp op) with adapters on the MLP's c_fc computes what
+// the plain adapted GPT does: the fused MLP runs the plain one when its Linears carry adapters.
+TEST(LoRA, AFusedGptWithAdaptedMlpEqualsThePlainOne) {
+  manual_seed(5);
+  GPT plain(tiny()), fused(tiny());
+  plain.to(kF64), fused.to(kF64);
+  fused.load_state_dict(plain.state_dict());
+  nn::fuse(fused);
+  for (GPT* m : {&plain, &fused}) apply_lora(*m, {.rank = 2, .alpha = 4, .targets = {"c_fc"}});
+  auto a = lora_parameters(plain), b = lora_parameters(fused);
+  for (size_t i = 0; i < a.size(); ++i) {
+    NoGradGuard g;
+    Tensor r = randn(a[i].shape(), {.dtype = kF64}) * 0.1;
+    a[i].copy_(r), b[i].copy_(r);
+  }
+  Tensor idx = randint(0, 37, {2, 16});
+  EXPECT_LE(max_diff(plain(idx), fused(idx)), 1e-12);
 }
 
 TEST(LoRA, ErrorsNameTheProblem) {
