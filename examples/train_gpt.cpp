@@ -26,6 +26,7 @@
 #include "nn/gpt_sample.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_gpt2.h"
+#include "nn/lora.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/cuda_graph_step.h"
 #include "train/data_parallel.h"
@@ -54,7 +55,20 @@ struct GptFlags {
   std::string tokenizer = "bytes";  // --tokenizer: data::load_tokenizer's spec
   std::string init_from, save_hf;   // Hugging Face GPT-2 folders (nn/hf_gpt2.h)
   bool decode_sample = true;        // false: shards of unknown tokens, printed as ids
+  nn::LoRAOptions lora{.rank = 0};  // --lora-rank > 0: train low-rank adapters only (nn/lora.h)
 };
+
+void add_lora_flags(CLI::App& app, nn::LoRAOptions& o) {
+  app.add_option("--lora-rank", o.rank,
+                 "fine-tune through LoRA adapters of this rank on --lora-targets, the rest "
+                 "frozen (0: train every weight)")
+      ->check(train::int_range(0, 65536));
+  app.add_option("--lora-alpha", o.alpha, "the adapters' scale is alpha / rank")
+      ->check(train::real_range(0, 1e6, true));
+  app.add_option("--lora-dropout", o.dropout, "dropout on the adapters' input")
+      ->check(train::real_range(0, 0.99));
+  app.add_option("--lora-targets", o.targets, "the Linears to adapt, by name")->delimiter(',');
+}
 
 void add_gpt_flags(CLI::App& app, GptFlags& g) {
   app.add_option("--model", g.model, "mini, or GPT-2's sizes d12 (124M), d24, d36, d48")
@@ -177,12 +191,14 @@ int main(int argc, char** argv) {
   GptFlags g;
   train::add_train_flags(app, cfg);
   add_gpt_flags(app, g);
+  add_lora_flags(app, g.lora);
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
 
   return train::run_main("train_gpt", [&] {
     auto tokenizer = load_run_tokenizer(app, g);
     manual_seed(cfg.seed);
     auto model = make_model(g);
+    if (g.lora.rank > 0) nn::apply_lora(*model, g.lora);  // before DDP: adapters train, base frozen
     model->set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
     // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h).
@@ -190,7 +206,8 @@ int main(int argc, char** argv) {
     if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     train::TokenData data(cfg, setup, g.data);  // windows (B, T) of token ids, sharded by rank
     model->to(setup.device);
-    auto adamw = train::make_transformer_adamw(cfg, model->parameters());
+    auto adamw = train::make_transformer_adamw(
+        cfg, g.lora.rank > 0 ? nn::lora_parameters(*model) : model->parameters());
     train::DataParallel dp(cfg, setup, model, *adamw);  // DDP, or ZeRO / FSDP with --zero
     nn::Module& net = dp.net();
     optim::Optimizer& opt = dp.optimizer();  // the ZeroOptimizer under --zero, else *adamw
@@ -236,7 +253,10 @@ int main(int argc, char** argv) {
     if (g.sample > 0 || !g.save_hf.empty()) {
       auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
       if (setup.main() && g.sample > 0) print_sample(*model, g, *tokenizer);
-      if (setup.main() && !g.save_hf.empty()) nn::save_hf_gpt2(*model, g.save_hf);
+      if (setup.main() && !g.save_hf.empty()) {
+        nn::merge_lora(*model);  // the adapters folded into the weights (none without --lora-rank)
+        nn::save_hf_gpt2(*model, g.save_hf);
+      }
     }
     return run.finish();
   });
