@@ -261,9 +261,16 @@ SafetensorsHeader parse_safetensors_header(const std::string& json_text, uint64_
     expected = e.end;
     prev = &e;
   }
+  if (expected > data_size) {  // name the first tensor whose bytes are not all there
+    for (const auto& e : h.entries)
+      LOOM_CHECK(e.end <= data_size, prefix(source), "the data section holds ", data_size,
+                 " bytes but the tensors in the header cover ", expected,
+                 " (the file is truncated: ", "tensor '", e.name, "' ",
+                 safetensors_dtype_name(e.dtype), " ", e.shape, " needs bytes ", e.begin, "..",
+                 e.end, ")");
+  }
   LOOM_CHECK(expected == data_size, prefix(source), "the data section holds ", data_size,
-             " bytes but the tensors in the header cover ", expected,
-             expected < data_size ? " (extra bytes at the end)" : " (the file is truncated)");
+             " bytes but the tensors in the header cover ", expected, " (extra bytes at the end)");
   return h;
 }
 
@@ -313,6 +320,10 @@ SafetensorsFile read_all(const ByteSource& src) {
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
   return read_header(FileSource(path));
+}
+
+SafetensorsHeader read_safetensors_header(const void* data, size_t n, const std::string& name) {
+  return read_header(MemorySource(data, n, name));
 }
 
 SafetensorsFile read_safetensors(const std::string& path) { return read_all(FileSource(path)); }

@@ -72,6 +72,9 @@ SafetensorsFile read_safetensors(const void* data, size_t n, const std::string& 
 
 // Reads and checks the header only (the data section's size is checked against the file size).
 SafetensorsHeader read_safetensors_header(const std::string& path);
+// The same from a whole file's n bytes in memory (a mapped file: core/safetensors_mapped.h);
+// `name` stands for the file in errors.
+SafetensorsHeader read_safetensors_header(const void* data, size_t n, const std::string& name);
 
 // Parses and checks the JSON header text against a data section of `data_size` bytes.
 // `source` names the file in errors. Exposed for tests.

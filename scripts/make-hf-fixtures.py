@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""make-hf-fixtures.py: tiny random Hugging Face checkpoints and what `transformers` computes on them.
+
+Writes tests/nn/golden/hf/ (read by tests/nn/test_hf_gpt2*.cpp and tests/nn/test_hf_checkpoint.cpp,
+which need neither Python nor network):
+  gpt2/          a random GPT-2 (2 layers, n_embd 32, 4 heads, vocab 96, n_positions 64) as
+                 save_pretrained writes it: config.json, generation_config.json, model.safetensors (F32)
+  gpt2-bf16/     the same weights rounded to bfloat16, saved in BF16
+  gpt2-sharded/  the F32 weights in shards (max_shard_size) with model.safetensors.index.json
+  gpt2.txt       prompt ids, float32 logits, the loss (labels = the ids; transformers shifts them),
+                 the gradients of a few named weights (in the checkpoint's names and layout),
+                 and greedy generation ids
+  llama/         a random Llama (2 layers, hidden 64, 4 heads, 2 key/value heads, intermediate
+                 128, vocab 96, rope_theta 500000 with llama3 rope scaling, untied head) in BF16
+                 (the weights are rounded to bfloat16 first, then everything is computed in float32)
+  llama.txt      the same values for the Llama
+Every parameter is drawn at random (layer norms around 1, biases around 0), so a loader that skips
+a tensor changes the logits. The .txt files use the format of tests/nn/golden/make_golden.py: a line
+"<name> <ndim> <dim0> ...", then the values in row-major order (float32 values printed exactly).
+
+Run from anywhere, on the CPU, with the packages from PyPI (no network is needed after that):
+  python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors
+  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py
+"""
+import copy
+import json
+import os
+import shutil
+
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "nn", "golden", "hf")
+PROMPT_LEN, NEW_TOKENS = 6, 20  # greedy generation: prompt = the first ids of row 0
+MIN_MARGIN = 1e-3  # each greedy step's best logit beats the second by this much (see check_margin)
+
+
+def write_values(path, entries, header):
+    with open(path, "w") as f:
+        f.write(f"# {header}\n# produced by scripts/make-hf-fixtures.py with torch {torch.__version__}, "
+                f"transformers {transformers.__version__}\n")
+        for name, t in entries:
+            t = t.detach().contiguous()
+            f.write(f"{name} {t.dim()} " + " ".join(str(d) for d in t.shape) + "\n")
+            if t.dtype in (torch.int64, torch.int32):
+                f.write(" ".join(str(v) for v in t.reshape(-1).tolist()) + "\n")
+            else:  # float32: 9 significant digits give the value back exactly
+                f.write(" ".join(f"{v:.9g}" for v in t.to(torch.float32).reshape(-1).tolist()) + "\n")
+
+
+def randomize(model, gen):
+    """Every parameter at random: norms' weights ~ 1 + N(0, 0.1), biases ~ N(0, 0.1), the rest
+    ~ N(0, 0.1), so no tensor is all zeros or all ones."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen) * 0.1
+            is_norm = "ln_" in name or "norm" in name
+            p.copy_(1.0 + noise if is_norm and name.endswith("weight") else noise)
+
+
+def save(model, name, **kwargs):
+    path = os.path.join(OUT, name)
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path, safe_serialization=True, **kwargs)
+    return path
+
+
+def check_margin(model, seq, prompt_len):
+    """Greedy ids are compared exactly, so no step may be a near tie that float32 rounding in
+    another implementation could flip."""
+    with torch.no_grad():
+        logits = model(seq).logits[0, prompt_len - 1:-1]
+    top2 = logits.topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1]).min().item()
+    assert margin > MIN_MARGIN, f"greedy margin {margin} is too small: pick another seed"
+    return margin
+
+
+def values(model, ids, grad_names):
+    """Logits, loss (labels = ids), the named gradients, greedy generation."""
+    model.eval()  # no dropout (the configs set none anyway)
+    model.zero_grad()
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    params = dict(model.named_parameters())
+    entries = [("ids", ids), ("logits", out.logits), ("loss", out.loss.reshape(()))]
+    entries += [(f"grad.{n}", params[n].grad) for n in grad_names]
+    prompt = ids[:1, :PROMPT_LEN]
+    with torch.no_grad():
+        seq = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False,
+                             attention_mask=torch.ones_like(prompt))
+    assert seq.shape[1] == PROMPT_LEN + NEW_TOKENS, f"generation stopped early: {seq.shape}"
+    margin = check_margin(model, seq, PROMPT_LEN)
+    entries += [("prompt", prompt[0]), ("generated", seq[0, PROMPT_LEN:])]
+    return entries, margin
+
+
+def gpt2():
+    torch.manual_seed(1234)
+    gen = torch.Generator().manual_seed(1234)
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=96, n_positions=64,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     bos_token_id=None, eos_token_id=None)
+    model = GPT2LMHeadModel(cfg)
+    randomize(model, gen)
+    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
+    save(model, "gpt2")
+    save(model, "gpt2-sharded", max_shard_size=50_000)  # bytes: 3 shards of the 118 kB
+    grads = ["transformer.wte.weight", "transformer.h.0.attn.c_proj.weight",
+             "transformer.h.1.mlp.c_proj.bias", "transformer.h.1.ln_2.weight",
+             "transformer.ln_f.bias"]
+    entries, margin = values(model, ids, grads)
+
+    save(copy.deepcopy(model).to(torch.bfloat16), "gpt2-bf16")
+    write_values(os.path.join(OUT, "gpt2.txt"), entries,
+                 f"GPT-2 2 layers, n_embd 32, 4 heads, vocab 96, n_positions 64, random weights "
+                 f"(seed 1234); greedy margin {margin:.3g}")
+
+
+def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      rope_theta=500000.0,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 32},
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False,
+                      mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg)
+    randomize(model, gen)
+    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
+    grads = ["model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
+             "model.layers.1.input_layernorm.weight", "model.norm.weight"]
+    entries, margin = values(model, ids, grads)
+    save(copy.deepcopy(model).to(torch.bfloat16), "llama")
+    write_values(os.path.join(OUT, "llama.txt"), entries,
+                 "Llama 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                 "rope_theta 500000, llama3 rope scaling (factor 8, original 32), untied head, "
+                 f"bfloat16 weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.set_num_threads(1)  # the same sums in the same order on every run
+    gpt2()
+    llama()
+    for d in sorted(os.listdir(OUT)):
+        p = os.path.join(OUT, d)
+        files = sorted(os.listdir(p)) if os.path.isdir(p) else [d]
+        size = sum(os.path.getsize(os.path.join(p, f) if os.path.isdir(p) else p) for f in files)
+        print(f"{d}: {size} bytes ({', '.join(files)})")
+    with open(os.path.join(OUT, "gpt2", "config.json")) as f:
+        json.load(f)  # save_pretrained wrote valid JSON
+
+
+if __name__ == "__main__":
+    main()
