@@ -2,7 +2,10 @@
 // the argument checks several backend methods share.
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/raw_ops.h"
@@ -150,12 +153,16 @@ void check_sdpa_into(const char* op, const SdpaGrads& into, const Tensor& q, con
 
 void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
-             ": expected q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv), got q ", q.shape(),
-             ", k ", k.shape(), ", v ", v.shape());
-  LOOM_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
-                 v.size(1) == q.size(1) && k.size(3) == q.size(3) && v.size(2) == k.size(2),
+             ": expected q (B, H, Tq, D), k (B, Hkv, Tk, D) and v (B, Hkv, Tk, Dv), got q ",
+             q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  LOOM_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && v.size(1) == k.size(1) &&
+                 k.size(3) == q.size(3) && v.size(2) == k.size(2),
              op, ": q ", q.shape(), ", k ", k.shape(), " and v ", v.shape(),
-             " do not agree on B, H, D (q and k) or Tk (k and v)");
+             " do not agree on B, D (q and k) or Hkv and Tk (k and v)");
+  LOOM_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, op, ": q has ", q.size(1),
+             " heads and k and v have ", k.size(1), ": the key/value heads must divide the query ",
+             "heads (grouped-query attention); q ", q.shape(), ", k ", k.shape(), ", v ",
+             v.shape());
   LOOM_CHECK(is_floating(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
              ": q, k and v must share one floating dtype, got ", dtype_name(q.dtype()), ", ",
              dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
@@ -166,6 +173,90 @@ void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const T
 
 Tensor empty_attention_layout(int64_t B, int64_t H, int64_t T, int64_t D, Options opt) {
   return make_view(empty({B, T, H, D}, opt), {B, H, T, D}, {T * H * D, D, H * D, 1}, 0);
+}
+
+DType rms_norm_stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+DType check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight) {
+  LOOM_CHECK(x.dim() == 2 && x.is_contiguous() && is_floating(x.dtype()), op, ": x ", describe(x),
+             " should be (M, N) contiguous and floating");
+  if (!weight.defined()) return x.dtype();
+  const bool x16 = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
+  LOOM_CHECK(weight.dim() == 1 && weight.size(0) == x.size(1) && weight.is_contiguous() &&
+                 weight.device() == x.device() &&
+                 (weight.dtype() == x.dtype() || (x16 && weight.dtype() == DType::F32)),
+             op, ": weight ", describe(weight), " should be ", Shape{x.size(1)},
+             " contiguous on x's device, of x's dtype (or float32 for 16-bit x); x ", describe(x));
+  return weight.dtype();
+}
+
+void check_rms_norm_backward_args(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                  const Tensor& rstd) {
+  const DType y_dtype = check_rms_norm_args("rms_norm_backward", x, weight);
+  LOOM_CHECK(dy.shape() == x.shape() && dy.is_contiguous() && dy.dtype() == y_dtype &&
+                 dy.device() == x.device(),
+             "rms_norm_backward: grad ", describe(dy), " should be contiguous like x ", describe(x),
+             " in y's dtype ", dtype_name(y_dtype));
+  LOOM_CHECK(rstd.dim() == 1 && rstd.size(0) == x.size(0) && rstd.is_contiguous() &&
+                 rstd.dtype() == rms_norm_stat_dtype(x.dtype()) && rstd.device() == x.device(),
+             "rms_norm_backward: rstd ", describe(rstd), " should be ", Shape{x.size(0)}, " ",
+             dtype_name(rms_norm_stat_dtype(x.dtype())), " on x's device; x ", describe(x));
+}
+
+void check_rope_args(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                     int64_t offset) {
+  LOOM_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && is_floating(x.dtype()), "rope: x ", describe(x),
+             " should be (B, H, T, D), floating, with D even");
+  const int64_t half = x.size(3) / 2, T = x.size(2);
+  const DType table = rms_norm_stat_dtype(x.dtype());  // float64 for float64, else float32
+  for (const Tensor* t : {&cos, &sin})
+    LOOM_CHECK(t->defined() && t->dim() == 2 && t->size(1) == half && t->is_contiguous() &&
+                   t->dtype() == table && t->device() == x.device() && t->shape() == cos.shape(),
+               "rope: the cos and sin tables ", describe(cos), " and ", describe(sin),
+               " should be (P, D / 2 = ", half, ") contiguous ", dtype_name(table),
+               " on x's device; x ", describe(x));
+  if (!positions.defined()) {
+    LOOM_CHECK(offset >= 0 && offset + T <= cos.size(0), "rope: positions ", offset, " .. ",
+               offset + T - 1, " of x ", describe(x), " are outside the table of ", cos.size(0),
+               " positions");
+    return;
+  }
+  LOOM_CHECK(positions.dtype() == DType::I64 && positions.is_contiguous() &&
+                 positions.shape() == Shape({x.size(0), T}) && positions.device() == x.device(),
+             "rope: positions ", describe(positions), " should be (B, T) = ", Shape({x.size(0), T}),
+             " contiguous int64 on x's device; x ", describe(x));
+}
+
+namespace {
+// Whether t's elements fill numel() consecutive slots exactly once: its strides, sorted, are
+// those of a contiguous tensor of the dims in that order (size-1 dims anywhere).
+bool is_dense(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.push_back({t.stride(d), t.size(d)});
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+}  // namespace
+
+Tensor empty_rope_output(const Tensor& x) {
+  const Options o{.dtype = x.dtype(), .device = x.device()};
+  if (is_dense(x)) return make_view(empty({x.numel()}, o), x.shape(), x.strides(), 0);
+  return empty_attention_layout(x.size(0), x.size(1), x.size(2), x.size(3), o);
+}
+
+void check_swiglu_backward_args(const Tensor& grad, const Tensor& gate, const Tensor& up) {
+  LOOM_CHECK(gate.shape() == up.shape() && grad.shape() == gate.shape() &&
+                 is_floating(gate.dtype()) && up.dtype() == gate.dtype() &&
+                 grad.dtype() == gate.dtype() && up.device() == gate.device() &&
+                 grad.device() == gate.device(),
+             "swiglu_backward: grad ", describe(grad), ", gate ", describe(gate), " and up ",
+             describe(up), " should have one shape, one floating dtype and one device");
 }
 
 #ifndef LOOM_WITH_CUDNN_SDPA

@@ -75,6 +75,16 @@ struct LayerNormGrads {
   Tensor grad_input_low;  // grad_input in LayerNormBackwardExtras::grad_input_low, when asked
 };
 
+// Backend::rms_norm and its backward (Note [RMS norm] in autograd/ops/rms_norm.cpp).
+struct RmsNormOut {
+  Tensor y;     // (M, N), weight's dtype (x's without a weight)
+  Tensor rstd;  // (M): 1 / sqrt(mean(x^2) + eps), float32 (float64 for float64 x)
+};
+struct RmsNormGrads {
+  Tensor grad_input;   // (M, N), x's dtype
+  Tensor grad_weight;  // (N), weight's dtype; undefined when not asked for
+};
+
 // The gradients of Backend::sdpa_backward, each of its input's shape (and laid out as the
 // forward's output is: Note [Attention layout] in kernels/backend_methods.inc).
 struct SdpaGrads {
@@ -142,8 +152,34 @@ DType check_norm_list(const char* op, const std::vector<Tensor>& tensors, Device
 // scale_by_'s factor for a list of dtype dt: one value of dt (float32 for a 16-bit list) on dev.
 void check_scale_factor(const Tensor& factor, DType dt, Device dev);
 
-// The checks both backends' sdpa_forward and sdpa_backward share: q (B, H, Tq, D), k (B, H, Tk, D)
-// and v (B, H, Tk, Dv), one floating dtype, one device.
+// The statistics' dtype of rms_norm for x's dtype: float64 for float64, float32 otherwise.
+DType rms_norm_stat_dtype(DType x);
+// rms_norm's arguments: x (M, N) contiguous and floating; weight undefined, or (N) contiguous of
+// x's dtype (or float32 for float16/bfloat16 x), on x's device. Returns y's dtype (weight's, or x's
+// without one). An error names `op` and the tensors.
+DType check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight);
+// rms_norm_backward's: those, dy (M, N) contiguous in y's dtype and rstd (M) contiguous in the
+// statistics' dtype, all on x's device.
+void check_rms_norm_backward_args(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                  const Tensor& rstd);
+
+// rope's arguments (Backend::rope): x (B, H, T, D) floating with D even; cos and sin (P, D / 2)
+// contiguous in the table dtype (float64 for float64 x, float32 otherwise) on x's device;
+// positions undefined with 0 <= offset and offset + T <= P, or (B, T) int64 contiguous on x's
+// device. An error names the tensors.
+void check_rope_args(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                     int64_t offset);
+// rope's result for x: uninitialised, x's shape and dtype, with x's strides when x is dense (no
+// gaps, no overlaps, dims in any order: a transposed view of (B, T, H, D) keeps that layout), else
+// laid out (B, T, H, D) as the attention outputs are (empty_attention_layout).
+Tensor empty_rope_output(const Tensor& x);
+
+// swiglu_backward's arguments: grad, gate and up of one shape, floating dtype and device.
+void check_swiglu_backward_args(const Tensor& grad, const Tensor& gate, const Tensor& up);
+
+// The checks both backends' sdpa_forward and sdpa_backward share: q (B, H, Tq, D), k (B, Hkv, Tk,
+// D) and v (B, Hkv, Tk, Dv) with Hkv dividing H (Note [Grouped-query attention] in
+// autograd/ops/attention.cpp), one floating dtype, one device.
 void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v);
 // sdpa_backward's `into`: all undefined, or dq, dk, dv of q's, k's and v's shapes, dtype and
 // device with a contiguous last dim.

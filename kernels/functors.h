@@ -234,6 +234,8 @@ LOOM_BINARY_FUNCTOR(GeluBackward, true,
 LOOM_BINARY_FUNCTOR(SiluBackward, true,
                     a*(T(1) / (T(1) + math::exp(-b))) *
                         (T(1) + b * (T(1) - T(1) / (T(1) + math::exp(-b)))))  // b = x
+// SwiGLU, Llama's MLP activation: silu(gate) * up, a = gate, b = up (autograd/ops/elementwise.cpp).
+LOOM_BINARY_FUNCTOR(Swiglu, true, a / (T(1) + math::exp(-a)) * b)
 // d/dx GELU-tanh = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2),
 // t = tanh(sqrt(2 / pi) (x + 0.044715 x^3)); a = incoming gradient, b = x.
 struct GeluTanhBackwardOp {
@@ -245,6 +247,17 @@ struct GeluTanhBackwardOp {
     const T t = math::tanh(k * (b + T(0.044715) * x2 * b));
     const T dinner = k * (T(1) + T(3 * 0.044715) * x2);
     return a * (T(0.5) * (T(1) + t) + T(0.5) * b * (T(1) - t * t) * dinner);
+  }
+};
+// SwiGLU's two gradients from the incoming one, g: with s = sigmoid(gate),
+//   d gate = g up s (1 + gate (1 - s)),   d up = g gate s.
+// Not in the registry (two outputs): Backend::swiglu_backward runs it on both backends.
+struct SwigluBackward {
+  template <typename T>
+  LOOM_HOST_DEVICE void operator()(T g, T gate, T up, T& d_gate, T& d_up) const {
+    const T s = T(1) / (T(1) + math::exp(-gate));
+    d_up = g * gate * s;
+    d_gate = g * up * s * (T(1) + gate * (T(1) - s));
   }
 };
 LOOM_COMPARE_FUNCTOR(Eq, a == b)
@@ -265,6 +278,7 @@ LOOM_COMPARE_FUNCTOR(Ge, a >= b)
 #define LOOM_BINARY_OPS(X) \
   X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum) X(ReluBackward) \
   X(SigmoidBackward) X(TanhBackward) X(GeluBackward) X(GeluTanhBackward) X(SiluBackward) \
+  X(Swiglu) \
   X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge)
 // clang-format on
 

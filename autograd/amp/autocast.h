@@ -15,8 +15,8 @@ namespace loom::amp {
 // Inside `Autocast guard(DType::BF16)` (or F16):
 //   lower precision: mm, bmm, matmul, linear, conv2d cast their floating inputs to the scope's
 //     dtype (tensor cores on CUDA; fp32 accumulation in every backend);
-//   fp32: softmax, log_softmax, cross_entropy, nll_loss, mse_loss, layer_norm, sum, mean, exp,
-//     log, pow cast f16/bf16 inputs to float32;
+//   fp32: softmax, log_softmax, cross_entropy, nll_loss, mse_loss, layer_norm, rms_norm, sum,
+//     mean, exp, log, pow cast f16/bf16 inputs to float32;
 //   batch_norm keeps an input of the scope's dtype in that dtype and casts weight and bias to it;
 //     its kernels compute the statistics and the normalisation in float32 (as cuDNN's and
 //     PyTorch's batch norm do under autocast), and the running statistics stay float32;

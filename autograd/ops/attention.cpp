@@ -49,10 +49,18 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
              ": q, k and v must be on one device, got q ", describe(q), ", k ", describe(k), ", v ",
              describe(v));
   detail::check_floating(kOp, q);
-  for (int64_t d = 0; d < q.dim() - 2; ++d)
-    LOOM_CHECK(k.size(d) == q.size(d) && v.size(d) == q.size(d), kOp,
-               ": q, k and v must have one batch", (q.dim() == 4 ? " (B, H)" : " (N)"), ", got q ",
+  LOOM_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0), kOp,
+             ": q, k and v must have one batch", (q.dim() == 4 ? " B of (B, H)" : " (N)"),
+             ", got q ", describe(q), ", k ", describe(k), ", v ", describe(v));
+  if (q.dim() == 4) {  // grouped-query attention: Hkv heads of k and v dividing q's H
+    LOOM_CHECK(k.size(1) == v.size(1), kOp, ": k and v must have one (B, H), got q ", describe(q),
+               ", k ", describe(k), ", v ", describe(v),
+               " (their heads may be fewer than q's: grouped-query attention)");
+    LOOM_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, kOp, ": q has ", q.size(1),
+               " heads and k and v have ", k.size(1),
+               ": the key/value heads must divide the query heads (grouped-query attention); q ",
                describe(q), ", k ", describe(k), ", v ", describe(v));
+  }
   LOOM_CHECK(k.size(-1) == q.size(-1), kOp, ": q and k must have one head size D, got q ",
              describe(q), " and k ", describe(k));
   LOOM_CHECK(v.size(-2) == k.size(-2), kOp, ": k and v must have one length Tk, got k ",
@@ -87,10 +95,30 @@ Tensor causal_mask(int64_t Tq, int64_t Tk, DType dtype, Device device) {
                scalar_tensor(0.0, {.dtype = dtype, .device = device}));
 }
 
+// Note [Grouped-query attention]
+// Llama 3 gives k and v fewer heads than q: Hkv heads, each shared by the H / Hkv consecutive query
+// heads of its group (query head h reads key/value head h / (H / Hkv); Hkv = 1 is multi-query
+// attention, Hkv = H the usual multi-head). The composite repeats each key/value head H / Hkv times
+// along the head dim, as transformers' repeat_kv does (repeat_interleave: expand, then reshape),
+// and the expand's backward sums the gradients of a group's query heads into its key/value head.
+// The fused path never repeats them: cuDNN's SDPA graph takes k and v with Hkv heads and sums dk
+// and dv over each group itself, and the CPU twin reads head h / (H / Hkv) in place. The KV cache
+// (nn/gpt.h) then holds (B, Hkv, T, D), H / Hkv times less than repeated heads would.
+
+// x (B, Hkv, T, D) -> (B, Hkv * n, T, D): each head n times in a row (transformers' repeat_kv).
+Tensor repeat_kv(const Tensor& x, int64_t n) {
+  if (n == 1) return x;
+  const int64_t B = x.size(0), Hkv = x.size(1), T = x.size(2), D = x.size(3);
+  return reshape(expand(unsqueeze(x, 2), {B, Hkv, n, T, D}), {B, Hkv * n, T, D});
+}
+
 // q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), checked and cast -> (..., Tq, Dv)
-Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+Tensor composite(const Tensor& q, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
                  double dropout_p, Generator* gen) {
   const int64_t r = q.dim();
+  const int64_t group = r == 4 ? q.size(1) / k_in.size(1) : 1;
+  const Tensor k = r == 4 ? repeat_kv(k_in, group) : k_in,
+               v = r == 4 ? repeat_kv(v_in, group) : v_in;
   Tensor scores = matmul(q, transpose(k, r - 2, r - 1)) * scale;  // (..., Tq, Tk)
   // Masked scores become the most negative finite value: weight 0 after the softmax, and a zero
   // gradient through it. Every row keeps key 0, so no row is all masked.

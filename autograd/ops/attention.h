@@ -1,8 +1,9 @@
 // Scaled dot-product attention (autograd/ops/attention.cpp), as
 // torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, with an
-// optional causal mask and dropout on the attention weights.
-// Leaves out: an arbitrary attn_mask tensor, grouped-query attention (k and v with fewer heads
-// than q) and the fused flash-attention kernel (Note [Fused attention] in attention.cpp).
+// optional causal mask and dropout on the attention weights, and grouped-query heads (k and v with
+// fewer heads than q).
+// Leaves out: an arbitrary attn_mask tensor and the fused flash-attention kernel (Note [Fused
+// attention] in attention.cpp).
 #pragma once
 
 #include <limits>
@@ -15,13 +16,15 @@ namespace loom {
 // The scale argument's default: 1 / sqrt(D), D the head size of q (a NaN stands for "not given").
 inline constexpr double kDefaultScale = std::numeric_limits<double>::quiet_NaN();
 
-// q: (B, H, Tq, D), k: (B, H, Tk, D), v: (B, H, Tk, Dv) -> (B, H, Tq, Dv); or the same without
-// H: (N, Tq, D), (N, Tk, D), (N, Tk, Dv) -> (N, Tq, Dv). q, k and v share one floating dtype and
-// device. causal: query i attends to keys j <= i only (PyTorch's top-left aligned mask, also when
-// Tq != Tk). dropout_p in [0, 1): dropout on the attention weights, drawn from gen (the default
-// generator when null); pass 0 in evaluation. Under autocast the two products run in the scope's
-// dtype and the softmax in float32 (Note [Autocast policy] in autograd/amp/autocast.h); the result
-// is in the scope's dtype.
+// q: (B, H, Tq, D), k: (B, Hkv, Tk, D), v: (B, Hkv, Tk, Dv) -> (B, H, Tq, Dv), with Hkv dividing H
+// (grouped-query attention: query head h attends with key/value head h / (H / Hkv), Note
+// [Grouped-query attention] in autograd/ops/attention.cpp; Hkv = H is multi-head attention); or
+// the same without heads: (N, Tq, D), (N, Tk, D), (N, Tk, Dv) -> (N, Tq, Dv). q, k and v share one
+// floating dtype and device. causal: query i attends to keys j <= i only (PyTorch's top-left
+// aligned mask, also when Tq != Tk). dropout_p in [0, 1): dropout on the attention weights, drawn
+// from gen (the default generator when null); pass 0 in evaluation. Under autocast the two products
+// run in the scope's dtype and the softmax in float32 (Note [Autocast policy] in
+// autograd/amp/autocast.h); the result is in the scope's dtype.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal = false, double scale = kDefaultScale,
                                     double dropout_p = 0.0, Generator* gen = nullptr);

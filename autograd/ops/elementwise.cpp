@@ -251,6 +251,37 @@ Tensor silu(const Tensor& x) {
   return activation_saving_input("silu", UnaryOp::Silu, BinaryOp::SiluBackward, x);
 }
 
+// Note [SwiGLU]
+// Llama's MLP is down(silu(gate(x)) * up(x)). Composed, silu and mul are two kernels forward
+// (silu(gate) is written, then read again) and three backward (mul's two gradients, then silu's).
+// swiglu is one elementwise kernel forward (the binary op Swiglu, kernels/functors.h) and one
+// backward (Backend::swiglu_backward: d gate and d up in one pass over g, gate and up). It saves
+// gate and up, which its backward reads; its output, which the down projection saves for its
+// weight gradient, is offered as a recipe (Note [Recomputed activations] in autograd/recompute.h):
+// under --recompute-activations the Linear keeps the recipe instead, and the output is made again
+// from gate and up, bit for bit by the same kernel, when the backward first needs it. As with
+// GELU, what stays alive from the forward to the backward is gate and up, not their product.
+Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
+  Tensor gate = gate_in, up = up_in;
+  amp::promote(gate, up);  // two dtypes, as mul would
+  Backend& be = check_pair("swiglu", gate, up);
+  detail::check_floating("swiglu", gate);
+  LOOM_CHECK(gate.shape() == up.shape(), "swiglu: gate ", describe(gate), " and up ", describe(up),
+             " should have one shape");
+  Tensor y = be.binary(BinaryOp::Swiglu, gate, up);
+  autograd::Saved sg = save(gate, "swiglu"), su = save(up, "swiglu");
+  autograd::offer_recompute("swiglu", y, {gate, up}, [sg, su] {
+    const Tensor& a = sg.get();
+    return backend_for(a.device()).binary(BinaryOp::Swiglu, a, su.get());
+  });
+  return record("swiglu", y, {gate, up}, [sg, su](const Tensor& g) {
+    TensorPair d = backend_for(g.device()).swiglu_backward(g, sg.get(), su.get());
+    return Grads{d.first, d.second};
+  });
+}
+
+Tensor swiglu_composite(const Tensor& gate, const Tensor& up) { return silu(gate) * up; }
+
 // ---------------------------------------------------------------- comparisons and where
 
 Tensor eq(const Tensor& a, const Tensor& b) {

@@ -36,6 +36,12 @@ Tensor gelu_tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x)
+// SwiGLU, Llama's MLP activation: silu(gate) * up for gate and up of one shape, as one op with a
+// fused forward and backward (Note [SwiGLU] in autograd/ops/elementwise.cpp). Under
+// --recompute-activations its output is rebuilt from gate and up in the backward.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+// The same as silu(gate) * up, its gradient from the pieces: the fused op's oracle.
+Tensor swiglu_composite(const Tensor& gate, const Tensor& up);
 Tensor sign(const Tensor& x);  // gradient 0
 
 // Comparisons: bool results, never differentiable.

@@ -2,7 +2,8 @@
 // its composite of mean, square and rsqrt (the oracle, and what anomaly mode runs), and
 // add_layer_norm, the residual add of a pre-norm transformer block and the next layer norm as
 // one forward pass (Note [Layer norm with the residual add]).
-// Leaves out: the module that owns the parameters (nn/norm.cpp), RMSNorm.
+// Leaves out: the module that owns the parameters (nn/norm.cpp), RMS norm
+// (autograd/ops/rms_norm.cpp).
 #include <memory>
 #include <optional>
 #include <utility>

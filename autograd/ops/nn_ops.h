@@ -1,6 +1,6 @@
 // The neural-network ops in one include: softmax family and losses, convolution and pooling,
-// normalisation, dropout, embedding, attention, fused optimizer steps. Each family has its own
-// header.
+// normalisation, dropout, embedding, attention, rotary embedding, fused optimizer steps. Each
+// family has its own header.
 // Leaves out: the Modules that hold parameters for them (nn/).
 #pragma once
 
@@ -10,4 +10,5 @@
 #include "autograd/ops/embedding.h"
 #include "autograd/ops/norm.h"
 #include "autograd/ops/optim.h"
+#include "autograd/ops/rope.h"
 #include "autograd/ops/softmax_loss.h"

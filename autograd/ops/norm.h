@@ -1,5 +1,5 @@
 // Normalisation: batch_norm (autograd/ops/norm.cpp), layer_norm and add_layer_norm
-// (autograd/ops/layer_norm.cpp).
+// (autograd/ops/layer_norm.cpp), rms_norm (autograd/ops/rms_norm.cpp).
 // Leaves out: the Modules that hold the affine parameters and running statistics (nn/layers.h).
 #pragma once
 
@@ -52,5 +52,14 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& branch,
 Tensor layer_norm_composite(const Tensor& x, const Shape& normalized_shape,
                             const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                             double eps = 1e-5);
+
+// Llama's RMS norm over the last dim, as Hugging Face's LlamaRMSNorm: x: (..., N), weight (N) ->
+// y (..., N) = weight * to(x_f * rsqrt(mean(x_f^2, -1) + eps), x's dtype), x_f = x in float32
+// (float64 for float64 x). weight: x's dtype, or float32 for a float16/bfloat16 x (y is then
+// float32), or undefined (y is the normalised x). One fused op (Note [RMS norm] in
+// autograd/ops/rms_norm.cpp); under autocast x is cast to float32 first, as for layer_norm.
+Tensor rms_norm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6);
+// The same from to, square, mean, rsqrt and mul, its gradient from the pieces: the oracle.
+Tensor rms_norm_composite(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6);
 
 }  // namespace loom

@@ -30,6 +30,8 @@ const char* op_label(int op) {
       return "cross_entropy_backward: target";
     case DeviceOp::EmbeddingBackward:
       return "embedding_backward: id";
+    case DeviceOp::Rope:
+      return "rope: position";
     default:
       return "a kernel: value";
   }

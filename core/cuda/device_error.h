@@ -24,7 +24,8 @@ enum class DeviceOp : int {
   NllLossBackward,
   CrossEntropy,  // the nll_loss kernels, called by cross_entropy: the error names the user's op
   CrossEntropyBackward,
-  EmbeddingBackward
+  EmbeddingBackward,
+  Rope  // a position outside rope's cos/sin table (autograd/ops/rope.cpp)
 };
 
 struct DeviceErrorSlot {

@@ -2,8 +2,9 @@
 // Note [Attention layout] in kernels/backend_methods.inc): the naive loops, one (batch, head) pair
 // per task of the thread pool, every product and sum in float64, any floating dtype, any strides.
 // It is the twin CUDA's fused flash attention is tested against (the attention op itself runs its
-// composite of matmul and softmax on the CPU).
-// Leaves out: dropout, blocking and SIMD: one row of scores (Tk doubles) is all it keeps at a time.
+// composite of matmul and softmax on the CPU). Grouped-query heads (k and v with Hkv heads) are
+// read in place: query head h uses key/value head h / (H / Hkv). Leaves out: dropout, blocking and
+// SIMD: one row of scores (Tk doubles) is all it keeps at a time.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -43,10 +44,12 @@ Tensor empty_bthd(int64_t B, int64_t H, int64_t T, int64_t D, DType dt) {
 
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;
+  int64_t Hkv;  // key/value heads: query head h reads head h / (H / Hkv)
+  int64_t kv_head(int64_t h) const { return h / (H / Hkv); }
 };
 
 Dims dims_of(const Tensor& q, const Tensor& v) {
-  return {q.size(0), q.size(1), q.size(2), v.size(2), q.size(3), v.size(3)};
+  return {q.size(0), q.size(1), q.size(2), v.size(2), q.size(3), v.size(3), v.size(1)};
 }
 
 // Keys row i attends to: 0 .. n - 1 (top-left causal mask, or all Tk).
@@ -61,7 +64,7 @@ double softmax_row(const Strided4<T>& q, const Strided4<T>& k, const Dims& g, in
   double m = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     double s = 0;
-    for (int64_t d = 0; d < g.D; ++d) s += q.get(b, h, i, d) * k.get(b, h, j, d);
+    for (int64_t d = 0; d < g.D; ++d) s += q.get(b, h, i, d) * k.get(b, g.kv_head(h), j, d);
     p[size_t(j)] = s * scale;
     m = std::max(m, p[size_t(j)]);
   }
@@ -87,7 +90,7 @@ void forward_kernel(const Tensor& q0, const Tensor& k0, const Tensor& v0, const 
         stats.set(b, h, i, 0, softmax_row(q, k, g, b, h, i, n, scale, p));
         for (int64_t e = 0; e < g.Dv; ++e) {
           double acc = 0;
-          for (int64_t j = 0; j < n; ++j) acc += p[size_t(j)] * v.get(b, h, j, e);
+          for (int64_t j = 0; j < n; ++j) acc += p[size_t(j)] * v.get(b, g.kv_head(h), j, e);
           out.set(b, h, i, e, acc);
         }
       }
@@ -101,44 +104,62 @@ void forward_kernel(const Tensor& q0, const Tensor& k0, const Tensor& v0, const 
 // from the saved stats: the forward's outputs are not read, so a rounded `out` cannot enter the
 // gradients of this reference (the forward's stats are tested on their own).
 template <typename T>
+struct BackwardViews {
+  Strided4<T> go, q, k, v, dq;
+};
+
+// Query head h of batch b: writes its dq rows, adds its share of dk and dv (of its key/value head)
+// into dk_acc (Tk, D) and dv_acc (Tk, Dv).
+template <typename T>
+void backward_head(const BackwardViews<T>& a, const Dims& g, int64_t b, int64_t h, bool causal,
+                   double scale, std::vector<double>& dk_acc, std::vector<double>& dv_acc) {
+  const int64_t hk = g.kv_head(h);
+  std::vector<double> p(size_t(g.Tk)), dp(size_t(g.Tk)), dq_row(size_t(g.D));
+  for (int64_t i = 0; i < g.Tq; ++i) {
+    int64_t n = keys_seen(g, causal, i);
+    softmax_row(a.q, a.k, g, b, h, i, n, scale, p);
+    double row = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t e = 0; e < g.Dv; ++e) s += a.go.get(b, h, i, e) * a.v.get(b, hk, j, e);
+      dp[size_t(j)] = s;
+      row += p[size_t(j)] * s;
+    }
+    std::fill(dq_row.begin(), dq_row.end(), 0.0);
+    for (int64_t j = 0; j < n; ++j) {
+      double ds = p[size_t(j)] * (dp[size_t(j)] - row) * scale;
+      for (int64_t d = 0; d < g.D; ++d) {
+        dq_row[size_t(d)] += ds * a.k.get(b, hk, j, d);
+        dk_acc[size_t(j * g.D + d)] += ds * a.q.get(b, h, i, d);
+      }
+      for (int64_t e = 0; e < g.Dv; ++e)
+        dv_acc[size_t(j * g.Dv + e)] += p[size_t(j)] * a.go.get(b, h, i, e);
+    }
+    for (int64_t d = 0; d < g.D; ++d) a.dq.set(b, h, i, d, dq_row[size_t(d)]);
+  }
+}
+
+// One task per (batch, key/value head): its H / Hkv query heads in order, so dk and dv are the
+// sums over the group, added in a fixed order.
+template <typename T>
 void backward_kernel(const Tensor& go0, const Tensor& q0, const Tensor& k0, const Tensor& v0,
                      const SdpaGrads& gr, bool causal, double scale) {
   Dims g = dims_of(q0, v0);
-  auto go = strided4<T>(go0), q = strided4<T>(q0), k = strided4<T>(k0), v = strided4<T>(v0);
-  auto dq = strided4<T>(gr.dq), dk = strided4<T>(gr.dk), dv = strided4<T>(gr.dv);
-  parallel_for(0, g.B * g.H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<double> p(size_t(g.Tk)), dp(size_t(g.Tk));
-    std::vector<double> dk_acc(size_t(g.Tk * g.D)), dv_acc(size_t(g.Tk * g.Dv)),
-        dq_row(size_t(g.D));
-    for (int64_t bh = begin; bh < end; ++bh) {
-      int64_t b = bh / g.H, h = bh % g.H;
+  const BackwardViews<T> a{strided4<T>(go0), strided4<T>(q0), strided4<T>(k0), strided4<T>(v0),
+                           strided4<T>(gr.dq)};
+  auto dk = strided4<T>(gr.dk), dv = strided4<T>(gr.dv);
+  const int64_t group = g.H / g.Hkv;
+  parallel_for(0, g.B * g.Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> dk_acc(size_t(g.Tk * g.D)), dv_acc(size_t(g.Tk * g.Dv));
+    for (int64_t bk = begin; bk < end; ++bk) {
+      const int64_t b = bk / g.Hkv, hk = bk % g.Hkv;
       std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
       std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
-      for (int64_t i = 0; i < g.Tq; ++i) {
-        int64_t n = keys_seen(g, causal, i);
-        softmax_row(q, k, g, b, h, i, n, scale, p);
-        double row = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double s = 0;
-          for (int64_t e = 0; e < g.Dv; ++e) s += go.get(b, h, i, e) * v.get(b, h, j, e);
-          dp[size_t(j)] = s;
-          row += p[size_t(j)] * s;
-        }
-        std::fill(dq_row.begin(), dq_row.end(), 0.0);
-        for (int64_t j = 0; j < n; ++j) {
-          double ds = p[size_t(j)] * (dp[size_t(j)] - row) * scale;
-          for (int64_t d = 0; d < g.D; ++d) {
-            dq_row[size_t(d)] += ds * k.get(b, h, j, d);
-            dk_acc[size_t(j * g.D + d)] += ds * q.get(b, h, i, d);
-          }
-          for (int64_t e = 0; e < g.Dv; ++e)
-            dv_acc[size_t(j * g.Dv + e)] += p[size_t(j)] * go.get(b, h, i, e);
-        }
-        for (int64_t d = 0; d < g.D; ++d) dq.set(b, h, i, d, dq_row[size_t(d)]);
-      }
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+        backward_head(a, g, b, h, causal, scale, dk_acc, dv_acc);
       for (int64_t j = 0; j < g.Tk; ++j) {
-        for (int64_t d = 0; d < g.D; ++d) dk.set(b, h, j, d, dk_acc[size_t(j * g.D + d)]);
-        for (int64_t e = 0; e < g.Dv; ++e) dv.set(b, h, j, e, dv_acc[size_t(j * g.Dv + e)]);
+        for (int64_t d = 0; d < g.D; ++d) dk.set(b, hk, j, d, dk_acc[size_t(j * g.D + d)]);
+        for (int64_t e = 0; e < g.Dv; ++e) dv.set(b, hk, j, e, dv_acc[size_t(j * g.Dv + e)]);
       }
     }
   });
@@ -178,8 +199,8 @@ SdpaGrads CpuBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, con
   check_sdpa_into("sdpa_backward", into, q, k, v);
   SdpaGrads gr = into.dq.defined() ? into
                                    : SdpaGrads{empty_bthd(g.B, g.H, g.Tq, g.D, q.dtype()),
-                                               empty_bthd(g.B, g.H, g.Tk, g.D, q.dtype()),
-                                               empty_bthd(g.B, g.H, g.Tk, g.Dv, q.dtype())};
+                                               empty_bthd(g.B, g.Hkv, g.Tk, g.D, q.dtype()),
+                                               empty_bthd(g.B, g.Hkv, g.Tk, g.Dv, q.dtype())};
   LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_backward",
                          [&] { backward_kernel<scalar_t>(grad_out, q, k, v, gr, causal, scale); });
   return gr;

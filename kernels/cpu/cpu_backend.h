@@ -16,6 +16,9 @@
 //   cpu_optim.cpp        adam_step, sgd_step
 //   cpu_amp.cpp          amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
 //   cpu_attention.cpp    sdpa_forward, sdpa_backward (naive float64 loops: CUDA's twin)
+//   cpu_rms_norm.cpp     rms_norm, rms_norm_backward (Llama's norm)
+//   cpu_rope.cpp         rope (rotary position embedding, and its inverse for the backward)
+//   cpu_swiglu.cpp       swiglu_backward (the forward is the elementwise op Swiglu)
 // Leaves out: SIMD intrinsics (loops are written for the compiler to vectorize) and threads
 // other than the one pool.
 #pragma once

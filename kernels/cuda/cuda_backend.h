@@ -6,13 +6,15 @@
 //   elementwise/  cuda_copy.cu (copy_, fill_, arange_, random_), cuda_elementwise.cu (unary,
 //                 where), cuda_binary.cu (binary, binary_scalar, binary_), cuda_reduce.cu
 //                 (reduce, max_dim), cuda_index.cu (index_select, index_add, dropout), cuda_amp.cu
-//                 (amp_unscale_, amp_update_scale_: the GradScaler's kernels)
+//                 (amp_unscale_, amp_update_scale_: the GradScaler's kernels), cuda_swiglu.cu
+//                 (swiglu_backward)
 //   matmul/       cuda_linalg.cpp (mm, bmm, linear through cuBLASLt: lt_matmul.cpp)
 //   norm/         cuda_layer_norm.cu (+ the row-in-registers fast path, cuda_layer_norm_rows.cu),
-//                 cuda_batch_norm.cu (channels-last passes: cuda_batch_norm_cl.cu;
-//                 batch_norm_relu_max_pool2: cuda_batch_norm_pool.cu)
+//                 cuda_rms_norm.cu (+ its fast path, cuda_rms_norm_rows.cu), cuda_batch_norm.cu
+//                 (channels-last passes: cuda_batch_norm_cl.cu; batch_norm_relu_max_pool2:
+//                 cuda_batch_norm_pool.cu)
 //   attention/    cuda_attention.cpp (sdpa_forward, sdpa_backward: cuDNN's flash attention,
-//                 cudnn_sdpa.cpp)
+//                 cudnn_sdpa.cpp), cuda_rope.cu (rope: the rotary position embedding)
 //   conv/         cuda_conv.cpp (conv2d and its two backwards through cuDNN), cuda_pool.cu
 //                 (max_pool2d, avg_pool2d and backwards; channels-last: cuda_pool_cl.cu)
 //   loss/         cuda_softmax_loss.cu (softmax, nll_loss and backwards), cuda_cross_entropy.cu

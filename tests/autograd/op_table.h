@@ -44,6 +44,7 @@ std::vector<OpCase> shape_cases();
 std::vector<OpCase> softmax_loss_cases();
 std::vector<OpCase> conv_pool_norm_cases();
 std::vector<OpCase> embedding_attention_cases();
+std::vector<OpCase> llama_cases();  // rms_norm, rope, swiglu, grouped-query attention
 
 // gtest prints a case by its name.
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }

@@ -31,8 +31,9 @@ namespace {
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> all;
-  for (auto* family : {&elementwise_cases, &reduce_cases, &linalg_cases, &shape_cases,
-                       &softmax_loss_cases, &conv_pool_norm_cases, &embedding_attention_cases}) {
+  for (auto* family :
+       {&elementwise_cases, &reduce_cases, &linalg_cases, &shape_cases, &softmax_loss_cases,
+        &conv_pool_norm_cases, &embedding_attention_cases, &llama_cases}) {
     auto cs = (*family)();
     all.insert(all.end(), cs.begin(), cs.end());
   }

@@ -2,9 +2,10 @@
 // [Attention layout] in kernels/backend_methods.inc): the checks with errors that name the limit,
 // the layouts cuDNN reads in place or the copies it needs, and the outputs; the graphs themselves
 // are in kernels/cuda/attention/cudnn_sdpa.cpp (Note [Flash attention through cuDNN] in
-// kernels/cuda/attention/cudnn_sdpa.h). Leaves out: float32 and float64 (the attention op runs its
-// composite there) and dropout. In a build without cuDNN's frontend headers both methods raise an
-// error that says how to install them.
+// kernels/cuda/attention/cudnn_sdpa.h). k and v may have fewer heads than q (grouped-query
+// attention): cuDNN reads them as they are and writes dk and dv with their heads. Leaves out:
+// float32 and float64 (the attention op runs its composite there) and dropout. In a build without
+// cuDNN's frontend headers both methods raise an error that says how to install them.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -95,6 +96,7 @@ SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, co
   check_sdpa_into("sdpa_backward", into, q, k, v);
 #ifdef LOOM_WITH_CUDNN_SDPA
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1);  // grouped-query heads: dk and dv have k's
   const Shape out_shape{B, H, Tq, D}, stats_shape{B, H, Tq, 1};
   LOOM_CHECK(grad_out.shape() == out_shape && out.shape() == out_shape &&
                  grad_out.dtype() == q.dtype() && out.dtype() == q.dtype() &&
@@ -106,8 +108,8 @@ SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, co
   Options opt{.dtype = q.dtype(), .device = q.device()};
   SdpaGrads g = into.dq.defined() ? into
                                   : SdpaGrads{empty_attention_layout(B, H, Tq, D, opt),
-                                              empty_attention_layout(B, H, Tk, D, opt),
-                                              empty_attention_layout(B, H, Tk, D, opt)};
+                                              empty_attention_layout(B, Hkv, Tk, D, opt),
+                                              empty_attention_layout(B, Hkv, Tk, D, opt)};
   if (g.dq.numel() == 0 || Tk == 0) {  // no queries: nothing reached k and v
     fill_(g.dk, 0.0);
     fill_(g.dv, 0.0);

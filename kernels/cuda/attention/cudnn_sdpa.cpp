@@ -154,12 +154,13 @@ SdpaKey key_of(bool backward, bool deterministic, const SdpaTensors& t, bool cau
   k[i++] = int64_t(t.q.dtype());
   k[i++] = causal;
   k[i++] = scale_bits;
-  for (int64_t s : {t.q.size(0), t.q.size(1), t.q.size(2), t.k.size(2), t.q.size(3)}) k[i++] = s;
+  for (int64_t s : {t.q.size(0), t.q.size(1), t.k.size(1), t.q.size(2), t.k.size(2), t.q.size(3)})
+    k[i++] = s;
   std::vector<const Tensor*> ts{&t.q, &t.k, &t.v, &t.out};
   if (backward) ts.insert(ts.end(), {&t.grad_out, &t.dq, &t.dk, &t.dv});
   for (const Tensor* x : ts)
     for (int d = 0; d < 4; ++d) k[i++] = x->stride(d);
-  return k;  // 10 + 4 * 8 = 42 entries used at most
+  return k;  // 11 + 4 * 8 = 43 entries used at most
 }
 
 using GraphCache = std::unordered_map<SdpaKey, BuiltGraph, PlanKeyHash>;

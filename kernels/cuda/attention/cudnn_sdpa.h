@@ -2,7 +2,7 @@
 // frontend: what kernels/cuda/attention/cuda_attention.cpp calls once it has checked and laid out
 // the tensors. cudnn_sdpa.cpp is compiled only when CMake found the frontend's headers
 // (LOOM_WITH_CUDNN_SDPA); without them sdpa_graph_count() is 0 and nothing else is called.
-// Leaves out: dropout, attention bias and masks other than causal, Dv != D, grouped-query heads.
+// Leaves out: dropout, attention bias and masks other than causal, Dv != D.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +32,11 @@ namespace loom::cuda {
 // in place (head dim not contiguous, strides not multiples of 8 elements, data not 16-byte aligned)
 // is copied contiguous first, and a key no engine takes is remembered and retried once with
 // contiguous copies of every input before it is reported as an error.
+// k and v may have Hkv heads dividing q's H (grouped-query attention, Note [Grouped-query
+// attention] in autograd/ops/attention.cpp): cuDNN's SDPA graphs take the head counts from the
+// tensors' dims, and its backward sums dk and dv over each group of query heads itself.
 struct SdpaTensors {
-  Tensor q, k, v;     // (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, D)
+  Tensor q, k, v;     // (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, D)
   Tensor out, stats;  // (B, H, Tq, D), (B, H, Tq, 1) float32 contiguous
   Tensor grad_out;    // backward only: (B, H, Tq, D)
   Tensor dq, dk, dv;  // backward only: q's, k's and v's shapes
