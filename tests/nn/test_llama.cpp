@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
 #include "autograd/ops/rope.h"
+#include "nn/fuse.h"
 #include "nn/gpt_sample.h"
 #include "nn/llama.h"
 
@@ -216,4 +218,22 @@ TEST(Generate, StopsAfterAStopTokenForLlamaAndGPT) {
     EXPECT_EQ(stopped, std::vector<int64_t>(all.begin(), all.begin() + first + 1))
         << m->type_name();
   }
+}
+
+// nn::fuse knows GPT's and ViT's trunks only: a Llama (RMSNorm, SwiGLU) stays plain and computes
+// the same.
+TEST(Llama, FuseLeavesItPlain) {
+  manual_seed(13);
+  Llama m(LlamaConfig::preset("tiny"));
+  m.eval();
+  Tensor ids = random_ids(1, 5, 96, 14);
+  NoGradGuard g;
+  Tensor before = m.forward(ids);
+  EXPECT_TRUE(fuse(m).empty());
+  EXPECT_EQ(m.layers->block(0)->type_name(), "TransformerBlock");
+  EXPECT_EQ(m.forward(ids).to_vector<double>(), before.to_vector<double>());
+  std::ostringstream printed;
+  printed << m;
+  EXPECT_NE(printed.str().find("SwiGLUMLP"), std::string::npos) << printed.str();
+  EXPECT_NE(printed.str().find("RMSNorm(64, eps=1e-05)"), std::string::npos) << printed.str();
 }
