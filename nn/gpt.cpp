@@ -52,7 +52,7 @@ TransformerConfig GPTConfig::block_config() const {
 
 // ---------------------------------------------------------------- GPT
 
-GPT::GPT(GPTConfig cfg) : Module("GPT"), config(cfg) {
+GPT::GPT(GPTConfig cfg) : CausalLM("GPT"), config(cfg) {
   config.check();
   const TransformerConfig block = cfg.block_config();
   wte = register_module("wte", make<Embedding>(cfg.vocab_size, cfg.n_embd));

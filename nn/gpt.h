@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/causal_lm.h"
 #include "nn/layers.h"
 #include "nn/transformer.h"
 
@@ -41,13 +42,16 @@ struct GPTConfig {
 // parameters() and state_dict() list it once, under wte.weight; its gradient is the sum of the two
 // uses (autograd accumulates both into the one .grad); an optimizer updates it once, and DDP
 // reduces it once. Saving, loading and to() see one tensor.
-class GPT : public Module {
+class GPT : public CausalLM {
  public:
   explicit GPT(GPTConfig cfg);
   // idx: (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size).
   Tensor forward(const Tensor& idx) override;
   // The same from position cache.length on, appending to the cache (nn/gpt_sample.h).
-  Tensor forward(const Tensor& idx, KVCache& cache);
+  Tensor forward(const Tensor& idx, KVCache& cache) override;
+  int64_t vocab_size() const override { return config.vocab_size; }
+  int64_t max_context() const override { return config.block_size; }
+  Device device() const override { return wte->weight.device(); }
   // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored),
   // the head and the loss as one op (linear_cross_entropy).
   bool has_loss() const override { return true; }

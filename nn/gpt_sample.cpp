@@ -1,5 +1,5 @@
-// Sampling from a GPT (nn/gpt_sample.h): the logits of the last position come to the host, where
-// temperature, top-k and the draw are a few lines of plain C++.
+// Sampling from a causal LM (nn/gpt_sample.h): the logits of the last position come to the host,
+// where temperature, top-k, top-p and the draw are a few lines of plain C++.
 // Leaves out: sampling on the device (one (V) read-back per token is small next to the forward).
 #include "nn/gpt_sample.h"
 
@@ -12,15 +12,18 @@
 
 namespace loom::nn {
 
-int64_t sample_token(const Tensor& logits, double temperature, int64_t top_k, double u) {
+int64_t sample_token(const Tensor& logits, double temperature, int64_t top_k, double u,
+                     double top_p) {
   LOOM_CHECK(logits.dim() == 1 && logits.numel() > 0, "sample_token: logits ", describe(logits),
              " should be one row (V)");
   LOOM_CHECK(temperature >= 0.0, "sample_token: temperature ", temperature, " is negative");
+  LOOM_CHECK(top_p > 0.0 && top_p <= 1.0, "sample_token: top_p ", top_p, " is not in (0, 1]");
   Tensor host = contiguous(to(to(logits, kF64), kCPU));
   const double* l = host.data<double>();
   int64_t V = host.numel();
   if (temperature == 0.0) return int64_t(std::max_element(l, l + V) - l);
-  // The top_k largest logits (all when top_k is 0 or >= V), then softmax over them in float64.
+  // The top_k largest logits (all when top_k is 0 or >= V) in order, then softmax over them in
+  // float64.
   std::vector<int64_t> ids(static_cast<size_t>(V), 0);
   for (int64_t i = 0; i < V; ++i) ids[size_t(i)] = i;
   int64_t k = top_k > 0 ? std::min(top_k, V) : V;
@@ -30,23 +33,30 @@ int64_t sample_token(const Tensor& logits, double temperature, int64_t top_k, do
   double top = l[ids[0]], sum = 0.0;
   for (int64_t i = 0; i < k; ++i)
     sum += p[size_t(i)] = std::exp((l[ids[size_t(i)]] - top) / temperature);
+  // The nucleus: the first n (most likely first) whose probabilities reach top_p of the total.
+  if (top_p < 1.0) {
+    double kept = 0.0;
+    int64_t n = 0;
+    while (n < k && kept < top_p * sum) kept += p[size_t(n++)];
+    k = std::max<int64_t>(n, 1), sum = kept > 0.0 ? kept : p[0];
+  }
   double target = u * sum, acc = 0.0;
   for (int64_t i = 0; i < k; ++i)
     if ((acc += p[size_t(i)]) > target) return ids[size_t(i)];
   return ids[size_t(k - 1)];  // u * sum rounded up to the total
 }
 
-std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
+std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt,
                               const SampleOptions& o) {
-  const GPTConfig& c = model.config;
+  const int64_t context = model.max_context(), V = model.vocab_size();
   LOOM_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  LOOM_CHECK(int64_t(prompt.size()) + o.max_new_tokens <= c.block_size, "generate: the prompt (",
+  LOOM_CHECK(int64_t(prompt.size()) + o.max_new_tokens <= context, "generate: the prompt (",
              prompt.size(), " tokens) and ", o.max_new_tokens, " new tokens exceed the context of ",
-             c.block_size);
+             context);
   for (int64_t id : prompt)
-    LOOM_CHECK(id >= 0 && id < c.vocab_size, "generate: prompt token ", id,
-               " is outside the vocabulary [0, ", c.vocab_size, ")");
-  Device dev = model.wte->weight.device();
+    LOOM_CHECK(id >= 0 && id < V, "generate: prompt token ", id, " is outside the vocabulary [0, ",
+               V, ")");
+  Device dev = model.device();
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -63,9 +73,10 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   for (int64_t n = 0; n < o.max_new_tokens; ++n) {
     if (!o.use_cache) logits = model.forward(ids_tensor(all));          // the whole prefix again
     Tensor last = select(select(logits, 0, 0), 0, logits.size(1) - 1);  // (V)
-    int64_t next = sample_token(last, o.temperature, o.top_k, uniform(rng));
+    int64_t next = sample_token(last, o.temperature, o.top_k, uniform(rng), o.top_p);
     out.push_back(next);
     all.push_back(next);
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) break;
     if (o.use_cache && n + 1 < o.max_new_tokens) logits = model.forward(ids_tensor({next}), cache);
   }
   model.train(was_training);

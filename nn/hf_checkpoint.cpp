@@ -84,22 +84,41 @@ void check_entry(const HfCheckpoint& ckpt, const HfTensor& m) {
              ckpt.config().source(), " says the checkpoint is ", torch_dtype_name(*want));
 }
 
-// Every state_dict entry is mapped once, and every map entry names a state_dict entry.
+// Every state_dict entry is mapped once, or as parts that tile its rows, and every map entry
+// names a state_dict entry.
 std::map<std::string, Tensor> mapped_state(const Module& model, const HfTensorMap& map,
                                            const std::string& dir) {
   std::map<std::string, Tensor> sd;
   for (auto& [name, t] : model.state_dict()) sd[name] = t;
-  std::set<std::string> seen;
+  std::map<std::string, std::map<int64_t, int64_t>> parts;  // loom name -> row start -> rows
   for (const auto& m : map) {
     LOOM_CHECK(sd.count(m.loom_name), folder(dir), "the mapping names loom tensor '", m.loom_name,
                "' (for '", m.hf_name, "'), which the model does not have");
-    LOOM_CHECK(seen.insert(m.loom_name).second, folder(dir), "the mapping names loom tensor '",
-               m.loom_name, "' twice");
+    const Tensor& t = sd.at(m.loom_name);
+    const int64_t rows = m.rows >= 0 ? m.rows : t.dim() > 0 ? t.size(0) : 0;
+    LOOM_CHECK(m.rows < 0 || !m.transposed, folder(dir), "the mapping stores part of loom tensor '",
+               m.loom_name, "' transposed ('", m.hf_name, "'), which is not supported");
+    LOOM_CHECK(parts[m.loom_name].emplace(m.row_start, rows).second, folder(dir),
+               "the mapping names rows from ", m.row_start, " of loom tensor '", m.loom_name,
+               "' twice");
   }
-  for (const auto& [name, t] : sd)
-    LOOM_CHECK(seen.count(name), folder(dir), "the model's tensor '", name,
+  for (const auto& [name, t] : sd) {
+    LOOM_CHECK(parts.count(name), folder(dir), "the model's tensor '", name,
                "' is not in the mapping, so it would keep its initial values");
+    int64_t next = 0;  // the parts, in row order, must follow each other from 0 to size(0)
+    for (const auto& [start, rows] : parts.at(name)) next = start == next ? start + rows : -1;
+    LOOM_CHECK(next == (t.dim() > 0 ? t.size(0) : 0), folder(dir),
+               "the mapping's parts of loom tensor '", name, "' ", describe(t),
+               " do not cover its rows once each");
+  }
   return sd;
+}
+
+// The part of the loom tensor an entry maps: all of it, or its rows.
+Tensor mapped_part(const std::map<std::string, Tensor>& sd, const HfTensor& m) {
+  autograd::NoGradGuard no_grad;
+  const Tensor& t = sd.at(m.loom_name);
+  return m.rows < 0 ? t : slice(t.detach(), 0, m.row_start, m.row_start + m.rows);
 }
 
 }  // namespace
@@ -117,7 +136,7 @@ void load_hf_tensors(Module& model, const HfCheckpoint& ckpt, const HfTensorMap&
                ckpt.at(name).file->path(), "': tensor '", name, "' ",
                dtype_name(ckpt.at(name).entry->dtype), " ", ckpt.at(name).entry->shape,
                " is not one the model has (an extra tensor: another architecture or config?)");
-  for (const auto& m : map) ckpt.copy_into(m.hf_name, sd.at(m.loom_name), m.transposed);
+  for (const auto& m : map) ckpt.copy_into(m.hf_name, mapped_part(sd, m), m.transposed);
 }
 
 // ---------------------------------------------------------------- saving
@@ -127,7 +146,7 @@ void save_hf_tensors(const Module& model, const HfTensorMap& map, const std::str
   std::map<std::string, Tensor> sd = mapped_state(model, map, dir);
   std::vector<TensorSpec> specs;
   for (const auto& m : map) {
-    const Tensor& t = sd.at(m.loom_name);
+    const Tensor t = mapped_part(sd, m);
     Shape shape = t.shape();
     if (m.transposed) {
       LOOM_CHECK(t.dim() == 2, folder(dir), "tensor '", m.loom_name, "' is ", describe(t),
@@ -139,7 +158,7 @@ void save_hf_tensors(const Module& model, const HfTensorMap& map, const std::str
   // One tensor at a time: transposed and converted where it lives, then one host copy.
   auto host = [&](size_t i) {
     autograd::NoGradGuard no_grad;
-    Tensor t = sd.at(map[i].loom_name).detach();
+    Tensor t = mapped_part(sd, map[i]).detach();
     if (map[i].transposed) t = transpose(t, 0, 1);
     if (t.dtype() != specs[i].dtype) t = to(t, specs[i].dtype);
     return contiguous(to(contiguous(t), kCPU));

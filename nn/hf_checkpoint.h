@@ -38,10 +38,14 @@ namespace loom::nn {
 //     the sizes, "dtype"/"torch_dtype"), and call save_hf_tensors with the same map.
 // The fixtures come from scripts/make-hf-fixtures.py (a tiny random model per architecture, and
 // transformers' logits, loss, gradients and greedy ids for it).
+// A loom tensor that packs several of the file's (Llama's c_attn holds q_proj, k_proj and v_proj)
+// has one entry per part, each naming its rows: the parts must tile dim 0 of the loom tensor.
 struct HfTensor {
   std::string hf_name;      // in the checkpoint: "transformer.h.0.attn.c_attn.weight"
   std::string loom_name;    // in Module::state_dict(): "h.0.attn.c_attn.weight"
   bool transposed = false;  // the file holds the transpose of the 2-d loom tensor
+  int64_t row_start = 0;    // the file's tensor is rows [row_start, row_start + rows) of the
+  int64_t rows = -1;        // loom tensor (dim 0); -1: all of it (not with `transposed`)
 };
 using HfTensorMap = std::vector<HfTensor>;
 

@@ -1,7 +1,7 @@
-// The layers: Linear, Embedding, Conv2d, BatchNorm2d, LayerNorm, Dropout, ReLU, GELU, MaxPool2d,
-// AvgPool2d, AdaptiveAvgPool2d, Flatten and Sequential, named and initialised as in PyTorch. Each
-// is a thin Module around one op of autograd/ops; one .cpp per family (linear, embedding, conv,
-// norm, activation, dropout, pooling, container).
+// The layers: Linear, Embedding, Conv2d, BatchNorm2d, LayerNorm, RMSNorm, Dropout, ReLU, GELU,
+// MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Flatten and Sequential, named and initialised as in
+// PyTorch. Each is a thin Module around one op of autograd/ops; one .cpp per family (linear,
+// embedding, conv, norm, activation, dropout, pooling, container).
 // Leaves out: recurrent layers, padding modes other than zeros; attention and the transformer
 // blocks are nn/transformer.h's.
 #pragma once
@@ -172,6 +172,20 @@ class LayerNorm : public Module {
   Shape normalized_shape;
   LayerNormOptions options;
   Tensor weight, bias;
+};
+
+// Llama's RMS norm over the last dim (loom::rms_norm, as Hugging Face's LlamaRMSNorm): a weight
+// (ones) and no bias. x: (..., size) -> (..., size).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t size, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  int64_t size;
+  double eps;
+  Tensor weight;
 };
 
 // ---------------------------------------------------------------- activations (nn/activation.cpp)

@@ -1,5 +1,6 @@
-// BatchNorm2d and LayerNorm modules: parameters, running-stat buffers and PyTorch's rules for
-// which statistics are used in training and eval, around loom::batch_norm and loom::layer_norm.
+// BatchNorm2d, LayerNorm and RMSNorm modules: parameters, running-stat buffers and PyTorch's rules
+// for which statistics are used in training and eval, around loom::batch_norm, loom::layer_norm
+// and loom::rms_norm.
 // Leaves out: BatchNorm1d/3d, GroupNorm; SyncBatchNorm's training path is nn/batch_norm_sync.cpp.
 #include "autograd/ops/norm.h"
 
@@ -155,5 +156,25 @@ std::string LayerNorm::extra_repr() const {
   return str(normalized_shape, ", eps=", options.eps,
              ", elementwise_affine=", options.elementwise_affine ? "true" : "false");
 }
+
+// ---------------------------------------------------------------- RMSNorm
+
+RMSNorm::RMSNorm(int64_t size_, double eps_) : Module("RMSNorm"), size(size_), eps(eps_) {
+  LOOM_CHECK(size > 0, "RMSNorm: size ", size, " must be positive");
+  LOOM_CHECK(eps > 0.0, "RMSNorm: eps ", eps, " must be positive");
+  weight = empty({size});
+  register_parameter("weight", weight);
+  reset_parameters();
+}
+
+void RMSNorm::reset_parameters() { init::ones_(weight); }
+
+Tensor RMSNorm::forward(const Tensor& x) {  // (..., size) -> (..., size)
+  LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == size, "RMSNorm(", size, "): input ",
+             x.defined() ? describe(x) : std::string("undefined"), " should end in ", size);
+  return rms_norm(x, weight, eps);
+}
+
+std::string RMSNorm::extra_repr() const { return str(size, ", eps=", eps); }
 
 }  // namespace loom::nn

@@ -7,6 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/ops.h"
+#include "autograd/ops/rope.h"
 
 namespace loom::nn {
 
@@ -18,9 +19,14 @@ void TransformerConfig::check() const {
              ", n_kv_head ", n_kv_head, ", mlp_hidden ", mlp_hidden, ")");
   LOOM_CHECK(n_embd % n_head == 0, "TransformerConfig: n_embd ", n_embd,
              " is not divisible by n_head ", n_head);
-  LOOM_CHECK(n_kv_head == 0 || n_kv_head == n_head, "TransformerConfig: n_kv_head ", n_kv_head,
-             " differs from n_head ", n_head,
-             ": grouped-query attention is not implemented (Note [Transformer extension points])");
+  LOOM_CHECK(n_kv_head == 0 || (n_kv_head <= n_head && n_head % n_kv_head == 0),
+             "TransformerConfig: n_kv_head ", n_kv_head, " does not divide n_head ", n_head,
+             " (grouped-query attention shares each key/value head among n_head / n_kv_head)");
+  LOOM_CHECK(positions != Positions::Rotary || head_dim() % 2 == 0,
+             "TransformerConfig: rotary positions need an even head size, got n_embd ", n_embd,
+             " / n_head ", n_head, " = ", head_dim());
+  LOOM_CHECK(positions != Positions::Rotary || causal,
+             "TransformerConfig: rotary positions are for causal attention (causal is false)");
   LOOM_CHECK(dropout >= 0.0 && dropout < 1.0, "TransformerConfig: dropout ", dropout,
              " is not in [0, 1)");
   LOOM_CHECK(norm_eps > 0.0, "TransformerConfig: norm_eps ", norm_eps, " must be positive");
@@ -30,6 +36,8 @@ std::shared_ptr<Module> make_norm(const TransformerConfig& cfg) {
   switch (cfg.norm) {
     case NormKind::LayerNorm:
       return make<LayerNorm>(cfg.n_embd, LayerNormOptions{.eps = cfg.norm_eps, .bias = cfg.bias});
+    case NormKind::RMSNorm:
+      return make<RMSNorm>(cfg.n_embd, cfg.norm_eps);
   }
   LOOM_FAIL("make_norm: unknown NormKind ", int(cfg.norm));
 }
@@ -38,6 +46,8 @@ std::shared_ptr<Module> make_feed_forward(const TransformerConfig& cfg) {
   switch (cfg.mlp) {
     case MLPKind::GELU:
       return make<MLP>(cfg);
+    case MLPKind::SwiGLU:
+      return make<SwiGLUMLP>(cfg);
   }
   LOOM_FAIL("make_feed_forward: unknown MLPKind ", int(cfg.mlp));
 }
@@ -47,16 +57,20 @@ std::shared_ptr<Module> make_feed_forward(const TransformerConfig& cfg) {
 SelfAttention::SelfAttention(const TransformerConfig& cfg)
     : Module(cfg.causal ? "CausalSelfAttention" : "SelfAttention"),
       n_head(cfg.n_head),
+      n_kv_head(cfg.kv_heads()),
       n_embd(cfg.n_embd),
       dropout(cfg.dropout),
-      causal(cfg.causal) {
+      causal(cfg.causal),
+      positions(cfg.positions),
+      rope(cfg.rope) {
   cfg.check();
-  c_attn = register_module("c_attn", make<Linear>(n_embd, 3 * n_embd, cfg.bias));
+  const int64_t kv = n_kv_head * cfg.head_dim();
+  c_attn = register_module("c_attn", make<Linear>(n_embd, n_embd + 2 * kv, cfg.bias));
   c_proj = register_module("c_proj", make<Linear>(n_embd, n_embd, cfg.bias));
   resid_dropout = register_module("resid_dropout", make<Dropout>(cfg.dropout));
 }
 
-// q, k, v: (B, H, T, D) -> (B, T, C), then the output projection.
+// q: (B, H, T, D), k, v: (B, H_kv, Tk, D) -> (B, T, C), then the output projection.
 Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
   double p = is_training() ? dropout : 0.0;
   Tensor y = scaled_dot_product_attention(q, k, v, is_causal, kDefaultScale, p);
@@ -65,20 +79,30 @@ Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, 
   return resid_dropout->forward(c_proj->forward(y));
 }
 
-namespace {
-// qkv: (B, T, 3C) -> q, k, v as (B, H, T, D) views of it.
-std::vector<Tensor> split_heads(const Tensor& qkv, int64_t n_head) {
-  int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  Tensor five = view(qkv, {B, T, 3, n_head, C / n_head});
-  std::vector<Tensor> out;
-  for (int64_t i = 0; i < 3; ++i) out.push_back(transpose(select(five, 2, i), 1, 2));
+// qkv: (B, T, C + 2 H_kv D) holds q (H heads), k and v (H_kv heads each) side by side; each is cut
+// out as (B, T, heads, D) and viewed as (B, heads, T, D), no copies.
+std::vector<Tensor> SelfAttention::heads(const Tensor& x, int64_t offset) {
+  Tensor qkv = c_attn->forward(x);
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = n_embd / n_head, kv = n_kv_head * D;
+  auto part = [&](int64_t start, int64_t width, int64_t h) {
+    return transpose(view(slice(qkv, 2, start, start + width), {B, T, h, D}), 1, 2);
+  };
+  std::vector<Tensor> out{part(0, n_embd, n_head), part(n_embd, kv, n_kv_head),
+                          part(n_embd + kv, kv, n_kv_head)};
+  if (positions == Positions::Rotary) {  // q and k at positions offset, offset + 1, ...
+    out[0] = loom::rope(out[0], offset, rope);
+    out[1] = loom::rope(out[1], offset, rope);
+  }
   return out;
 }
-}  // namespace
 
 Tensor SelfAttention::forward(const Tensor& x) {
   LOOM_CHECK(x.dim() == 3 && x.size(2) == n_embd, type_name(), "(n_embd=", n_embd, "): input ",
              describe(x), " should be (B, T, ", n_embd, ")");
+  if (n_kv_head != n_head || positions != Positions::Absolute) {
+    auto qkv = heads(x, 0);
+    return attend(qkv[0], qkv[1], qkv[2], causal);
+  }
   // One node from the packed projection to the heads' outputs (Note [Packed attention] in
   // autograd/ops/attention_packed.cpp): on CUDA the backward writes dq, dk, dv into one tensor.
   const double p = is_training() ? dropout : 0.0;
@@ -91,11 +115,11 @@ Tensor SelfAttention::forward(const Tensor& x, KVCache& cache, size_t layer) {
   LOOM_CHECK(causal, "SelfAttention: a KV cache needs causal attention (causal is false)");
   LOOM_CHECK(cache.length == 0 || x.size(1) == 1, "CausalSelfAttention: with ", cache.length,
              " cached positions the input must be one position, got ", x.size(1));
-  auto qkv = split_heads(c_attn->forward(x), n_head);
+  auto qkv = heads(x, cache.length);
   if (cache.k.size() <= layer) cache.k.resize(layer + 1), cache.v.resize(layer + 1);
   Tensor& k = cache.k[layer];
   Tensor& v = cache.v[layer];
-  k = k.defined() ? cat({k, qkv[1]}, 2) : contiguous(qkv[1]);  // (B, H, length + T, D)
+  k = k.defined() ? cat({k, qkv[1]}, 2) : contiguous(qkv[1]);  // (B, H_kv, length + T, D)
   v = v.defined() ? cat({v, qkv[2]}, 2) : contiguous(qkv[2]);
   return attend(qkv[0], k, v, /*is_causal=*/cache.length == 0);
 }
@@ -111,6 +135,19 @@ MLP::MLP(const TransformerConfig& cfg) : Module("MLP") {
 
 Tensor MLP::forward(const Tensor& x) {  // (B, T, C) -> (B, T, hidden) -> (B, T, C)
   return dropout(c_proj(gelu(c_fc(x))));
+}
+
+// Note [Packed SwiGLU] in nn/transformer.h: gate and up are the two halves of c_fc's output.
+SwiGLUMLP::SwiGLUMLP(const TransformerConfig& cfg) : Module("SwiGLUMLP"), hidden(cfg.hidden()) {
+  c_fc = register_module("c_fc", make<Linear>(cfg.n_embd, 2 * hidden, cfg.bias));
+  c_proj = register_module("c_proj", make<Linear>(hidden, cfg.n_embd, cfg.bias));
+  dropout = register_module("dropout", make<Dropout>(cfg.dropout));
+}
+
+Tensor SwiGLUMLP::forward(const Tensor& x) {  // (B, T, C) -> (B, T, 2F) -> (B, T, F) -> (B, T, C)
+  Tensor gate_up = c_fc(x);
+  Tensor gate = slice(gate_up, -1, 0, hidden), up = slice(gate_up, -1, hidden, 2 * hidden);
+  return dropout(c_proj->forward(swiglu(gate, up)));
 }
 
 // ---------------------------------------------------------------- block

@@ -1,4 +1,4 @@
-// The pre-norm transformer block of GPT-2, the Vision Transformer and (coming) Llama, written
+// The pre-norm transformer block of GPT-2, the Vision Transformer and Llama, written
 // plainly: TransformerConfig says which norm, MLP and attention a block has; TransformerBlock's
 // forward is x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)); TransformerStack runs n of them, then
 // the model's final norm. Leaves out: the fused forms nn::fuse swaps in (nn/fused_transformer.h),
@@ -10,37 +10,43 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/rope.h"
 #include "nn/layers.h"
 
 namespace loom::nn {
 
-// Keys and values of every position seen so far, per layer: (B, H, length, D) each.
+// Keys and values of every position seen so far, per layer: (B, H_kv, length, D) each (H_kv the
+// key/value heads: n_head without grouped-query attention).
 struct KVCache {
   std::vector<Tensor> k, v;
   int64_t length = 0;  // positions held
 };
 
 // Note [Transformer extension points]
-// A block is made of a norm, attention, a norm and an MLP. Each kind below has one value today;
-// the next is named beside it, with the place it goes:
-// - NormKind: make_norm builds the module. RMSNorm (Llama) needs an rms_norm op first
-//   (docs/adding-an-op.md), then a case there; nn::fuse fuses LayerNorms only.
-// - MLPKind: make_feed_forward builds the module. SwiGLU (Llama) is w2(silu(w1 x) * w3 x), three
-//   Linears without biases, a class beside MLP.
-// - n_kv_head: grouped-query attention (Llama 2/3) would make c_attn C -> C + 2 n_kv_head D and
-//   repeat each key/value head n_head / n_kv_head times; until then it must equal n_head.
+// A block is made of a norm, attention, a norm and an MLP. The kinds, and where each goes:
+// - NormKind: make_norm builds the module: LayerNorm (GPT-2, ViT) or RMSNorm (Llama: weight only,
+//   loom::rms_norm). nn::fuse fuses LayerNorms only; a block with RMSNorms stays plain.
+// - MLPKind: make_feed_forward builds the module: MLP (GELU) or SwiGLUMLP (Llama:
+//   c_proj(swiglu(gate, up)), gate and up from one packed Linear C -> 2F; Note [Packed SwiGLU]).
+// - n_kv_head: grouped-query attention (Llama 2/3). c_attn makes C + 2 n_kv_head D channels (q,
+//   then k, then v); k and v keep n_kv_head heads and go to scaled_dot_product_attention as they
+//   are (it shares each key/value head among n_head / n_kv_head query heads); a KV cache holds
+//   n_kv_head heads.
 // - Positions: Absolute means the model adds a learned table to the tokens before the blocks
-//   (GPT's wpe, ViT's pos_embed) and attention sees no positions. Rotary (Llama) would rotate q
-//   and k by their positions inside SelfAttention::forward, before scaled_dot_product_attention.
-enum class NormKind { LayerNorm };
-enum class MLPKind { GELU };
-enum class Positions { Absolute };
+//   (GPT's wpe, ViT's pos_embed) and attention sees no positions. Rotary (Llama) rotates q and k
+//   by their positions inside SelfAttention (loom::rope with `rope`, offset by the KV cache's
+//   length), before scaled_dot_product_attention.
+// With the first value of each (GPT-2, ViT) attention runs the packed op
+// (scaled_dot_product_attention_packed), as before these kinds existed.
+enum class NormKind { LayerNorm, RMSNorm };
+enum class MLPKind { GELU, SwiGLU };
+enum class Positions { Absolute, Rotary };
 
 // One block's sizes and kinds. GPTConfig::block_config and ViTConfig::block_config make them.
 struct TransformerConfig {
   int64_t n_embd = 768;   // C
   int64_t n_head = 12;    // H; each head has D = C / H channels
-  int64_t n_kv_head = 0;  // key/value heads; 0 means n_head (Note [Transformer extension points])
+  int64_t n_kv_head = 0;  // key/value heads dividing n_head; 0 means n_head (grouped-query)
   bool causal = true;     // false: every position attends to every position (ViT)
   bool bias = true;       // in the Linears and the norms
   double dropout = 0.0;   // on the attention weights and after each residual branch
@@ -50,21 +56,25 @@ struct TransformerConfig {
   std::string gelu_approximate = "tanh";  // as nn::GELU: "tanh" (GPT-2) or "none" (erf; ViT)
   int64_t mlp_hidden = 0;                 // the MLP's width; 0 means 4 C
   Positions positions = Positions::Absolute;
+  RopeConfig rope = {};  // Positions::Rotary's frequencies (theta, Llama 3 scaling)
 
   int64_t hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * n_embd; }
-  // Sizes positive, C divisible by H, n_kv_head 0 or n_head, dropout in [0, 1), eps positive;
-  // errors name the field and its value.
+  int64_t head_dim() const { return n_embd / n_head; }  // D
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  // Sizes positive, C divisible by H, n_kv_head 0 or a divisor of n_head, an even D for rotary
+  // positions, dropout in [0, 1), eps positive; errors name the field and its value.
   void check() const;
 };
 
-// The norm of cfg.norm over the last dim C: LayerNorm(C, eps, bias).
+// The norm of cfg.norm over the last dim C: LayerNorm(C, eps, bias) or RMSNorm(C, eps).
 std::shared_ptr<Module> make_norm(const TransformerConfig& cfg);
 // The MLP of cfg.mlp: (B, T, C) -> (B, T, C).
 std::shared_ptr<Module> make_feed_forward(const TransformerConfig& cfg);
 
-// x: (B, T, C) -> (B, T, C). One Linear makes q, k and v for all heads at once (c_attn, C -> 3C);
-// the heads are views of its output (B, T, 3, H, D), never copies. Printed as
-// CausalSelfAttention when causal (GPT), SelfAttention otherwise (ViT: no mask).
+// x: (B, T, C) -> (B, T, C). One Linear makes q, k and v for all heads at once (c_attn,
+// C -> C + 2 H_kv D: 3C without grouped-query attention); the heads are views of its output,
+// never copies. With rotary positions q and k are rotated before attention. Printed as
+// CausalSelfAttention when causal (GPT, Llama), SelfAttention otherwise (ViT: no mask).
 class SelfAttention : public Module {
  public:
   explicit SelfAttention(const TransformerConfig& cfg);
@@ -74,14 +84,19 @@ class SelfAttention : public Module {
   // (it attends to everything cached). Causal attention only.
   Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
 
-  int64_t n_head, n_embd;
+  int64_t n_head, n_kv_head, n_embd;
   double dropout;
   bool causal;
+  Positions positions;
+  RopeConfig rope;
   ModuleHolder<Linear> c_attn, c_proj;
   ModuleHolder<Dropout> resid_dropout;
 
  private:
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+  // c_attn(x) -> q (B, H, T, D), k and v (B, H_kv, T, D), q and k rotated from `offset` when the
+  // positions are rotary.
+  std::vector<Tensor> heads(const Tensor& x, int64_t offset);
 };
 
 // x: (B, T, C) -> (B, T, C): dropout(c_proj(gelu(c_fc(x)))), c_fc C -> hidden, c_proj back.
@@ -92,6 +107,23 @@ class MLP : public Module {
 
   ModuleHolder<Linear> c_fc, c_proj;
   ModuleHolder<GELU> gelu;
+  ModuleHolder<Dropout> dropout;
+};
+
+// Note [Packed SwiGLU]
+// Llama's MLP is down(silu(gate(x)) * up(x)), three Linears without biases. Here gate and up are
+// one Linear C -> 2F (c_fc; its rows: gate's F, then up's F) whose output's two halves go to
+// loom::swiglu as views: one GEMM over x instead of two (one read of x, one launch, a larger
+// matrix for the GEMM to tile), the same values. The Hugging Face mapping (nn/hf_llama.cpp) packs
+// gate_proj and up_proj into c_fc's rows on load and splits them on save.
+// x: (B, T, C) -> (B, T, C): dropout(c_proj(swiglu(gate, up))), c_fc C -> 2F, c_proj F -> C.
+class SwiGLUMLP : public Module {
+ public:
+  explicit SwiGLUMLP(const TransformerConfig& cfg);
+  Tensor forward(const Tensor& x) override;
+
+  int64_t hidden;  // F
+  ModuleHolder<Linear> c_fc, c_proj;
   ModuleHolder<Dropout> dropout;
 };
 

@@ -35,8 +35,14 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 
 TEST(TransformerConfig, ChecksNameTheFieldAndValue) {
   TransformerConfig c = tiny();
-  c.n_kv_head = 2;
-  EXPECT_NE(error_of([&] { c.check(); }).find("n_kv_head 2 differs from n_head 4"),
+  c.n_kv_head = 3;
+  EXPECT_NE(error_of([&] { c.check(); }).find("n_kv_head 3 does not divide n_head 4"),
+            std::string::npos);
+  c.n_kv_head = 2;  // grouped-query attention: two query heads per key/value head
+  EXPECT_EQ(error_of([&] { c.check(); }), "no error");
+  c = tiny();
+  c.positions = Positions::Rotary, c.causal = false;
+  EXPECT_NE(error_of([&] { c.check(); }).find("rotary positions are for causal attention"),
             std::string::npos);
   c = tiny();
   c.n_embd = 18;

@@ -1,0 +1,161 @@
+// Llama's config fields and tensor names (nn/hf_llama.h) on top of the generic load and save of
+// nn/hf_checkpoint.cpp. Leaves out: config fields that change nothing in loom's model
+// (initializer_range, pretraining_tp: a way of splitting the same products, use_cache, the token
+// ids: generation_config.json's business).
+#include "nn/hf_llama.h"
+
+#include <nlohmann/json.hpp>
+
+namespace loom::nn {
+
+namespace {
+
+std::string where(const HfConfig& c, const std::string& key) {
+  return "Hugging Face config '" + c.source() + "': field \"" + key + "\" is " + c.text(key);
+}
+
+// The fields whose values loom's Llama has no switch for: each must hold Llama's value.
+void refuse_unsupported(const HfConfig& c, const LlamaConfig& l) {
+  if (c.has("model_type"))
+    LOOM_CHECK(c.string("model_type") == "llama", where(c, "model_type"),
+               "; load_hf_llama reads Llama folders (\"llama\")");
+  LOOM_CHECK(c.string("hidden_act", "silu") == "silu", where(c, "hidden_act"),
+             "; loom's Llama uses SwiGLU with silu");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    LOOM_CHECK(!c.boolean(key, false), where(c, key), "; loom's Llama has no biases");
+  LOOM_CHECK(c.integer("head_dim", l.dim / l.n_heads) == l.dim / l.n_heads, where(c, "head_dim"),
+             "; loom's Llama has heads of hidden_size / num_attention_heads = ", l.dim / l.n_heads);
+  LOOM_CHECK(c.number("attention_dropout", 0.0) == 0.0, where(c, "attention_dropout"),
+             "; loom's Llama has no attention dropout");
+}
+
+// rope_theta and the Llama 3 scaling: one "rope_parameters" object (transformers 5) or
+// "rope_theta" with "rope_scaling" (transformers 4, the released folders).
+void read_rope(const HfConfig& c, LlamaConfig& l) {
+  const bool v5 = c.has("rope_parameters");
+  const std::string key = v5 ? "rope_parameters" : "rope_scaling";
+  l.rope_theta = c.number("rope_theta", 10000.0);
+  l.rope_llama3.reset();
+  if (!c.has(key)) return;
+  HfConfig r = c.object(key);
+  if (v5) l.rope_theta = r.number("rope_theta", l.rope_theta);
+  const std::string type = r.string("rope_type", r.string("type", "default"));
+  LOOM_CHECK(type == "default" || type == "llama3", where(c, key),
+             "; loom's Llama knows rope_type \"default\" and \"llama3\"");
+  LOOM_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0, where(c, key),
+             "; loom's Llama rotates whole heads (partial_rotary_factor 1)");
+  if (type == "default") return;
+  l.rope_llama3 = RopeLlama3Scaling{
+      .factor = r.number("factor"),
+      .low_freq_factor = r.number("low_freq_factor"),
+      .high_freq_factor = r.number("high_freq_factor"),
+      .original_max_position_embeddings = r.integer("original_max_position_embeddings")};
+}
+
+}  // namespace
+
+LlamaConfig llama_config_from_hf(const HfConfig& c) {
+  LlamaConfig l;
+  l.dim = c.integer("hidden_size");
+  l.n_layers = c.integer("num_hidden_layers");
+  l.n_heads = c.integer("num_attention_heads");
+  l.n_kv_heads = c.integer("num_key_value_heads", l.n_heads);
+  l.ffn_hidden = c.integer("intermediate_size");
+  l.vocab_size = c.integer("vocab_size");
+  l.norm_eps = c.number("rms_norm_eps", 1e-6);  // LlamaConfig's default
+  l.tie_embeddings = c.boolean("tie_word_embeddings", false);
+  l.max_seq_len = c.integer("max_position_embeddings", 2048);
+  LOOM_CHECK(l.n_heads > 0, where(c, "num_attention_heads"), "; it must be positive");
+  refuse_unsupported(c, l);
+  read_rope(c, l);
+  l.check();
+  return l;
+}
+
+std::string hf_llama_config_json(const LlamaConfig& l, DType dtype) {
+  nlohmann::ordered_json rope = {{"rope_theta", l.rope_theta}, {"rope_type", "default"}};
+  nlohmann::ordered_json scaling = nullptr;
+  if (l.rope_llama3) {
+    const RopeLlama3Scaling& s = *l.rope_llama3;
+    scaling = {{"factor", s.factor},
+               {"high_freq_factor", s.high_freq_factor},
+               {"low_freq_factor", s.low_freq_factor},
+               {"original_max_position_embeddings", s.original_max_position_embeddings},
+               {"rope_type", "llama3"}};
+    for (const auto& [k, v] : scaling.items()) rope[k] = v;
+  }
+  nlohmann::ordered_json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["dtype"] = torch_dtype_name(dtype);  // transformers 5 reads this, 4 the next
+  j["torch_dtype"] = torch_dtype_name(dtype);
+  j["head_dim"] = l.dim / l.n_heads;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = l.dim;
+  j["initializer_range"] = 0.02;
+  j["intermediate_size"] = l.ffn_hidden;
+  j["max_position_embeddings"] = l.max_seq_len;
+  j["mlp_bias"] = false;
+  j["model_type"] = "llama";
+  j["num_attention_heads"] = l.n_heads;
+  j["num_hidden_layers"] = l.n_layers;
+  j["num_key_value_heads"] = l.n_kv_heads;
+  j["pretraining_tp"] = 1;
+  j["rms_norm_eps"] = l.norm_eps;
+  j["rope_parameters"] = rope;  // transformers 5; the next two for transformers 4
+  j["rope_scaling"] = scaling;
+  j["rope_theta"] = l.rope_theta;
+  j["tie_word_embeddings"] = l.tie_embeddings;
+  j["use_cache"] = true;
+  j["vocab_size"] = l.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+// In transformers' state_dict order (embed_tokens, each layer, norm, lm_head), so shards are
+// filled alike.
+HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg) {
+  const int64_t C = cfg.dim, kv = cfg.n_kv_heads * (cfg.dim / cfg.n_heads), F = cfg.ffn_hidden;
+  HfTensorMap map{{"model.embed_tokens.weight", "embed_tokens.weight"}};
+  for (int64_t i = 0; i < cfg.n_layers; ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    const std::string loom = "layers." + std::to_string(i) + ".";
+    const std::string qkv = loom + "attn.c_attn.weight", gate_up = loom + "mlp.c_fc.weight";
+    map.push_back({hf + "input_layernorm.weight", loom + "ln_1.weight"});
+    map.push_back({hf + "self_attn.q_proj.weight", qkv, false, 0, C});
+    map.push_back({hf + "self_attn.k_proj.weight", qkv, false, C, kv});
+    map.push_back({hf + "self_attn.v_proj.weight", qkv, false, C + kv, kv});
+    map.push_back({hf + "self_attn.o_proj.weight", loom + "attn.c_proj.weight"});
+    map.push_back({hf + "post_attention_layernorm.weight", loom + "ln_2.weight"});
+    map.push_back({hf + "mlp.gate_proj.weight", gate_up, false, 0, F});
+    map.push_back({hf + "mlp.up_proj.weight", gate_up, false, F, F});
+    map.push_back({hf + "mlp.down_proj.weight", loom + "mlp.c_proj.weight"});
+  }
+  map.push_back({"model.norm.weight", "norm.weight"});
+  if (!cfg.tie_embeddings) map.push_back({"lm_head.weight", "lm_head.weight"});
+  return map;
+}
+
+ModuleHolder<Llama> load_hf_llama(const std::string& dir, Device device, DType dtype) {
+  HfCheckpoint ckpt(dir);
+  auto model = make<Llama>(llama_config_from_hf(ckpt.config()));
+  model->to(device, dtype);
+  load_hf_llama_into(*model, ckpt);
+  return model;
+}
+
+void load_hf_llama_into(Llama& model, const HfCheckpoint& ckpt) {
+  const bool tied = model.config.tie_embeddings;
+  auto ignore = [&](const std::string& name) {
+    return (tied && name == "lm_head.weight") || name.ends_with(".rotary_emb.inv_freq");
+  };
+  load_hf_tensors(model, ckpt, hf_llama_tensor_map(model.config), ignore);
+}
+
+void save_hf_llama(const Llama& model, const std::string& dir, const HfSaveOptions& options) {
+  const DType dtype = options.dtype.value_or(model.embed_tokens->weight.dtype());
+  save_hf_tensors(model, hf_llama_tensor_map(model.config),
+                  hf_llama_config_json(model.config, dtype), dir, options);
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,49 @@
+// Llama in Hugging Face folders: load_hf_llama builds loom's Llama (nn/llama.h) from a folder that
+// transformers wrote (LlamaForCausalLM: the released meta-llama folders, or save_pretrained's) and
+// save_hf_llama writes one that transformers reads back. The config fields map to LlamaConfig and
+// what loom's Llama cannot do is refused naming the field; the tensor names are transformers',
+// q/k/v_proj packed into c_attn's rows and gate/up_proj into c_fc's (docs/llama.md has the table).
+// Leaves out: tokenizers, rope scalings other than Llama 3's, and the generic parts
+// (nn/hf_checkpoint.h).
+#pragma once
+
+#include <string>
+
+#include "nn/hf_checkpoint.h"
+#include "nn/llama.h"
+
+namespace loom::nn {
+
+// config.json -> LlamaConfig: hidden_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads (num_attention_heads when absent), intermediate_size, vocab_size,
+// rms_norm_eps, rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5),
+// tie_word_embeddings (false when absent, as LlamaConfig's default), max_position_embeddings.
+// Refused with an error naming the file, the field and its value: model_type other than "llama",
+// hidden_act other than "silu", attention_bias or mlp_bias true, head_dim other than
+// hidden_size / num_attention_heads, a rope_type other than "default" or "llama3", dropout
+// (attention_dropout other than 0).
+LlamaConfig llama_config_from_hf(const HfConfig& c);
+
+// The config.json transformers writes for LlamaForCausalLM with these sizes, its dtype `dtype`:
+// rope_theta and rope_scaling as the released folders have them, and rope_parameters as
+// transformers 5 writes it.
+std::string hf_llama_config_json(const LlamaConfig& c, DType dtype);
+
+// One entry per Hugging Face tensor: model.embed_tokens.weight, model.layers.{i}.input_layernorm,
+// self_attn.{q,k,v}_proj (rows of layers.{i}.attn.c_attn), o_proj, post_attention_layernorm,
+// mlp.{gate,up}_proj (rows of layers.{i}.mlp.c_fc), down_proj, model.norm, and lm_head.weight
+// unless tied; none transposed.
+HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg);
+
+// A new Llama on `device` in `dtype` (whatever the file's dtype) with the folder's weights.
+ModuleHolder<Llama> load_hf_llama(const std::string& dir, Device device = kCPU, DType dtype = kF32);
+// The checkpoint's weights into an existing Llama of the same sizes (its device and dtype),
+// through load_hf_tensors (every error of it: the file, the tensor and both shapes). A tied
+// lm_head.weight and the rotary_emb.inv_freq buffers of older folders are ignored.
+void load_hf_llama_into(Llama& model, const HfCheckpoint& ckpt);
+
+// Writes config.json and the weights as LlamaForCausalLM's save_pretrained does (no
+// lm_head.weight when tied), in options.dtype or the parameters' own dtype.
+void save_hf_llama(const Llama& model, const std::string& dir, const HfSaveOptions& options = {});
+
+}  // namespace loom::nn
