@@ -1,15 +1,15 @@
-// train_gpt: trains a GPT (nn/gpt.h) on a text, next-token prediction, on the GPU if there is one,
-// else on the CPU; prints train and validation loss, tokens/s and MFU; checkpoints with exact
-// resume, TensorBoard, --amp bf16, --cuda-graph, --grad-accum, and unchanged under loomrun with
-// DDP. --sample N then prints N tokens of text generated from --prompt (with a KV cache:
-// nn/gpt_sample.h).
+// train_gpt: trains a language model on a text, next-token prediction: GPT-2's architecture
+// (nn/gpt.h) or, with --arch llama, Llama's (nn/llama.h); on the GPU if there is one, else on the
+// CPU. Prints train and validation loss, tokens/s and MFU; checkpoints with exact resume,
+// TensorBoard, --amp bf16, --cuda-graph, --grad-accum, LoRA (--lora-rank), Hugging Face folders
+// in and out (--init-from, --save-hf), any tokenizer (--tokenizer), and unchanged under loomrun
+// with DDP. --sample N then prints N tokens generated from --prompt (KV cache: nn/gpt_sample.h).
 //
 //   ./build/examples/train_gpt --text $(scripts/gpt-corpus.sh)   # the KJV Bible, the "mini" model
-//   ./build/examples/train_gpt --text kjv.txt --tokenizer tokenizer.json   # BPE
-//   (docs/tokenizers.md)
-//   ./build/examples/train_gpt --text book.txt --max-steps 2000 --sample 300 --prompt "And "
-//   ./build/examples/train_gpt --shards data/ --vocab-size 50257 --model d12 --seq-len 1024
-//       --batch-size 16 --amp bf16                      # (one line) llm.c / nanoGPT .bin shards
+//   ./build/examples/train_gpt --text kjv.txt --tokenizer tokenizer.json   # BPE,
+//   docs/tokenizers.md
+//   ./build/examples/train_gpt --text kjv.txt --arch llama --model tiny     # docs/llama.md
+//   ./build/examples/train_gpt --shards data/ --init-from hf-folder/ --lora-rank 8 --save-hf out/
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_gpt
 //
 // main below shows the training step (zero_grad, forward and loss, backward, clip, AdamW's step)
@@ -24,13 +24,12 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/gpt_sample.h"
-#include "nn/hf_checkpoint.h"
-#include "nn/hf_gpt2.h"
 #include "nn/lora.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/cuda_graph_step.h"
 #include "train/data_parallel.h"
 #include "train/flags.h"
+#include "train/language_model.h"
 #include "train/make_optimizer.h"
 #include "train/run.h"
 #include "train/token_data.h"
@@ -40,8 +39,7 @@ using namespace loom;
 namespace {
 
 struct GptFlags {
-  std::string model = "mini";                   // mini (4 x 128), or GPT-2's d12, d24, d36, d48
-  int64_t n_layer = 0, n_head = 0, n_embd = 0;  // override the preset's (0: keep)
+  train::LanguageModelSpec lm;  // --arch, --model, --n-layer, ..., --init-from
   train::TokenDataConfig data{.text = "", .shards = "", .seq_len = 128};
   int64_t eval_every = 100;
   int64_t warmup = 100;
@@ -53,7 +51,7 @@ struct GptFlags {
   std::string prompt = "\n";
   nn::SampleOptions sampling;
   std::string tokenizer = "bytes";  // --tokenizer: data::load_tokenizer's spec
-  std::string init_from, save_hf;   // Hugging Face GPT-2 folders (nn/hf_gpt2.h)
+  std::string save_hf;              // a Hugging Face folder written after training
   bool decode_sample = true;        // false: shards of unknown tokens, printed as ids
   nn::LoRAOptions lora{.rank = 0};  // --lora-rank > 0: train low-rank adapters only (nn/lora.h)
 };
@@ -71,13 +69,19 @@ void add_lora_flags(CLI::App& app, nn::LoRAOptions& o) {
 }
 
 void add_gpt_flags(CLI::App& app, GptFlags& g) {
-  app.add_option("--model", g.model, "mini, or GPT-2's sizes d12 (124M), d24, d36, d48")
-      ->check(CLI::IsMember({"mini", "d12", "d24", "d36", "d48"}));
-  app.add_option("--n-layer", g.n_layer, "blocks (0: the model's)")
+  app.add_option("--arch", g.lm.arch, "gpt2 or llama (nn/gpt.h, nn/llama.h)")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--model", g.lm.preset,
+                 "gpt2: mini, d12 (124M), d24, d36, d48; llama: tiny, llama3.2-1b, llama3.2-3b, "
+                 "llama3-8b")
+      ->check(CLI::IsMember(
+          {"mini", "d12", "d24", "d36", "d48", "tiny", "llama3.2-1b", "llama3.2-3b", "llama3-8b"}));
+  app.add_option("--n-layer", g.lm.n_layer, "blocks (0: the model's)")
       ->check(train::int_range(0, 1024));
-  app.add_option("--n-head", g.n_head, "attention heads (0: the model's)")
+  app.add_option("--n-head", g.lm.n_head, "attention heads (0: the model's)")
       ->check(train::int_range(0, 1024));
-  app.add_option("--n-embd", g.n_embd, "width (0: the model's)")->check(train::int_range(0, 65536));
+  app.add_option("--n-embd", g.lm.n_embd, "width (0: the model's)")
+      ->check(train::int_range(0, 65536));
   app.add_option("--text", g.data.text, "a UTF-8 text file to train on, tokenized by --tokenizer");
   app.add_option("--tokenizer", g.tokenizer,
                  "bytes (256 ids), a Hugging Face tokenizer.json or a tiktoken rank file "
@@ -102,11 +106,11 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
   app.add_flag("--activation-checkpointing", g.activation_checkpointing,
                "keep only each block's input in forward and recompute the block in backward "
                "(less memory, one more forward)");
-  app.add_option("--init-from", g.init_from,
-                 "start from a Hugging Face GPT-2 folder (config.json and safetensors, as "
-                 "transformers saves them): its sizes and weights instead of --model");
+  app.add_option("--init-from", g.lm.init_from,
+                 "start from a Hugging Face GPT-2 or Llama folder (config.json and safetensors, "
+                 "as transformers saves them): its architecture, sizes and weights");
   app.add_option("--save-hf", g.save_hf,
-                 "after training, write the model as a Hugging Face GPT-2 folder here");
+                 "after training, write the model as a Hugging Face folder here");
   app.add_option("--peak-tflops", g.peak_tflops, "the device's peak, for MFU")
       ->check(train::real_range(0, 1e6, true));
   app.add_option("--sample", g.sample, "after training, print N generated tokens")
@@ -118,52 +122,24 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
       ->check(train::int_range(0, 1 << 20));
 }
 
-nn::GPTConfig model_config(const GptFlags& g) {
-  nn::GPTConfig c = g.model == "mini" ? nn::GPTConfig{.n_layer = 4, .n_head = 4, .n_embd = 128}
-                                      : nn::GPTConfig::gpt2(g.model);
-  if (g.n_layer) c.n_layer = g.n_layer;
-  if (g.n_head) c.n_head = g.n_head;
-  if (g.n_embd) c.n_embd = g.n_embd;
-  c.vocab_size = g.data.vocab_size;
-  c.block_size = g.data.seq_len;  // the position table: as long as the training windows
-  return c;
-}
-
-// The model --model (and --n-layer, ...) describe, or the one --init-from's folder holds; its
-// position table as long as the training windows need (an error when a folder's is shorter).
-std::shared_ptr<nn::GPT> make_model(const GptFlags& g) {
-  if (g.init_from.empty()) return std::make_shared<nn::GPT>(model_config(g));
-  nn::HfCheckpoint ckpt(g.init_from);
-  auto model = std::make_shared<nn::GPT>(nn::gpt2_config_from_hf(ckpt.config()));
-  nn::load_hf_gpt2_into(*model, ckpt);
-  LOOM_CHECK(g.data.seq_len <= model->config.block_size, "--init-from ", g.init_from,
-             ": --seq-len ", g.data.seq_len, " is longer than the model's ",
-             model->config.block_size, " positions");
-  LOOM_CHECK(g.data.vocab_size <= model->config.vocab_size, "--init-from ", g.init_from,
-             ": the data's vocabulary of ", g.data.vocab_size, " ids does not fit the model's ",
-             model->config.vocab_size);
-  return model;
-}
-
 // How the run is reported: the model's name, tokens per step, MFU's FLOPs and peak.
-train::RunPlan run_plan(nn::GPT& model, const GptFlags& g, const train::TrainConfig& cfg,
-                        int64_t train_tokens) {
+train::RunPlan run_plan(const train::LanguageModel& lm, const GptFlags& g,
+                        const train::TrainConfig& cfg, int64_t train_tokens) {
   const int64_t tokens_per_step = cfg.batch_size * g.data.seq_len;
-  return {.title = str("GPT ", model.config.n_layer, "x", model.config.n_embd, " (",
-                       model.num_parameters(), " parameters)"),
+  return {.title = lm.title,
           .train_examples = train_tokens,
           .eval_every = g.eval_every,
           .samples_per_step = tokens_per_step,
-          .flops_per_step = model.flops_per_token(g.data.seq_len) * double(tokens_per_step),
+          .flops_per_step = lm.flops_per_token(g.data.seq_len) * double(tokens_per_step),
           .peak_tflops = g.peak_tflops};
 }
 
 // --sample: N tokens after --prompt, decoded by the run's tokenizer (as ids with shards).
-void print_sample(nn::GPT& model, const GptFlags& g, const data::Tokenizer& tok) {
+void print_sample(nn::CausalLM& model, const GptFlags& g, const data::Tokenizer& tok) {
   nn::SampleOptions o = g.sampling;
   const std::vector<int32_t> prompt = tok.encode_ordinary(g.prompt);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  o.max_new_tokens = std::min<int64_t>(g.sample, model.config.block_size - int64_t(ids.size()));
+  o.max_new_tokens = std::min<int64_t>(g.sample, model.max_context() - int64_t(ids.size()));
   std::vector<int64_t> out = nn::generate(model, ids, o);
   std::vector<int32_t> tokens(out.begin(), out.end());
   std::string text = g.decode_sample ? tok.decode(tokens) : "(token ids)";
@@ -178,6 +154,7 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const CLI::App& app, G
     g.data.vocab_size = tok->vocab_size();
   g.data.tokenizer = tok;
   g.decode_sample = !g.data.text.empty() || app.count("--tokenizer") > 0;
+  g.lm.vocab_size = g.data.vocab_size, g.lm.seq_len = g.data.seq_len;
   return tok;
 }
 
@@ -197,9 +174,10 @@ int main(int argc, char** argv) {
   return train::run_main("train_gpt", [&] {
     auto tokenizer = load_run_tokenizer(app, g);
     manual_seed(cfg.seed);
-    auto model = make_model(g);
+    train::LanguageModel lm = train::make_language_model(g.lm);  // GPT-2's or Llama's
+    std::shared_ptr<nn::CausalLM> model = lm.net;
     if (g.lora.rank > 0) nn::apply_lora(*model, g.lora);  // before DDP: adapters train, base frozen
-    model->set_activation_checkpointing(g.activation_checkpointing);
+    lm.set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
     // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h).
     const auto fused = nn::fuse(*model);
@@ -218,7 +196,7 @@ int main(int argc, char** argv) {
     std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
     train::Run run(cfg, setup, {*model, dp, *data.train, scaler, &sched},
-                   run_plan(*model, g, cfg, data.train_set->num_tokens()));
+                   run_plan(lm, g, cfg, data.train_set->num_tokens()));
 
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it
     // (train::accumulate, train::CudaGraphStep), as in examples/train_mlp.cpp.
@@ -255,7 +233,7 @@ int main(int argc, char** argv) {
       if (setup.main() && g.sample > 0) print_sample(*model, g, *tokenizer);
       if (setup.main() && !g.save_hf.empty()) {
         nn::merge_lora(*model);  // the adapters folded into the weights (none without --lora-rank)
-        nn::save_hf_gpt2(*model, g.save_hf);
+        lm.save_hf(g.save_hf);
       }
     }
     return run.finish();

@@ -1,0 +1,83 @@
+// GPT-2 or Llama for a language-model run: see train/language_model.h.
+#include "train/language_model.h"
+
+#include "nn/gpt.h"
+#include "nn/hf_checkpoint.h"
+#include "nn/hf_gpt2.h"
+#include "nn/hf_llama.h"
+#include "nn/llama.h"
+
+namespace loom::train {
+
+namespace {
+
+nn::GPTConfig gpt_config(const LanguageModelSpec& s) {
+  nn::GPTConfig c = s.preset == "mini" ? nn::GPTConfig{.n_layer = 4, .n_head = 4, .n_embd = 128}
+                                       : nn::GPTConfig::gpt2(s.preset);
+  if (s.n_layer) c.n_layer = s.n_layer;
+  if (s.n_head) c.n_head = s.n_head;
+  if (s.n_embd) c.n_embd = s.n_embd;
+  c.vocab_size = s.vocab_size;
+  c.block_size = s.seq_len;  // the position table: as long as the training windows
+  return c;
+}
+
+nn::LlamaConfig llama_config(const LanguageModelSpec& s) {
+  nn::LlamaConfig c = nn::LlamaConfig::preset(s.preset);
+  if (s.n_layer) c.n_layers = s.n_layer;
+  if (s.n_head) c.n_heads = s.n_head, c.n_kv_heads = std::min(c.n_kv_heads, s.n_head);
+  if (s.n_embd) c.dim = s.n_embd;
+  c.vocab_size = s.vocab_size;
+  c.max_seq_len = s.seq_len;
+  return c;
+}
+
+LanguageModel wrap(std::shared_ptr<nn::GPT> m) {
+  return {m,
+          str("GPT ", m->config.n_layer, "x", m->config.n_embd, " (", m->num_parameters(),
+              " parameters)"),
+          [m](int64_t T) { return m->flops_per_token(T); },
+          [m](bool on) { m->set_activation_checkpointing(on); },
+          [m](const std::string& dir) { nn::save_hf_gpt2(*m, dir); }};
+}
+
+LanguageModel wrap(std::shared_ptr<nn::Llama> m) {
+  return {m,
+          str("Llama ", m->config.n_layers, "x", m->config.dim, " (", m->num_parameters(),
+              " parameters)"),
+          [m](int64_t T) { return m->flops_per_token(T); },
+          [m](bool on) { m->set_activation_checkpointing(on); },
+          [m](const std::string& dir) { nn::save_hf_llama(*m, dir); }};
+}
+
+// --init-from: the folder's model_type picks the architecture.
+LanguageModel from_folder(const LanguageModelSpec& s) {
+  nn::HfCheckpoint ckpt(s.init_from);
+  const std::string type = ckpt.config().string("model_type", "gpt2");
+  if (type == "llama") {
+    auto m = std::make_shared<nn::Llama>(nn::llama_config_from_hf(ckpt.config()));
+    nn::load_hf_llama_into(*m, ckpt);
+    return wrap(m);
+  }
+  auto m = std::make_shared<nn::GPT>(nn::gpt2_config_from_hf(ckpt.config()));
+  nn::load_hf_gpt2_into(*m, ckpt);
+  return wrap(m);
+}
+
+}  // namespace
+
+LanguageModel make_language_model(const LanguageModelSpec& s) {
+  LOOM_CHECK(s.arch == "gpt2" || s.arch == "llama", "--arch ", s.arch, ": gpt2 or llama");
+  if (s.init_from.empty())
+    return s.arch == "llama" ? wrap(std::make_shared<nn::Llama>(llama_config(s)))
+                             : wrap(std::make_shared<nn::GPT>(gpt_config(s)));
+  LanguageModel lm = from_folder(s);
+  LOOM_CHECK(s.seq_len <= lm.net->max_context(), "--init-from ", s.init_from, ": --seq-len ",
+             s.seq_len, " is longer than the model's ", lm.net->max_context(), " positions");
+  LOOM_CHECK(s.vocab_size <= lm.net->vocab_size(), "--init-from ", s.init_from,
+             ": the data's vocabulary of ", s.vocab_size, " ids does not fit the model's ",
+             lm.net->vocab_size());
+  return lm;
+}
+
+}  // namespace loom::train

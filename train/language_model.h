@@ -1,0 +1,38 @@
+// LanguageModel: the decoder-only model a language-model run trains, GPT-2's architecture or
+// Llama's, made from a preset, flags or a Hugging Face folder, behind what the run needs of it:
+// the module (a CausalLM: forward, loss, generation), its name for the log, FLOPs per token for
+// MFU, activation checkpointing and writing it back as a Hugging Face folder. Used by
+// examples/train_gpt.cpp. Leaves out: the training itself and encoder models (BERT).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "nn/causal_lm.h"
+
+namespace loom::train {
+
+struct LanguageModelSpec {
+  std::string arch = "gpt2";  // gpt2 or llama; a --init-from folder's model_type wins
+  // gpt2: mini (4 x 128), d12, d24, d36, d48; llama: tiny, llama3.2-1b, llama3.2-3b, llama3-8b.
+  std::string preset = "mini";
+  int64_t n_layer = 0, n_head = 0, n_embd = 0;  // override the preset's (0: keep)
+  int64_t vocab_size = 256;  // the data's; the model's vocabulary (a folder's must hold it)
+  int64_t seq_len = 128;     // the training windows; the model's context must hold them
+  std::string init_from;     // a Hugging Face folder (config.json + safetensors): sizes, weights
+};
+
+struct LanguageModel {
+  std::shared_ptr<nn::CausalLM> net;
+  std::string title;                               // "GPT 4x128 (818944 parameters)"
+  std::function<double(int64_t)> flops_per_token;  // training FLOPs at context T
+  std::function<void(bool)> set_activation_checkpointing;
+  std::function<void(const std::string&)> save_hf;  // the folder transformers reads
+};
+
+// Errors name the flag: an unknown arch or preset, a folder whose positions are fewer than
+// seq_len or whose vocabulary cannot hold the data's ids.
+LanguageModel make_language_model(const LanguageModelSpec& spec);
+
+}  // namespace loom::train
