@@ -37,6 +37,7 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/gpt.h"
+#include "nn/llama.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/flags.h"
@@ -58,11 +59,15 @@ struct Workload {
   std::array<int64_t, 3> image{1, 28, 28};  // an image classifier's input (C, H, W)
   int64_t classes = 10;
   bool by_name = false;  // left out of "all"
+  std::string llama;     // a Llama preset (nn/llama.h) instead of the GPT; T is gpt.block_size
 };
 
 // GPT-2 124M with llm.c's padded vocabulary (50304, a multiple of 128), T = 1024; and a small one
 // for the CPU table.
 const nn::GPTConfig kGpt2{.vocab_size = 50304, .block_size = 1024};
+// The Llama workloads' vocabulary and context T (the model itself is the preset's).
+const nn::GPTConfig kLlamaT2048{.vocab_size = 128256, .block_size = 2048};
+const nn::GPTConfig kLlamaTiny{.vocab_size = 96, .block_size = 64};
 const nn::GPTConfig kGptMini{
     .vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 128};
 
@@ -74,12 +79,20 @@ struct Setup {
   Tensor x, y;
 };
 
+// A GPT of w.gpt's sizes, or the Llama preset w.llama with the context w.gpt.block_size.
+std::shared_ptr<nn::Module> make_language_model(const Workload& w) {
+  if (w.llama.empty()) return std::make_shared<nn::GPT>(w.gpt);
+  nn::LlamaConfig c = nn::LlamaConfig::preset(w.llama);
+  c.max_seq_len = w.gpt.block_size;
+  return std::make_shared<nn::Llama>(c);
+}
+
 Setup make_setup(const Workload& w, Device dev) {
   manual_seed(0);
   Setup s;
   if (!w.make) {
-    auto m = std::make_shared<nn::GPT>(w.gpt);
-    nn::fuse(*m);  // the fused transformer blocks (nn/fuse_transformer.h)
+    std::shared_ptr<nn::Module> m = make_language_model(w);
+    nn::fuse(*m);  // the fused transformer blocks (nn/fuse_transformer.h); a Llama stays plain
     m->to(dev);
     train::TrainConfig c;
     c.optimizer = "adamw", c.lr = 6e-4, c.weight_decay = 0.1;
@@ -133,6 +146,8 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, co
   Setup s = make_setup(w, dev);
   if (auto* gpt = dynamic_cast<nn::GPT*>(s.model.get()))
     gpt->set_activation_checkpointing(o.checkpointing);
+  if (auto* llama = dynamic_cast<nn::Llama*>(s.model.get()))
+    llama->set_activation_checkpointing(o.checkpointing);
   train::StepRunner runner(*s.model, *s.opt, 0.0, graph);  // eager, or a replayed CUDA graph
   if (!w.make) runner.set_grad_clip(1.0);
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
@@ -165,6 +180,10 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, co
     res.flops_per_token = gpt->flops_per_token(w.gpt.block_size);
     res.parameters = gpt->num_parameters();
   }
+  if (auto* llama = dynamic_cast<nn::Llama*>(s.model.get())) {
+    res.flops_per_token = llama->flops_per_token(w.gpt.block_size);
+    res.parameters = llama->num_parameters();
+  }
   return res;
 }
 
@@ -190,9 +209,10 @@ struct BenchFlags {
 void add_bench_flags(CLI::App& app, BenchFlags& f) {
   train::configure_app(app);
   app.add_option("--workload", f.workload,
-                 "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50 or vit-b16")
-      ->check(
-          CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16"}));
+                 "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50, vit-b16, llama1b or "
+                 "llama-tiny")
+      ->check(CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16",
+                             "llama1b", "llama-tiny"}));
   app.add_option("--device", f.device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", f.warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", f.steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
@@ -246,7 +266,9 @@ int main(int argc, char** argv) {
                                  {"gpt", 16, nullptr, kGpt2, {}, 0, true},
                                  {"gpt-mini", 8, nullptr, kGptMini, {}, 0, true},
                                  {"resnet50", 64, &resnet50, {}, {3, 224, 224}, 1000, true},
-                                 {"vit-b16", 64, &vit_b16, {}, {3, 224, 224}, 1000, true}};
+                                 {"vit-b16", 64, &vit_b16, {}, {3, 224, 224}, 1000, true},
+                                 {"llama1b", 4, nullptr, kLlamaT2048, {}, 0, true, "llama3.2-1b"},
+                                 {"llama-tiny", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny"}};
     std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {
