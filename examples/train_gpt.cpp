@@ -52,6 +52,7 @@ struct GptFlags {
   nn::SampleOptions sampling;
   std::string tokenizer = "bytes";  // --tokenizer: data::load_tokenizer's spec
   std::string save_hf;              // a Hugging Face folder written after training
+  std::string save_adapter;         // --lora-rank's adapters, as PEFT writes them
   bool decode_sample = true;        // false: shards of unknown tokens, printed as ids
   nn::LoRAOptions lora{.rank = 0};  // --lora-rank > 0: train low-rank adapters only (nn/lora.h)
 };
@@ -111,6 +112,9 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
                  "as transformers saves them): its architecture, sizes and weights");
   app.add_option("--save-hf", g.save_hf,
                  "after training, write the model as a Hugging Face folder here");
+  app.add_option("--save-adapter", g.save_adapter,
+                 "after training, write the LoRA adapters here as PEFT does "
+                 "(adapter_model.safetensors, adapter_config.json)");
   app.add_option("--peak-tflops", g.peak_tflops, "the device's peak, for MFU")
       ->check(train::real_range(0, 1e6, true));
   app.add_option("--sample", g.sample, "after training, print N generated tokens")
@@ -156,6 +160,20 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const CLI::App& app, G
   g.decode_sample = !g.data.text.empty() || app.count("--tokenizer") > 0;
   g.lm.vocab_size = g.data.vocab_size, g.lm.seq_len = g.data.seq_len;
   return tok;
+}
+
+// After the run: --sample, --save-adapter (the adapters as PEFT writes them), --save-hf (merged).
+void after_training(train::LanguageModel& lm, train::DataParallel& dp, const GptFlags& g,
+                    const train::RunSetup& setup, const data::Tokenizer& tokenizer) {
+  if (g.sample == 0 && g.save_hf.empty() && g.save_adapter.empty()) return;
+  auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
+  if (!setup.main()) return;
+  if (g.sample > 0) print_sample(*lm.net, g, tokenizer);
+  if (!g.save_adapter.empty()) lm.save_adapter(g.save_adapter, g.lora);
+  if (!g.save_hf.empty()) {
+    nn::merge_lora(*lm.net);  // the adapters folded into the weights (none without --lora-rank)
+    lm.save_hf(g.save_hf);
+  }
 }
 
 }  // namespace
@@ -228,14 +246,7 @@ int main(int argc, char** argv) {
       if (!run.end_interval()) break;
       if (!run.evaluated(train::evaluate_classifier(dp, *data.val, setup))) break;
     }
-    if (g.sample > 0 || !g.save_hf.empty()) {
-      auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
-      if (setup.main() && g.sample > 0) print_sample(*model, g, *tokenizer);
-      if (setup.main() && !g.save_hf.empty()) {
-        nn::merge_lora(*model);  // the adapters folded into the weights (none without --lora-rank)
-        lm.save_hf(g.save_hf);
-      }
-    }
+    after_training(lm, dp, g, setup, *tokenizer);
     return run.finish();
   });
 }

@@ -6,6 +6,7 @@
 #include "nn/hf_gpt2.h"
 #include "nn/hf_llama.h"
 #include "nn/llama.h"
+#include "nn/lora_peft.h"
 
 namespace loom::train {
 
@@ -38,7 +39,10 @@ LanguageModel wrap(std::shared_ptr<nn::GPT> m) {
               " parameters)"),
           [m](int64_t T) { return m->flops_per_token(T); },
           [m](bool on) { m->set_activation_checkpointing(on); },
-          [m](const std::string& dir) { nn::save_hf_gpt2(*m, dir); }};
+          [m](const std::string& dir) { nn::save_hf_gpt2(*m, dir); },
+          [m](const std::string& dir, const nn::LoRAOptions& o) {
+            nn::save_peft_adapter(*m, nn::hf_gpt2_tensor_map(m->config), o, dir);
+          }};
 }
 
 LanguageModel wrap(std::shared_ptr<nn::Llama> m) {
@@ -47,7 +51,10 @@ LanguageModel wrap(std::shared_ptr<nn::Llama> m) {
               " parameters)"),
           [m](int64_t T) { return m->flops_per_token(T); },
           [m](bool on) { m->set_activation_checkpointing(on); },
-          [m](const std::string& dir) { nn::save_hf_llama(*m, dir); }};
+          [m](const std::string& dir) { nn::save_hf_llama(*m, dir); },
+          [m](const std::string& dir, const nn::LoRAOptions& o) {
+            nn::save_peft_adapter(*m, nn::hf_llama_tensor_map(m->config), o, dir);
+          }};
 }
 
 // --init-from: the folder's model_type picks the architecture.

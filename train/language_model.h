@@ -10,6 +10,7 @@
 #include <string>
 
 #include "nn/causal_lm.h"
+#include "nn/lora.h"
 
 namespace loom::train {
 
@@ -29,6 +30,8 @@ struct LanguageModel {
   std::function<double(int64_t)> flops_per_token;  // training FLOPs at context T
   std::function<void(bool)> set_activation_checkpointing;
   std::function<void(const std::string&)> save_hf;  // the folder transformers reads
+  // The LoRA adapters alone, as PEFT saves them (nn/lora_peft.h); GPT-2's Conv1D is refused.
+  std::function<void(const std::string&, const nn::LoRAOptions&)> save_adapter;
 };
 
 // Errors name the flag: an unknown arch or preset, a folder whose positions are fewer than

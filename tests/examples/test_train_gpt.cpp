@@ -22,6 +22,7 @@
 #include "nn/checkpoint.h"
 #include "nn/hf_gpt2.h"
 #include "nn/hf_llama.h"
+#include "nn/serialize.h"
 
 using namespace loom;
 namespace fs = std::filesystem;
