@@ -19,6 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# The tests that read committed fixtures (tokenizers, Hugging Face folders) find them through
+# LOOM_SOURCE_DIR, which ctest sets; the whole-binary runs below need it too.
+export LOOM_SOURCE_DIR=$root
 what=${1:-all}
 jobs=${JOBS:-$(nproc)}
 export CC=clang CXX=clang++

@@ -322,10 +322,11 @@ TEST(FsdpGloo, ParametersGradientsAndStateAreOneNthPerRank) {
 // by the gradient's running RMS, so that changes an update by about lr 2u = 3.6e-10 (20 steps:
 // 7e-9, and more where the ranks' terms cancel); where it tips the bf16 rounding of a master the
 // gathered weight moves by one bf16 step, 2^-8 relative, and the later updates it touches by about
-// lr 2^-8 = 1.2e-5 a step, 2.3e-4 over 20 steps. Measured: 2e-8, and up to 2.3e-7 between
-// references that add in other orders. 1e-3 holds for these with 4x to spare over the tipped
-// rounding; a bf16 rounding of any reduced quantity from the first step on is far outside it (a
-// bf16 reduce-scatter: 0.02).
+// lr 2^-8 = 1.2e-5 a step, 2.3e-4 over 20 steps. Measured with GCC: 2e-8, and up to 2.3e-7
+// between references that add in other orders; with clang under ASan (CI's sanitizer build, other
+// vectorisation and contraction of the same float32 sums) 1.2e-3: several tipped roundings. The
+// bound, 5e-3, allows about 20 of them; a bf16 rounding of any reduced quantity from the first
+// step on is still 4x outside it (a bf16 reduce-scatter: 0.022).
 TEST(FsdpGloo, MixedPrecisionTrainsLikeBf16Autocast) {
   auto loss = [](const Job& j) {
     const std::string& out = j.run.output[0];
@@ -339,7 +340,7 @@ TEST(FsdpGloo, MixedPrecisionTrainsLikeBf16Autocast) {
   EXPECT_LT(loss(two), 2.5) << "it trained (the first loss is about ln 16 = 2.77)";
   expect_ranks_agree(three, 3);
   for (auto& [k, t] : two.final_of(0)) EXPECT_EQ(t.dtype(), kF32) << k;
-  EXPECT_LE(worst_diff(three.final_of(0), test::mp_reference(3, 20)), 1e-3);
+  EXPECT_LE(worst_diff(three.final_of(0), test::mp_reference(3, 20)), 5e-3);
   for (auto* j : {&ddp, &two, &three}) std::filesystem::remove_all(j->dir);
 }
 
