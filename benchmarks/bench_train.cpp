@@ -59,7 +59,7 @@ struct Workload {
   std::array<int64_t, 3> image{1, 28, 28};  // an image classifier's input (C, H, W)
   int64_t classes = 10;
   bool by_name = false;  // left out of "all"
-  std::string llama;     // a Llama preset (nn/llama.h) instead of the GPT; T is gpt.block_size
+  std::string llama{};   // a Llama preset (nn/llama.h) instead of the GPT; T is gpt.block_size
 };
 
 // GPT-2 124M with llm.c's padded vocabulary (50304, a multiple of 128), T = 1024; and a small one

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""llama_bench.py: the PyTorch anchor for bench_train's llama1b workload.
+
+Llama-3.2-1B's shape (dim 2048, 16 layers, 32 query and 8 key/value heads, SwiGLU 8192, vocabulary
+128256, tied embedding, RoPE theta 500000 with Llama 3's scaling) built by Hugging Face
+`transformers` from a config (no weights are downloaded), trained on random tokens the way
+bench_train trains loom's: B 4, T 2048, bf16 autocast over float32 master weights, fused AdamW
+(lr 3e-4, betas 0.9/0.95, weight decay 0.1), gradient clipping at 1.0, SDPA attention, optionally
+under torch.compile. It prints ms/step (median of the timed steps), tokens/s, MFU (6 x parameters
++ 12 x layers x heads x head size x T FLOPs per token at 989 TFLOP/s, as bench_train counts) and
+the peak memory. It leaves out everything bench_train leaves out: data loading, evaluation, logs.
+
+    python3 benchmarks/pytorch/llama_bench.py --compile --warmup 10 --steps 10
+"""
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def llama32_1b_config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
+        max_position_embeddings=131072, tie_word_embeddings=True,
+        rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        attn_implementation="sdpa")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--compile", action="store_true")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    cfg = llama32_1b_config()
+    model = LlamaForCausalLM(cfg).cuda().train()
+    n_params = sum(t.numel() for t in model.parameters())
+    decay = [t for t in model.parameters() if t.dim() >= 2]
+    no_decay = [t for t in model.parameters() if t.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), fused=True)
+    step_model = torch.compile(model) if a.compile else model
+    x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device="cuda")
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    t0 = time.time()
+    step()
+    torch.cuda.synchronize()
+    first = time.time() - t0
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(a.steps):
+        s = time.time()
+        loss = step()
+        torch.cuda.synchronize()
+        times.append((time.time() - s) * 1e3)
+    ms = statistics.median(times)
+    tokens = a.batch * a.seq
+    flops = 6 * n_params + 12 * cfg.num_hidden_layers * cfg.num_attention_heads * 64 * a.seq
+    mfu = flops * tokens / (ms / 1e3) / 989e12
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    name = "torch.compile" if a.compile else "eager"
+    print(f"pytorch llama1b {name}: {ms:.2f} ms/step (min {min(times):.2f}), "
+          f"{tokens / ms * 1e3:,.0f} tokens/s, MFU {100 * mfu:.1f}%, peak {peak:.0f} MiB, "
+          f"first step {first:.1f} s, {n_params:,} parameters, loss {loss.item():.3f}")
+
+
+if __name__ == "__main__":
+    main()
