@@ -52,6 +52,11 @@ class Linear : public Module {
   // Adds the two adapters (rank r, scale alpha / r) and removes them again (nn/lora.cpp).
   void add_lora(int64_t rank, double alpha, double dropout);
   void remove_lora();
+
+ protected:
+  // A Linear of these tensors, as they are (no init): weight (out, in), bias (out) or undefined;
+  // printed as `type_name` (the tensor-parallel Linears, distributed/tensor_parallel/tp_linear.h).
+  Linear(std::string type_name, Tensor weight, Tensor bias);
 };
 
 // ---------------------------------------------------------------- Conv2d (nn/conv.cpp)

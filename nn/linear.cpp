@@ -24,6 +24,21 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias)
   reset_parameters();
 }
 
+Linear::Linear(std::string type_name, Tensor w, Tensor b)
+    : Module(std::move(type_name)),
+      in_features(w.dim() == 2 ? w.size(1) : 0),
+      out_features(w.dim() == 2 ? w.size(0) : 0) {
+  LOOM_CHECK(w.dim() == 2 && (!b.defined() || (b.dim() == 1 && b.size(0) == out_features)),
+             this->type_name(), ": weight ", describe(w), " must be (out, in) and bias ",
+             b.defined() ? describe(b) : std::string("undefined"), " (out)");
+  weight = std::move(w);
+  register_parameter("weight", weight);
+  if (b.defined()) {
+    bias = std::move(b);
+    register_parameter("bias", bias);
+  }
+}
+
 void Linear::reset_parameters() {
   // Note [PyTorch's default init]: kaiming_uniform_ with a = sqrt(5) gives gain sqrt(1/3), so
   // bound = sqrt(1/3) * sqrt(3 / fan_in) = 1 / sqrt(fan_in); the bias uses the same bound.

@@ -59,6 +59,7 @@ SelfAttention::SelfAttention(const TransformerConfig& cfg)
       n_head(cfg.n_head),
       n_kv_head(cfg.kv_heads()),
       n_embd(cfg.n_embd),
+      head_dim(cfg.head_dim()),
       dropout(cfg.dropout),
       causal(cfg.causal),
       positions(cfg.positions),
@@ -75,20 +76,20 @@ Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, 
   double p = is_training() ? dropout : 0.0;
   Tensor y = scaled_dot_product_attention(q, k, v, is_causal, kDefaultScale, p);
   int64_t B = q.size(0), T = q.size(2);
-  y = reshape(transpose(y, 1, 2), {B, T, n_embd});  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+  // (B, H, T, D) -> (B, T, H, D) -> (B, T, H D): H D is C, or this rank's share of it.
+  y = reshape(transpose(y, 1, 2), {B, T, n_head * head_dim});
   return resid_dropout->forward(c_proj->forward(y));
 }
 
-// qkv: (B, T, C + 2 H_kv D) holds q (H heads), k and v (H_kv heads each) side by side; each is cut
-// out as (B, T, heads, D) and viewed as (B, heads, T, D), no copies.
+// qkv: (B, T, H D + 2 H_kv D) holds q (H heads), k and v (H_kv heads each) side by side; each is
+// cut out as (B, T, heads, D) and viewed as (B, heads, T, D), no copies.
 std::vector<Tensor> SelfAttention::heads(const Tensor& x, int64_t offset) {
   Tensor qkv = c_attn->forward(x);
-  const int64_t B = qkv.size(0), T = qkv.size(1), D = n_embd / n_head, kv = n_kv_head * D;
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = head_dim, q = n_head * D, kv = n_kv_head * D;
   auto part = [&](int64_t start, int64_t width, int64_t h) {
     return transpose(view(slice(qkv, 2, start, start + width), {B, T, h, D}), 1, 2);
   };
-  std::vector<Tensor> out{part(0, n_embd, n_head), part(n_embd, kv, n_kv_head),
-                          part(n_embd + kv, kv, n_kv_head)};
+  std::vector<Tensor> out{part(0, q, n_head), part(q, kv, n_kv_head), part(q + kv, kv, n_kv_head)};
   if (positions == Positions::Rotary) {  // q and k at positions offset, offset + 1, ...
     out[0] = loom::rope(out[0], offset, rope);
     out[1] = loom::rope(out[1], offset, rope);

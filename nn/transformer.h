@@ -84,7 +84,10 @@ class SelfAttention : public Module {
   // (it attends to everything cached). Causal attention only.
   Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
 
-  int64_t n_head, n_kv_head, n_embd;
+  // n_embd is the width of the input and output (C); the heads are n_head query and n_kv_head
+  // key/value heads of head_dim channels. n_head * head_dim is C, unless tensor parallelism left
+  // this rank a share of the heads (distributed/tensor_parallel/tensor_parallel.h).
+  int64_t n_head, n_kv_head, n_embd, head_dim;
   double dropout;
   bool causal;
   Positions positions;
