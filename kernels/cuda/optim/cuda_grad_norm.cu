@@ -22,10 +22,6 @@ template <typename T>
 using NormTable = TensorTable<T, 1, 512, 8192>;
 static_assert(sizeof(NormTable<double>) < 30000, "the table must fit in the kernel arguments");
 
-struct Add {
-  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
-};
-
 // partial[first + c] = sum of squares of chunk c of the table (block-uniform loop: every thread
 // reaches block_reduce).
 template <typename T>
@@ -38,7 +34,7 @@ __global__ void __launch_bounds__(kBlockSize)
     double s = 0;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       s += double(p[i]) * double(p[i]);
-    s = block_reduce(s, Add{}, 0.0);
+    s = block_reduce(s, Plus{}, 0.0);
     if (threadIdx.x == 0) partial[first + c] = s;
   }
 }
@@ -49,7 +45,7 @@ __global__ void __launch_bounds__(1024)
     add_partials_kernel(const double* partial, int64_t n, T* out) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
-  s = block_reduce(s, Add{}, 0.0);
+  s = block_reduce(s, Plus{}, 0.0);
   if (threadIdx.x == 0) *out = T(s);
 }
 
