@@ -24,6 +24,15 @@ std::string window_repr(IntPair k, IntPair s, IntPair p) {
   return str("kernel_size=(", k.h, ", ", k.w, "), stride=(", s.h, ", ", s.w, "), padding=(", p.h,
              ", ", p.w, ")");
 }
+
+// The window of a pooling module, as the pooling ops take it.
+Pool2dParams window_params(IntPair k, IntPair stride, IntPair pad) {
+  Pool2dParams p;
+  p.kernel = k.arr();
+  p.stride = stride.arr();
+  p.padding = pad.arr();
+  return p;
+}
 }  // namespace
 
 MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt)
@@ -34,11 +43,7 @@ MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt)
 
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_input("MaxPool2d", x);
-  Pool2dParams p;
-  p.kernel = kernel_size.arr();
-  p.stride = options.stride->arr();
-  p.padding = options.padding.arr();
-  return max_pool2d(x, p);
+  return max_pool2d(x, window_params(kernel_size, *options.stride, options.padding));
 }
 
 std::string MaxPool2d::extra_repr() const {
@@ -53,10 +58,7 @@ AvgPool2d::AvgPool2d(IntPair k, AvgPool2dOptions opt)
 
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_input("AvgPool2d", x);
-  Pool2dParams p;
-  p.kernel = kernel_size.arr();
-  p.stride = options.stride->arr();
-  p.padding = options.padding.arr();
+  Pool2dParams p = window_params(kernel_size, *options.stride, options.padding);
   p.count_include_pad = options.count_include_pad;
   return avg_pool2d(x, p);
 }

@@ -9,6 +9,14 @@ namespace loom::cuda {
 
 constexpr int kWarpSize = 32;
 
+// The combine functor of a sum.
+struct Plus {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
 // The combination of the values of the 32 lanes, returned in every lane (butterfly exchange).
 template <typename T, typename C>
 __device__ __forceinline__ T warp_reduce(T v, const C& c) {

@@ -1,7 +1,8 @@
-// Multi-tensor launches, written once for the fused optimizer steps (cuda_optim.cu) and the
-// GradScaler's unscale (cuda_amp.cu): a table of tensors cut into fixed-size chunks that travels
-// in the kernel arguments, the device-side lookup from a block's chunk to its tensor and element
-// range, and the host loop that fills tables and launches one kernel per table.
+// Multi-tensor launches, written once for the fused optimizer steps (cuda_optim.cu), the
+// GradScaler's unscale (cuda_amp.cu) and the gradient norm (cuda_grad_norm.cu): a table of
+// tensors cut into fixed-size chunks that travels in the kernel arguments, the device-side lookup
+// from a block's chunk to its tensor and element range, and the host loop that fills tables and
+// launches one kernel per table.
 // Leaves out: the per-element math and the kernels themselves (each caller has its own).
 #pragma once
 
@@ -36,6 +37,12 @@ struct TensorTable {
   int64_t numel[MaxTensors];
   int64_t chunk_start[MaxTensors + 1];
 };
+
+// One list of tensors (gradients: the GradScaler's unscale, the gradient norm and its clip): up
+// to 512 tensors, in chunks of 8192 elements.
+template <typename T>
+using GradTable = TensorTable<T, 1, 512, 8192>;
+static_assert(sizeof(GradTable<double>) < 30000, "the table must fit in the kernel arguments");
 
 // Chunk c of a table: tensor t, elements [begin, end) of it.
 struct ChunkRange {

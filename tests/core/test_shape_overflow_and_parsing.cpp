@@ -9,23 +9,12 @@
 #include <string>
 
 #include "autograd/ops/ops.h"
+#include "support/errors.h"
 
+using loom::test::expect_error;
 using namespace loom;
 
 namespace {
-
-// Runs f, which must throw loom::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << *parts.begin();
-  } catch (const Error& e) {
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a loom::Error: " << e.what();
-  }
-}
 
 constexpr int64_t kBig = int64_t(1) << 40;
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();

@@ -12,7 +12,9 @@
 
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
+#include "support/errors.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::data;
 
@@ -27,17 +29,6 @@ const BpeTokenizer& cl100k() {
   static const BpeTokenizer tok =
       BpeTokenizer::from_tiktoken(fixture("cl100k_subset.tiktoken"), BpePreset::kCl100k);
   return tok;
-}
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
 }
 
 std::vector<int32_t> concat(std::vector<std::vector<int32_t>> parts) {

@@ -5,23 +5,13 @@
 
 #include "autograd/ops/factory.h"
 #include "data/dataset.h"
+#include "support/errors.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::data;
 
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(TensorDataset, RowsAreViewsAndBatchesAreGathered) {
   Tensor x = arange(0, 24, 1, {.dtype = kF32}).view({6, 2, 2});

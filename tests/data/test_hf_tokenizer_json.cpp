@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/bpe_presets.h"
 #include "data/hf_tokenizer_json.h"
+#include "support/errors.h"
 #include "support/temp_files.h"
 
 using namespace loom;
@@ -63,14 +64,9 @@ std::string write(const TempDir& dir, const json& j) {
   return path;
 }
 
-std::string error_of(const std::string& path) {
-  try {
-    read_hf_tokenizer_json(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
+// What reading the file at `path` throws.
+std::string read_error(const std::string& path) {
+  return test::error_of([&] { read_hf_tokenizer_json(path); });
 }
 
 }  // namespace
@@ -189,11 +185,11 @@ TEST(HfTokenizerJson, EachRefusalNamesTheFileAndTheField) {
   for (size_t i = 0; i < cases.size(); ++i) {
     json j = small_tokenizer();
     cases[i].change(j);
-    const std::string e = error_of(write(dir, j));
+    const std::string e = read_error(write(dir, j));
     EXPECT_NE(e.find("tokenizer.json " + f + cases[i].message), std::string::npos)
         << "case " << i << "\nwant: " << cases[i].message << "\ngot:  " << e;
   }
   loom::test::write_bytes(f, "{\"model\": [1, 2,");
-  EXPECT_NE(error_of(f).find(f + ": not valid JSON"), std::string::npos) << error_of(f);
-  EXPECT_NE(error_of(dir.file("none.json")).find("none.json: cannot open it"), std::string::npos);
+  EXPECT_NE(read_error(f).find(f + ": not valid JSON"), std::string::npos) << read_error(f);
+  EXPECT_NE(read_error(dir.file("none.json")).find("none.json: cannot open it"), std::string::npos);
 }

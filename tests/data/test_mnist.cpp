@@ -13,10 +13,12 @@
 
 #include "core/allocator.h"
 #include "data/mnist.h"
+#include "support/errors.h"
 #include "support/fashion_mnist.h"
 
 using namespace loom;
 using namespace loom::data;
+using loom::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -87,18 +89,6 @@ class TempDir : public ::testing::Test {
     std::vector<uint8_t> labels(n);
     for (uint32_t i = 0; i < n; ++i) labels[i] = uint8_t(i % 10);
     write_file(dir_ / (split + "-labels-idx1-ubyte" + ext), idx_bytes({n}, labels), gz);
-  }
-
-  // The message of the Error that f throws ("" and a failure when it does not throw).
-  template <typename F>
-  std::string error_of(F f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected a loom::Error";
-    return "";
   }
 
   fs::path dir_;

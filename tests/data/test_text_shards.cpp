@@ -15,24 +15,15 @@
 #include "data/byte_tokenizer.h"
 #include "data/text_shards.h"
 #include "data/token_shards.h"
+#include "support/errors.h"
 #include "support/temp_files.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::data;
 using loom::test::TempDir;
 
 namespace {
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
-}
 
 // Latin accents (2 bytes), CJK (3 bytes), an emoji (4 bytes), a combining mark, NUL and CRLF.
 const std::string kMixed =

@@ -15,24 +15,15 @@
 #include "data/dataloader.h"
 #include "data/sampler.h"
 #include "data/token_dataset.h"
+#include "support/errors.h"
 #include "support/temp_files.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::data;
 using loom::test::TempDir;
 
 namespace {
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
-}
 
 // Shards of the given sizes whose tokens are all distinct (shard s, token i: 1000 s + i), so a
 // token names its place; returns the paths.

@@ -10,25 +10,15 @@
 
 #include "core/error.h"
 #include "data/token_shards.h"
+#include "support/errors.h"
 #include "support/temp_files.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::data;
 using loom::test::TempDir;
 
 namespace {
-
-// The message of the Error that f throws ("" and a failure when it does not throw).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
-}
 
 // A shard's bytes written by hand: the header ints given (the rest zero), then `tokens`.
 std::string shard_bytes(int32_t magic, int32_t version, int32_t count,

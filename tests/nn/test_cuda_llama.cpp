@@ -16,48 +16,27 @@
 #include "nn/gpt_sample.h"
 #include "nn/hf_llama.h"
 #include "support/golden_file.h"
+#include "support/hf_golden.h"
 
 using namespace loom;
 using namespace loom::nn;
+using loom::test::int_list;
+using loom::test::relative_error;
 
 namespace {
 
 const Device kGpu = cuda_device(0);
 
-std::string folder() { return test::golden_dir() + "hf/llama"; }
+std::string folder() { return test::hf_fixture("llama"); }
 
 const test::GoldenFile& expected() {
-  static const test::GoldenFile g = test::read_golden_file(test::golden_dir() + "hf/llama.txt");
+  static const test::GoldenFile g = test::read_golden_file(test::hf_fixture("llama.txt"));
   return g;
-}
-
-// max |got - want| / max |want|, on the host in float64.
-double relative_error(const Tensor& got, const Tensor& want) {
-  auto a = got.to(kCPU).to_vector<double>(), b = want.to(kCPU).to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return worst / scale;
 }
 
 Tensor ids() { return expected().at("ids").to(kI64).to(kGpu); }
 
-Tensor shifted_targets() {
-  Tensor i = expected().at("ids").to(kI64);
-  Tensor t = full(i.shape(), -1.0, {.dtype = kI64});
-  NoGradGuard g;
-  slice(t, 1, 0, i.size(1) - 1).copy_(slice(i, 1, 1, i.size(1)));
-  return t.to(kGpu);
-}
-
-std::vector<int64_t> int_list(const Tensor& t) {
-  std::vector<int64_t> out;
-  for (double v : t.to_vector<double>()) out.push_back(int64_t(v));
-  return out;
-}
+Tensor shifted_targets() { return test::shifted_targets(expected().at("ids").to(kI64)).to(kGpu); }
 
 }  // namespace
 

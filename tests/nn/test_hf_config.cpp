@@ -6,21 +6,13 @@
 
 #include "core/tensor.h"
 #include "nn/hf_config.h"
+#include "support/errors.h"
 
+using loom::test::expect_error;
 using namespace loom;
 using namespace loom::nn;
 
 namespace {
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming " << parts[0];
-  } catch (const Error& e) {
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 const char* kText = R"({"n_layer": 2, "eps": 1e-05, "half": 0.5, "name": "gpt2", "tie": true,
   "nothing": null, "rope_scaling": {"factor": 8, "rope_type": "llama3"}, "torch_dtype": "float16"})";

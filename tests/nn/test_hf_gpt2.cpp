@@ -12,35 +12,24 @@
 #include "nn/gpt_sample.h"
 #include "nn/hf_gpt2.h"
 #include "support/golden_file.h"
+#include "support/hf_golden.h"
 #include "support/temp_files.h"
 
 using namespace loom;
 using namespace loom::nn;
-using loom::test::golden_dir;
+using loom::test::hf_fixture;
+using loom::test::int_list;
 using loom::test::read_bytes;
+using loom::test::relative_error;
+using loom::test::shifted_targets;
 using loom::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string hf(const std::string& name) { return golden_dir() + "hf/" + name; }
-
 const test::GoldenFile& expected() {
-  static const test::GoldenFile g = test::read_golden_file(hf("gpt2.txt"));
+  static const test::GoldenFile g = test::read_golden_file(hf_fixture("gpt2.txt"));
   return g;
-}
-
-// max |got - want| / max |want|: relative to the tensor's scale, so entries near zero (most
-// logits of a random model, most of wte's gradient) are held to the same absolute bound as the
-// large ones instead of an undefined relative error.
-double relative_error(const Tensor& got, const Tensor& want) {
-  auto a = got.to_vector<double>(), b = want.to_vector<double>();
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return worst / scale;
 }
 
 // Note [HF parity tolerances]
@@ -57,15 +46,6 @@ double relative_error(const Tensor& got, const Tensor& want) {
 constexpr double kLogitsTol = 1e-5, kGradTol = 1e-4, kBf16LogitsTol = 2e-2, kBf16ComputeTol = 5e-2;
 
 Tensor ids() { return expected().at("ids").to(kI64); }
-
-// Labels = the ids, shifted as transformers shifts them: position t predicts id t + 1; the last
-// position has no target (-1, which GPT::loss ignores).
-Tensor shifted_targets(const Tensor& ids) {
-  Tensor t = full(ids.shape(), -1.0, {.dtype = kI64});
-  NoGradGuard g;
-  slice(t, 1, 0, ids.size(1) - 1).copy_(slice(ids, 1, 1, ids.size(1)));
-  return t;
-}
 
 std::map<std::string, Tensor> params(const GPT& m) {
   std::map<std::string, Tensor> out;
@@ -88,7 +68,7 @@ void expect_bitwise_equal(const GPT& a, const GPT& b) {
 }  // namespace
 
 TEST(HfGpt2, ConfigMatchesTheFixture) {
-  auto model = load_hf_gpt2(hf("gpt2"));
+  auto model = load_hf_gpt2(hf_fixture("gpt2"));
   const GPTConfig& c = model->config;
   EXPECT_EQ(c.n_layer, 2);
   EXPECT_EQ(c.n_head, 4);
@@ -100,7 +80,7 @@ TEST(HfGpt2, ConfigMatchesTheFixture) {
 }
 
 TEST(HfGpt2, LogitsLossAndGradientsMatchTransformers) {
-  auto model = load_hf_gpt2(hf("gpt2"));
+  auto model = load_hf_gpt2(hf_fixture("gpt2"));
   model->eval();
   Tensor logits = model->forward(ids());
   ASSERT_EQ(logits.shape(), expected().at("logits").shape());
@@ -130,11 +110,9 @@ TEST(HfGpt2, LogitsLossAndGradientsMatchTransformers) {
 }
 
 TEST(HfGpt2, GreedyGenerationMatchesTransformers) {
-  auto model = load_hf_gpt2(hf("gpt2"));
-  std::vector<int64_t> prompt;
-  for (double v : expected().at("prompt").to_vector<double>()) prompt.push_back(int64_t(v));
-  std::vector<int64_t> want;
-  for (double v : expected().at("generated").to_vector<double>()) want.push_back(int64_t(v));
+  auto model = load_hf_gpt2(hf_fixture("gpt2"));
+  std::vector<int64_t> prompt = int_list(expected().at("prompt"));
+  std::vector<int64_t> want = int_list(expected().at("generated"));
   for (bool cache : {true, false}) {
     SampleOptions o{.max_new_tokens = int64_t(want.size()), .temperature = 0.0, .use_cache = cache};
     EXPECT_EQ(generate(*model, prompt, o), want) << "use_cache " << cache;
@@ -142,9 +120,9 @@ TEST(HfGpt2, GreedyGenerationMatchesTransformers) {
 }
 
 TEST(HfGpt2, Bf16FolderHoldsTheRoundedWeights) {
-  auto f32 = load_hf_gpt2(hf("gpt2"));
-  auto widened = load_hf_gpt2(hf("gpt2-bf16"));  // bfloat16 file, float32 parameters
-  auto bf16 = load_hf_gpt2(hf("gpt2-bf16"), kCPU, {.dtype = kBF16});
+  auto f32 = load_hf_gpt2(hf_fixture("gpt2"));
+  auto widened = load_hf_gpt2(hf_fixture("gpt2-bf16"));  // bfloat16 file, float32 parameters
+  auto bf16 = load_hf_gpt2(hf_fixture("gpt2-bf16"), kCPU, {.dtype = kBF16});
   auto p32 = params(*f32), pw = params(*widened), pb = params(*bf16);
   for (const auto& [name, t] : p32) {
     ASSERT_EQ(pb.at(name).dtype(), kBF16) << name;
@@ -162,8 +140,8 @@ TEST(HfGpt2, Bf16FolderHoldsTheRoundedWeights) {
 }
 
 TEST(HfGpt2, ShardedFolderLoadsTheSameWeights) {
-  auto single = load_hf_gpt2(hf("gpt2"));
-  auto sharded = load_hf_gpt2(hf("gpt2-sharded"));
+  auto single = load_hf_gpt2(hf_fixture("gpt2"));
+  auto sharded = load_hf_gpt2(hf_fixture("gpt2-sharded"));
   expect_bitwise_equal(*single, *sharded);
   sharded->eval();
   NoGradGuard g;
@@ -187,11 +165,11 @@ TEST(HfGpt2, SaveWritesTransformersBytes) {
         "model-00003-of-00003.safetensors", "model.safetensors.index.json"}}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.fixture);
-    auto model = load_hf_gpt2(hf(c.fixture));  // float32 parameters in every case
+    auto model = load_hf_gpt2(hf_fixture(c.fixture));  // float32 parameters in every case
     TempDir dir("loom_hf_save");
     save_hf_gpt2(*model, dir.path, c.options);
     for (const auto& f : c.files)
-      EXPECT_TRUE(read_bytes(dir.file(f)) == read_bytes(hf(c.fixture) + "/" + f)) << f;
+      EXPECT_TRUE(read_bytes(dir.file(f)) == read_bytes(hf_fixture(c.fixture) + "/" + f)) << f;
     auto back = load_hf_gpt2(dir.path);
     expect_bitwise_equal(*model, *back);
     EXPECT_EQ(back->config.n_layer, model->config.n_layer);
@@ -201,11 +179,11 @@ TEST(HfGpt2, SaveWritesTransformersBytes) {
 
 // The written config.json holds the fields transformers needs, with the fixture's values.
 TEST(HfGpt2, SavedConfigHasTransformersFields) {
-  auto model = load_hf_gpt2(hf("gpt2-bf16"));
+  auto model = load_hf_gpt2(hf_fixture("gpt2-bf16"));
   TempDir dir("loom_hf_config");
   save_hf_gpt2(*model, dir.path, {.dtype = kBF16});
   HfConfig mine = HfConfig::read(dir.file("config.json"));
-  HfConfig theirs = HfConfig::read(hf("gpt2-bf16/config.json"));
+  HfConfig theirs = HfConfig::read(hf_fixture("gpt2-bf16/config.json"));
   for (const char* key :
        {"activation_function", "architectures", "model_type", "n_embd", "n_head", "n_inner",
         "n_layer", "n_positions", "vocab_size", "layer_norm_epsilon", "tie_word_embeddings",
@@ -218,7 +196,7 @@ TEST(HfGpt2, SavedConfigHasTransformersFields) {
 // transformers stored each block's causal mask (attn.bias) and attn.masked_bias; a tied
 // lm_head.weight may be there too. All load, to the same logits.
 TEST(HfGpt2, LoadsTheHubLayoutWithMaskBuffers) {
-  SafetensorsFile f = read_safetensors(hf("gpt2/model.safetensors"));
+  SafetensorsFile f = read_safetensors(hf_fixture("gpt2/model.safetensors"));
   NamedTensors renamed;
   for (auto& [name, t] : f.tensors) renamed.emplace_back(name.substr(strlen("transformer.")), t);
   for (int i = 0; i < 2; ++i) {
@@ -227,8 +205,8 @@ TEST(HfGpt2, LoadsTheHubLayoutWithMaskBuffers) {
   }
   renamed.emplace_back("lm_head.weight", f.at("transformer.wte.weight"));
   TempDir dir("loom_hf_hub");
-  fs::copy_file(hf("gpt2/config.json"), dir.file("config.json"));
+  fs::copy_file(hf_fixture("gpt2/config.json"), dir.file("config.json"));
   write_safetensors(dir.file("model.safetensors"), renamed, {{"format", "pt"}});
   auto model = load_hf_gpt2(dir.path);
-  expect_bitwise_equal(*model, *load_hf_gpt2(hf("gpt2")));
+  expect_bitwise_equal(*model, *load_hf_gpt2(hf_fixture("gpt2")));
 }

@@ -11,7 +11,9 @@
 #include "autograd/ops/ops.h"
 #include "core/safetensors.h"
 #include "nn/hf_gpt2.h"
+#include "support/errors.h"
 #include "support/golden_file.h"
+#include "support/hf_golden.h"
 #include "support/temp_files.h"
 
 using namespace loom;
@@ -27,7 +29,7 @@ namespace {
 struct Broken {
   TempDir dir{"loom_hf_broken"};
   explicit Broken(const std::string& fixture) {
-    fs::copy(test::golden_dir() + "hf/" + fixture, dir.path, fs::copy_options::recursive);
+    fs::copy(test::hf_fixture(fixture), dir.path, fs::copy_options::recursive);
   }
   std::string file(const std::string& name) const { return dir.file(name); }
   void edit_config(const std::function<void(nlohmann::json&)>& f) const {
@@ -45,13 +47,7 @@ struct Broken {
 
 // Loading throws an Error whose message holds every one of `parts`.
 void expect_load_error(const Broken& b, const std::vector<std::string>& parts) {
-  try {
-    load_hf_gpt2(b.dir.path);
-    ADD_FAILURE() << "no error; expected one naming " << parts[0];
-  } catch (const Error& e) {
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { load_hf_gpt2(b.dir.path); }, parts);
 }
 
 void replace(NamedTensors& ts, const std::string& name, const Tensor& t) {

@@ -11,78 +11,47 @@
 #include "autograd/ops/ops.h"
 #include "nn/gpt_sample.h"
 #include "nn/hf_llama.h"
+#include "support/errors.h"
 #include "support/golden_file.h"
+#include "support/hf_golden.h"
 #include "support/temp_files.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::nn;
-using loom::test::golden_dir;
+using loom::test::hf_fixture;
+using loom::test::int_list;
 using loom::test::read_bytes;
+using loom::test::relative_error;
+using loom::test::shifted_targets;
 using loom::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string hf(const std::string& name) { return golden_dir() + "hf/" + name; }
-
 const test::GoldenFile& expected() {
-  static const test::GoldenFile g = test::read_golden_file(hf("llama.txt"));
+  static const test::GoldenFile g = test::read_golden_file(hf_fixture("llama.txt"));
   return g;
-}
-
-// max |got - want| / max |want| (as test_hf_gpt2.cpp's).
-double relative_error(const Tensor& got, const Tensor& want) {
-  auto a = got.to_vector<double>(), b = want.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return worst / scale;
 }
 
 constexpr double kLogitsTol = 1e-5, kGradTol = 1e-4;
 
 Tensor ids() { return expected().at("ids").to(kI64); }
 
-// Labels = the ids, shifted as transformers shifts them; the last position has no target (-1).
-Tensor shifted_targets(const Tensor& ids) {
-  Tensor t = full(ids.shape(), -1.0, {.dtype = kI64});
-  NoGradGuard g;
-  slice(t, 1, 0, ids.size(1) - 1).copy_(slice(ids, 1, 1, ids.size(1)));
-  return t;
-}
-
-std::vector<int64_t> int_list(const Tensor& t) {
-  std::vector<int64_t> out;
-  for (double v : t.to_vector<double>()) out.push_back(int64_t(v));
-  return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 // The fixture's config.json with one field replaced, in a new folder beside its weights.
 void write_config_with(const TempDir& dir, const std::string& from, const std::string& to) {
-  std::string text = read_bytes(hf("llama/config.json"));
+  std::string text = read_bytes(hf_fixture("llama/config.json"));
   size_t at = text.find(from);
   ASSERT_NE(at, std::string::npos) << from;
   text.replace(at, from.size(), to);
   test::write_bytes(dir.file("config.json"), text);
-  fs::copy_file(hf("llama/model.safetensors"), dir.file("model.safetensors"));
+  fs::copy_file(hf_fixture("llama/model.safetensors"), dir.file("model.safetensors"));
 }
 
 }  // namespace
 
 TEST(HfLlama, ConfigMatchesTheFixture) {
-  LlamaConfig c = llama_config_from_hf(HfConfig::read(hf("llama/config.json")));
+  LlamaConfig c = llama_config_from_hf(HfConfig::read(hf_fixture("llama/config.json")));
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_layers, 2);
   EXPECT_EQ(c.n_heads, 4);
@@ -99,7 +68,7 @@ TEST(HfLlama, ConfigMatchesTheFixture) {
 }
 
 TEST(HfLlama, LogitsLossAndGradientsMatchTransformers) {
-  auto model = load_hf_llama(hf("llama"));
+  auto model = load_hf_llama(hf_fixture("llama"));
   model->eval();
   Tensor logits = model->forward(ids());
   ASSERT_EQ(logits.shape(), expected().at("logits").shape());
@@ -128,7 +97,7 @@ TEST(HfLlama, LogitsLossAndGradientsMatchTransformers) {
 }
 
 TEST(HfLlama, GreedyGenerationMatchesTransformers) {
-  auto model = load_hf_llama(hf("llama"));
+  auto model = load_hf_llama(hf_fixture("llama"));
   std::vector<int64_t> prompt = int_list(expected().at("prompt"));
   std::vector<int64_t> want = int_list(expected().at("generated"));
   for (bool cache : {true, false}) {
@@ -140,11 +109,11 @@ TEST(HfLlama, GreedyGenerationMatchesTransformers) {
 // Saving in bfloat16 writes the fixture's bytes (transformers' save_pretrained); reloading gives
 // the same parameters bit for bit.
 TEST(HfLlama, SaveWritesTransformersBytesAndReloads) {
-  auto model = load_hf_llama(hf("llama"));
+  auto model = load_hf_llama(hf_fixture("llama"));
   TempDir dir("loom_hf_llama");
   save_hf_llama(*model, dir.path, {.dtype = kBF16});
   EXPECT_TRUE(read_bytes(dir.file("model.safetensors")) ==
-              read_bytes(hf("llama/model.safetensors")));
+              read_bytes(hf_fixture("llama/model.safetensors")));
   auto back = load_hf_llama(dir.path);
   auto a = model->state_dict(), b = back->state_dict();
   ASSERT_EQ(a.size(), b.size());
@@ -153,7 +122,7 @@ TEST(HfLlama, SaveWritesTransformersBytesAndReloads) {
     EXPECT_EQ(a[i].second.to_vector<double>(), b[i].second.to_vector<double>()) << a[i].first;
   }
   HfConfig mine = HfConfig::read(dir.file("config.json"));
-  HfConfig theirs = HfConfig::read(hf("llama/config.json"));
+  HfConfig theirs = HfConfig::read(hf_fixture("llama/config.json"));
   for (const char* key :
        {"architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "intermediate_size", "vocab_size", "rms_norm_eps",

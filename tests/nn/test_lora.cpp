@@ -13,20 +13,13 @@
 #include "nn/gpt.h"
 #include "nn/lora.h"
 #include "nn/optim/adam.h"
+#include "support/errors.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::nn;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 GPTConfig tiny() {
   return GPTConfig{.vocab_size = 37, .block_size = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};

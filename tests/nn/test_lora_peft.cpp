@@ -13,21 +13,14 @@
 #include "nn/llama.h"
 #include "nn/lora_peft.h"
 #include "nn/serialize.h"
+#include "support/errors.h"
 #include "support/temp_files.h"
 
+using loom::test::error_of;
 using namespace loom;
 using namespace loom::nn;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);

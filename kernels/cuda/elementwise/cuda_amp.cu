@@ -15,13 +15,8 @@ namespace loom::cuda {
 
 namespace {
 
-// The gradients in tables of Note [Multi-tensor table in kernel arguments]
-// (kernels/cuda/multi_tensor.cuh), as in the fused optimizer steps: up to 512 tensors, in chunks
-// of 8192 elements.
-template <typename T>
-using GradTable = TensorTable<T, 1, 512, 8192>;
-static_assert(sizeof(GradTable<double>) < 30000, "the table must fit in the kernel arguments");
-
+// The gradients travel in GradTables (Note [Multi-tensor table in kernel arguments] in
+// kernels/cuda/multi_tensor.cuh).
 template <typename T>
 __global__ void unscale_kernel(const __grid_constant__ GradTable<T> tab, float* found_inf,
                                const float* scale) {

@@ -32,13 +32,6 @@ namespace loom::cuda {
 
 namespace {
 
-struct Sum {
-  template <typename A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
-
 // Note [Online log-sum-exp]
 // One pass keeps a running maximum m and s = sum exp(x - m): a new x > m rescales s by
 // exp(m - x) first. Two partial (m, s) pairs combine as (M, s1 exp(m1 - M) + s2 exp(m2 - M)) with
@@ -131,7 +124,7 @@ __global__ void __launch_bounds__(kBlockSize)
         }
       }
       p = warp_merge(p);
-      sx = warp_reduce(sx, Sum{});
+      sx = warp_reduce(sx, Plus{});
       l = p.m + math::log(p.s);
       row = l - A(xr[t * s1]);  // -log softmax at the target
       if (ls != 0.0) row = A((1.0 - ls) * double(row) + (ls / double(C)) * (double(C) * l - sx));
@@ -154,8 +147,8 @@ __global__ void __launch_bounds__(1024)
     total += double(row_loss[i]);
     count += target[i * ts] != ignore;
   }
-  total = block_reduce(total, Sum{}, 0.0);
-  count = block_reduce(count, Sum{}, 0.0);
+  total = block_reduce(total, Plus{}, 0.0);
+  count = block_reduce(count, Plus{}, 0.0);
   if (threadIdx.x == 0) {
     loss[0] = A(r == Reduction::Sum ? total : total / count);  // NaN with no counted row
     *scale = r == Reduction::Mean ? 1.0 / count : 1.0;
@@ -277,8 +270,8 @@ __global__ void __launch_bounds__(kRowThreads, 2)
         sx += v;
       }
     }
-    s = block_reduce(s, Sum{}, A(0));
-    if (ls != 0.0) sx = block_reduce(sx, Sum{}, A(0));
+    s = block_reduce(s, Plus{}, A(0));
+    if (ls != 0.0) sx = block_reduce(sx, Plus{}, A(0));
     const A l = m + math::log(s);
     if (threadIdx.x == 0) {                 // row[] is whole: the block sums synchronised the block
       A loss = l - A(row[t / V].v[t % V]);  // -log softmax at the target

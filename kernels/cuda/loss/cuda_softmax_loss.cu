@@ -67,13 +67,6 @@ __device__ __forceinline__ MaxSum<A> block_merge(MaxSum<A> v) {
   return warp_merge(v);
 }
 
-struct Add {
-  template <typename A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
-
 // One row per warp (per_warp) or per block, of contiguous (rows, n) blocks.
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
@@ -115,7 +108,7 @@ __global__ void __launch_bounds__(kBlockSize)
   A s = 0;
   for (int64_t j = tid; j < n; j += nt)
     s += log ? A(dy[base + j]) : A(dy[base + j]) * A(y[base + j]);
-  s = per_warp ? warp_reduce(s, Add{}) : block_reduce(s, Add{}, A(0));
+  s = per_warp ? warp_reduce(s, Plus{}) : block_reduce(s, Plus{}, A(0));
   for (int64_t j = tid; j < n; j += nt) {
     A g = A(dy[base + j]), yv = A(y[base + j]);
     dx[base + j] = T(log ? g - math::exp(yv) * s : yv * (g - s));
@@ -249,8 +242,8 @@ __global__ void __launch_bounds__(kBlockSize)
     if (r == Reduction::None) out[i] = T(A(v));
   }
   if (r == Reduction::None) return;  // uniform: no thread reaches the block reduction
-  total = block_reduce(total, Add{}, 0.0);
-  count = block_reduce(count, Add{}, 0.0);
+  total = block_reduce(total, Plus{}, 0.0);
+  count = block_reduce(count, Plus{}, 0.0);
   if (threadIdx.x == 0) out[0] = T(A(r == Reduction::Sum ? total : total / count));
 }
 
@@ -259,7 +252,7 @@ __global__ void __launch_bounds__(kBlockSize)
     nll_count_kernel(const int64_t* target, int64_t ts, int64_t N, int64_t ignore, double* scale) {
   double count = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) count += target[i * ts] != ignore;
-  count = block_reduce(count, Add{}, 0.0);
+  count = block_reduce(count, Plus{}, 0.0);
   if (threadIdx.x == 0) *scale = 1.0 / count;
 }
 

@@ -27,13 +27,6 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 
-struct Add {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-
 template <typename T>
 __device__ __forceinline__ T inv_sqrt(T v) {
   return T(1) / sqrt(v);
@@ -65,10 +58,10 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const R* __re
   } else {
     for (int64_t j = lane; j < N; j += kWarpSize) s += r[j];
   }
-  const T mu = warp_reduce(s, Add{}) / T(N);
+  const T mu = warp_reduce(s, Plus{}) / T(N);
   T q = 0;
   for (int64_t j = lane; j < N; j += kWarpSize) q += (r[j] - mu) * (r[j] - mu);
-  const T rs = inv_sqrt(warp_reduce(q, Add{}) / T(N) + T(eps));
+  const T rs = inv_sqrt(warp_reduce(q, Plus{}) / T(N) + T(eps));
   for (int64_t j = lane; j < N; j += kWarpSize) {
     T v = (r[j] - mu) * rs;
     if (w) v = v * w[j];
@@ -99,8 +92,8 @@ __global__ void layer_norm_dx_kernel(const Y* __restrict__ dy, const T* __restri
     sg += g;
     sgx += g * (r[j] - mu) * rs;
   }
-  sg = warp_reduce(sg, Add{}) / T(N);
-  sgx = warp_reduce(sgx, Add{}) / T(N);
+  sg = warp_reduce(sg, Plus{}) / T(N);
+  sgx = warp_reduce(sgx, Plus{}) / T(N);
   for (int64_t j = lane; j < N; j += kWarpSize) {
     T g = w ? T(d[j]) * w[j] : T(d[j]);
     const T v = rs * (g - sg - (r[j] - mu) * rs * sgx);

@@ -9,6 +9,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/norm/cuda_layer_norm_rows.h"
+#include "kernels/cuda/norm/row_vectors.cuh"
 
 namespace loom::cuda {
 
@@ -39,37 +40,6 @@ namespace {
 // (48 KB a block at N = 768) is the untried next step.
 constexpr int kWarps = 8;  // warps per block
 
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
-template <typename T>
-struct alignas(4 * sizeof(T)) Pack4 {
-  T v[4];
-};
-
-// 4 values at p (aligned to 4 of them) as float32, and back.
-template <typename T>
-__device__ __forceinline__ void load4(const T* p, float (&out)[4]) {
-  const Pack4<T> k = *reinterpret_cast<const Pack4<T>*>(p);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) out[e] = float(k.v[e]);
-}
-template <typename T>
-__device__ __forceinline__ void store4(T* p, const float (&in)[4]) {
-  Pack4<T> k;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) k.v[e] = T(in[e]);
-  *reinterpret_cast<Pack4<T>*>(p) = k;
-}
-// w's 4 values at column c, or ones without a weight (b: zeros without a bias).
-__device__ __forceinline__ void load4_or(const float* p, int c, float fill, float (&out)[4]) {
-  if (p)
-    load4(p + c, out);
-  else
-    out[0] = out[1] = out[2] = out[3] = fill;
-}
-
 // y = (x' - mean) rstd w + b for row blockIdx.x * 8 + warp, x' = x + residual (written to sum)
 // when a residual is given, else x. R: the residual's type; Y: y's.
 template <typename R, typename Y, int V>
@@ -98,14 +68,14 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     }
     s += (v[i][0] + v[i][1]) + (v[i][2] + v[i][3]);
   }
-  const float mu = warp_reduce(s, Add{}) / float(N);
+  const float mu = warp_reduce(s, Plus{}) / float(N);
   float q = 0.0f;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     if (4 * (lane + kWarpSize * i) >= N) continue;
     for (int e = 0; e < 4; ++e) q += (v[i][e] - mu) * (v[i][e] - mu);
   }
-  const float rs = 1.0f / sqrtf(warp_reduce(q, Add{}) / float(N) + eps);
+  const float rs = 1.0f / sqrtf(warp_reduce(q, Plus{}) / float(N) + eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int c = 4 * (lane + kWarpSize * i);
@@ -155,8 +125,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
         sgx += g * xh[i][e];
       }
     }
-    sg = warp_reduce(sg, Add{}) / float(N);
-    sgx = warp_reduce(sgx, Add{}) / float(N);
+    sg = warp_reduce(sg, Plus{}) / float(N);
+    sgx = warp_reduce(sgx, Plus{}) / float(N);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int c = 4 * (lane + kWarpSize * i);

@@ -24,13 +24,6 @@ namespace {
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 constexpr int kChunkRows = 512;   // rows per partial of the column sums' first stage
 
-struct Add {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-
 // v rounded to X and back in A: the normalised value as x's dtype holds it.
 template <typename X, typename A>
 __device__ __forceinline__ A round_to(A v) {
@@ -48,7 +41,7 @@ __global__ void rms_norm_forward_kernel(const X* __restrict__ x, const W* __rest
   const X* r = x + row * N;
   A q = 0;
   for (int64_t j = lane; j < N; j += kWarpSize) q += A(r[j]) * A(r[j]);
-  const A rs = A(1) / sqrt(warp_reduce(q, Add{}) / A(N) + A(eps));
+  const A rs = A(1) / sqrt(warp_reduce(q, Plus{}) / A(N) + A(eps));
   for (int64_t j = lane; j < N; j += kWarpSize) {
     const A h = round_to<X>(A(r[j]) * rs);
     y[row * N + j] = W(w ? A(w[j]) * h : h);
@@ -69,7 +62,7 @@ __global__ void rms_norm_dx_kernel(const W* __restrict__ dy, const X* __restrict
   const X* r = x + row * N;
   A s = 0;
   for (int64_t j = lane; j < N; j += kWarpSize) s += A(d[j]) * (w ? A(w[j]) : A(1)) * A(r[j]) * rs;
-  s = warp_reduce(s, Add{}) / A(N);
+  s = warp_reduce(s, Plus{}) / A(N);
   for (int64_t j = lane; j < N; j += kWarpSize) {
     const A g = A(d[j]) * (w ? A(w[j]) : A(1));
     dx[row * N + j] = X(rs * (g - A(r[j]) * rs * s));

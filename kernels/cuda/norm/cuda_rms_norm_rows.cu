@@ -9,6 +9,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/norm/cuda_rms_norm_rows.h"
+#include "kernels/cuda/norm/row_vectors.cuh"
 
 namespace loom::cuda {
 
@@ -32,38 +33,6 @@ namespace {
 // writes are 8 bytes per 4 values). The values are the general kernels' to float32 rounding.
 constexpr int kThreads = 256;
 
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
-template <typename T>
-struct alignas(4 * sizeof(T)) Pack4 {
-  T v[4];
-};
-
-// 4 values at p (aligned to 4 of them) as float32, and back.
-template <typename T>
-__device__ __forceinline__ void load4(const T* p, float (&out)[4]) {
-  const Pack4<T> k = *reinterpret_cast<const Pack4<T>*>(p);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) out[e] = float(k.v[e]);
-}
-template <typename T>
-__device__ __forceinline__ void store4(T* p, const float (&in)[4]) {
-  Pack4<T> k;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) k.v[e] = T(in[e]);
-  *reinterpret_cast<Pack4<T>*>(p) = k;
-}
-// The weight's 4 values at column c, or ones without a weight.
-template <typename W>
-__device__ __forceinline__ void load4_w(const W* w, int c, float (&out)[4]) {
-  if (w)
-    load4(w + c, out);
-  else
-    out[0] = out[1] = out[2] = out[3] = 1.0f;
-}
-
 // v rounded to x's type X and back (the normalised row as Hugging Face rounds it).
 template <typename X>
 __device__ __forceinline__ float round_to(float v) {
@@ -73,7 +42,7 @@ __device__ __forceinline__ float round_to(float v) {
 // The sum of v over the tpr threads of this thread's row group, in every thread of it: a warp's
 // shuffles, or (tpr = kThreads) the block's warps added in order through `scratch`.
 __device__ __forceinline__ float group_sum(float v, int tpr, float* scratch) {
-  v = warp_reduce(v, Add{});
+  v = warp_reduce(v, Plus{});
   if (tpr == kWarpSize) return v;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   __syncthreads();  // `scratch` may still be read by the previous call
@@ -112,7 +81,7 @@ __global__ void __launch_bounds__(kThreads)
     const int c = 4 * (lane + tpr * i);
     if (c >= N) continue;
     float wv[4], o[4];
-    load4_w(w, c, wv);
+    load4_or(w, c, 1.0f, wv);
     for (int e = 0; e < 4; ++e) o[e] = wv[e] * round_to<X>(v[i][e] * rs);
     store4(y + base + c, o);
   }
@@ -171,7 +140,7 @@ __global__ void __launch_bounds__(kThreads)
       float wv[4];
       load4(dy + base + c, d[i]);
       load4(x + base + c, xh[i]);
-      load4_w(w, c, wv);
+      load4_or(w, c, 1.0f, wv);
       for (int e = 0; e < 4; ++e) s += d[i][e] * wv[e] * (xh[i][e] *= rs);
     }
     s = group_sum(s, tpr, scratch) / float(N);
@@ -180,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = 4 * (lane + tpr * i);
       if (c >= N) continue;
       float o[4], wv[4];
-      load4_w(w, c, wv);
+      load4_or(w, c, 1.0f, wv);
       for (int e = 0; e < 4; ++e) {
         o[e] = rs * (d[i][e] * wv[e] - xh[i][e] * s);
         acc[i][e] += d[i][e] * round_to<X>(xh[i][e]);

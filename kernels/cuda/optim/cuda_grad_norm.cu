@@ -18,19 +18,11 @@ namespace loom::cuda {
 
 namespace {
 
-template <typename T>
-using NormTable = TensorTable<T, 1, 512, 8192>;
-static_assert(sizeof(NormTable<double>) < 30000, "the table must fit in the kernel arguments");
-
-struct Add {
-  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
-};
-
 // partial[first + c] = sum of squares of chunk c of the table (block-uniform loop: every thread
 // reaches block_reduce).
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    chunk_squares_kernel(const __grid_constant__ NormTable<T> tab, double* partial, int64_t first) {
+    chunk_squares_kernel(const __grid_constant__ GradTable<T> tab, double* partial, int64_t first) {
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
     const auto [t, begin, end] = chunk_range(tab, c);
@@ -38,7 +30,7 @@ __global__ void __launch_bounds__(kBlockSize)
     double s = 0;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       s += double(p[i]) * double(p[i]);
-    s = block_reduce(s, Add{}, 0.0);
+    s = block_reduce(s, Plus{}, 0.0);
     if (threadIdx.x == 0) partial[first + c] = s;
   }
 }
@@ -49,14 +41,14 @@ __global__ void __launch_bounds__(1024)
     add_partials_kernel(const double* partial, int64_t n, T* out) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
-  s = block_reduce(s, Add{}, 0.0);
+  s = block_reduce(s, Plus{}, 0.0);
   if (threadIdx.x == 0) *out = T(s);
 }
 
 // p *= f, computed in F (T itself, or float for 16-bit T) and rounded once to T.
 template <typename T, typename F>
 __global__ void __launch_bounds__(kBlockSize)
-    scale_kernel(const __grid_constant__ NormTable<T> tab, const F* factor) {
+    scale_kernel(const __grid_constant__ GradTable<T> tab, const F* factor) {
   const F f = *factor;
   const int64_t total = tab.chunk_start[tab.n];
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
@@ -69,7 +61,7 @@ __global__ void __launch_bounds__(kBlockSize)
 template <typename T>
 int64_t chunks_of(const std::vector<Tensor>& ts) {
   int64_t n = 0;
-  for (const Tensor& t : ts) n += (t.numel() + NormTable<T>::kChunk - 1) / NormTable<T>::kChunk;
+  for (const Tensor& t : ts) n += (t.numel() + GradTable<T>::kChunk - 1) / GradTable<T>::kChunk;
   return n;
 }
 
@@ -82,7 +74,7 @@ Tensor sum_of_squares_as(const std::vector<Tensor>& tensors, Device d) {
   const int64_t n = chunks_of<T>(tensors);
   Tensor partial = empty({std::max<int64_t>(n, 1)}, {.dtype = DType::F64, .device = d});
   int64_t first = 0;  // each table's chunks follow the previous table's
-  for_each_table<NormTable<T>>({&tensors}, [&](const NormTable<T>& tab, int64_t chunks) {
+  for_each_table<GradTable<T>>({&tensors}, [&](const GradTable<T>& tab, int64_t chunks) {
     chunk_squares_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(
         tab, partial.data<double>(), first);
     LOOM_CUDA_CHECK_LAUNCH("sum_of_squares");
@@ -117,7 +109,7 @@ void CudaBackend::scale_by_(const std::vector<Tensor>& tensors, const Tensor& fa
   auto launch = [&](auto type_tag, auto factor_tag) {
     using T = decltype(type_tag);
     using F = decltype(factor_tag);
-    for_each_table<NormTable<T>>({&tensors}, [&](const NormTable<T>& tab, int64_t chunks) {
+    for_each_table<GradTable<T>>({&tensors}, [&](const GradTable<T>& tab, int64_t chunks) {
       scale_kernel<T, F>
           <<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, factor.data<F>());
       LOOM_CUDA_CHECK_LAUNCH("scale_by_");

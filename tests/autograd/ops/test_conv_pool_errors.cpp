@@ -5,22 +5,12 @@
 #include <functional>
 
 #include "autograd/ops/ops.h"
+#include "support/errors.h"
 
+using loom::test::expect_error;
 using namespace loom;
 
 namespace {
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
-    return;
-  }
-  ADD_FAILURE() << "expected loom::Error mentioning " << ::testing::PrintToString(parts);
-}
 
 Tensor f32(Shape s) { return randn(s); }
 

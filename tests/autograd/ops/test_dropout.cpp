@@ -9,18 +9,12 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops/ops.h"
 #include "core/philox.h"
+#include "support/errors.h"
+
+using loom::test::error_of;
 
 namespace loom {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 class DropoutStats : public ::testing::TestWithParam<double> {};
 

@@ -22,8 +22,10 @@
 #include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/raw_ops.h"
+#include "support/errors.h"
 #include "support/nn_kernels_support.h"
 
+using loom::test::expect_error;
 using namespace loom;
 using namespace loom::testing;
 
@@ -275,16 +277,6 @@ TEST(CudaAttentionShapes, DeterministicBackwardTradesMemory) {
   std::cout << "sdpa at T = 4096: " << by_default << " bytes by default, " << deterministic
             << " deterministic\n";
   EXPECT_GT(deterministic, 4 * by_default);
-}
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    for (const std::string& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
 }
 
 TEST(CudaAttentionShapes, ErrorsNameTheLimit) {
