@@ -3,11 +3,16 @@
 // do not fit the world. (The groups' collectives run in tests/distributed/tensor_parallel/.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "distributed/local_process_group.h"
 #include "distributed/mesh/device_mesh.h"
+#include "support/errors.h"
 
 using namespace loom;
 using namespace loom::distributed;
+using loom::test::error_of;
 
 namespace {
 
@@ -26,15 +31,6 @@ struct Recorder {
     return pg;
   }
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(MeshGroups, EachDimensionsGroupsOfAPpDpTpMesh) {
   const std::vector<int> sizes{2, 2, 2};  // pp, dp, tp
