@@ -83,6 +83,10 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
       ->check(train::int_range(0, 1024));
   app.add_option("--n-embd", g.lm.n_embd, "width (0: the model's)")
       ->check(train::int_range(0, 65536));
+  app.add_option("--n-kv-head", g.lm.n_kv_head, "llama: key/value heads (0: the model's)")
+      ->check(train::int_range(0, 1024));
+  app.add_option("--ffn-hidden", g.lm.ffn_hidden, "llama: the SwiGLU MLP's width (0: the model's)")
+      ->check(train::int_range(0, 1 << 20));
   app.add_option("--text", g.data.text, "a UTF-8 text file to train on, tokenized by --tokenizer");
   app.add_option("--tokenizer", g.tokenizer,
                  "bytes (256 ids), a Hugging Face tokenizer.json or a tiktoken rank file "

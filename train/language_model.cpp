@@ -28,6 +28,8 @@ nn::LlamaConfig llama_config(const LanguageModelSpec& s) {
   if (s.n_layer) c.n_layers = s.n_layer;
   if (s.n_head) c.n_heads = s.n_head, c.n_kv_heads = std::min(c.n_kv_heads, s.n_head);
   if (s.n_embd) c.dim = s.n_embd;
+  if (s.n_kv_head) c.n_kv_heads = s.n_kv_head;
+  if (s.ffn_hidden) c.ffn_hidden = s.ffn_hidden;
   c.vocab_size = s.vocab_size;
   c.max_seq_len = s.seq_len;
   return c;
@@ -75,6 +77,8 @@ LanguageModel from_folder(const LanguageModelSpec& s) {
 
 LanguageModel make_language_model(const LanguageModelSpec& s) {
   LOOM_CHECK(s.arch == "gpt2" || s.arch == "llama", "--arch ", s.arch, ": gpt2 or llama");
+  LOOM_CHECK(s.arch == "llama" || (s.n_kv_head == 0 && s.ffn_hidden == 0),
+             "--n-kv-head and --ffn-hidden size a Llama (--arch llama), not --arch ", s.arch);
   if (s.init_from.empty())
     return s.arch == "llama" ? wrap(std::make_shared<nn::Llama>(llama_config(s)))
                              : wrap(std::make_shared<nn::GPT>(gpt_config(s)));

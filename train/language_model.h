@@ -19,9 +19,10 @@ struct LanguageModelSpec {
   // gpt2: mini (4 x 128), d12, d24, d36, d48; llama: tiny, llama3.2-1b, llama3.2-3b, llama3-8b.
   std::string preset = "mini";
   int64_t n_layer = 0, n_head = 0, n_embd = 0;  // override the preset's (0: keep)
+  int64_t n_kv_head = 0, ffn_hidden = 0;  // Llama's key/value heads and SwiGLU width (0: keep)
   int64_t vocab_size = 256;  // the data's; the model's vocabulary (a folder's must hold it)
   int64_t seq_len = 128;     // the training windows; the model's context must hold them
-  std::string init_from;     // a Hugging Face folder (config.json + safetensors): sizes, weights
+  std::string init_from{};   // a Hugging Face folder (config.json + safetensors): sizes, weights
 };
 
 struct LanguageModel {
