@@ -13,7 +13,11 @@
 // "in-bwd"; nn/optim/in_backward.h): the same updates, a lower peak. --activation-checkpointing
 // (the GPTs) recomputes each transformer block in backward (mode column "ckpt");
 // --recompute-activations rebuilds batch norm + ReLU and GELU outputs in backward instead of
-// keeping them (autograd/recompute.h; mode "recomp", or "graph+r" with --cuda-graph).
+// keeping them (autograd/recompute.h; mode "recomp", or "graph+r" with --cuda-graph). The Llamas:
+// llama1b (Llama-3.2-1B's shape, B 4, T 2048), llama-tiny, and llama8b-lora (Llama-3-8B's shape,
+// B 1, T 2048: the weights frozen in bf16, rank-16 LoRA adapters on the attention and MLP Linears
+// in float32, activation checkpointing always on; the closing row gives tokens/s and the peak;
+// llama-tiny-lora is the same on the tiny Llama, for the CPU).
 // --profile-timed turns a profiler's collection on for the timed steps only (run it under
 // `ncu --profile-from-start off`; scripts/kernel-breakdown.py sums the kernels per step).
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
@@ -37,7 +41,9 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/gpt.h"
+#include "nn/init.h"
 #include "nn/llama.h"
+#include "nn/lora.h"
 #include "nn/models.h"
 #include "nn/optim/adam.h"
 #include "train/flags.h"
@@ -58,8 +64,9 @@ struct Workload {
   nn::GPTConfig gpt{};                      // the GPTs' sizes (block_size = the sequence T)
   std::array<int64_t, 3> image{1, 28, 28};  // an image classifier's input (C, H, W)
   int64_t classes = 10;
-  bool by_name = false;  // left out of "all"
-  std::string llama{};   // a Llama preset (nn/llama.h) instead of the GPT; T is gpt.block_size
+  bool by_name = false;   // left out of "all"
+  std::string llama{};    // a Llama preset (nn/llama.h) instead of the GPT; T is gpt.block_size
+  int64_t lora_rank = 0;  // > 0: the Llama's weights frozen in bf16, LoRA adapters of this rank
 };
 
 // GPT-2 124M with llm.c's padded vocabulary (50304, a multiple of 128), T = 1024; and a small one
@@ -87,21 +94,45 @@ std::shared_ptr<nn::Module> make_language_model(const Workload& w) {
   return std::make_shared<nn::Llama>(c);
 }
 
+// Every adapter of the model in float32 (apply_lora makes them in the base weights' bf16).
+void adapters_to_f32(nn::Module& m) {
+  if (auto* l = dynamic_cast<nn::Linear*>(&m); l && l->lora_A)
+    l->lora_A->to(kF32), l->lora_B->to(kF32);
+  for (const auto& [name, child] : m.named_children()) adapters_to_f32(*child);
+}
+
+// A language model made on the device (its random weights drawn there: Note [Where a module makes
+// its parameters] in nn/init.h) in float32; a LoRA workload's in bf16, frozen, with float32
+// adapters on the attention and MLP Linears and AdamW over the adapters only.
+Setup make_language_setup(const Workload& w, Device dev) {
+  Setup s;
+  std::shared_ptr<nn::Module> m;
+  {
+    nn::init::ParameterScope where(dev, w.lora_rank > 0 ? kBF16 : kF32);
+    m = make_language_model(w);
+  }
+  nn::fuse(*m);  // the fused transformer blocks (nn/fuse_transformer.h); a Llama stays plain
+  m->to(dev);    // what the scope did not make (buffers)
+  train::TrainConfig c;
+  c.optimizer = "adamw", c.lr = 6e-4, c.weight_decay = 0.1;
+  if (w.lora_rank > 0) {
+    nn::apply_lora(*m, {.rank = w.lora_rank,
+                        .alpha = 2.0 * double(w.lora_rank),
+                        .targets = {"c_attn", "c_proj", "c_fc"}});
+    adapters_to_f32(*m);
+  }
+  s.opt =
+      train::make_transformer_adamw(c, w.lora_rank > 0 ? nn::lora_parameters(*m) : m->parameters());
+  s.x = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
+  s.y = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
+  s.model = m;
+  return s;
+}
+
 Setup make_setup(const Workload& w, Device dev) {
   manual_seed(0);
+  if (!w.make) return make_language_setup(w, dev);
   Setup s;
-  if (!w.make) {
-    std::shared_ptr<nn::Module> m = make_language_model(w);
-    nn::fuse(*m);  // the fused transformer blocks (nn/fuse_transformer.h); a Llama stays plain
-    m->to(dev);
-    train::TrainConfig c;
-    c.optimizer = "adamw", c.lr = 6e-4, c.weight_decay = 0.1;
-    s.opt = train::make_transformer_adamw(c, m->parameters());
-    s.x = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
-    s.y = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
-    s.model = m;
-    return s;
-  }
   auto m = w.make();
   nn::fuse(*m);  // the fused Linear + ReLU, BatchNorm2d + ReLU (+ MaxPool2d(2)), ViT's blocks
   m->to(dev);
@@ -146,8 +177,8 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, co
   Setup s = make_setup(w, dev);
   if (auto* gpt = dynamic_cast<nn::GPT*>(s.model.get()))
     gpt->set_activation_checkpointing(o.checkpointing);
-  if (auto* llama = dynamic_cast<nn::Llama*>(s.model.get()))
-    llama->set_activation_checkpointing(o.checkpointing);
+  if (auto* llama = dynamic_cast<nn::Llama*>(s.model.get()))  // LoRA: always (the 8B's memory)
+    llama->set_activation_checkpointing(o.checkpointing || w.lora_rank > 0);
   train::StepRunner runner(*s.model, *s.opt, 0.0, graph);  // eager, or a replayed CUDA graph
   if (!w.make) runner.set_grad_clip(1.0);
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
@@ -191,6 +222,11 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, co
 // against the H100/H200's dense bf16 peak, 989 TFLOPS (NVIDIA's data sheet, without sparsity).
 void print_throughput(const Workload& w, const Result& r) {
   double tokens = double(w.batch * w.gpt.block_size), tok_s = tokens / (r.median_ms * 1e-3);
+  if (w.lora_rank > 0) {  // frozen weights get no gradient: 6 N per token would overstate it
+    std::printf("  %s: %.0f tokens/s, %.1fM parameters (frozen, bf16), LoRA rank %ld\n",
+                w.name.c_str(), tok_s, double(r.parameters) / 1e6, long(w.lora_rank));
+    return;
+  }
   std::printf("  %s: %.0f tokens/s, MFU %.1f%% of 989 TFLOPS (dense bf16), %.1fM parameters\n",
               w.name.c_str(), tok_s, 100.0 * tok_s * r.flops_per_token / 989e12,
               double(r.parameters) / 1e6);
@@ -209,10 +245,10 @@ struct BenchFlags {
 void add_bench_flags(CLI::App& app, BenchFlags& f) {
   train::configure_app(app);
   app.add_option("--workload", f.workload,
-                 "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50, vit-b16, llama1b or "
-                 "llama-tiny")
+                 "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50, vit-b16, llama1b, "
+                 "llama-tiny, llama8b-lora or llama-tiny-lora")
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16",
-                             "llama1b", "llama-tiny"}));
+                             "llama1b", "llama-tiny", "llama8b-lora", "llama-tiny-lora"}));
   app.add_option("--device", f.device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", f.warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", f.steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
@@ -260,15 +296,18 @@ int main(int argc, char** argv) {
   if (f.device.empty() && cuda::is_available()) dev = cuda_device(0);
   try {
     if (!f.device.empty()) dev = Device(f.device);
-    std::vector<Workload> all = {{"mlp", 256, &mlp},
-                                 {"cnn", 256, &cnn},
-                                 {"wide", 2048, &wide},
-                                 {"gpt", 16, nullptr, kGpt2, {}, 0, true},
-                                 {"gpt-mini", 8, nullptr, kGptMini, {}, 0, true},
-                                 {"resnet50", 64, &resnet50, {}, {3, 224, 224}, 1000, true},
-                                 {"vit-b16", 64, &vit_b16, {}, {3, 224, 224}, 1000, true},
-                                 {"llama1b", 4, nullptr, kLlamaT2048, {}, 0, true, "llama3.2-1b"},
-                                 {"llama-tiny", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny"}};
+    std::vector<Workload> all = {
+        {"mlp", 256, &mlp},
+        {"cnn", 256, &cnn},
+        {"wide", 2048, &wide},
+        {"gpt", 16, nullptr, kGpt2, {}, 0, true},
+        {"gpt-mini", 8, nullptr, kGptMini, {}, 0, true},
+        {"resnet50", 64, &resnet50, {}, {3, 224, 224}, 1000, true},
+        {"vit-b16", 64, &vit_b16, {}, {3, 224, 224}, 1000, true},
+        {"llama1b", 4, nullptr, kLlamaT2048, {}, 0, true, "llama3.2-1b"},
+        {"llama-tiny", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny"},
+        {"llama8b-lora", 1, nullptr, kLlamaT2048, {}, 0, true, "llama3-8b", 16},
+        {"llama-tiny-lora", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny", 4}};
     std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {

@@ -20,10 +20,10 @@ Conv2d::Conv2d(int64_t in, int64_t out, IntPair k, Conv2dOptions opt)
              "Conv2d: stride (", opt.stride.h, ", ", opt.stride.w, ") and dilation (",
              opt.dilation.h, ", ", opt.dilation.w, ") must be positive and padding (",
              opt.padding.h, ", ", opt.padding.w, ") non-negative");
-  weight = empty({out, in / opt.groups, k.h, k.w});
+  weight = init::new_parameter({out, in / opt.groups, k.h, k.w});
   register_parameter("weight", weight);
   if (opt.bias) {
-    bias = empty({out});
+    bias = init::new_parameter({out});
     register_parameter("bias", bias);
   }
   reset_parameters();

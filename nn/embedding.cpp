@@ -13,7 +13,7 @@ Embedding::Embedding(int64_t n, int64_t dim)
     : Module("Embedding"), num_embeddings(n), embedding_dim(dim) {
   LOOM_CHECK(n > 0 && dim > 0, "Embedding: num_embeddings (", n, ") and embedding_dim (", dim,
              ") must be positive");
-  weight = empty({n, dim});
+  weight = init::new_parameter({n, dim});
   register_parameter("weight", weight);
   reset_parameters();
 }

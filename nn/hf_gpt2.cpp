@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/init.h"
+
 namespace loom::nn {
 
 namespace {
@@ -114,8 +116,8 @@ HfTensorMap hf_gpt2_tensor_map(const GPTConfig& cfg, const std::string& prefix) 
 ModuleHolder<GPT> load_hf_gpt2(const std::string& dir, Device device,
                                const HfGpt2LoadOptions& options) {
   HfCheckpoint ckpt(dir);
+  init::ParameterScope where(device, options.dtype, /*skip_init=*/true);  // the file fills them
   auto model = make<GPT>(gpt2_config_from_hf(ckpt.config(), options.dropout));
-  model->to(device, options.dtype);
   load_hf_gpt2_into(*model, ckpt);
   return model;
 }

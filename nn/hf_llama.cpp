@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/init.h"
+
 namespace loom::nn {
 
 namespace {
@@ -138,8 +140,10 @@ HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg) {
 
 ModuleHolder<Llama> load_hf_llama(const std::string& dir, Device device, DType dtype) {
   HfCheckpoint ckpt(dir);
+  // Made on the device in its dtype, uninitialised: the file overwrites every weight (Note [Where
+  // a module makes its parameters] in nn/init.h).
+  init::ParameterScope where(device, dtype, /*skip_init=*/true);
   auto model = make<Llama>(llama_config_from_hf(ckpt.config()));
-  model->to(device, dtype);
   load_hf_llama_into(*model, ckpt);
   return model;
 }

@@ -61,12 +61,14 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
 Tensor uniform_(const Tensor& t, double a, double b, Generator* gen) {
   check_float("uniform_", t);
   LOOM_CHECK(a <= b, "init::uniform_: lower bound ", a, " is above the upper bound ", b);
+  if (skipping_init()) return t;  // Note [Where a module makes its parameters]
   return fill_from(t, uniform(t.shape(), a, b, {.dtype = t.dtype(), .device = t.device()}, gen));
 }
 
 Tensor normal_(const Tensor& t, double mean, double std, Generator* gen) {
   check_float("normal_", t);
   LOOM_CHECK(std >= 0, "init::normal_: std ", std, " is negative");
+  if (skipping_init()) return t;
   NoGradGuard g;
   Tensor z = randn(t.shape(), {.dtype = t.dtype(), .device = t.device()}, gen);
   return fill_from(t, z * std + mean);
@@ -107,5 +109,25 @@ Tensor xavier_normal_(const Tensor& t, double gain, Generator* gen) {
   auto [in, out] = calculate_fan_in_and_fan_out(t);
   return normal_(t, 0.0, gain * std::sqrt(2.0 / double(in + out)), gen);
 }
+
+// ---------------------------------------------------------------- where parameters are made
+
+ParameterScope::State& ParameterScope::current() {
+  thread_local State state;
+  return state;
+}
+
+ParameterScope::ParameterScope(Device device, DType dtype, bool skip_init) : outer_(current()) {
+  current() = State{true, device, dtype, skip_init};
+}
+
+ParameterScope::~ParameterScope() { current() = outer_; }
+
+Tensor new_parameter(const Shape& shape) {
+  const ParameterScope::State& s = ParameterScope::current();
+  return s.active ? empty(shape, {.dtype = s.dtype, .device = s.device}) : empty(shape);
+}
+
+bool skipping_init() { return ParameterScope::current().skip_init; }
 
 }  // namespace loom::nn::init

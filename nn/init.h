@@ -2,6 +2,7 @@
 // kaiming_uniform_/normal_ and xavier_uniform_/normal_. They fill a tensor in place (under
 // NoGradGuard) from loom's Philox generator, so loom::manual_seed makes a model's initial weights
 // reproducible, on any device.
+// Also where modules make their parameters (new_parameter, ParameterScope).
 // Leaves out: orthogonal_, sparse_, trunc_normal_ (no loom model uses them).
 #pragma once
 
@@ -37,5 +38,40 @@ Tensor kaiming_normal_(const Tensor& t, double a = 0.0, FanMode mode = FanMode::
 Tensor xavier_uniform_(const Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 // N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)).
 Tensor xavier_normal_(const Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+
+// Note [Where a module makes its parameters]
+// A module's constructor makes each parameter with new_parameter(shape): an uninitialised tensor
+// on the CPU in float32, unless a ParameterScope is active on this thread; then on the scope's
+// device in its dtype, and with skip_init the random initialisers (uniform_, normal_ and those
+// built on them) leave the tensors as they are (constant_, zeros_ and ones_ still fill). A loader
+// whose checkpoint overwrites every weight builds the model that way (nn/hf_llama.cpp): an 8B
+// Llama straight on the GPU in bf16, without first a 32 GB float32 copy on the host and 8 billion
+// random draws. Scopes nest; the innermost wins. Buffers (batch norm's running statistics) and the
+// parameters a model makes with other factories stay on the CPU until Module::to moves them.
+class ParameterScope {
+ public:
+  explicit ParameterScope(Device device, DType dtype = kF32, bool skip_init = false);
+  ~ParameterScope();
+  ParameterScope(const ParameterScope&) = delete;
+  ParameterScope& operator=(const ParameterScope&) = delete;
+
+ private:
+  struct State {
+    bool active = false;
+    Device device;
+    DType dtype = kF32;
+    bool skip_init = false;
+  };
+  State outer_;
+  friend Tensor new_parameter(const Shape& shape);
+  friend bool skipping_init();
+  static State& current();
+};
+
+// An uninitialised parameter tensor of `shape` where the innermost ParameterScope says (the CPU,
+// float32 without one).
+Tensor new_parameter(const Shape& shape);
+// Whether the random initialisers do nothing now (a ParameterScope with skip_init).
+bool skipping_init();
 
 }  // namespace loom::nn::init

@@ -15,10 +15,10 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias)
     : Module("Linear"), in_features(in), out_features(out) {
   LOOM_CHECK(in > 0 && out > 0, "Linear: in_features (", in, ") and out_features (", out,
              ") must be positive");
-  weight = empty({out, in});
+  weight = init::new_parameter({out, in});
   register_parameter("weight", weight);
   if (has_bias) {
-    bias = empty({out});
+    bias = init::new_parameter({out});
     register_parameter("bias", bias);
   }
   reset_parameters();

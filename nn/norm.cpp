@@ -19,8 +19,8 @@ BatchNorm2d::BatchNorm2d(int64_t c, BatchNormOptions opt)
   LOOM_CHECK(c > 0, "BatchNorm2d: num_features ", c, " must be positive");
   LOOM_CHECK(opt.eps > 0, "BatchNorm2d: eps ", opt.eps, " must be positive");
   if (opt.affine) {
-    weight = empty({c});
-    bias = empty({c});
+    weight = init::new_parameter({c});
+    bias = init::new_parameter({c});
     register_parameter("weight", weight);
     register_parameter("bias", bias);
   }
@@ -113,10 +113,10 @@ LayerNorm::LayerNorm(Shape shape, LayerNormOptions opt)
   for (int64_t d : normalized_shape)
     LOOM_CHECK(d > 0, "LayerNorm: normalized_shape ", normalized_shape, " has a non-positive size");
   if (opt.elementwise_affine) {
-    weight = empty(normalized_shape);
+    weight = init::new_parameter(normalized_shape);
     register_parameter("weight", weight);
     if (opt.bias) {
-      bias = empty(normalized_shape);
+      bias = init::new_parameter(normalized_shape);
       register_parameter("bias", bias);
     }
   }
@@ -162,7 +162,7 @@ std::string LayerNorm::extra_repr() const {
 RMSNorm::RMSNorm(int64_t size_, double eps_) : Module("RMSNorm"), size(size_), eps(eps_) {
   LOOM_CHECK(size > 0, "RMSNorm: size ", size, " must be positive");
   LOOM_CHECK(eps > 0.0, "RMSNorm: eps ", eps, " must be positive");
-  weight = empty({size});
+  weight = init::new_parameter({size});
   register_parameter("weight", weight);
   reset_parameters();
 }
