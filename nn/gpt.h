@@ -82,8 +82,9 @@ class GPT : public CausalLM {
   ModuleHolder<Module> ln_f;         // make_norm: a LayerNorm
   ModuleHolder<Linear> lm_head;      // weight tied to wte.weight; no bias
 
- private:
-  Tensor embed(const Tensor& idx, int64_t start);  // (B, T) -> (B, T, C), positions from start
+  // The token and position embeddings: (B, T) ids -> (B, T, C), positions from start (what a
+  // pipeline's first stage runs before its blocks, distributed/pipeline/pipeline_stage.h).
+  Tensor embed(const Tensor& idx, int64_t start);
 };
 
 }  // namespace loom::nn

@@ -87,8 +87,9 @@ class Llama : public CausalLM {
   ModuleHolder<Module> norm;              // make_norm: an RMSNorm
   ModuleHolder<Linear> lm_head;           // no bias; its weight is embed_tokens' when tied
 
- private:
-  Tensor embed(const Tensor& idx, int64_t start);  // (B, T) -> (B, T, C); checks the context
+  // The token embedding: (B, T) ids -> (B, T, C), checking positions [start, start + T) fit the
+  // context (what a pipeline's first stage runs before its blocks).
+  Tensor embed(const Tensor& idx, int64_t start);
 };
 
 }  // namespace loom::nn

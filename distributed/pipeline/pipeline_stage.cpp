@@ -1,0 +1,68 @@
+// PipelineStage (distributed/pipeline/pipeline_stage.h, Note [Pipeline stages]): where a GPT or a
+// Llama is cut, and each stage's forward, loss and parameters. Leaves out: the schedules.
+#include "distributed/pipeline/pipeline_stage.h"
+
+#include "autograd/ops/ops.h"
+#include "nn/gpt.h"
+#include "nn/llama.h"
+
+namespace loom::distributed {
+
+PipelineStage::PipelineStage(nn::Module& model, int stage, int stages)
+    : stage_(stage), stages_(stages) {
+  if (auto* g = dynamic_cast<nn::GPT*>(&model)) {
+    embed_ = [g](const Tensor& idx) { return g->embed(idx, 0); };
+    blocks_ = g->h.get(), final_norm_ = g->ln_f.get(), head_weight_ = g->lm_head->weight;
+    embedding_ = g, tied_ = true;  // the first stage lists wte and wpe (see parameters())
+  } else if (auto* l = dynamic_cast<nn::Llama*>(&model)) {
+    embed_ = [l](const Tensor& idx) { return l->embed(idx, 0); };
+    blocks_ = l->layers.get(), final_norm_ = l->norm.get(), head_weight_ = l->lm_head->weight;
+    embedding_ = l->embed_tokens.get(), tied_ = l->config.tie_embeddings;
+  } else {
+    LOOM_FAIL("PipelineStage: cuts GPT and Llama models, not ", model.type_name());
+  }
+  const int64_t L = int64_t(blocks_->size());
+  LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages, "PipelineStage: stage ", stage, " of ",
+             stages);
+  LOOM_CHECK(stages <= L && L % stages == 0, "pipeline parallel: pp ", stages,
+             " does not divide the ", L, " blocks of ", model.type_name(),
+             " (each stage takes L / pp of them)");
+  begin_ = stage * L / stages, end_ = (stage + 1) * L / stages;
+}
+
+Tensor PipelineStage::forward(const Tensor& in) {
+  Tensor h = is_first() ? embed_(in) : in;
+  for (int64_t i = begin_; i < end_; ++i) h = (*blocks_->block(size_t(i)))(h);
+  return is_last() ? (*final_norm_)(h) : h;
+}
+
+Tensor PipelineStage::loss(const Tensor& hidden, const Tensor& targets) {
+  LOOM_CHECK(is_last(), "PipelineStage::loss: stage ", stage_, " of ", stages_,
+             " is not the last; only the last stage has the head");
+  return linear_cross_entropy(hidden, head_weight_, targets, Reduction::Mean, 0.0, -1);
+}
+
+std::vector<Tensor> PipelineStage::parameters() const {
+  std::vector<Tensor> out;
+  auto add = [&out](const nn::Module& m) {
+    for (const Tensor& p : m.parameters())
+      if (p.requires_grad()) out.push_back(p);
+  };
+  if (is_first()) {
+    if (auto* g = dynamic_cast<const nn::GPT*>(embedding_))
+      add(*g->wte), add(*g->wpe);
+    else
+      add(*embedding_);
+  }
+  for (int64_t i = begin_; i < end_; ++i) add(*blocks_->block(size_t(i)));
+  if (is_last()) {
+    add(*final_norm_);
+    const bool head_listed = tied_ && is_first();  // one stage: the embedding's matrix is listed
+    if (!head_listed) out.push_back(head_weight_);
+  }
+  return out;
+}
+
+int64_t PipelineStage::hidden_size() const { return head_weight_.size(1); }
+
+}  // namespace loom::distributed

@@ -1,0 +1,67 @@
+// PipelineStage: one stage of a decoder-only language model (GPT-2, Llama) cut into pipeline
+// stages: the first holds the embedding and the first blocks, the middle ones blocks, the last the
+// last blocks, the final norm and the head with its loss. Leaves out: running the stages (the
+// schedules of schedule.h) and cutting other models (an error names the model).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+#include "nn/transformer.h"
+
+namespace loom::distributed {
+
+// Note [Pipeline stages]
+// A model of L blocks in S stages: stage s runs blocks [s L / S, (s + 1) L / S) (even cuts; S must
+// not exceed L, and S must divide L: an error names both). Stage 0 first runs the embedding, stage
+// S - 1 last runs the final norm and the head with the cross-entropy (linear_cross_entropy, the
+// logits never whole). A tied head (GPT-2, small Llamas) uses the embedding's matrix on the first
+// and on the last stage: each keeps its own gradient of it, and the schedule sums the two before
+// the optimizer steps (Megatron's embedding group), so the copies stay equal. Every rank builds
+// the whole model from the same seed and computes only with its stage's parameters; the others
+// are never touched (parameters() lists the stage's, for the optimizer).
+class PipelineStage {
+ public:
+  // Stage `stage` of `stages` of `model` (a GPT or a Llama, plain or tensor-parallel).
+  PipelineStage(nn::Module& model, int stage, int stages);
+
+  bool is_first() const { return stage_ == 0; }
+  bool is_last() const { return stage_ == stages_ - 1; }
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  int64_t first_block() const { return begin_; }
+  int64_t end_block() const { return end_; }
+
+  // The first stage: ids (b, T) int64 -> hidden (b, T, C); the others: hidden -> hidden. The last
+  // stage's output has been through the final norm.
+  Tensor forward(const Tensor& in);
+  // The last stage: the mean cross-entropy of forward's output against targets (b, T) (-1
+  // ignored), the head and the loss as one op.
+  Tensor loss(const Tensor& hidden, const Tensor& targets);
+
+  // The parameters this stage computes with (the tied matrix on the first and the last stage).
+  std::vector<Tensor> parameters() const;
+  // Whether the head is the embedding's matrix and the first and last stage differ (both hold it:
+  // the schedule sums its two gradients over the stages, the middle ones adding zeros).
+  bool ties_head() const { return tied_ && stages_ > 1; }
+  // The head's (V, C) matrix (the embedding's when tied); on every stage, for its shape.
+  const Tensor& head_weight() const { return head_weight_; }
+  // The blocks' width C: what flows between stages is (b, T, C) in the head's dtype, on its
+  // device.
+  int64_t hidden_size() const;
+
+ private:
+  int stage_, stages_;
+  int64_t begin_ = 0, end_ = 0;
+  std::function<Tensor(const Tensor&)> embed_;  // ids -> hidden
+  nn::TransformerStack* blocks_ = nullptr;
+  nn::Module* final_norm_ = nullptr;
+  nn::Module* embedding_ = nullptr;  // the modules whose parameters the first stage lists
+  Tensor head_weight_;               // (V, C)
+  bool tied_ = false;
+};
+
+}  // namespace loom::distributed

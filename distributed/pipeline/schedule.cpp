@@ -1,0 +1,155 @@
+// GPipe and 1F1B (distributed/pipeline/schedule.h, Note [Pipeline schedules]): the micro-batches'
+// forwards and backwards on one stage with the sends and receives between stages, the tied head's
+// gradients summed, the loss broadcast, and the clip over every stage.
+#include "distributed/pipeline/schedule.h"
+
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/ops.h"
+
+namespace loom::distributed {
+
+namespace {
+
+// One stage's step: what each micro-batch keeps between its forward and its backward.
+class StageStep {
+ public:
+  StageStep(PipelineStage& st, const Tensor& x, const Tensor& y, ProcessGroup& pp, int M)
+      : st_(st), x_(x), y_(y), pp_(pp), M_(M), kept_(size_t(M)) {
+    const Tensor& rows = x.defined() ? x : y;  // the shapes, on a middle stage too
+    LOOM_CHECK(rows.defined() && rows.dim() == 2 && rows.size(0) % M == 0, "pipeline: ", M,
+               " micro-batches do not divide the batch ",
+               rows.defined() ? describe(rows) : std::string("(undefined)"));
+    b_ = rows.size(0) / M, T_ = rows.size(1);
+  }
+
+  void forward(int m) {
+    Kept& k = kept_[size_t(m)];
+    if (st_.is_first()) {
+      k.in = slice(x_, 0, m * b_, (m + 1) * b_);
+    } else {
+      k.in = activation();
+      pp_.recv(k.in, st_.stage() - 1, 2 * m)->wait();
+      k.in.requires_grad_(true);
+    }
+    k.out = st_.forward(k.in);
+    if (st_.is_last()) {
+      k.out = st_.loss(k.out, slice(y_, 0, m * b_, (m + 1) * b_)) / double(M_);
+      loss_ = loss_.defined() ? loss_ + k.out.detach() : k.out.detach();
+    } else {
+      send(k.out.detach(), st_.stage() + 1, 2 * m);
+    }
+  }
+
+  void backward(int m) {
+    Kept& k = kept_[size_t(m)];
+    if (st_.is_last()) {
+      k.out.backward();
+    } else {
+      Tensor grad = activation();
+      pp_.recv(grad, st_.stage() + 1, 2 * m + 1)->wait();
+      k.out.backward(grad);
+    }
+    if (!st_.is_first()) send(k.in.grad(), st_.stage() - 1, 2 * m + 1);
+    k = Kept{};  // this micro-batch's activations go
+  }
+
+  // Waits for the sends, sums a tied head's gradients, and broadcasts the loss from the last stage.
+  Tensor finish() {
+    for (auto& w : sends_) w->wait();
+    sends_.clear(), sent_.clear();
+    if (st_.ties_head()) sum_tied_gradient();
+    Tensor loss =
+        loss_.defined()
+            ? contiguous(loss_)
+            : zeros({}, {.dtype = st_.head_weight().dtype(), .device = st_.head_weight().device()});
+    pp_.broadcast(loss, st_.stages() - 1)->wait();
+    return loss;
+  }
+
+ private:
+  struct Kept {
+    Tensor in, out;
+  };
+
+  Tensor activation() const {
+    const Tensor& w = st_.head_weight();
+    return empty({b_, T_, st_.hidden_size()}, {.dtype = w.dtype(), .device = w.device()});
+  }
+
+  void send(const Tensor& t, int dst, int tag) {
+    sent_.push_back(contiguous(t));  // alive until its send completes
+    sends_.push_back(pp_.send(sent_.back(), dst, tag));
+  }
+
+  // The first and the last stage each hold a gradient of the tied matrix; the middle ones add 0.
+  void sum_tied_gradient() {
+    autograd::NoGradGuard no_grad;
+    const Tensor& w = st_.head_weight();
+    const bool holds = st_.is_first() || st_.is_last();
+    Tensor g = holds && w.grad().defined() ? contiguous(w.grad()) : zeros_like(w);
+    pp_.all_reduce(g, ReduceOp::Sum)->wait();
+    if (holds) w.grad().copy_(g);
+  }
+
+  PipelineStage& st_;
+  const Tensor& x_;
+  const Tensor& y_;
+  ProcessGroup& pp_;
+  int M_;
+  int64_t b_ = 0, T_ = 0;
+  std::vector<Kept> kept_;
+  std::vector<Tensor> sent_;
+  std::vector<std::shared_ptr<Work>> sends_;
+  Tensor loss_;
+};
+
+}  // namespace
+
+Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Tensor& y,
+                                 ProcessGroup& pp, const PipelineOptions& o) {
+  LOOM_CHECK(pp.size() == stage.stages() && pp.rank() == stage.stage(), "pipeline: stage ",
+             stage.stage(), " of ", stage.stages(), " on rank ", pp.rank(), " of a group of ",
+             pp.size(), " (the pipeline group's ranks are the stages)");
+  LOOM_CHECK(o.micro_batches >= 1, "pipeline: micro_batches ", o.micro_batches);
+  const int M = o.micro_batches, S = stage.stages(), s = stage.stage();
+  StageStep step(stage, x, y, pp, M);
+  if (o.schedule == PipelineSchedule::GPipe) {
+    for (int m = 0; m < M; ++m) step.forward(m);
+    for (int m = 0; m < M; ++m) step.backward(m);
+  } else {  // 1F1B: fill, steady state, drain
+    const int warmup = std::min(S - s - 1, M);
+    for (int m = 0; m < warmup; ++m) step.forward(m);
+    for (int i = 0; i < M - warmup; ++i) step.forward(warmup + i), step.backward(i);
+    for (int m = M - warmup; m < M; ++m) step.backward(m);
+  }
+  return step.finish();
+}
+
+double pipeline_bubble(int stages, int micro_batches) {
+  return double(stages - 1) / double(micro_batches + stages - 1);
+}
+
+Tensor clip_grad_norm_pipeline_(const PipelineStage& stage, double max_norm, ProcessGroup& pp) {
+  autograd::NoGradGuard no_grad;
+  const Tensor& w = stage.head_weight();
+  const Options where{.dtype = w.dtype(), .device = w.device()};
+  Tensor sq = scalar_tensor(0.0, where);
+  std::vector<Tensor> grads;
+  for (const Tensor& p : stage.parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    const bool second_copy = stage.ties_head() && !stage.is_first() && p.is_same(w);
+    if (!second_copy) sq = sq + sum(g * g);  // the tied matrix counted on the first stage
+  }
+  sq = contiguous(sq);
+  pp.all_reduce(sq, ReduceOp::Sum)->wait();
+  Tensor total = sqrt(sq);
+  Tensor coef = minimum(rdiv(total + 1e-6, max_norm), scalar_tensor(1.0, where));
+  for (Tensor& g : grads) g.mul_(coef);
+  return total;
+}
+
+}  // namespace loom::distributed

@@ -1,0 +1,50 @@
+// Pipeline schedules: one training step's forward and backward of a PipelineStage over its
+// pipeline group, the batch cut into micro-batches whose activations go forward and whose
+// gradients come back with the group's send and recv: GPipe (every forward, then every backward)
+// and 1F1B (one forward, one backward in the steady state: at most S micro-batches in flight on
+// the first stage instead of M). Then the clip over the whole model. Leaves out: interleaved
+// 1F1B (virtual stages), zero-bubble schedules, overlapping the sends with compute.
+#pragma once
+
+#include "distributed/pipeline/pipeline_stage.h"
+#include "distributed/process_group.h"
+
+namespace loom::distributed {
+
+enum class PipelineSchedule { GPipe, OneFOneB };
+
+struct PipelineOptions {
+  int micro_batches = 1;  // M: the batch's rows split evenly (an error when M does not divide them)
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+};
+
+// Note [Pipeline schedules]
+// With S stages and M micro-batches, stage s runs micro-batch m's forward once it has received
+// m's activations from s - 1, and its backward once it has received the gradient of its output
+// from s + 1; the last stage starts each backward from its loss / M, so the gradients are those of
+// the whole batch's mean loss. GPipe runs all M forwards, then all M backwards; 1F1B runs
+// S - s - 1 forwards to fill the pipe, then alternates one forward and one backward, then drains.
+// Both compute the same gradients (summed in another order); 1F1B keeps at most S - s micro-
+// batches' activations instead of M. Either way each stage idles for (S - 1) / (M + S - 1) of the
+// step when stages take equal time: the bubble (pipeline_bubble). Sends are asynchronous and
+// waited for at the end; receives block. Message tags are 2 m (activations) and 2 m + 1
+// (gradients). After the backwards, a tied head's two gradients are summed (Note [Pipeline
+// stages]).
+
+// One step's forward and backward on this stage: x (B, T) ids (the first stage reads them) and y
+// (B, T) targets (the last reads them); every stage passes at least one of them (a middle stage
+// takes the shapes from it) and the same micro-batch count. `pp`'s rank must be the stage's index.
+// The parameters' .grad hold the step's gradients afterwards (added to whatever they held). Returns
+// the batch's mean loss on every stage (the last broadcasts it), 0-d.
+Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Tensor& y,
+                                 ProcessGroup& pp, const PipelineOptions& options);
+
+// (S - 1) / (M + S - 1): the fraction of a step each stage idles in either schedule.
+double pipeline_bubble(int stages, int micro_batches);
+
+// clip_grad_norm_ over the whole model: each stage's squares summed over `pp` (the tied head
+// counted once), every gradient of the stage scaled by min(1, max_norm / (total + 1e-6)). Returns
+// the total. A collective over `pp`.
+Tensor clip_grad_norm_pipeline_(const PipelineStage& stage, double max_norm, ProcessGroup& pp);
+
+}  // namespace loom::distributed
