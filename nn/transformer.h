@@ -139,8 +139,9 @@ class SwiGLUMLP : public Module {
 
 // Note [Post-norm]
 // BERT and the original Transformer normalise after each residual add:
-// x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)), and the model has no final norm (it passes an
-// Identity). TransformerConfig::norm_first = false (torch.nn.TransformerEncoderLayer's name)
+// x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)), and the model has no final norm (nn::Bert runs the
+// stack without one; a model calling forward(x, final_norm) passes an Identity).
+// TransformerConfig::norm_first = false (torch.nn.TransformerEncoderLayer's name)
 // switches TransformerBlock::forward to those two lines; ln_1 and ln_2 keep their names, so
 // BERT's attention.output.LayerNorm is ln_1 and its output.LayerNorm ln_2 (nn/hf_bert.cpp).
 // nn::fuse leaves post-norm blocks plain (FusedTransformerBlock::fusable says no): fusing them
