@@ -22,10 +22,10 @@ namespace loom::nn {
 // Fuses `stack` and `final_norm`, two children of `model` that the model's forward runs as
 // stack->forward(x, *final_norm): puts the fused modules in their places among model's children
 // and in the two holders (the model's members). Nothing when the stack is already fused or a block
-// has a norm other than LayerNorm; the final norm only when it is a LayerNorm. Returns the
-// fusions, their paths relative to `model`: the stack, each block, the final norm. Keys,
-// parameter order and tensors stay the same (Note [Fused modules keep the unfused keys] in
-// nn/fused.h). Call it before DDP or FSDP wrap the model.
+// has a norm other than LayerNorm or is post-norm (BERT); the final norm only when it is a
+// LayerNorm. Returns the fusions, their paths relative to `model`: the stack, each block, the
+// final norm. Keys, parameter order and tensors stay the same (Note [Fused modules keep the
+// unfused keys] in nn/fused.h). Call it before DDP or FSDP wrap the model.
 std::vector<Fusion> fuse_transformer(Module& model, ModuleHolder<TransformerStack>& stack,
                                      ModuleHolder<Module>& final_norm);
 // The model's stack and final norm: GPT's h and ln_f; the Vision Transformer's blocks and norm.

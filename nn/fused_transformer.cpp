@@ -91,7 +91,8 @@ FusedTransformerBlock::FusedTransformerBlock(const TransformerBlock& plain)
 }
 
 bool FusedTransformerBlock::fusable(const TransformerBlock& plain) {
-  return dynamic_cast<const LayerNorm*>(plain.ln_1.get()) != nullptr &&
+  return plain.norm_first &&  // post-norm stays plain (Note [Post-norm] in nn/transformer.h)
+         dynamic_cast<const LayerNorm*>(plain.ln_1.get()) != nullptr &&
          dynamic_cast<const LayerNorm*>(plain.ln_2.get()) != nullptr;
 }
 

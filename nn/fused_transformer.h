@@ -67,7 +67,7 @@ class LinearGELULinear : public Module {
 class FusedTransformerBlock : public TransformerBlock {
  public:
   explicit FusedTransformerBlock(const TransformerBlock& plain);
-  // Whether `plain` can be fused: both norms are LayerNorms.
+  // Whether `plain` can be fused: pre-norm, both norms LayerNorms.
   static bool fusable(const TransformerBlock& plain);
 
   Tensor forward(const Tensor& x) override;

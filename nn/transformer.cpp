@@ -71,10 +71,12 @@ SelfAttention::SelfAttention(const TransformerConfig& cfg)
   resid_dropout = register_module("resid_dropout", make<Dropout>(cfg.dropout));
 }
 
-// q: (B, H, T, D), k, v: (B, H_kv, Tk, D) -> (B, T, C), then the output projection.
-Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
+// q: (B, H, T, D), k, v: (B, H_kv, Tk, D), key_lengths (B) or undefined -> (B, T, C), then the
+// output projection.
+Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                             const Tensor& key_lengths) {
   double p = is_training() ? dropout : 0.0;
-  Tensor y = scaled_dot_product_attention(q, k, v, is_causal, kDefaultScale, p);
+  Tensor y = scaled_dot_product_attention(q, k, v, key_lengths, is_causal, kDefaultScale, p);
   int64_t B = q.size(0), T = q.size(2);
   // (B, H, T, D) -> (B, T, H, D) -> (B, T, H D): H D is C, or this rank's share of it.
   y = reshape(transpose(y, 1, 2), {B, T, n_head * head_dim});
@@ -110,6 +112,14 @@ Tensor SelfAttention::forward(const Tensor& x) {
   Tensor y = scaled_dot_product_attention_packed(c_attn->forward(x), n_head, causal, kDefaultScale,
                                                  p);  // (B, T, C)
   return resid_dropout->forward(c_proj->forward(y));
+}
+
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_lengths) {
+  if (!key_lengths.defined()) return forward(x);
+  LOOM_CHECK(x.dim() == 3 && x.size(2) == n_embd, type_name(), "(n_embd=", n_embd, "): input ",
+             describe(x), " should be (B, T, ", n_embd, ")");
+  auto qkv = heads(x, 0);  // views of c_attn's output; the packed op takes no key lengths
+  return attend(qkv[0], qkv[1], qkv[2], causal, key_lengths);
 }
 
 Tensor SelfAttention::forward(const Tensor& x, KVCache& cache, size_t layer) {
@@ -156,7 +166,8 @@ Tensor SwiGLUMLP::forward(const Tensor& x) {  // (B, T, C) -> (B, T, 2F) -> (B, 
 // The children are made one statement at a time, in the order they are named: each Linear's
 // init draws from the default generator (as arguments of one call their order would be the
 // compiler's).
-TransformerBlock::TransformerBlock(const TransformerConfig& cfg) : Module("TransformerBlock") {
+TransformerBlock::TransformerBlock(const TransformerConfig& cfg)
+    : Module("TransformerBlock"), norm_first(cfg.norm_first) {
   ln_1 = register_module("ln_1", make_norm(cfg));
   attn = register_module("attn", make<SelfAttention>(cfg));
   ln_2 = register_module("ln_2", make_norm(cfg));
@@ -173,12 +184,36 @@ TransformerBlock::TransformerBlock(std::string type_name, std::shared_ptr<Module
   mlp = register_module("mlp", std::move(mlp_));
 }
 
+// Note [Post-norm] for the second pair of lines.
 Tensor TransformerBlock::forward(const Tensor& x_in) {
+  if (!norm_first) {
+    Tensor x = ln_1(x_in + attn(x_in));  // (B, T, C)
+    return ln_2(x + mlp(x));
+  }
   Tensor x = x_in + attn(ln_1(x_in));  // (B, T, C)
   return x + mlp(ln_2(x));
 }
 
+// attn with key lengths, through its forward hooks as attn(x) would be (Note [Forward hooks] in
+// nn/module.h).
+Tensor TransformerBlock::forward(const Tensor& x_in, const Tensor& key_lengths) {
+  if (!key_lengths.defined()) return forward(x_in);
+  auto attend = [&](const Tensor& h) {
+    return attn->call_hooked([&] { return std::vector<Tensor>{attn->forward(h, key_lengths)}; })[0];
+  };
+  if (!norm_first) {
+    Tensor x = ln_1(x_in + attend(x_in));
+    return ln_2(x + mlp(x));
+  }
+  Tensor x = x_in + attend(ln_1(x_in));
+  return x + mlp(ln_2(x));
+}
+
 Tensor TransformerBlock::forward(const Tensor& x_in, KVCache& cache, size_t layer) {
+  if (!norm_first) {
+    Tensor x = ln_1(x_in + attn->forward(x_in, cache, layer));
+    return ln_2(x + mlp(x));
+  }
   Tensor x = x_in + attn->forward(ln_1(x_in), cache, layer);
   return x + mlp(ln_2(x));
 }
@@ -191,14 +226,19 @@ TransformerStack::TransformerStack(const TransformerConfig& cfg, int64_t n_layer
   for (int64_t i = 0; i < n_layer; ++i) push_back(make<TransformerBlock>(cfg));
 }
 
+Tensor TransformerStack::forward(const Tensor& x) { return forward(x, Tensor()); }
+
 // Each block checkpointed: one node that keeps its input and runs the block again in backward.
-Tensor TransformerStack::forward(const Tensor& x) {
+Tensor TransformerStack::forward(const Tensor& x, const Tensor& key_lengths) {
   const bool ckpt = checkpointing && autograd::is_grad_enabled();
   Tensor h = x;
   for (size_t i = 0; i < size(); ++i) {
     TransformerBlock* b = block(i).get();
-    h = ckpt ? autograd::checkpoint([b](const std::vector<Tensor>& in) { return (*b)(in[0]); }, {h})
-             : (*b)(h);
+    auto run = [b, key_lengths](const std::vector<Tensor>& in) {  // through b's hooks
+      if (!key_lengths.defined()) return (*b)(in[0]);
+      return b->call_hooked([&] { return std::vector<Tensor>{b->forward(in[0], key_lengths)}; })[0];
+    };
+    h = ckpt ? autograd::checkpoint(run, {h}) : run({h});
   }
   return h;
 }

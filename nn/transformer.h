@@ -1,8 +1,9 @@
-// The pre-norm transformer block of GPT-2, the Vision Transformer and Llama, written
-// plainly: TransformerConfig says which norm, MLP and attention a block has; TransformerBlock's
-// forward is x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)); TransformerStack runs n of them, then
-// the model's final norm. Leaves out: the fused forms nn::fuse swaps in (nn/fused_transformer.h),
-// embeddings and heads (nn/gpt.h, nn/vit.h), post-norm (Note [Where post-norm would go]).
+// The transformer block of GPT-2, the Vision Transformer, Llama and BERT, written plainly:
+// TransformerConfig says which norm, MLP and attention a block has; TransformerBlock's forward is
+// pre-norm, x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)), or post-norm (BERT: Note [Post-norm]);
+// TransformerStack runs n of them, then the model's final norm. Attention may take per-batch key
+// lengths (a padding mask). Leaves out: the fused forms nn::fuse swaps in
+// (nn/fused_transformer.h), embeddings and heads (nn/gpt.h, nn/vit.h, nn/bert.h).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,10 @@ struct KVCache {
 //   (GPT's wpe, ViT's pos_embed) and attention sees no positions. Rotary (Llama) rotates q and k
 //   by their positions inside SelfAttention (loom::rope with `rope`, offset by the KV cache's
 //   length), before scaled_dot_product_attention.
+// - norm_first: pre-norm (true: GPT-2, ViT, Llama) or post-norm (false: BERT, Note [Post-norm]).
+// - Key lengths: a padding mask for right-padded batches (BERT), passed to forward; attention
+//   then runs scaled_dot_product_attention with key_lengths (Note [Key lengths] in
+//   autograd/ops/attention.cpp).
 // With the first value of each (GPT-2, ViT) attention runs the packed op
 // (scaled_dot_product_attention_packed), as before these kinds existed.
 enum class NormKind { LayerNorm, RMSNorm };
@@ -44,12 +49,13 @@ enum class Positions { Absolute, Rotary };
 
 // One block's sizes and kinds. GPTConfig::block_config and ViTConfig::block_config make them.
 struct TransformerConfig {
-  int64_t n_embd = 768;   // C
-  int64_t n_head = 12;    // H; each head has D = C / H channels
-  int64_t n_kv_head = 0;  // key/value heads dividing n_head; 0 means n_head (grouped-query)
-  bool causal = true;     // false: every position attends to every position (ViT)
-  bool bias = true;       // in the Linears and the norms
-  double dropout = 0.0;   // on the attention weights and after each residual branch
+  int64_t n_embd = 768;    // C
+  int64_t n_head = 12;     // H; each head has D = C / H channels
+  int64_t n_kv_head = 0;   // key/value heads dividing n_head; 0 means n_head (grouped-query)
+  bool causal = true;      // false: every position attends to every position (ViT)
+  bool norm_first = true;  // pre-norm; false: post-norm (BERT, Note [Post-norm])
+  bool bias = true;        // in the Linears and the norms
+  double dropout = 0.0;    // on the attention weights and after each residual branch
   NormKind norm = NormKind::LayerNorm;
   double norm_eps = 1e-5;
   MLPKind mlp = MLPKind::GELU;
@@ -79,6 +85,9 @@ class SelfAttention : public Module {
  public:
   explicit SelfAttention(const TransformerConfig& cfg);
   Tensor forward(const Tensor& x) override;
+  // With a padding mask: key_lengths (B) int32/int64, keys t >= key_lengths[b] are padding for
+  // every query of row b (an undefined tensor: none, the forward above).
+  Tensor forward(const Tensor& x, const Tensor& key_lengths);
   // With a cache: x holds the positions after the cached ones; its k and v are appended to
   // layer `layer` of the cache. Either the cache is empty (a prompt: causal) or x is one position
   // (it attends to everything cached). Causal attention only.
@@ -96,7 +105,8 @@ class SelfAttention : public Module {
   ModuleHolder<Dropout> resid_dropout;
 
  private:
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                const Tensor& key_lengths = Tensor());
   // c_attn(x) -> q (B, H, T, D), k and v (B, H_kv, T, D), q and k rotated from `offset` when the
   // positions are rotary.
   std::vector<Tensor> heads(const Tensor& x, int64_t offset);
@@ -130,21 +140,29 @@ class SwiGLUMLP : public Module {
   ModuleHolder<Dropout> dropout;
 };
 
-// Note [Where post-norm would go]
+// Note [Post-norm]
 // BERT and the original Transformer normalise after each residual add:
-// x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)), and the model has no final norm. That is a second
-// pair of lines in TransformerBlock::forward under a TransformerConfig switch (norm_first, as
-// torch.nn.TransformerEncoderLayer calls it); the models pass an Identity as the final norm.
-// FusedTransformerBlock would then fuse each add into the norm right after it within the block
-// (the same add_layer_norm) and hand nothing to the next block.
+// x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)), and the model has no final norm (nn::Bert runs the
+// stack without one; a model calling forward(x, final_norm) passes an Identity).
+// TransformerConfig::norm_first = false (torch.nn.TransformerEncoderLayer's name)
+// switches TransformerBlock::forward to those two lines; ln_1 and ln_2 keep their names, so
+// BERT's attention.output.LayerNorm is ln_1 and its output.LayerNorm ln_2 (nn/hf_bert.cpp).
+// nn::fuse leaves post-norm blocks plain (FusedTransformerBlock::fusable says no): fusing them
+// would put each add into the norm right after it within the block (the same add_layer_norm)
+// and hand nothing to the next block, not written yet.
 
-// Pre-norm: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)). (B, T, C) -> (B, T, C).
+// Pre-norm: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)); post-norm (norm_first false):
+// x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)). (B, T, C) -> (B, T, C).
 class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const TransformerConfig& cfg);
   Tensor forward(const Tensor& x) override;
+  // The same, attention with a padding mask (SelfAttention::forward with key lengths).
+  Tensor forward(const Tensor& x, const Tensor& key_lengths);
   // The same, attention with a KV cache (SelfAttention::forward with a cache).
   virtual Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
+
+  bool norm_first = true;  // TransformerConfig::norm_first
 
   ModuleHolder<Module> ln_1;  // make_norm
   ModuleHolder<SelfAttention> attn;
@@ -171,6 +189,9 @@ class TransformerStack : public Sequential {
   virtual Tensor forward(const Tensor& x, Module& final_norm);
   // The same with a KV cache (layer i is block i), never checkpointed.
   virtual Tensor forward(const Tensor& x, Module& final_norm, KVCache& cache);
+  // The blocks with a padding mask (TransformerBlock::forward with key lengths), no final norm;
+  // checkpointed as forward(x).
+  Tensor forward(const Tensor& x, const Tensor& key_lengths);
   std::shared_ptr<TransformerBlock> block(size_t i) const { return at<TransformerBlock>(i); }
 
   bool checkpointing = false;

@@ -14,6 +14,14 @@ which need neither Python nor network):
                  128, vocab 96, rope_theta 500000 with llama3 rope scaling, untied head) in BF16
                  (the weights are rounded to bfloat16 first, then everything is computed in float32)
   llama.txt      the same values for the Llama
+  bert-mlm/      a random BertForMaskedLM (2 layers, hidden 32, 4 heads, intermediate 64, vocab 100,
+                 64 positions, 2 token types; dropout 0.1 in its config, evaluated without)
+  bert-cls/      a BertForSequenceClassification with 3 labels sharing bert-mlm's encoder, its
+                 pooler and classifier random
+  bert.txt       input ids (2, 10), token type ids, an attention mask whose row 1 is padded after 6
+                 tokens, MLM labels (-100 but at a few positions), transformers' float32 MLM logits
+                 and loss, gradients, and the same for the classifier (labels, logits, loss,
+                 gradients)
 Every parameter is drawn at random (layer norms around 1, biases around 0), so a loader that skips
 a tensor changes the logits. The .txt files use the format of tests/nn/golden/make_golden.py: a line
 "<name> <ndim> <dim0> ...", then the values in row-major order (float32 values printed exactly).
@@ -29,7 +37,8 @@ import shutil
 
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config,
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "nn", "golden", "hf")
@@ -56,7 +65,7 @@ def randomize(model, gen):
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen) * 0.1
-            is_norm = "ln_" in name or "norm" in name
+            is_norm = "ln_" in name or "norm" in name.lower()  # BERT: LayerNorm
             p.copy_(1.0 + noise if is_norm and name.endswith("weight") else noise)
 
 
@@ -146,11 +155,60 @@ def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
                  f"bfloat16 weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
 
 
+def bert(seed=2468):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    sizes = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+                 hidden_act="gelu", layer_norm_eps=1e-12)
+    cfg = BertConfig(**sizes)
+    mlm = BertForMaskedLM(cfg)
+    randomize(mlm, gen)
+    cls = BertForSequenceClassification(BertConfig(**sizes, num_labels=3))
+    randomize(cls, gen)
+    cls.bert.load_state_dict(mlm.bert.state_dict(), strict=False)  # the pooler stays random
+    B, T, valid = 2, 10, 6
+    ids = torch.randint(1, cfg.vocab_size, (B, T), generator=gen)
+    types = torch.zeros(B, T, dtype=torch.int64)
+    types[0, 5:] = 1  # row 0: two segments
+    mask = torch.ones(B, T, dtype=torch.int64)
+    mask[1, valid:] = 0  # row 1: right-padded
+    ids[1, valid:] = 0  # [PAD]
+    labels = torch.full((B, T), -100, dtype=torch.int64)
+    for b, t in [(0, 1), (0, 4), (0, 8), (1, 2), (1, 5)]:
+        labels[b, t] = torch.randint(0, cfg.vocab_size, (1,), generator=gen).item()
+    cls_labels = torch.tensor([2, 0])
+    entries = [("ids", ids), ("token_type_ids", types), ("attention_mask", mask),
+               ("labels", labels), ("cls_labels", cls_labels)]
+    for model, y, prefix, grads in [
+            (mlm, labels, "mlm", ["bert.embeddings.word_embeddings.weight",
+                                  "bert.embeddings.token_type_embeddings.weight",
+                                  "bert.encoder.layer.0.attention.self.key.weight",
+                                  "bert.encoder.layer.1.output.LayerNorm.weight",
+                                  "cls.predictions.bias", "cls.predictions.transform.dense.weight"]),
+            (cls, cls_labels, "cls", ["bert.encoder.layer.0.attention.self.query.bias",
+                                      "bert.encoder.layer.1.intermediate.dense.weight",
+                                      "bert.pooler.dense.weight", "classifier.weight"])]:
+        model.eval()  # no dropout
+        model.zero_grad()
+        out = model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=y)
+        out.loss.backward()
+        params = dict(model.named_parameters())
+        entries += [(f"{prefix}_logits", out.logits), (f"{prefix}_loss", out.loss.reshape(()))]
+        entries += [(f"{prefix}_grad.{n}", params[n].grad) for n in grads]
+    save(mlm, "bert-mlm")
+    save(cls, "bert-cls")
+    write_values(os.path.join(OUT, "bert.txt"), entries,
+                 "BERT 2 layers, hidden 32, 4 heads, intermediate 64, vocab 100, 64 positions, "
+                 f"random weights (seed {seed}); bert-cls shares bert-mlm's encoder, 3 labels")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)  # the same sums in the same order on every run
     gpt2()
     llama()
+    bert()
     for d in sorted(os.listdir(OUT)):
         p = os.path.join(OUT, d)
         files = sorted(os.listdir(p)) if os.path.isdir(p) else [d]

@@ -1,7 +1,8 @@
 // scaled_dot_product_attention as a composite of differentiable ops (matmul, the causal mask as
 // an added most-negative value, softmax, dropout, matmul), so its gradient comes from the pieces;
-// the argument checks; and the fused path on CUDA (Note [Fused attention]). Leaves out: the fused
-// kernels themselves (kernels/), and a mask tensor given by the caller.
+// the argument checks; the padding mask of per-batch key lengths (Note [Key lengths]); and the
+// fused path on CUDA (Note [Fused attention]). Leaves out: the fused kernels themselves
+// (kernels/), and a mask tensor given by the caller.
 #include "autograd/ops/attention.h"
 
 #include <cmath>
@@ -27,7 +28,20 @@ namespace loom {
 // CUDA, through cuDNN's SDPA graph, saving each row's logsumexp instead of the weights) will run
 // where sdpa_fused_applies says so: CUDA inputs in bfloat16 or float16 after autocast's cast,
 // head sizes and a dropout the kernel supports. The composite stays as that path's test oracle
-// (scaled_dot_product_attention_composite) and runs everywhere else: the CPU, float32, float64.
+// (scaled_dot_product_attention_composite) and runs everywhere else: the CPU, float32, float64,
+// and wherever key lengths are given (Note [Key lengths]).
+
+// Note [Key lengths]
+// A batch of right-padded sequences (BERT's) gives each row b its number of real tokens, len[b];
+// keys j >= len[b] are padding and no query of row b may attend to them. That is cuDNN's padding
+// mask (its SDPA graph's seq_len_kv per batch row with padding_mask set) and what transformers
+// does with an attention_mask of ones then zeros. The composite adds the dtype's most negative
+// finite value to those scores, as for the causal mask, built from one where() so that the two
+// masks together never add two of them (which would overflow to -inf). With len[b] >= 1 every row
+// keeps key 0, so no row is all masked; the queries at padded positions still get outputs (over
+// the valid keys), which a model ignores. The fused cuDNN path does not take the lengths yet: with
+// key lengths attention runs the composite on CUDA too. The lengths' values (1 <= len[b] <= Tk)
+// are checked only when they are on the CPU: on a GPU the check would cost a synchronisation.
 
 namespace {
 
@@ -71,6 +85,24 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
              " (q ", describe(q), ")");
 }
 
+// key_lengths (N) int32/int64 on q's device, N the batch of q (B of 4-d, N of 3-d); on the CPU its
+// values are in [1, Tk] (Note [Key lengths]).
+void check_key_lengths(const Tensor& q, const Tensor& k, const Tensor& lengths) {
+  if (!lengths.defined()) return;
+  LOOM_CHECK(lengths.dtype() == kI64 || lengths.dtype() == kI32, kOp,
+             ": key_lengths must be int32 or int64, got ", describe(lengths));
+  LOOM_CHECK(lengths.dim() == 1 && lengths.size(0) == q.size(0), kOp, ": key_lengths must be (",
+             q.size(0), ") (one length per batch row of q ", describe(q), "), got ",
+             describe(lengths));
+  LOOM_CHECK(lengths.device() == q.device(), kOp, ": key_lengths ", describe(lengths),
+             " must be on q's device (q ", describe(q), ")");
+  if (lengths.device() != kCPU) return;
+  const int64_t Tk = k.size(-2);
+  for (double len : lengths.to_vector<double>())
+    LOOM_CHECK(len >= 1 && len <= double(Tk), kOp, ": key_lengths holds ", int64_t(len),
+               ", outside [1, Tk = ", Tk, "] (k ", describe(k), ")");
+}
+
 // The most negative finite value of a floating dtype.
 double lowest(DType dtype) {
   switch (dtype) {
@@ -95,6 +127,24 @@ Tensor causal_mask(int64_t Tq, int64_t Tk, DType dtype, Device device) {
                scalar_tensor(0.0, {.dtype = dtype, .device = device}));
 }
 
+// The scores' additive mask (broadcasting to (..., Tq, Tk)): the causal mask, the padding of
+// `lengths` (Note [Key lengths]), both (one where: never two most-negative values added), or
+// undefined when there is none. lengths (N) -> padding (N, 1, 1, Tk) for 4-d scores, (N, 1, Tk)
+// for 3-d.
+Tensor score_mask(const Tensor& scores, bool causal, const Tensor& lengths) {
+  const int64_t r = scores.dim(), Tq = scores.size(-2), Tk = scores.size(-1);
+  const DType dt = scores.dtype();
+  const Device dev = scores.device();
+  Tensor mask = causal ? causal_mask(Tq, Tk, dt, dev) : Tensor();
+  if (!lengths.defined()) return mask;
+  const int64_t N = lengths.size(0);
+  Tensor cols = arange(0, double(Tk), 1, {.dtype = kI64, .device = dev}).view({1, Tk});
+  Tensor padded = ge(cols, to(lengths, kI64).view({N, 1}));  // (N, Tk): key j >= len[n]
+  padded = r == 4 ? padded.view({N, 1, 1, Tk}) : padded.view({N, 1, Tk});
+  return where(padded, scalar_tensor(lowest(dt), {.dtype = dt, .device = dev}),
+               mask.defined() ? mask : scalar_tensor(0.0, {.dtype = dt, .device = dev}));
+}
+
 // Note [Grouped-query attention]
 // Llama 3 gives k and v fewer heads than q: Hkv heads, each shared by the H / Hkv consecutive query
 // heads of its group (query head h reads key/value head h / (H / Hkv); Hkv = 1 is multi-query
@@ -113,8 +163,8 @@ Tensor repeat_kv(const Tensor& x, int64_t n) {
 }
 
 // q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), checked and cast -> (..., Tq, Dv)
-Tensor composite(const Tensor& q, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
-                 double dropout_p, Generator* gen) {
+Tensor composite(const Tensor& q, const Tensor& k_in, const Tensor& v_in, const Tensor& lengths,
+                 bool causal, double scale, double dropout_p, Generator* gen) {
   const int64_t r = q.dim();
   const int64_t group = r == 4 ? q.size(1) / k_in.size(1) : 1;
   const Tensor k = r == 4 ? repeat_kv(k_in, group) : k_in,
@@ -122,7 +172,8 @@ Tensor composite(const Tensor& q, const Tensor& k_in, const Tensor& v_in, bool c
   Tensor scores = matmul(q, transpose(k, r - 2, r - 1)) * scale;  // (..., Tq, Tk)
   // Masked scores become the most negative finite value: weight 0 after the softmax, and a zero
   // gradient through it. Every row keeps key 0, so no row is all masked.
-  if (causal) scores = scores + causal_mask(q.size(-2), k.size(-2), scores.dtype(), q.device());
+  const Tensor mask = score_mask(scores, causal, lengths);
+  if (mask.defined()) scores = scores + mask;
   Tensor weights = softmax(scores, -1);  // float32 under autocast
   if (dropout_p > 0.0) weights = dropout(weights, dropout_p, true, gen);
   return matmul(weights, v);
@@ -160,22 +211,37 @@ Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, dou
 }
 }  // namespace
 
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    double scale, double dropout_p, Generator* gen) {
+  return scaled_dot_product_attention(q, k, v, Tensor(), causal, scale, dropout_p, gen);
+}
+
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                    bool causal, double scale, double dropout_p, Generator* gen) {
+                                    const Tensor& key_lengths, bool causal, double scale,
+                                    double dropout_p, Generator* gen) {
   // Autocast first (the products' dtype), so the fused path sees the dtype it would compute in.
   const Tensor q = amp::cast_lower(q_in), k = amp::cast_lower(k_in), v = amp::cast_lower(v_in);
   check_args(q, k, v, scale, dropout_p);
-  if (sdpa_fused_applies(q, k, v, causal, dropout_p))
+  check_key_lengths(q, k, key_lengths);
+  if (!key_lengths.defined() && sdpa_fused_applies(q, k, v, causal, dropout_p))
     return fused(q, k, v, causal, resolve_scale(scale, q));
-  return composite(q, k, v, causal, resolve_scale(scale, q), dropout_p, gen);
+  return composite(q, k, v, key_lengths, causal, resolve_scale(scale, q), dropout_p, gen);
+}
+
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              bool causal, double scale, double dropout_p,
+                                              Generator* gen) {
+  return scaled_dot_product_attention_composite(q, k, v, Tensor(), causal, scale, dropout_p, gen);
 }
 
 Tensor scaled_dot_product_attention_composite(const Tensor& q_in, const Tensor& k_in,
-                                              const Tensor& v_in, bool causal, double scale,
-                                              double dropout_p, Generator* gen) {
+                                              const Tensor& v_in, const Tensor& key_lengths,
+                                              bool causal, double scale, double dropout_p,
+                                              Generator* gen) {
   const Tensor q = amp::cast_lower(q_in), k = amp::cast_lower(k_in), v = amp::cast_lower(v_in);
   check_args(q, k, v, scale, dropout_p);
-  return composite(q, k, v, causal, resolve_scale(scale, q), dropout_p, gen);
+  check_key_lengths(q, k, key_lengths);
+  return composite(q, k, v, key_lengths, causal, resolve_scale(scale, q), dropout_p, gen);
 }
 
 }  // namespace loom

@@ -1,9 +1,9 @@
 // Scaled dot-product attention (autograd/ops/attention.cpp), as
 // torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, with an
-// optional causal mask and dropout on the attention weights, and grouped-query heads (k and v with
-// fewer heads than q).
-// Leaves out: an arbitrary attn_mask tensor and the fused flash-attention kernel (Note [Fused
-// attention] in attention.cpp).
+// optional causal mask, an optional padding mask given as per-batch key lengths (right-padded
+// sequences), dropout on the attention weights, and grouped-query heads (k and v with fewer heads
+// than q). Leaves out: an arbitrary attn_mask tensor, and the fused kernels for key lengths (they
+// run the composite on CUDA too: Note [Key lengths] in autograd/ops/attention.cpp).
 #pragma once
 
 #include <limits>
@@ -29,11 +29,26 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool causal = false, double scale = kDefaultScale,
                                     double dropout_p = 0.0, Generator* gen = nullptr);
 
+// The same with a padding mask: key_lengths (B) (or (N) for 3-d inputs), int32 or int64 on q's
+// device, says how many keys of each batch row are real: keys j >= key_lengths[b] are masked for
+// every query (and head) of row b, as cuDNN's padding mask with seq_len_kv (Note [Key lengths] in
+// autograd/ops/attention.cpp). Values in [1, Tk] (checked when on the CPU). With causal, both
+// masks apply. An undefined key_lengths is the overload above. Runs as the composite, also on
+// CUDA.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& key_lengths, bool causal = false,
+                                    double scale = kDefaultScale, double dropout_p = 0.0,
+                                    Generator* gen = nullptr);
+
 // The same, always as the composite of matmul, softmax and dropout: the reference a fused path is
 // tested against, and what runs wherever none applies.
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               bool causal = false, double scale = kDefaultScale,
                                               double dropout_p = 0.0, Generator* gen = nullptr);
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& key_lengths, bool causal = false,
+                                              double scale = kDefaultScale, double dropout_p = 0.0,
+                                              Generator* gen = nullptr);
 
 // Self-attention on a packed projection, as a GPT computes it: qkv (B, T, 3C) holds q, k and v
 // side by side along the last dim, each split into n_head heads of D = C / n_head -> (B, T, C),
