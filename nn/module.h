@@ -46,8 +46,8 @@ struct LoadResult {
 // without them.
 class Module;
 struct ForwardHooks {
-  std::function<void(Module&)> before;
-  std::function<void(Module&, std::vector<Tensor>& outputs)> after;
+  std::function<void(Module&)> before{};
+  std::function<void(Module&, std::vector<Tensor>& outputs)> after{};
 };
 
 class Module {
