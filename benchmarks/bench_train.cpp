@@ -17,7 +17,9 @@
 // llama1b (Llama-3.2-1B's shape, B 4, T 2048), llama-tiny, and llama8b-lora (Llama-3-8B's shape,
 // B 1, T 2048: the weights frozen in bf16, rank-16 LoRA adapters on the attention and MLP Linears
 // in float32, activation checkpointing always on; the closing row gives tokens/s and the peak;
-// llama-tiny-lora is the same on the tiny Llama, for the CPU).
+// llama-tiny-lora is the same on the tiny Llama, for the CPU). bert-base: BERT-base pretraining by
+// masked-language modelling (B 32, T 512, labels at 15% of the positions, no dropout; bert-tiny
+// for the CPU); benchmarks/pytorch/bert_bench.py is its PyTorch twin.
 // --profile-timed turns a profiler's collection on for the timed steps only (run it under
 // `ncu --profile-from-start off`; scripts/kernel-breakdown.py sums the kernels per step).
 // benchmarks/libtorch/ holds its libtorch twin, with the same output columns;
@@ -39,6 +41,7 @@
 #include "autograd/recompute.h"
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
+#include "nn/bert.h"
 #include "nn/fuse.h"
 #include "nn/gpt.h"
 #include "nn/init.h"
@@ -67,6 +70,7 @@ struct Workload {
   bool by_name = false;   // left out of "all"
   std::string llama{};    // a Llama preset (nn/llama.h) instead of the GPT; T is gpt.block_size
   int64_t lora_rank = 0;  // > 0: the Llama's weights frozen in bf16, LoRA adapters of this rank
+  std::string bert{};     // a BERT preset (nn/bert.h) trained by masked-language modelling
 };
 
 // GPT-2 124M with llm.c's padded vocabulary (50304, a multiple of 128), T = 1024; and a small one
@@ -75,6 +79,9 @@ const nn::GPTConfig kGpt2{.vocab_size = 50304, .block_size = 1024};
 // The Llama workloads' vocabulary and context T (the model itself is the preset's).
 const nn::GPTConfig kLlamaT2048{.vocab_size = 128256, .block_size = 2048};
 const nn::GPTConfig kLlamaTiny{.vocab_size = 96, .block_size = 64};
+// BERT's vocabulary (bert-base-uncased's) and sequence length T.
+const nn::GPTConfig kBertT512{.vocab_size = 30522, .block_size = 512};
+const nn::GPTConfig kBertTinyT64{.vocab_size = 100, .block_size = 64};
 const nn::GPTConfig kGptMini{
     .vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 128};
 
@@ -86,8 +93,15 @@ struct Setup {
   Tensor x, y;
 };
 
-// A GPT of w.gpt's sizes, or the Llama preset w.llama with the context w.gpt.block_size.
+// A GPT of w.gpt's sizes, the Llama preset w.llama with the context w.gpt.block_size, or the
+// BERT preset w.bert for masked-language modelling, without dropout (the fused attention takes
+// none; the PyTorch twin, benchmarks/pytorch/bert_bench.py, sets it to 0 too).
 std::shared_ptr<nn::Module> make_language_model(const Workload& w) {
+  if (!w.bert.empty()) {
+    nn::BertConfig c = nn::BertConfig::preset(w.bert);
+    c.dropout = 0.0, c.classifier_dropout = 0.0;
+    return std::make_shared<nn::BertForMaskedLM>(c);
+  }
   if (w.llama.empty()) return std::make_shared<nn::GPT>(w.gpt);
   nn::LlamaConfig c = nn::LlamaConfig::preset(w.llama);
   c.max_seq_len = w.gpt.block_size;
@@ -125,6 +139,10 @@ Setup make_language_setup(const Workload& w, Device dev) {
       train::make_transformer_adamw(c, w.lora_rank > 0 ? nn::lora_parameters(*m) : m->parameters());
   s.x = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
   s.y = randint(0, w.gpt.vocab_size, {w.batch, w.gpt.block_size}, {.dtype = kI64, .device = dev});
+  if (!w.bert.empty()) {  // MLM: a label at 15% of the positions, -100 (ignored) elsewhere
+    Tensor chosen = lt(rand({w.batch, w.gpt.block_size}, {.device = dev}), 0.15);
+    s.y = where(chosen, s.y, full_like(s.y, -100.0));
+  }
   s.model = m;
   return s;
 }
@@ -215,6 +233,12 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, co
     res.flops_per_token = llama->flops_per_token(w.gpt.block_size);
     res.parameters = llama->num_parameters();
   }
+  if (auto* bert = dynamic_cast<nn::BertForMaskedLM*>(s.model.get())) {  // 6 N + attention
+    for (const Tensor& p : bert->parameters()) res.parameters += p.numel();
+    const nn::BertConfig& c = bert->bert->config;
+    res.flops_per_token =
+        6.0 * double(res.parameters) + 12.0 * double(c.n_layers * c.hidden * w.gpt.block_size);
+  }
   return res;
 }
 
@@ -246,9 +270,10 @@ void add_bench_flags(CLI::App& app, BenchFlags& f) {
   train::configure_app(app);
   app.add_option("--workload", f.workload,
                  "mlp, cnn, wide, all (those three), gpt, gpt-mini, resnet50, vit-b16, llama1b, "
-                 "llama-tiny, llama8b-lora or llama-tiny-lora")
+                 "llama-tiny, llama8b-lora, llama-tiny-lora, bert-base or bert-tiny")
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16",
-                             "llama1b", "llama-tiny", "llama8b-lora", "llama-tiny-lora"}));
+                             "llama1b", "llama-tiny", "llama8b-lora", "llama-tiny-lora",
+                             "bert-base", "bert-tiny"}));
   app.add_option("--device", f.device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--warmup", f.warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", f.steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
@@ -307,7 +332,9 @@ int main(int argc, char** argv) {
         {"llama1b", 4, nullptr, kLlamaT2048, {}, 0, true, "llama3.2-1b"},
         {"llama-tiny", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny"},
         {"llama8b-lora", 1, nullptr, kLlamaT2048, {}, 0, true, "llama3-8b", 16},
-        {"llama-tiny-lora", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny", 4}};
+        {"llama-tiny-lora", 4, nullptr, kLlamaTiny, {}, 0, true, "tiny", 4},
+        {"bert-base", 32, nullptr, kBertT512, {}, 0, true, "", 0, "bert-base"},
+        {"bert-tiny", 8, nullptr, kBertTinyT64, {}, 0, true, "", 0, "tiny"}};
     std::printf("%-6s %-8s %-6s %-6s %6s %10s %10s %10s %10s %12s\n", "model", "device", "dtype",
                 "mode", "batch", "ms/step", "min ms", "max ms", "peak MiB", "first step s");
     for (const Workload& w : all) {

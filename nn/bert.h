@@ -100,6 +100,12 @@ class BertForMaskedLM : public Module {
   // (transformers' convention: only the masked positions carry labels).
   Tensor loss(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths,
               const Tensor& labels);
+  // The same with token types 0 and no padding: the model's own loss for a training step
+  // (train::StepRunner, bench_train's bert-base workload).
+  bool has_loss() const override { return true; }
+  Tensor loss(const Tensor& input_ids, const Tensor& labels) override {
+    return loss(input_ids, Tensor(), Tensor(), labels);
+  }
 
   ModuleHolder<Bert> bert;
   ModuleHolder<Linear> transform;  // C -> C, then GELU and transform_norm
