@@ -134,8 +134,10 @@ void expect_graph_equals_eager(const Case& c, const char* name) {
   EXPECT_LE(dp, 1e-5) << name;
   EXPECT_GE(graph.buckets, 2) << name << ": the capture should hold several all-reduces";
   EXPECT_TRUE(graph.rebuilt) << name << ": the buckets are rebuilt before the capture";
-  // The warm-up pass's forwards count too (they are real, eager DDP forwards).
-  EXPECT_EQ(graph.iterations, eager.iterations + c.accum) << name;
+  // As many training forwards as eager: the first step runs eagerly as the step itself (no extra
+  // warm-up pass, Note [The training step as a CUDA graph]), the capture and each replay count
+  // theirs. (The H200 run of 2026-12-05 measured 8 and 8, with 4 micro-batches 32 and 32.)
+  EXPECT_EQ(graph.iterations, eager.iterations) << name;
   EXPECT_EQ(eager.iterations, kSteps * c.accum) << name;
   if (c.scaler) {
     EXPECT_GT(eager.skipped, 0) << name << ": the huge initial scale must overflow at first";
