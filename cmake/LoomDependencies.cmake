@@ -1,6 +1,6 @@
 # Third-party libraries loom builds on (all from Debian packages on the development machines;
 # see the README's first command). The library needs Threads, OpenMP, Eigen, zlib, nlohmann-json
-# and PCRE2 (OpenBLAS, Gloo, CUDA, cuDNN, NCCL when present); the programs and tests add CLI11,
+# PCRE2 and utf8proc (OpenBLAS, Gloo, CUDA, cuDNN, NCCL when present); the programs and tests add CLI11,
 # GoogleTest and Google Benchmark, looked for only when they are built (LOOM_BUILD_*).
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
@@ -13,6 +13,12 @@ loom_find_pcre2()
 if(NOT TARGET loom::pcre2)
   message(FATAL_ERROR "PCRE2 not found (pcre2.h, libpcre2-8): the BPE tokenizers need it; on "
                       "Debian: apt-get install libpcre2-dev (scripts/install-deps.sh does)")
+endif()
+# utf8proc (Debian's libutf8proc-dev): the WordPiece tokenizer's Unicode (data/unicode_text.h).
+loom_find_utf8proc()
+if(NOT TARGET loom::utf8proc)
+  message(FATAL_ERROR "utf8proc not found (utf8proc.h, libutf8proc): the WordPiece tokenizer needs "
+                      "it; on Debian: apt-get install libutf8proc-dev (scripts/install-deps.sh does)")
 endif()
 
 if(LOOM_BUILD_EXAMPLES OR LOOM_BUILD_BENCHMARKS OR LOOM_BUILD_LAUNCHER)

@@ -1,11 +1,12 @@
 # The libraries without a CMake package of their own that loom links: PCRE2 (Debian's
-# libpcre2-dev), Gloo (Debian's libgloo-dev), OpenBLAS (Debian's libopenblas-openmp-dev), cuDNN and
-# NCCL (beside the CUDA toolkit). Each found one becomes an imported target carrying
-# its header folder, its library and the LOOM_WITH_* define of the code that uses it. Included by
-# loom's own build (cmake/LoomDependencies.cmake) and by the installed loomConfig.cmake, so a
-# consumer of the package finds them the same way. Leaves out: the CUDA toolkit (CUDAToolkit).
+# libpcre2-dev), utf8proc (Debian's libutf8proc-dev), Gloo (Debian's libgloo-dev), OpenBLAS
+# (Debian's libopenblas-openmp-dev), cuDNN and NCCL (beside the CUDA toolkit). Each found one
+# becomes an imported target carrying its header folder, its library and the LOOM_WITH_* define of
+# the code that uses it. Included by loom's own build (cmake/LoomDependencies.cmake) and by the
+# installed loomConfig.cmake, so a consumer of the package finds them the same way. Leaves out: the CUDA toolkit (CUDAToolkit).
 #
 #   loom_find_pcre2()  -> loom::pcre2 (when found; loom requires it)
+#   loom_find_utf8proc()  -> loom::utf8proc (when found; loom requires it)
 #   loom_find_gloo()   -> loom::gloo  (when found)
 #   loom_find_openblas()   -> loom::openblas (when found)
 #   loom_find_cuda_libraries()   -> loom::cudnn (required), loom::nccl (when found); call after
@@ -29,6 +30,22 @@ function(loom_find_pcre2)
     set_target_properties(loom::pcre2 PROPERTIES
       INTERFACE_INCLUDE_DIRECTORIES "${PCRE2_INCLUDE_DIR}"
       INTERFACE_LINK_LIBRARIES "${PCRE2_LIBRARY}")
+  endif()
+endfunction()
+
+# utf8proc: the Unicode tables of the WordPiece tokenizer (data/unicode_text.cpp, the only file that
+# includes its header): categories, canonical decomposition, lowercase. Static loom: as PCRE2.
+function(loom_find_utf8proc)
+  if(TARGET loom::utf8proc)
+    return()
+  endif()
+  find_path(UTF8PROC_INCLUDE_DIR utf8proc.h)
+  find_library(UTF8PROC_LIBRARY utf8proc)
+  if(UTF8PROC_INCLUDE_DIR AND UTF8PROC_LIBRARY)
+    add_library(loom::utf8proc INTERFACE IMPORTED GLOBAL)
+    set_target_properties(loom::utf8proc PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${UTF8PROC_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${UTF8PROC_LIBRARY}")
   endif()
 endfunction()
 

@@ -20,10 +20,10 @@ endif()
 set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "libdevel")
-# What a user's build needs: the compiler's OpenMP, zlib's headers and PCRE2's library
+# What a user's build needs: the compiler's OpenMP, zlib's headers, PCRE2's and utf8proc's libraries
 # (loomConfig.cmake finds them again), Gloo and OpenBLAS when this build used them, and cmake to
 # read the package.
-set(_loom_deb_depends "libgomp1, zlib1g-dev, libpcre2-dev, cmake (>= 3.24)")
+set(_loom_deb_depends "libgomp1, zlib1g-dev, libpcre2-dev, libutf8proc-dev, cmake (>= 3.24)")
 if(TARGET loom::gloo)
   string(APPEND _loom_deb_depends ", libgloo-dev")
 endif()

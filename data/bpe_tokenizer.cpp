@@ -51,14 +51,8 @@ BpeTokenizer::BpeTokenizer(BpeModel model)
                ": special token \"", text, "\" has id ", id, ", which is the ordinary token \"",
                bytes_[size_t(id)], "\"");
     bytes_[size_t(id)] = text;
-    specials_.emplace_back(text, id);
   }
-  for (size_t i = 0; i < specials_.size(); ++i)
-    specials_by_byte_[static_cast<unsigned char>(specials_[i].first[0])].push_back(uint32_t(i));
-  for (auto& list : specials_by_byte_)
-    std::stable_sort(list.begin(), list.end(), [&](uint32_t a, uint32_t b) {
-      return specials_[a].first.size() > specials_[b].first.size();
-    });
+  specials_ = SpecialTokenMatcher(model.specials, name());
   build_merges(model);
   if (!pattern_.empty()) regex_ = std::make_unique<BpeRegex>(pattern_, name());
 }
@@ -85,41 +79,6 @@ void BpeTokenizer::build_merges(const BpeModel& model) {
 
 std::string BpeTokenizer::name() const { return name_ + " (" + source_ + ")"; }
 
-std::pair<size_t, size_t> BpeTokenizer::next_special(std::string_view text, size_t from,
-                                                     const std::vector<char>& allowed) const {
-  for (size_t i = from; i < text.size(); ++i) {
-    for (uint32_t s : specials_by_byte_[static_cast<unsigned char>(text[i])]) {
-      const std::string& t = specials_[s].first;
-      if (allowed[s] && text.compare(i, t.size(), t) == 0) return {i, s};
-    }
-  }
-  return {std::string_view::npos, 0};
-}
-
-// Which special tokens are cut out of `text`; with refuse(), first an error for any other found
-// in it (tiktoken checks the whole text the same way before encoding).
-std::vector<char> BpeTokenizer::allowed_specials(std::string_view text,
-                                                 const SpecialTokens& special) const {
-  using Mode = SpecialTokens::Mode;
-  std::vector<char> allowed(specials_.size(), special.mode == Mode::kAllow);
-  for (const std::string& want : special.allowed) {
-    auto it = std::find_if(specials_.begin(), specials_.end(),
-                           [&](const auto& s) { return s.first == want; });
-    LOOM_CHECK(it != specials_.end(), name(), ": \"", want, "\" is not a special token of it");
-    allowed[size_t(it - specials_.begin())] = 1;
-  }
-  if (special.mode == Mode::kRefuse) {
-    std::vector<char> refused(allowed.size());
-    for (size_t i = 0; i < allowed.size(); ++i) refused[i] = !allowed[i];
-    auto [at, s] = next_special(text, 0, refused);
-    LOOM_CHECK(at == std::string_view::npos, name(), ": the text holds the special token \"",
-               specials_[s].first, "\" at byte ", at,
-               ", which is not allowed (encode with SpecialTokens::allow() to encode it as id ",
-               specials_[s].second, ", or SpecialTokens::as_text() to encode it as text)");
-  }
-  return allowed;
-}
-
 // The merged pieces of one encode call: piece -> where its tokens are in `ids`.
 struct BpeTokenizer::Scratch {
   static constexpr size_t kMaxPieces = 1 << 16, kMaxBytes = 64;
@@ -136,18 +95,10 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text,
                                           const SpecialTokens& special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 4 + 16);
-  const std::vector<char> allowed = allowed_specials(text, special);
-  const bool any = std::find(allowed.begin(), allowed.end(), 1) != allowed.end();
   Scratch scratch;
-  size_t pos = 0;
-  while (any) {
-    auto [at, s] = next_special(text, pos, allowed);
-    if (at == std::string_view::npos) break;
-    encode_stretch(text.substr(pos, at - pos), scratch, out);
-    out.push_back(specials_[s].second);
-    pos = at + specials_[s].first.size();
-  }
-  encode_stretch(text.substr(pos), scratch, out);
+  specials_.split(
+      text, special, name(), [&](std::string_view s) { encode_stretch(s, scratch, out); },
+      [&](int32_t id) { out.push_back(id); });
   return out;
 }
 
@@ -209,8 +160,7 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
 }
 
 std::optional<int32_t> BpeTokenizer::find_token(std::string_view token) const {
-  for (const auto& [text, id] : specials_)
-    if (text == token) return id;
+  if (std::optional<int32_t> special = specials_.find(token)) return special;
   const int32_t id = ids_.find(token);
   if (id < 0) return std::nullopt;
   return id;

@@ -19,6 +19,7 @@
 #include "data/bpe_presets.h"
 #include "data/bpe_regex.h"
 #include "data/bpe_token_map.h"
+#include "data/special_token_matcher.h"
 #include "data/tokenizer.h"
 
 namespace loom::data {
@@ -56,16 +57,13 @@ class BpeTokenizer final : public Tokenizer {
 
   // The bytes of one id (empty for an id that is no token); errors as decode's.
   std::string_view token_bytes(int32_t id) const;
-  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const { return specials_; }
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const {
+    return specials_.tokens();
+  }
   const std::string& pattern() const { return pattern_; }
   size_t num_merges() const { return merges_.size(); }
 
  private:
-  // The next allowed special token at or after `from`: {offset, index into specials_}, or
-  // {npos, 0}.
-  std::pair<size_t, size_t> next_special(std::string_view text, size_t from,
-                                         const std::vector<char>& allowed) const;
-  std::vector<char> allowed_specials(std::string_view text, const SpecialTokens& special) const;
   struct Scratch;  // one encode call's buffers and its cache of merged pieces
   void encode_stretch(std::string_view text, Scratch& scratch, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, Scratch& scratch, std::vector<int32_t>& out) const;
@@ -78,8 +76,7 @@ class BpeTokenizer final : public Tokenizer {
   BpeTokenMap ids_;                      // ordinary tokens: bytes -> id
   std::array<int32_t, 256> byte_ids_{};  // -1: no token for that byte
   std::vector<std::string> bytes_;       // id -> bytes, special tokens included
-  std::vector<std::pair<std::string, int32_t>> specials_;
-  std::array<std::vector<uint32_t>, 256> specials_by_byte_;  // by first byte, longest first
+  SpecialTokenMatcher specials_;
 };
 
 }  // namespace loom::data

@@ -85,7 +85,7 @@ Produced produce_batch(const Dataset& ds, const DataLoaderOptions& opt, bool pin
       std::vector<Example> examples;
       examples.reserve(idx.size());
       for (int64_t i : idx) {
-        Example e = ds.get(i);
+        Example e = ds.get_for_epoch(i, epoch);
         if (tf) {
           check_transform_input(*tf, e.data, i);
           SampleRng rng(opt.seed, epoch, i);

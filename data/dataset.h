@@ -28,17 +28,25 @@ struct ExampleSpec {
 };
 
 // Note [Dataset fast path]
-// get(i) is the whole contract: the loader calls it once per example and stacks the results
-// (collate). Datasets that hold their examples as rows of big tensors also answer spec() and
-// gather(): the loader then allocates the batch once (pinned when it will go to a GPU) and the
-// dataset fills it with one memcpy per row, with no Tensor created per example. Both paths give
-// identical batches; tests compare them.
+// get(i) is the whole contract: the loader calls it once per example (through get_for_epoch, which
+// a dataset whose examples change per epoch overrides instead) and stacks the results (collate).
+// Datasets that hold their examples as rows of big tensors also answer spec() and gather(): the
+// loader then allocates the batch once (pinned when it will go to a GPU) and the dataset fills it
+// with one memcpy per row, with no Tensor created per example. Both paths give identical batches;
+// tests compare them.
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   // CPU tensors; data of the same shape and dtype for every index (the loader checks).
   virtual Example get(int64_t index) const = 0;
+  // The example as epoch `epoch` sees it, for datasets that draw it anew each epoch from (seed,
+  // epoch, index) (data/mlm.h: the masked positions); the loader's per-example path calls this
+  // one. Default: get(index).
+  virtual Example get_for_epoch(int64_t index, int64_t epoch) const {
+    (void)epoch;
+    return get(index);
+  }
 
   // Fast path (optional): see Note [Dataset fast path].
   virtual std::optional<ExampleSpec> spec() const { return std::nullopt; }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -86,8 +87,9 @@ void Reader::read_model(BpeModel& m) {
              ": no \"model\" object");
   const json& model = root["model"];
   const std::string type = model.value("type", "BPE");
-  LOOM_CHECK(type == "BPE", "tokenizer.json ", path, ": model.type is \"", type,
-             "\"; loom reads byte-level BPE only");
+  LOOM_CHECK(
+      type == "BPE", "tokenizer.json ", path, ": model.type is \"", type,
+      "\"; this reader takes byte-level BPE only (WordPiece: WordPieceTokenizer::from_hf_json)");
   LOOM_CHECK(get_or<double>(model, "dropout", 0.0) == 0.0, "tokenizer.json ", path,
              ": model.dropout ", shown(model["dropout"]), " is not supported (only null)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -202,7 +204,65 @@ void Reader::read_added_tokens(BpeModel& m) {
   }
 }
 
+// Finds root.model.type and stops the parse there (read_hf_model_type).
+struct ModelTypeSax : json::json_sax_t {
+  std::vector<std::string> path;  // how each open container was entered: "" (root), a key, "[]"
+  std::vector<char> arrays;       // whether each open container is an array
+  std::string current_key;        // the key of the value being read
+  std::optional<std::string> type;
+  bool has_model = false;
+  std::string error;
+
+  std::string child() const { return arrays.empty() ? "" : arrays.back() ? "[]" : current_key; }
+  bool open(bool array) {
+    path.push_back(child());
+    arrays.push_back(array);
+    has_model = has_model || (!array && path.size() == 2 && path[1] == "model");
+    return true;
+  }
+  bool close() {
+    path.pop_back(), arrays.pop_back();
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool string(string_t& s) override {
+    if (path.size() == 2 && path[1] == "model" && !arrays.back() && current_key == "type") {
+      type = s;
+      return false;  // found: stop
+    }
+    return true;
+  }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    current_key = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+};
+
 }  // namespace
+
+std::string read_hf_model_type(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOOM_CHECK(in.good(), "tokenizer.json ", path, ": cannot open it: ", std::strerror(errno));
+  ModelTypeSax sax;
+  json::sax_parse(in, &sax);
+  if (sax.type) return *sax.type;
+  LOOM_CHECK(sax.error.empty(), "tokenizer.json ", path, ": not valid JSON: ", sax.error);
+  LOOM_CHECK(sax.has_model, "tokenizer.json ", path, ": no \"model\" object");
+  return "";
+}
 
 int byte_of_char(uint32_t cp) {
   // Characters U+0000..U+0143 -> bytes, built once from the rule.

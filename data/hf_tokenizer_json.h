@@ -1,6 +1,7 @@
 // Hugging Face's tokenizer.json, the byte-level BPE kind (GPT-2's, Llama 3's, any trained with
-// `tokenizers`' ByteLevel): read into a BpeModel. Leaves out: other models (WordPiece, Unigram),
-// normalizers, the post-processor (BOS/EOS templates: the caller adds those ids) and BPE dropout.
+// `tokenizers`' ByteLevel): read into a BpeModel; and which model a tokenizer.json holds. Leaves
+// out: other models (WordPiece: data/wordpiece_files.h; Unigram), normalizers, the post-processor
+// (BOS/EOS templates: the caller adds those ids) and BPE dropout.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,11 @@ namespace loom::data {
 // anything else that would change the ids (a normalizer, add_prefix_space, dropout, byte_fallback,
 // a word prefix or suffix, an added token with lstrip, rstrip or single_word).
 BpeModel read_hf_tokenizer_json(const std::string& path);
+
+// The model.type of a tokenizer.json ("BPE", "WordPiece", "Unigram"; "" when the field is absent,
+// which older BPE files allow), read without building the whole document (the parse stops there).
+// Errors name the file: missing, not JSON, no "model" object.
+std::string read_hf_model_type(const std::string& path);
 
 // GPT-2's byte-to-character map, which byte-level vocabularies are written in: bytes 33-126,
 // 161-172 and 174-255 are the characters of the same code, the 68 others U+0100 onwards in byte

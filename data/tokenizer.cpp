@@ -10,7 +10,10 @@
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
 #include "data/byte_tokenizer.h"
+#include "data/hf_tokenizer_json.h"
 #include "data/tiktoken_file.h"
+#include "data/wordpiece.h"
+#include "data/wordpiece_files.h"
 
 namespace loom::data {
 
@@ -46,6 +49,27 @@ bool starts_like_json(const std::string& path) {
   return in && c == '{';
 }
 
+bool is_vocab_txt(const std::string& path) {
+  return std::filesystem::path(path).filename().string().ends_with("vocab.txt");
+}
+
+// A vocab.txt's normalizer: the preset ("uncased", "cased"), else the tokenizer_config.json
+// beside it, else bert-base-uncased's.
+BertNormalizerOptions vocab_txt_normalizer(const std::string& path, const std::string& preset) {
+  BertNormalizerOptions o;
+  if (preset == "cased") {
+    o.lowercase = false;
+  } else if (preset.empty()) {
+    if (std::optional<BertNormalizerOptions> config = read_tokenizer_config(path)) o = *config;
+  } else {
+    LOOM_CHECK(preset == "uncased", "load_tokenizer: ", path,
+               " is a WordPiece vocab.txt, whose presets are \"uncased\" (lower-case, strip "
+               "accents) and \"cased\"; got \"",
+               preset, "\"");
+  }
+  return o;
+}
+
 }  // namespace
 
 int32_t Tokenizer::token_id(std::string_view token) const {
@@ -61,13 +85,20 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::st
     return std::make_unique<ByteTokenizer>();
   }
   LOOM_CHECK(std::filesystem::is_regular_file(spec), "load_tokenizer: ", spec,
-             " is not a file (give a tokenizer.json, a tiktoken rank file, or \"bytes\")");
+             " is not a file (give a tokenizer.json, a tiktoken rank file, a vocab.txt, or "
+             "\"bytes\")");
   if (starts_like_json(spec)) {
     LOOM_CHECK(preset.empty(), "load_tokenizer: ", spec,
-               " is a tokenizer.json, which names its own regex and special tokens; a preset (\"",
-               preset, "\") is for tiktoken rank files");
+               " is a tokenizer.json, which names its own normalizer, regex and special tokens; a "
+               "preset (\"",
+               preset, "\") is for tiktoken rank files and vocab.txt files");
+    if (read_hf_model_type(spec) == "WordPiece")
+      return std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_hf_json(spec));
     return std::make_unique<BpeTokenizer>(BpeTokenizer::from_hf_json(spec));
   }
+  if (is_vocab_txt(spec))
+    return std::make_unique<WordPieceTokenizer>(
+        WordPieceTokenizer::from_vocab_txt(spec, vocab_txt_normalizer(spec, preset)));
   BpeModel m;
   m.tokens = read_tiktoken_file(spec);
   std::optional<BpePreset> p =

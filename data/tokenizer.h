@@ -1,7 +1,8 @@
 // The tokenizer interface a training program holds (`--tokenizer FILE`): encode text to ids,
-// decode ids to bytes, the vocabulary size and the ids of named tokens; load_tokenizer picks the
-// implementation from the file. Leaves out: the implementations (data/byte_tokenizer.h,
-// data/bpe_tokenizer.h) and batching or padding (a program's business).
+// decode ids to bytes (or text: WordPiece), the vocabulary size and the ids of named tokens;
+// load_tokenizer picks the implementation from the file. Leaves out: the implementations
+// (data/byte_tokenizer.h, data/bpe_tokenizer.h, data/wordpiece.h) and batching or padding (a
+// program's business; data/mlm.h for BERT's).
 #pragma once
 
 #include <cstdint>
@@ -53,7 +54,9 @@ class Tokenizer {
 
   // The bytes of the ids, concatenated: a slice that cuts a multi-byte character gives its bytes
   // as they are (not U+FFFD), so decoded slices concatenate to the decoded whole. An id outside
-  // the vocabulary is an error naming it and its position.
+  // the vocabulary is an error naming it and its position. WordPiece, whose tokens are normalized
+  // text, gives that text joined as its decoder joins it instead (Note [WordPiece decoding] in
+  // data/wordpiece.h).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
 
   // The id of a special token, or of the token whose bytes are `token`; nullopt if none.
@@ -65,7 +68,14 @@ class Tokenizer {
 // Note [Choosing a tokenizer]
 // load_tokenizer(spec) reads:
 //   "bytes"                        ByteTokenizer (vocabulary 256; no file)
-//   a file starting with '{'       a Hugging Face tokenizer.json (BpeTokenizer::from_hf_json)
+//   a file starting with '{'       a Hugging Face tokenizer.json: model.type "WordPiece" is
+//                                  WordPieceTokenizer::from_hf_json (BERT's), any other
+//                                  BpeTokenizer::from_hf_json (which refuses what it cannot read)
+//   a file named *vocab.txt        a WordPiece vocab.txt (WordPieceTokenizer::from_vocab_txt),
+//                                  normalized as `preset` says ("uncased": lower-cased, accents
+//                                  stripped; "cased": neither), else as the tokenizer_config.json
+//                                  beside it says (do_lower_case...), else uncased
+//                                  (bert-base-uncased's vocab.txt alone)
 //   any other file                 a tiktoken rank file (BpeTokenizer::from_tiktoken), whose preset
 //                                  (regex and special tokens) is named by `preset` when given,
 //                                  else by the file name (r50k_base / gpt2, cl100k_base,

@@ -1,9 +1,10 @@
-// tokenize_shards: tokenizes a text file with a BPE tokenizer (a tiktoken rank file or a Hugging
-// Face tokenizer.json: data/tokenizer.h) and writes llm.c's .bin token shards
-// (data/token_shards.h), which train_gpt --shards reads. Leaves out: several threads (one encodes;
-// docs/tokenizers.md has its speed), documents and their separators (the file is one text), and
-// uint32 shards: llm.c's format holds uint16 tokens, so a vocabulary over 65536 ids (cl100k,
-// Llama 3) is refused, but for --count-only (encode, print the count and the speed, write nothing).
+// tokenize_shards: tokenizes a text file with a BPE or WordPiece tokenizer (a tiktoken rank file, a
+// Hugging Face tokenizer.json or a vocab.txt: data/tokenizer.h) and writes llm.c's .bin token
+// shards (data/token_shards.h), which train_gpt --shards reads. Leaves out: several threads (one
+// encodes; docs/tokenizers.md has its speed), documents and their separators (the file is one
+// text), and uint32 shards: llm.c's format holds uint16 tokens, so a vocabulary over 65536 ids
+// (cl100k, Llama 3) is refused, but for --count-only (encode, print the count and the speed, write
+// nothing).
 //
 //   ./build/examples/tokenize_shards --tokenizer tokenizer.json --input $(scripts/gpt-corpus.sh)
 //       --out .data/kjv-bpe                          # (one line) train_000000.bin, val_000000.bin
@@ -92,15 +93,15 @@ int run(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tokenize a text file into llm.c .bin shards with a BPE tokenizer"};
+  CLI::App app{"Tokenize a text file into llm.c .bin shards with a BPE or WordPiece tokenizer"};
   Flags f;
   app.add_option("--tokenizer", f.tokenizer,
-                 "a tokenizer.json, a tiktoken rank file (cl100k_base.tiktoken, Llama 3's "
-                 "tokenizer.model), or \"bytes\"")
+                 "a tokenizer.json (BPE or WordPiece), a tiktoken rank file (cl100k_base.tiktoken, "
+                 "Llama 3's tokenizer.model), a WordPiece vocab.txt, or \"bytes\"")
       ->required();
   app.add_option("--preset", f.preset,
                  "a tiktoken file's regex and special tokens: r50k_base, cl100k_base, o200k_base, "
-                 "llama3 (default: from its name or size)");
+                 "llama3 (default: from its name or size); a vocab.txt's case: uncased, cased");
   app.add_option("--input", f.input, "the UTF-8 text file to tokenize")->required();
   app.add_option("--out", f.out, "the folder of the shards (created)");
   app.add_flag("--count-only", f.count_only,

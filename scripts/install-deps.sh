@@ -10,6 +10,7 @@ set -euo pipefail
 debs=(build-essential cmake ninja-build pkg-config libeigen3-dev libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev zlib1g-dev libbenchmark-dev dataset-fashion-mnist
       libpcre2-dev  # the BPE tokenizers' pre-tokenizer regexes (data/bpe_regex.h)
+      libutf8proc-dev  # the WordPiece tokenizer's Unicode tables (data/unicode_text.h)
       libgloo-dev libopenblas-openmp-dev python3 python3-pip clang-format
       ccache  # scripts/configure.sh compiles through it when present: rebuilds take seconds
       clang libomp-dev llvm  # the sanitizer and fuzz builds (scripts/sanitize.sh)

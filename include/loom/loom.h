@@ -36,14 +36,17 @@
 #include "nn/checkpoint.h"
 #include "nn/serialize.h"
 #include "nn/state_dict.h"
-// Data: datasets, samplers, transforms, the loader, (Fashion-)MNIST, tokenizers.
+// Data: datasets, samplers, transforms, the loader, (Fashion-)MNIST, tokenizers, BERT's batches.
 #include "data/bpe_tokenizer.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
+#include "data/mlm.h"
+#include "data/mlm_examples.h"
 #include "data/mnist.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "data/transforms.h"
+#include "data/wordpiece.h"
 // Many processes: the job's environment, process groups, DistributedDataParallel.
 #include "distributed/ddp/ddp.h"
 #include "distributed/env.h"

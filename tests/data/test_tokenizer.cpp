@@ -1,6 +1,7 @@
 // data/tokenizer: load_tokenizer's choice (Note [Choosing a tokenizer]): "bytes", a
-// tokenizer.json by its content, a rank file's preset by its name, by its size, or as named; its
-// refusals; ByteTokenizer through the interface.
+// tokenizer.json by its content (BPE or WordPiece), a vocab.txt by its name (cased as told), a
+// rank file's preset by its name, by its size, or as named; its refusals; ByteTokenizer through
+// the interface.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/tokenizer.h"
+#include "data/wordpiece.h"
 #include "support/temp_files.h"
 
 using namespace loom;
@@ -68,8 +70,45 @@ TEST(LoadTokenizer, ATokenizerJsonByItsContent) {
   EXPECT_EQ(tok->vocab_size(), 1002);
   EXPECT_EQ(tok->token_id("<|begin_of_text|>"), 1000);
   std::string e = error_of([&] { load_tokenizer(path, "cl100k_base"); });
-  EXPECT_NE(e.find("is a tokenizer.json, which names its own regex and special tokens"),
+  EXPECT_NE(e.find("is a tokenizer.json, which names its own normalizer, regex and special tokens"),
             std::string::npos)
+      << e;
+}
+
+// model.type WordPiece is BERT's tokenizer, whatever the file is called.
+TEST(LoadTokenizer, AWordPieceTokenizerJsonByItsModelType) {
+  TempDir dir;
+  const std::string path = dir.file("tokenizer.bin");
+  std::filesystem::copy_file(fixture("kjv_wordpiece.json"), path);
+  auto tok = load_tokenizer(path);
+  ASSERT_NE(dynamic_cast<const WordPieceTokenizer*>(tok.get()), nullptr);
+  EXPECT_EQ(tok->name(), "tokenizer.json (" + path + ")");
+  EXPECT_EQ(tok->vocab_size(), 3000);
+  EXPECT_EQ(tok->decode(tok->encode("In the Beginning")), "in the beginning");  // uncased
+  std::string e = error_of([&] { load_tokenizer(path, "uncased"); });
+  EXPECT_NE(e.find("is a tokenizer.json, which names its own normalizer"), std::string::npos) << e;
+}
+
+// A vocab.txt: uncased unless the preset or a tokenizer_config.json beside it says otherwise.
+TEST(LoadTokenizer, AVocabTxtByItsNameCasedAsToldOrAsItsConfigSays) {
+  TempDir dir;
+  const std::string path = dir.file("bert-vocab.txt");
+  std::filesystem::copy_file(fixture("kjv_wordpiece_vocab.txt"), path);
+  const std::vector<int32_t> lower = load_tokenizer(path)->encode("god");
+  ASSERT_EQ(lower.size(), 1u);
+  EXPECT_EQ(load_tokenizer(path)->encode("God"), lower);
+  EXPECT_EQ(load_tokenizer(path, "uncased")->encode("God"), lower);
+  EXPECT_NE(load_tokenizer(path, "cased")->encode("God"), lower);  // [UNK]: an uncased vocabulary
+  EXPECT_EQ(load_tokenizer(path)->name(), "vocab.txt (" + path + ")");
+  loom::test::write_bytes(dir.file("tokenizer_config.json"), R"({"do_lower_case": false})");
+  EXPECT_NE(load_tokenizer(path)->encode("God"), lower);
+  EXPECT_EQ(load_tokenizer(path, "uncased")->encode("God"), lower);  // the preset first
+  std::string e = error_of([&] { load_tokenizer(path, "cl100k_base"); });
+  EXPECT_NE(e.find("is a WordPiece vocab.txt, whose presets are \"uncased\""), std::string::npos)
+      << e;
+  loom::test::write_bytes(dir.file("tokenizer_config.json"), R"({"do_lower_case": "no"})");
+  e = error_of([&] { load_tokenizer(path); });
+  EXPECT_NE(e.find("tokenizer_config.json " + dir.file("tokenizer_config.json")), std::string::npos)
       << e;
 }
 

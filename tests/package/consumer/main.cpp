@@ -1,7 +1,8 @@
 // loom's package test: a user's program that sees loom only through <loom/loom.h> and loom::loom.
 // Trains a small regression model for a few Adam steps on random data (the loss must fall), then
 // writes its weights to a safetensors file, reads them into a fresh model and checks every value;
-// and encodes a text with a byte-level BPE (its regex runs on PCRE2, which the package links).
+// and encodes a text with a byte-level BPE (its regex runs on PCRE2, which the package links) and
+// with a WordPiece vocabulary (its normalizer's Unicode comes from utf8proc, linked the same way).
 // Prints what it checked; exits 1 on the first failure.
 #include <loom/loom.h>
 
@@ -68,5 +69,14 @@ int main(int argc, char** argv) {
   if (ids.size() != 10 || ids[5] != 256) return fail("the BPE did not merge \" w\"");
   if (tok.decode(ids) != "hello world") return fail("the BPE did not decode its ids back");
   std::printf("consumer: \"hello world\" is %zu BPE tokens and decodes back\n", ids.size());
+
+  // WordPiece: "Héllo" lower-cased and without its accent (NFD through utf8proc), then "hell ##o".
+  data::WordPieceModel wp;
+  wp.name = wp.source = "consumer";
+  wp.vocab = {{"[UNK]", 0}, {"hell", 1}, {"##o", 2}};
+  const data::WordPieceTokenizer bert(wp);
+  if (bert.encode("H\xC3\xA9llo") != std::vector<int32_t>{1, 2})
+    return fail("WordPiece did not encode \"H\xC3\xA9llo\" as hell ##o");
+  std::printf("consumer: \"H\xC3\xA9llo\" is WordPiece's hell ##o\n");
   return 0;
 }
