@@ -5,6 +5,8 @@
 # the code that uses it. Included by loom's own build (cmake/LoomDependencies.cmake) and by the
 # installed loomConfig.cmake, so a consumer of the package finds them the same way. Leaves out: the CUDA toolkit (CUDAToolkit).
 #
+# PCRE2 and utf8proc are also looked for under $LOOM_DEPS_DIR/include and /lib first when that is
+# set: the GPU machine has neither header, and scripts/gpu-deps.sh copies them there from here.
 #   loom_find_pcre2()  -> loom::pcre2 (when found; loom requires it)
 #   loom_find_utf8proc()  -> loom::utf8proc (when found; loom requires it)
 #   loom_find_gloo()   -> loom::gloo  (when found)
@@ -23,8 +25,8 @@ function(loom_find_pcre2)
   if(TARGET loom::pcre2)
     return()
   endif()
-  find_path(PCRE2_INCLUDE_DIR pcre2.h)
-  find_library(PCRE2_LIBRARY pcre2-8)
+  find_path(PCRE2_INCLUDE_DIR pcre2.h HINTS $ENV{LOOM_DEPS_DIR}/include)
+  find_library(PCRE2_LIBRARY pcre2-8 HINTS $ENV{LOOM_DEPS_DIR}/lib)
   if(PCRE2_INCLUDE_DIR AND PCRE2_LIBRARY)
     add_library(loom::pcre2 INTERFACE IMPORTED GLOBAL)
     set_target_properties(loom::pcre2 PROPERTIES
@@ -39,8 +41,8 @@ function(loom_find_utf8proc)
   if(TARGET loom::utf8proc)
     return()
   endif()
-  find_path(UTF8PROC_INCLUDE_DIR utf8proc.h)
-  find_library(UTF8PROC_LIBRARY utf8proc)
+  find_path(UTF8PROC_INCLUDE_DIR utf8proc.h HINTS $ENV{LOOM_DEPS_DIR}/include)
+  find_library(UTF8PROC_LIBRARY utf8proc HINTS $ENV{LOOM_DEPS_DIR}/lib)
   if(UTF8PROC_INCLUDE_DIR AND UTF8PROC_LIBRARY)
     add_library(loom::utf8proc INTERFACE IMPORTED GLOBAL)
     set_target_properties(loom::utf8proc PROPERTIES

@@ -30,6 +30,10 @@ mkdir -p "$LOG"
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 # Tests that train on Fashion-MNIST find it here (the GPU machine has no Debian dataset package;
 # the .gz files are carried into the git-ignored .data/fashion-mnist); without it they skip.
+# PCRE2 and utf8proc, which the GPU machine lacks, from .data/gpu-deps (scripts/gpu-deps.sh).
+if [ -d "$ROOT/.data/gpu-deps" ]; then
+  export LOOM_DEPS_DIR=$ROOT/.data/gpu-deps LD_LIBRARY_PATH=$ROOT/.data/gpu-deps/lib:${LD_LIBRARY_PATH:-}
+fi
 if [ -z "${FASHION_MNIST_DIR:-}" ] && [ -f "$ROOT/.data/fashion-mnist/train-images-idx3-ubyte.gz" ]; then
   export FASHION_MNIST_DIR=$ROOT/.data/fashion-mnist
 fi
