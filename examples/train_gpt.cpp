@@ -4,6 +4,7 @@
 // TensorBoard, --amp bf16, --cuda-graph, --grad-accum, LoRA (--lora-rank), Hugging Face folders
 // in and out (--init-from, --save-hf), any tokenizer (--tokenizer), and unchanged under loomrun
 // with DDP. --sample N then prints N tokens generated from --prompt (KV cache: nn/gpt_sample.h).
+// --plan-only prints the memory per rank of every parallel layout and exits (docs/parallelism.md).
 //
 //   ./build/examples/train_gpt --text $(scripts/gpt-corpus.sh)   # the KJV Bible, the "mini" model
 //   ./build/examples/train_gpt --text kjv.txt --tokenizer tokenizer.json   # BPE,
@@ -55,6 +56,9 @@ struct GptFlags {
   std::string save_adapter;         // --lora-rank's adapters, as PEFT writes them
   bool decode_sample = true;        // false: shards of unknown tokens, printed as ids
   nn::LoRAOptions lora{.rank = 0};  // --lora-rank > 0: train low-rank adapters only (nn/lora.h)
+  bool plan_only = false;           // print the memory per rank of each layout, then exit
+  std::vector<int> plan_gpus{1, 2, 4, 8};
+  int64_t plan_micro_batch = 1;
 };
 
 void add_lora_flags(CLI::App& app, nn::LoRAOptions& o) {
@@ -119,6 +123,13 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
   app.add_option("--save-adapter", g.save_adapter,
                  "after training, write the LoRA adapters here as PEFT does "
                  "(adapter_model.safetensors, adapter_config.json)");
+  app.add_flag("--plan-only", g.plan_only,
+               "print the memory per rank of every layout (dp with ZeRO, tp, pp) of --plan-gpus "
+               "for the model, without allocating it, then exit (distributed/memory_plan.h)");
+  app.add_option("--plan-gpus", g.plan_gpus, "the GPU counts --plan-only plans for")
+      ->delimiter(',');
+  app.add_option("--plan-micro-batch", g.plan_micro_batch, "sequences per rank and micro-batch")
+      ->check(train::int_range(1, 1 << 20));
   app.add_option("--peak-tflops", g.peak_tflops, "the device's peak, for MFU")
       ->check(train::real_range(0, 1e6, true));
   app.add_option("--sample", g.sample, "after training, print N generated tokens")
@@ -180,6 +191,20 @@ void after_training(train::LanguageModel& lm, train::DataParallel& dp, const Gpt
   }
 }
 
+// --plan-only: the memory table for the model's preset (its own vocabulary unless --vocab-size),
+// T = --seq-len, on an H200's 139 GiB.
+int print_memory_plan(const CLI::App& app, GptFlags& g) {
+  g.lm.vocab_size = app.count("--vocab-size") ? g.data.vocab_size : 0;
+  g.lm.seq_len = g.data.seq_len;
+  return train::run_main("train_gpt", [&] {
+    std::printf("%s",
+                distributed::memory_table(train::model_shape(g.lm), g.plan_gpus, g.plan_micro_batch,
+                                          g.data.seq_len, g.activation_checkpointing, 139.0)
+                    .c_str());
+    return 0;
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,6 +217,7 @@ int main(int argc, char** argv) {
   add_gpt_flags(app, g);
   add_lora_flags(app, g.lora);
   if (int rc = train::parse_flags(app, argc, argv); rc >= 0) return rc;
+  if (g.plan_only) return print_memory_plan(app, g);
 
   return train::run_main("train_gpt", [&] {
     auto tokenizer = load_run_tokenizer(app, g);

@@ -1,6 +1,7 @@
 // GPT-2 or Llama for a language-model run: see train/language_model.h.
 #include "train/language_model.h"
 
+#include "distributed/memory_plan.h"
 #include "nn/gpt.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_gpt2.h"
@@ -18,7 +19,7 @@ nn::GPTConfig gpt_config(const LanguageModelSpec& s) {
   if (s.n_layer) c.n_layer = s.n_layer;
   if (s.n_head) c.n_head = s.n_head;
   if (s.n_embd) c.n_embd = s.n_embd;
-  c.vocab_size = s.vocab_size;
+  if (s.vocab_size > 0) c.vocab_size = s.vocab_size;  // 0: the preset's (--plan-only)
   c.block_size = s.seq_len;  // the position table: as long as the training windows
   return c;
 }
@@ -30,7 +31,7 @@ nn::LlamaConfig llama_config(const LanguageModelSpec& s) {
   if (s.n_embd) c.dim = s.n_embd;
   if (s.n_kv_head) c.n_kv_heads = s.n_kv_head;
   if (s.ffn_hidden) c.ffn_hidden = s.ffn_hidden;
-  c.vocab_size = s.vocab_size;
+  if (s.vocab_size > 0) c.vocab_size = s.vocab_size;
   c.max_seq_len = s.seq_len;
   return c;
 }
@@ -89,6 +90,39 @@ LanguageModel make_language_model(const LanguageModelSpec& s) {
              ": the data's vocabulary of ", s.vocab_size, " ids does not fit the model's ",
              lm.net->vocab_size());
   return lm;
+}
+
+distributed::ModelShape model_shape(const LanguageModelSpec& s) {
+  LOOM_CHECK(s.init_from.empty(),
+             "--plan-only plans a preset (--arch, --model, sizes), not "
+             "--init-from ",
+             s.init_from);
+  if (s.arch == "llama") {
+    const nn::LlamaConfig c = llama_config(s);
+    return {.name = "Llama " + s.preset,
+            .layers = c.n_layers,
+            .hidden = c.dim,
+            .heads = c.n_heads,
+            .kv_heads = c.n_kv_heads,
+            .ffn = c.ffn_hidden,
+            .vocab = c.vocab_size,
+            .positions = 0,
+            .swiglu = true,
+            .bias = false,
+            .tied = c.tie_embeddings};
+  }
+  const nn::GPTConfig c = gpt_config(s);
+  return {.name = "GPT-2 " + s.preset,
+          .layers = c.n_layer,
+          .hidden = c.n_embd,
+          .heads = c.n_head,
+          .kv_heads = c.n_head,
+          .ffn = 4 * c.n_embd,
+          .vocab = c.vocab_size,
+          .positions = c.block_size,
+          .swiglu = false,
+          .bias = c.bias,
+          .tied = true};
 }
 
 }  // namespace loom::train

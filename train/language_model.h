@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "distributed/memory_plan.h"
 #include "nn/causal_lm.h"
 #include "nn/lora.h"
 
@@ -38,5 +39,9 @@ struct LanguageModel {
 // Errors name the flag: an unknown arch or preset, a folder whose positions are fewer than
 // seq_len or whose vocabulary cannot hold the data's ids.
 LanguageModel make_language_model(const LanguageModelSpec& spec);
+
+// The sizes of the spec's model for the memory plan (distributed/memory_plan.h), without building
+// it: train_gpt --plan-only. A vocab_size of 0 keeps the preset's vocabulary.
+distributed::ModelShape model_shape(const LanguageModelSpec& spec);
 
 }  // namespace loom::train

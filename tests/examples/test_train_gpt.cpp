@@ -404,3 +404,17 @@ TEST(TrainGpt, LoraTrainsTheAdaptersAndSavesTheMergedModel) {
   EXPECT_EQ(lora_changed("llama", [](const std::string& d) { return nn::load_hf_llama(d); }),
             llama);
 }
+
+// --plan-only prints the memory per rank of every layout of the model without building it (an 8B
+// Llama on this 24 GiB machine): the one-GPU row holds the published 8,030,261,248 parameters,
+// tp 8 one eighth of the blocks' matrices plus the whole embedding and head.
+TEST(TrainGpt, PlanOnlyPrintsTheMemoryOfEachLayoutWithoutAllocating) {
+  Outcome r = run_cmd(std::string(TRAIN_GPT_BIN) +
+                      " --plan-only --arch llama --model llama3-8b --seq-len 2048 --plan-gpus 1,8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("Llama llama3-8b: memory per rank (GiB)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("   1   1   1   1     0       8030261248"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("   8   1   8   1     0       1923354624"), std::string::npos)
+      << r.output;
+}
