@@ -18,6 +18,15 @@ Embedding::Embedding(int64_t n, int64_t dim)
   reset_parameters();
 }
 
+Embedding::Embedding(std::string type_name, Tensor w)
+    : Module(std::move(type_name)),
+      num_embeddings(w.dim() == 2 ? w.size(0) : 0),
+      embedding_dim(w.dim() == 2 ? w.size(1) : 0) {
+  LOOM_CHECK(w.dim() == 2, this->type_name(), ": the table ", describe(w), " must be 2-d");
+  weight = std::move(w);
+  register_parameter("weight", weight);
+}
+
 void Embedding::reset_parameters() { init::normal_(weight, 0.0, 1.0); }
 
 Tensor Embedding::forward(const Tensor& ids) { return embedding(weight, ids); }

@@ -97,6 +97,11 @@ class Embedding : public Module {
 
   int64_t num_embeddings, embedding_dim;
   Tensor weight;
+
+ protected:
+  // An Embedding of this (num_embeddings, embedding_dim) table as it is (no init), printed as
+  // `type_name` (the vocabulary-parallel one, distributed/tensor_parallel/vocab_parallel.h).
+  Embedding(std::string type_name, Tensor weight);
 };
 
 // ---------------------------------------------------------------- normalisation (nn/norm.cpp)

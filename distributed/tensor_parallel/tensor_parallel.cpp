@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
 #include "distributed/tensor_parallel/tp_linear.h"
+#include "distributed/tensor_parallel/vocab_parallel.h"
 #include "nn/fused_transformer.h"
 #include "nn/transformer.h"
 
@@ -106,7 +107,7 @@ int split_module(nn::Module& m, const std::string& path, const std::shared_ptr<P
   return n;
 }
 
-// Every split Linear of the model with its dotted name.
+// Every split module of type L (a Linear or the embedding) of the model with its dotted name.
 template <typename L>
 std::vector<std::pair<std::string, const L*>> split_linears(const nn::Module& model) {
   std::vector<std::pair<std::string, const L*>> out;
@@ -128,6 +129,8 @@ bool is_tensor_parallel_shard(nn::Module& model, const Tensor& p) {
     if (l->weight.is_same(p) || (l->bias.defined() && l->bias.is_same(p))) return true;
   for (const auto& [name, l] : split_linears<RowParallelLinear>(model))
     if (l->weight.is_same(p)) return true;
+  for (const auto& [name, e] : split_linears<VocabParallelEmbedding>(model))
+    if (e->weight.is_same(p)) return true;
   return false;
 }
 
@@ -165,6 +168,8 @@ nn::StateDict whole_state_dict(nn::Module& model) {
   }
   for (const auto& [name, l] : split_linears<RowParallelLinear>(model))
     put(child_path(name, "weight"), gather_whole_weight(*l));
+  for (const auto& [name, e] : split_linears<VocabParallelEmbedding>(model))
+    put(child_path(name, "weight"), gather_whole_weight(*e));
   return sd;
 }
 

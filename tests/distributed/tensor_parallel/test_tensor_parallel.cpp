@@ -1,5 +1,6 @@
-// Tensor parallelism in real processes over Gloo (tp_tool.cpp): GPT-2 and Llama split over tp 2,
-// and dp 2 x tp 2, train 20 AdamW steps exactly as one process on the whole batch (float64,
+// Tensor parallelism in real processes over Gloo (tp_tool.cpp): GPT-2 and Llama split over tp 2
+// (also with the vocabulary split), and dp 2 x tp 2, train 20 AdamW steps exactly as one process
+// on the whole batch (float64,
 // 1e-10: losses, the clip's total norm, every weight gathered whole); a tp that does not divide
 // the key/value heads and a mesh that does not divide the world are refused by name.
 #include <gtest/gtest.h>
@@ -30,6 +31,18 @@ TEST(TensorParallelGloo, LlamaOnTwoRanksSplitsQueryAndKeyValueHeadsAndSwiglu) {
 
 TEST(TensorParallelGloo, DataTimesTensorParallelOnFourRanksTrainsAsOneProcess) {
   expect_all_exit(run_tp({"train", "gpt", "20", "dp=2", "tp=2", "clip=1.0"}, 4), 0);
+}
+
+// The vocabulary split too (Note [Vocabulary parallel]): the embedding's rows and the head's,
+// the loss from each rank's columns of the logits. GPT's head stays tied to its embedding shard;
+// Llama's untied head is gathered whole like the Linears. (A target logit not summed over the
+// ranks: 0.099 in the losses; rows of other ranks not zeroed in the lookup: 0.059 in the weights.)
+TEST(TensorParallelGloo, GptWithTheVocabularySplitTrainsAsOneProcess) {
+  expect_all_exit(run_tp({"train", "gpt", "20", "clip=0.5", "vocab=1"}, 2), 0);
+}
+
+TEST(TensorParallelGloo, LlamaWithTheVocabularyAndUntiedHeadSplitTrainsAsOneProcess) {
+  expect_all_exit(run_tp({"train", "llama", "20", "clip=0.5", "vocab=1"}, 2), 0);
 }
 
 TEST(TensorParallelGloo, ATpThatDoesNotDivideTheKeyValueHeadsIsRefusedByName) {

@@ -1,11 +1,12 @@
 // A worker the tensor-parallel tests start N times (RANK, WORLD_SIZE, ... set; Gloo by default).
 // One mode:
-//   train <gpt|llama> <steps> [tp=N] [dp=N] [clip=X]
+//   train <gpt|llama> <steps> [tp=N] [dp=N] [clip=X] [vocab=1]
 // builds the tiny model in float64 on every rank from one seed, twice: a reference that trains
 // alone on the whole batch, and a copy split by parallelize_tensor over the mesh's tp group
 // ({dp, tp}, tp = world / dp by default), wrapped in DDP over the dp group when dp > 1, each dp
 // rank on its share of the batch. Both take `steps` AdamW steps (weight decay 0.1; with clip=X the
-// gradients clipped to X first: clip_grad_norm_tensor_parallel_ against clip_grad_norm_). Prints
+// gradients clipped to X first: clip_grad_norm_tensor_parallel_ against clip_grad_norm_; with
+// vocab=1 (dp 1) the embedding and head split too, the loss vocab_parallel_loss). Prints
 // "max loss diff A max weight diff W clip total diff C" and exits 0 when every step's loss (the
 // mean over the dp ranks), the clip's total norm and every weight of whole_state_dict equal the
 // reference's within 1e-10, 1 otherwise. Exit 3: an error was raised (its text printed).
@@ -20,6 +21,7 @@
 #include "distributed/ddp/ddp.h"
 #include "distributed/mesh/device_mesh.h"
 #include "distributed/tensor_parallel/tensor_parallel.h"
+#include "distributed/tensor_parallel/vocab_parallel.h"
 #include "nn/clip.h"
 #include "nn/gpt.h"
 #include "nn/llama.h"
@@ -86,6 +88,13 @@ int train(const std::string& kind, int steps, const std::map<std::string, std::s
   auto ref = make_model(kind, vocab);
   auto model = make_model(kind, vocab);
   const int split = parallelize_tensor(*model, mesh.group("tp"));
+  const bool split_vocab = kv.count("vocab") && kv.at("vocab") == "1";
+  VocabShard shard;
+  if (split_vocab) shard = parallelize_vocabulary(*model, mesh.group("tp"));
+  auto hidden = [&](const Tensor& x) {
+    if (auto* g = dynamic_cast<nn::GPT*>(model.get())) return g->hidden(x);
+    return dynamic_cast<nn::Llama&>(*model).hidden(x);
+  };
   std::shared_ptr<DistributedDataParallel> ddp;
   if (dp > 1) ddp = std::make_shared<DistributedDataParallel>(model, mesh.group("dp"));
   optim::AdamW opt(model->parameters(), adamw()), ref_opt(ref->parameters(), adamw());
@@ -96,7 +105,9 @@ int train(const std::string& kind, int steps, const std::map<std::string, std::s
     auto [rx, ry] = batch(s, 0, kBatch, vocab);
     opt.zero_grad();
     ref_opt.zero_grad();
-    Tensor loss = ddp ? ddp->loss(x, y) : model->loss(x, y);
+    Tensor loss = split_vocab ? vocab_parallel_loss(hidden(x), shard, y, *mesh.group("tp"))
+                  : ddp       ? ddp->loss(x, y)
+                              : model->loss(x, y);
     Tensor ref_loss = ref->loss(rx, ry);
     loss.backward();
     ref_loss.backward();
