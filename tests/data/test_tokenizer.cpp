@@ -12,11 +12,14 @@
 #include "data/byte_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data/wordpiece.h"
+#include "support/errors.h"
 #include "support/temp_files.h"
 
 using namespace loom;
 using namespace loom::data;
 using loom::test::TempDir;
+
+using loom::test::error_of;
 
 namespace {
 
@@ -31,17 +34,6 @@ std::string subset_as(const TempDir& dir, const std::string& name) {
   const std::string path = dir.file(name);
   std::filesystem::copy_file(fixture("cl100k_subset.tiktoken"), path);
   return path;
-}
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a loom::Error";
-  return "";
 }
 
 }  // namespace

@@ -9,20 +9,14 @@
 #include "autograd/ops/factory.h"
 #include "core/error.h"
 #include "distributed/local_process_group.h"
+#include "support/errors.h"
 
 using namespace loom;
 using namespace loom::distributed;
 
-namespace {
+using loom::test::error_of;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+namespace {
 
 TEST(LocalProcessGroup, IsRankZeroOfOneWithNoStore) {
   LocalProcessGroup pg(std::chrono::seconds(3));

@@ -13,6 +13,7 @@
 #include "autograd/ops/ops.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/layers.h"
+#include "support/errors.h"
 #include "support/golden_file.h"
 #include "support/temp_files.h"
 
@@ -21,6 +22,8 @@ using namespace loom::nn;
 using loom::test::read_bytes;
 using loom::test::TempDir;
 namespace fs = std::filesystem;
+
+using loom::test::expect_error;
 
 namespace {
 
@@ -65,16 +68,6 @@ bool ignore_the_rest(const std::string& name) {
 // The file's values through the plain reader (core/safetensors.h), as float64.
 std::vector<double> file_values(const std::string& name) {
   return read_safetensors(llama_dir() + "/model.safetensors").at(name).to_vector<double>();
-}
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming " << parts[0];
-  } catch (const Error& e) {
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

@@ -16,9 +16,12 @@
 #include "nn/amp/grad_scaler.h"
 #include "nn/clip.h"
 #include "nn/optim/adam.h"
+#include "support/errors.h"
 #include "train/step_runner.h"
 
 using namespace loom;
+
+using loom::test::error_of;
 
 namespace {
 
@@ -101,15 +104,6 @@ void expect_same_training(DType dt, const MakeOpt& make_opt, double clip, int64_
     EXPECT_GT(ref.last_norm, 2 * clip) << "clipping must act for the test to mean anything";
     EXPECT_NEAR(acc.last_norm, ref.last_norm, tol * ref.last_norm);
   }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

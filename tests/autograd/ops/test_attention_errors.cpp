@@ -8,22 +8,12 @@
 #include <vector>
 
 #include "autograd/ops/ops.h"
+#include "support/errors.h"
 
 namespace loom {
-namespace {
+using loom::test::expect_error;
 
-// Runs f, which must throw loom::Error, and checks that the message contains every part.
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  std::string msg;
-  try {
-    f();
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  ASSERT_FALSE(msg.empty()) << "expected a loom::Error containing \"" << parts.front() << "\"";
-  for (const std::string& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
-}
+namespace {
 
 const char* kOp = "scaled_dot_product_attention";
 

@@ -17,10 +17,13 @@
 #include "distributed/spawn.h"
 #include "distributed/store/store_protocol.h"
 #include "distributed/store/tcp_store.h"
+#include "support/errors.h"
 
 using namespace loom;
 using namespace loom::distributed;
 using namespace std::chrono_literals;
+
+using loom::test::error_of;
 
 namespace {
 
@@ -30,15 +33,6 @@ std::shared_ptr<TCPStore> client(int port, const std::string& token) {
 }
 
 // The error message of f(), or "" when it does not throw.
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // connect() to addr:port; true when it succeeds.
 bool can_connect(const char* addr, int port) {
