@@ -11,10 +11,8 @@ Prints ms/step (median), tokens/s and the peak memory.
     python3 benchmarks/pytorch/bert_bench.py --compile
 """
 import argparse
-import statistics
-import time
-
 import torch
+from step_timing import time_steps
 from transformers import BertConfig, BertForMaskedLM
 
 
@@ -48,25 +46,12 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    t0 = time.time()
-    step()
-    torch.cuda.synchronize()
-    first = time.time() - t0
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.steps):
-        s = time.time()
-        step()
-        torch.cuda.synchronize()
-        times.append((time.time() - s) * 1e3)
-    ms = statistics.median(times)
+    t = time_steps(step, a.warmup, a.steps)
+    ms = t.median_ms
     name = "torch.compile" if a.compile else "eager"
-    print(f"pytorch bert-base {name}: {ms:.2f} ms/step (min {min(times):.2f}), "
-          f"{a.batch * a.seq / ms * 1e3:,.0f} tokens/s, peak "
-          f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MiB, first step {first:.1f} s")
+    print(f"pytorch bert-base {name}: {ms:.2f} ms/step (min {t.min_ms:.2f}), "
+          f"{a.batch * a.seq / ms * 1e3:,.0f} tokens/s, peak {t.peak_mib:.0f} MiB, "
+          f"first step {t.first_step_s:.1f} s")
 
 
 if __name__ == "__main__":

@@ -13,10 +13,8 @@ the peak memory. It leaves out everything bench_train leaves out: data loading, 
     python3 benchmarks/pytorch/llama_bench.py --compile --warmup 10 --steps 10
 """
 import argparse
-import statistics
-import time
-
 import torch
+from step_timing import time_steps
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
@@ -52,38 +50,23 @@ def main() -> None:
     step_model = torch.compile(model) if a.compile else model
     x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device="cuda")
 
-    def step() -> torch.Tensor:
+    def step() -> None:
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_model(input_ids=x, labels=x).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return loss
 
-    t0 = time.time()
-    step()
-    torch.cuda.synchronize()
-    first = time.time() - t0
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.steps):
-        s = time.time()
-        loss = step()
-        torch.cuda.synchronize()
-        times.append((time.time() - s) * 1e3)
-    ms = statistics.median(times)
+    t = time_steps(step, a.warmup, a.steps)
+    ms = t.median_ms
     tokens = a.batch * a.seq
     flops = 6 * n_params + 12 * cfg.num_hidden_layers * cfg.num_attention_heads * 64 * a.seq
     mfu = flops * tokens / (ms / 1e3) / 989e12
-    peak = torch.cuda.max_memory_allocated() / 2**20
     name = "torch.compile" if a.compile else "eager"
-    print(f"pytorch llama1b {name}: {ms:.2f} ms/step (min {min(times):.2f}), "
-          f"{tokens / ms * 1e3:,.0f} tokens/s, MFU {100 * mfu:.1f}%, peak {peak:.0f} MiB, "
-          f"first step {first:.1f} s, {n_params:,} parameters, loss {loss.item():.3f}")
+    print(f"pytorch llama1b {name}: {ms:.2f} ms/step (min {t.min_ms:.2f}), "
+          f"{tokens / ms * 1e3:,.0f} tokens/s, MFU {100 * mfu:.1f}%, peak {t.peak_mib:.0f} MiB, "
+          f"first step {t.first_step_s:.1f} s, {n_params:,} parameters")
 
 
 if __name__ == "__main__":
