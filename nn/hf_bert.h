@@ -3,7 +3,7 @@
 // BertForSequenceClassification, BertForPreTraining as bert-base-uncased is: its heads are left
 // out) and back. The config fields map to BertConfig and what loom's BERT cannot do is refused
 // naming the field; the tensor names are transformers', query/key/value packed into c_attn's rows
-// (docs/bert-model.md has the table). Old folders' LayerNorm.gamma / .beta are read as .weight /
+// (docs/bert.md has the table). Old folders' LayerNorm.gamma / .beta are read as .weight /
 // .bias. Leaves out: tokenizers, the next-sentence head, and the generic parts
 // (nn/hf_checkpoint.h).
 #pragma once

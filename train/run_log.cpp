@@ -129,9 +129,8 @@ int RunLog::finish(int64_t steps, const StepProfiler* profiler) {
   const TrainReport& r = report_;
   if (run_.main() && !r.stop_signal) {  // one line per job; stopped() printed its own
     if (r.validation)
-      std::printf(
-          "final validation loss %.4f (next-token accuracy %.2f%%) after %ld steps in %.1f s\n",
-          r.test_loss, 100.0 * r.test_accuracy, long(r.steps), r.seconds);
+      std::printf("final validation loss %.4f (%s %.2f%%) after %ld steps in %.1f s\n", r.test_loss,
+                  accuracy_name_.c_str(), 100.0 * r.test_accuracy, long(r.steps), r.seconds);
     else if (r.evaluated)
       std::printf("final test accuracy %.2f%% after %ld steps in %.1f s\n", 100.0 * r.test_accuracy,
                   long(r.steps), r.seconds);

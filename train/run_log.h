@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "nn/amp/grad_scaler.h"
 #include "train/evaluate.h"
@@ -64,6 +65,9 @@ class RunLog {
   void stopped_at_max_steps(int64_t step);  // "stopped after 21 steps (--max-steps)"
   // A language model's validation (train_gpt): the final line reports its loss and accuracy.
   void validated(const Evaluation& eval);
+  // What the final line calls the validation accuracy ("next-token accuracy" by default;
+  // train_bert's "masked-token accuracy", "accuracy").
+  void set_accuracy_name(std::string name) { accuracy_name_ = std::move(name); }
   // Prints the profile (every rank) and the final line (rank 0, unless a signal stopped the run);
   // returns the exit status.
   int finish(int64_t steps, const StepProfiler* profiler);
@@ -75,6 +79,7 @@ class RunLog {
   const RunSetup& run_;
   std::unique_ptr<SummaryWriter> tb_;
   TrainReport report_;
+  std::string accuracy_name_ = "next-token accuracy";
 };
 
 }  // namespace loom::train
