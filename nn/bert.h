@@ -124,6 +124,11 @@ class BertForSequenceClassification : public Module {
   // Mean cross-entropy of the logits against labels (B) int64 (single-label classification).
   Tensor loss(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths,
               const Tensor& labels);
+  // The same with token types 0 and no padding (Module::loss for a training step).
+  bool has_loss() const override { return true; }
+  Tensor loss(const Tensor& input_ids, const Tensor& labels) override {
+    return loss(input_ids, Tensor(), Tensor(), labels);
+  }
 
   int64_t num_labels;
   ModuleHolder<Bert> bert;
