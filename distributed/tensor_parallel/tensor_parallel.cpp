@@ -124,26 +124,39 @@ int parallelize_tensor(nn::Module& model, const std::shared_ptr<ProcessGroup>& t
   return split_module(model, "", tp);
 }
 
-bool is_tensor_parallel_shard(nn::Module& model, const Tensor& p) {
-  for (const auto& [name, l] : split_linears<ColumnParallelLinear>(model))
-    if (l->weight.is_same(p) || (l->bias.defined() && l->bias.is_same(p))) return true;
+namespace {
+
+// The tensors every tp rank holds a different share of (Note [The tensor-parallel plan]).
+std::unordered_set<const TensorImpl*> shard_tensors(nn::Module& model) {
+  std::unordered_set<const TensorImpl*> out;
+  for (const auto& [name, l] : split_linears<ColumnParallelLinear>(model)) {
+    out.insert(l->weight.impl());
+    if (l->bias.defined()) out.insert(l->bias.impl());
+  }
   for (const auto& [name, l] : split_linears<RowParallelLinear>(model))
-    if (l->weight.is_same(p)) return true;
+    out.insert(l->weight.impl());
   for (const auto& [name, e] : split_linears<VocabParallelEmbedding>(model))
-    if (e->weight.is_same(p)) return true;
-  return false;
+    out.insert(e->weight.impl());
+  return out;
+}
+
+}  // namespace
+
+bool is_tensor_parallel_shard(nn::Module& model, const Tensor& p) {
+  return shard_tensors(model).count(p.impl()) > 0;
 }
 
 Tensor clip_grad_norm_tensor_parallel_(nn::Module& model, double max_norm, ProcessGroup& tp) {
   autograd::NoGradGuard no_grad;
   Tensor shards, whole;  // sums of squares: of the shards' gradients, of the whole ones'
   std::vector<Tensor> grads;
+  const std::unordered_set<const TensorImpl*> split = shard_tensors(model);
   for (const Tensor& p : model.parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     grads.push_back(g);
     Tensor sq = sum(g * g);
-    Tensor& acc = is_tensor_parallel_shard(model, p) ? shards : whole;
+    Tensor& acc = split.count(p.impl()) ? shards : whole;
     acc = acc.defined() ? acc + sq : sq;
   }
   LOOM_CHECK(!grads.empty(), "clip_grad_norm_tensor_parallel_: no parameter has a gradient");
