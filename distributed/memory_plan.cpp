@@ -58,6 +58,34 @@ double block_activation_bytes(const ModelShape& m, int tp) {
 
 }  // namespace
 
+ModelShape model_shape(const nn::LlamaConfig& c, std::string name) {
+  return {.name = std::move(name),
+          .layers = c.n_layers,
+          .hidden = c.dim,
+          .heads = c.n_heads,
+          .kv_heads = c.n_kv_heads,
+          .ffn = c.ffn_hidden,
+          .vocab = c.vocab_size,
+          .positions = 0,
+          .swiglu = true,
+          .bias = false,
+          .tied = c.tie_embeddings};
+}
+
+ModelShape model_shape(const nn::GPTConfig& c, std::string name) {
+  return {.name = std::move(name),
+          .layers = c.n_layer,
+          .hidden = c.n_embd,
+          .heads = c.n_head,
+          .kv_heads = c.n_head,
+          .ffn = 4 * c.n_embd,
+          .vocab = c.vocab_size,
+          .positions = c.block_size,
+          .swiglu = false,
+          .bias = c.bias,
+          .tied = true};
+}
+
 RankMemory plan_memory(const ModelShape& m, const Layout& l) {
   check_layout(m, l);
   RankMemory r;

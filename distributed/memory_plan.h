@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/gpt.h"
+#include "nn/llama.h"
+
 namespace loom::distributed {
 
 // What the plan needs to know of the model.
@@ -20,6 +23,10 @@ struct ModelShape {
   bool bias = false;      // in the Linears and the norms (GPT-2)
   bool tied = true;       // the head is the embedding's matrix
 };
+
+// The shapes of loom's two decoder models.
+ModelShape model_shape(const nn::LlamaConfig& c, std::string name = "Llama");
+ModelShape model_shape(const nn::GPTConfig& c, std::string name = "GPT-2");
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1;

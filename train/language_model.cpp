@@ -97,32 +97,8 @@ distributed::ModelShape model_shape(const LanguageModelSpec& s) {
              "--plan-only plans a preset (--arch, --model, sizes), not "
              "--init-from ",
              s.init_from);
-  if (s.arch == "llama") {
-    const nn::LlamaConfig c = llama_config(s);
-    return {.name = "Llama " + s.preset,
-            .layers = c.n_layers,
-            .hidden = c.dim,
-            .heads = c.n_heads,
-            .kv_heads = c.n_kv_heads,
-            .ffn = c.ffn_hidden,
-            .vocab = c.vocab_size,
-            .positions = 0,
-            .swiglu = true,
-            .bias = false,
-            .tied = c.tie_embeddings};
-  }
-  const nn::GPTConfig c = gpt_config(s);
-  return {.name = "GPT-2 " + s.preset,
-          .layers = c.n_layer,
-          .hidden = c.n_embd,
-          .heads = c.n_head,
-          .kv_heads = c.n_head,
-          .ffn = 4 * c.n_embd,
-          .vocab = c.vocab_size,
-          .positions = c.block_size,
-          .swiglu = false,
-          .bias = c.bias,
-          .tied = true};
+  if (s.arch == "llama") return distributed::model_shape(llama_config(s), "Llama " + s.preset);
+  return distributed::model_shape(gpt_config(s), "GPT-2 " + s.preset);
 }
 
 }  // namespace loom::train

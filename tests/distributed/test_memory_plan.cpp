@@ -16,33 +16,8 @@ using namespace loom::distributed;
 
 namespace {
 
-ModelShape llama_shape(const nn::LlamaConfig& c) {
-  return {.name = "llama",
-          .layers = c.n_layers,
-          .hidden = c.dim,
-          .heads = c.n_heads,
-          .kv_heads = c.n_kv_heads,
-          .ffn = c.ffn_hidden,
-          .vocab = c.vocab_size,
-          .positions = 0,
-          .swiglu = true,
-          .bias = false,
-          .tied = c.tie_embeddings};
-}
-
-ModelShape gpt_shape(const nn::GPTConfig& c) {
-  return {.name = "gpt",
-          .layers = c.n_layer,
-          .hidden = c.n_embd,
-          .heads = c.n_head,
-          .kv_heads = c.n_head,
-          .ffn = 4 * c.n_embd,
-          .vocab = c.vocab_size,
-          .positions = c.block_size,
-          .swiglu = false,
-          .bias = true,
-          .tied = true};
-}
+ModelShape llama_shape(const nn::LlamaConfig& c) { return model_shape(c, "llama"); }
+ModelShape gpt_shape(const nn::GPTConfig& c) { return model_shape(c, "gpt"); }
 
 int64_t numel_of(const std::vector<Tensor>& ts) {
   int64_t n = 0;
