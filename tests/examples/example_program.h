@@ -1,11 +1,13 @@
 // Runs the example programs for the tests of tests/examples: train_mlp with stdout and stderr
-// apart, any command line with a time limit, fresh folders, and the numbers the output states.
+// apart, any command line with a time limit, fresh folders, the numbers the output states, and
+// how far apart two checkpoints' weights are.
 // Leaves out: loomrun's own options (the tests spell the command line).
 #pragma once
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,9 @@
 #include <regex>
 #include <sstream>
 #include <string>
+
+#include "autograd/ops/ops.h"
+#include "nn/checkpoint.h"
 
 namespace loom::testing_support {
 
@@ -86,6 +91,19 @@ inline std::string last_test_loss(const std::string& out) {
        ++it)
     found = (*it)[1];
   return found;
+}
+
+// The largest difference between the model tensors of two checkpoints (their names must agree).
+inline double max_weight_difference(const std::filesystem::path& a,
+                                    const std::filesystem::path& b) {
+  auto sa = load_checkpoint(a.string()), sb = load_checkpoint(b.string());
+  EXPECT_EQ(sa.model.size(), sb.model.size());
+  double worst = 0;
+  for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i) {
+    EXPECT_EQ(sa.model[i].first, sb.model[i].first);
+    worst = std::max(worst, max(abs(sa.model[i].second - sb.model[i].second)).item());
+  }
+  return worst;
 }
 
 }  // namespace loom::testing_support

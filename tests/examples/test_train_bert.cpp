@@ -107,15 +107,6 @@ std::vector<double> numbers(const std::string& out, const std::string& re_text) 
   return v;
 }
 
-double max_weight_difference(const fs::path& a, const fs::path& b) {
-  auto sa = load_checkpoint(a.string()), sb = load_checkpoint(b.string());
-  EXPECT_EQ(sa.model.size(), sb.model.size());
-  double worst = 0;
-  for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i)
-    worst = std::max(worst, max(abs(sa.model[i].second - sb.model[i].second)).item());
-  return worst;
-}
-
 }  // namespace
 
 TEST(TrainBert, PretrainingGoesWellBelowTheUnigramEntropyAndFineTuningBeatsTheMajority) {

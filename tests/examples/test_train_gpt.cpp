@@ -23,8 +23,10 @@
 #include "nn/hf_gpt2.h"
 #include "nn/hf_llama.h"
 #include "nn/serialize.h"
+#include "tests/examples/example_program.h"
 
 using namespace loom;
+using loom::testing_support::max_weight_difference;
 namespace fs = std::filesystem;
 
 namespace {
@@ -112,18 +114,6 @@ std::vector<double> losses(const std::string& out, const std::string& what) {
        ++it)
     v.push_back(std::stod((*it)[1]));
   return v;
-}
-
-// The largest difference between the model tensors of two checkpoints.
-double max_weight_difference(const fs::path& a, const fs::path& b) {
-  auto sa = load_checkpoint(a.string()), sb = load_checkpoint(b.string());
-  EXPECT_EQ(sa.model.size(), sb.model.size());
-  double worst = 0;
-  for (size_t i = 0; i < sa.model.size() && i < sb.model.size(); ++i) {
-    EXPECT_EQ(sa.model[i].first, sb.model[i].first);
-    worst = std::max(worst, max(abs(sa.model[i].second - sb.model[i].second)).item());
-  }
-  return worst;
 }
 
 }  // namespace

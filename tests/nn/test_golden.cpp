@@ -6,16 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <map>
-#include <sstream>
 
 #include "autograd/ops/ops.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
+#include "support/golden_file.h"
 
 using namespace loom;
 using namespace loom::nn;
@@ -24,51 +21,18 @@ namespace {
 
 constexpr double kTol = 1e-10;
 
-struct Golden {
-  std::map<std::string, Tensor> t;  // float64 CPU tensors by name
-  const Tensor& at(const std::string& name) const {
-    auto it = t.find(name);
-    if (it == t.end()) throw Error("golden file has no tensor \"" + name + "\"");
-    return it->second;
-  }
-  // The entries "<prefix><name>" as a StateDict named <name>.
-  StateDict with_prefix(const std::string& prefix) const {
-    StateDict sd;
-    for (const auto& [n, v] : t)
-      if (n.rfind(prefix, 0) == 0) sd.emplace_back(n.substr(prefix.size()), v);
-    return sd;
-  }
-};
-
-std::string golden_dir() {
-  if (const char* s = std::getenv("LOOM_SOURCE_DIR")) return std::string(s) + "/tests/nn/golden/";
-  std::string here = __FILE__;
-  return here.substr(0, here.find_last_of('/')) + "/golden/";
-}
+using Golden = test::GoldenFile;  // float64 CPU tensors by name (tests/support/golden_file.h)
 
 Golden read_golden(const std::string& file) {
-  std::string path = golden_dir() + file;
-  std::ifstream in(path);
-  if (!in)
-    throw Error("cannot open golden file " + path + " (set LOOM_SOURCE_DIR to the source tree)");
-  Golden g;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream head(line);
-    std::string name;
-    int64_t ndim = 0;
-    head >> name >> ndim;
-    Shape shape(size_t(ndim), 0);
-    for (auto& d : shape) head >> d;
-    std::getline(in, line);
-    std::istringstream vals(line);
-    std::vector<double> v(size_t(loom::numel(shape)));
-    for (auto& x : v) vals >> x;
-    if (!vals && !v.empty()) throw Error("golden file " + path + ": too few values for " + name);
-    g.t[name] = from_vector(v, shape);
-  }
-  return g;
+  return test::read_golden_file(test::golden_dir() + file);
+}
+
+// The entries "<prefix><name>" as a StateDict named <name>.
+StateDict with_prefix(const Golden& g, const std::string& prefix) {
+  StateDict sd;
+  for (const auto& [n, v] : g.values)
+    if (n.rfind(prefix, 0) == 0) sd.emplace_back(n.substr(prefix.size()), v);
+  return sd;
 }
 
 void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
@@ -84,8 +48,8 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
 void check_one_step(Module& model, const Golden& g,
                     const std::function<Tensor(const Tensor&, const Tensor&)>& loss_fn,
                     optim::Optimizer& opt) {
-  StateDict sd = g.with_prefix("param.");
-  for (auto& e : g.with_prefix("buffer_before.")) sd.push_back(e);
+  StateDict sd = with_prefix(g, "param.");
+  for (auto& e : with_prefix(g, "buffer_before.")) sd.push_back(e);
   model.load_state_dict(sd);
   Tensor x = g.at("input"), target = g.at("target").to(kI64);
 
