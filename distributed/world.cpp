@@ -15,15 +15,15 @@
 
 #include "core/cuda/available.h"
 #include "distributed/env.h"
-#include "distributed/local_process_group.h"
+#include "distributed/process_group/local_process_group.h"
 #include "distributed/store/socket_util.h"
 #include "distributed/store/tcp_store.h"
 #ifdef LOOM_WITH_GLOO
-#include "distributed/gloo_process_group.h"
+#include "distributed/process_group/gloo_process_group.h"
 #endif
 #ifdef LOOM_WITH_NCCL
 #include "core/cuda/stream.h"
-#include "distributed/nccl_process_group.h"
+#include "distributed/process_group/nccl_process_group.h"
 #endif
 
 namespace loom::distributed {
@@ -53,8 +53,8 @@ Global& global() {
   static Global* g = new Global();  // leaked on purpose, see above
   return *g;
 }
-// Records this rank's departure for the others (Note [Who left] in collective_log.h), then drops
-// the world group and the store. g.mu held.
+// Records this rank's departure for the others (Note [Who left] in
+// distributed/process_group/collective_log.h), then drops the world group and the store. g.mu held.
 void leave(Global& g, const std::string& how) {
   if (g.world) g.world->record_departure(how);
   g.world.reset();

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "distributed/store/store.h"
 
 namespace loom::distributed {

@@ -13,7 +13,7 @@
 #include "core/cuda/available.h"
 #include "core/cuda/device_info.h"
 #include "core/parallel.h"
-#include "distributed/explain_nccl.h"
+#include "distributed/process_group/explain_nccl.h"
 
 namespace {
 

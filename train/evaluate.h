@@ -6,7 +6,7 @@
 #pragma once
 
 #include "data/dataloader.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "nn/module.h"
 #include "train/data_parallel.h"
 #include "train/run_setup.h"

@@ -11,7 +11,7 @@
 
 #include "core/device.h"
 #include "distributed/env.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "train/progress.h"
 #include "train/train_config.h"
 

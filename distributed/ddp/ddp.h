@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "distributed/ddp/reducer.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "nn/module.h"
 
 namespace loom::distributed {

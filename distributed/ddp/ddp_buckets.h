@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/work.h"
+#include "distributed/process_group/work.h"
 
 namespace loom::distributed {
 

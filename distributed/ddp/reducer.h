@@ -14,7 +14,7 @@
 
 #include "core/tensor.h"
 #include "distributed/ddp/ddp_buckets.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "distributed/zero/sharded_buckets.h"
 
 namespace loom::distributed {

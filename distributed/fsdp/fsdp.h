@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "distributed/zero/sharded_buckets.h"
 #include "nn/module.h"
 

@@ -93,10 +93,11 @@ GroupSpec group_spec(const LaunchOptions& o, const Environment& parent, const No
   return spec;
 }
 
-// Note [Who left] (distributed/collective_log.h): each worker that ends while the others run is
-// recorded under the world group's "exit/<rank>" in the workers' store ("exit status 0", "killed
-// by signal 9 (SIGKILL)"), so that a rank whose collective fails can name it. The client connects
-// at the first exit; a store that cannot be reached is left alone (the job is ending anyway).
+// Note [Who left] (distributed/process_group/collective_log.h): each worker that ends while the
+// others run is recorded under the world group's "exit/<rank>" in the workers' store ("exit status
+// 0", "killed by signal 9 (SIGKILL)"), so that a rank whose collective fails can name it. The
+// client connects at the first exit; a store that cannot be reached is left alone (the job is
+// ending anyway).
 std::function<void(int, int)> exit_recorder(const LaunchOptions& o) {
   auto store = std::make_shared<std::shared_ptr<loom::distributed::Store>>();
   return [addr = o.master_addr, port = o.master_port, store](int rank, int status) {

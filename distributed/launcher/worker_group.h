@@ -29,7 +29,7 @@ struct GroupSpec {
   int remote_poll_ms = 200;
   // Told of each worker that ends while the group is running (not while loomrun stops it), with
   // its rank and waitpid status: loomrun records it in the workers' store (Note [Who left] in
-  // distributed/collective_log.h). Empty function: nobody is told.
+  // distributed/process_group/collective_log.h). Empty function: nobody is told.
   std::function<void(int rank, int status)> on_exit;
 };
 

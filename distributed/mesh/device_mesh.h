@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "distributed/pipeline/pipeline_stage.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
 

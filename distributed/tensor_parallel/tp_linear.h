@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "nn/layers.h"
 
 namespace loom::distributed {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
 

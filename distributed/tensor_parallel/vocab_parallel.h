@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 

@@ -50,5 +50,5 @@
 // Many processes: the job's environment, process groups, DistributedDataParallel.
 #include "distributed/ddp/ddp.h"
 #include "distributed/env.h"
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 #include "distributed/world.h"

@@ -25,7 +25,7 @@
 #include "train/step_runner.h"
 #ifdef LOOM_WITH_NCCL
 #include "core/cuda/graph.h"
-#include "distributed/nccl_process_group.h"
+#include "distributed/process_group/nccl_process_group.h"
 #include "distributed/store/tcp_store.h"
 #endif
 

@@ -17,7 +17,7 @@
 #include "ddp_case.h"
 #include "distributed/ddp/ddp.h"
 #include "distributed/ddp/ddp_buckets.h"
-#include "distributed/local_process_group.h"
+#include "distributed/process_group/local_process_group.h"
 #include "distributed/spawn.h"
 #include "distributed/world.h"
 #include "nn/serialize.h"

@@ -16,7 +16,7 @@
 #include "core/allocator.h"
 #include "core/cuda/available.h"
 #include "distributed/fsdp/fsdp.h"
-#include "distributed/local_process_group.h"
+#include "distributed/process_group/local_process_group.h"
 #include "distributed/zero/zero_optimizer.h"
 #include "nn/fuse.h"
 #include "nn/gpt.h"

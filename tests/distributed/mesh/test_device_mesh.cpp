@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "distributed/local_process_group.h"
 #include "distributed/mesh/device_mesh.h"
+#include "distributed/process_group/local_process_group.h"
 #include "support/errors.h"
 
 using namespace loom;

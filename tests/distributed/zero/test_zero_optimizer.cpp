@@ -13,7 +13,7 @@
 
 #include "../ddp/ddp_case.h"
 #include "core/cuda/available.h"
-#include "distributed/local_process_group.h"
+#include "distributed/process_group/local_process_group.h"
 #include "distributed/spawn.h"
 #include "distributed/zero/zero_optimizer.h"
 #include "nn/optim/adam.h"

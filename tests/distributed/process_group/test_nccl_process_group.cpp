@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/cuda/available.h"
+#include "distributed/spawn.h"
 #include "distributed/store/tcp_store.h"
-#include "spawn.h"
 
 using namespace loom;
 using namespace loom::distributed;

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
 

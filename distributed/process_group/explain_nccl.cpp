@@ -1,6 +1,6 @@
 // The text of an NCCL failure (Note [Explaining NCCL errors] in explain_nccl.h). Compiled in
 // every build. Leaves out: NCCL itself (the caller passes its strings).
-#include "distributed/explain_nccl.h"
+#include "distributed/process_group/explain_nccl.h"
 
 #include <algorithm>
 #include <cstdlib>

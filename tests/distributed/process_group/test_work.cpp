@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "distributed/work.h"
+#include "distributed/process_group/work.h"
 
 using loom::Error;
 using loom::distributed::CompletionWork;

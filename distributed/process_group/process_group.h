@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/collective_log.h"
+#include "distributed/process_group/collective_log.h"
+#include "distributed/process_group/work.h"
 #include "distributed/store/store.h"
-#include "distributed/work.h"
 
 namespace loom::distributed {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace gloo {
 class Context;

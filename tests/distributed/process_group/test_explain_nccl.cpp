@@ -1,6 +1,7 @@
-// distributed/explain_nccl.h without a GPU: the message names the call, NCCL's strings, the rank,
-// world, device and version, gives advice by result code, the next steps and the NCCL_* variables
-// set (Note [Explaining NCCL errors]). NCCL_* variables are set by hand and restored after.
+// distributed/process_group/explain_nccl.h without a GPU: the message names the call, NCCL's
+// strings, the rank, world, device and version, gives advice by result code, the next steps and the
+// NCCL_* variables set (Note [Explaining NCCL errors]). NCCL_* variables are set by hand and
+// restored after.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "distributed/explain_nccl.h"
+#include "distributed/process_group/explain_nccl.h"
 
 using namespace loom::distributed;
 

@@ -1,10 +1,10 @@
-// CollectiveLog (distributed/collective_log.h): sequence numbers, each op's description, the
-// record each rank publishes to the store, and the timeout message that names the ranks that did
-// not arrive (Note [Timeout errors]), and the departures of Note [Who left] (a stopped heartbeat,
-// its gone/<rank> record read by another survivor). One process on a real TCP store; the other
-// ranks' records are written to the store by the test, as their publishers would.
-// Leaves out: a real timeout in a multi-process job (tests/distributed/test_gloo_process_group.cpp
-// has those).
+// CollectiveLog (distributed/process_group/collective_log.h): sequence numbers, each op's
+// description, the record each rank publishes to the store, and the timeout message that names the
+// ranks that did not arrive (Note [Timeout errors]), and the departures of Note [Who left] (a
+// stopped heartbeat, its gone/<rank> record read by another survivor). One process on a real TCP
+// store; the other ranks' records are written to the store by the test, as their publishers would.
+// Leaves out: a real timeout in a multi-process job
+// (tests/distributed/process_group/test_gloo_process_group.cpp has those).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "distributed/collective_log.h"
+#include "distributed/process_group/collective_log.h"
 #include "distributed/store/tcp_store.h"
 
 using namespace loom;

@@ -1,7 +1,7 @@
 // NcclProcessGroup: the unique id through the store, ops on the group's stream (Note [NCCL
 // stream order]), NcclWork, and the watchdog that turns hangs into errors (Note [NCCL watchdog]).
 // Leaves out: batched send/recv groups across calls (each send/recv is its own NCCL group).
-#include "distributed/nccl_process_group.h"
+#include "distributed/process_group/nccl_process_group.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -15,7 +15,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
-#include "distributed/explain_nccl.h"
+#include "distributed/process_group/explain_nccl.h"
 
 // Every NCCL call: on failure, the message of Note [Explaining NCCL errors]. comm: the
 // communicator the call used (nullptr before one exists), for ncclGetLastError.

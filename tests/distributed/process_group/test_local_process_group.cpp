@@ -1,6 +1,7 @@
-// LocalProcessGroup (distributed/local_process_group.h), the group of a world of one, made
-// directly: each collective leaves the tensor as it is or copies in to out, and the public checks
-// still run before it. Leaves out: init_process_group choosing it (test_gloo_process_group.cpp).
+// LocalProcessGroup (distributed/process_group/local_process_group.h), the group of a world of one,
+// made directly: each collective leaves the tensor as it is or copies in to out, and the public
+// checks still run before it. Leaves out: init_process_group choosing it
+// (test_gloo_process_group.cpp).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -8,7 +9,7 @@
 
 #include "autograd/ops/factory.h"
 #include "core/error.h"
-#include "distributed/local_process_group.h"
+#include "distributed/process_group/local_process_group.h"
 #include "support/errors.h"
 
 using namespace loom;

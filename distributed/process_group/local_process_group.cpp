@@ -1,7 +1,7 @@
 // LocalProcessGroup's collectives: a world of one, where each is already done or a copy.
 // Leaves out: the public checks that ran before (process_group.cpp) and choosing this group
 // (world.cpp).
-#include "distributed/local_process_group.h"
+#include "distributed/process_group/local_process_group.h"
 
 #include "autograd/grad_mode.h"
 

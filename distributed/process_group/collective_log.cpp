@@ -1,6 +1,6 @@
 // CollectiveLog: publishing each rank's progress and heartbeat, explaining timeouts (Note [Timeout
 // errors]) and naming the ranks that left (Note [Who left]). Leaves out: the transports.
-#include "distributed/collective_log.h"
+#include "distributed/process_group/collective_log.h"
 
 #include <algorithm>
 #include <sstream>

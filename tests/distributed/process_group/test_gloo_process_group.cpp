@@ -7,11 +7,11 @@
 
 #include <iostream>
 
+#include "distributed/spawn.h"
 #include "distributed/store/tcp_store.h"
 #include "distributed/world.h"
-#include "spawn.h"
 #ifdef LOOM_WITH_GLOO
-#include "distributed/gloo_process_group.h"
+#include "distributed/process_group/gloo_process_group.h"
 #endif
 
 using namespace loom;

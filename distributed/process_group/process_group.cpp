@@ -2,7 +2,7 @@
 // its tensors and arguments, names the op in the collective log and calls the backend's do_*.
 // Leaves out: the transports (local_process_group.cpp, gloo_process_group.cpp,
 // nccl_process_group.cpp) and init_process_group / new_group (world.cpp).
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
 

@@ -1,5 +1,5 @@
 // CompletionWork: a Work finished by the thread that runs the op.
-#include "distributed/work.h"
+#include "distributed/process_group/work.h"
 
 #include "core/error.h"
 

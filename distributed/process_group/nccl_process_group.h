@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "distributed/process_group.h"
+#include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
 

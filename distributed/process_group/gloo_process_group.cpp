@@ -1,7 +1,7 @@
 // GlooProcessGroup: rendezvous through loom's store, the reductions for every loom dtype, and the
 // worker threads that run collectives in order and turn Gloo's failures into loom errors.
 // Leaves out: a native reduce_scatter (Note [Gloo reduce_scatter]).
-#include "distributed/gloo_process_group.h"
+#include "distributed/process_group/gloo_process_group.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
