@@ -17,6 +17,7 @@
 #include "core/cuda/available.h"
 #include "distributed/ddp/ddp.h"
 #include "distributed/env.h"
+#include "distributed/parallel/data_parallel_model.h"
 #include "distributed/world.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
@@ -67,12 +68,16 @@ void run(const Workload& w, dist::ProcessGroup& pg, Device dev, int warmup, int 
   dist::DDPOptions o;
   if (comm == "bf16") o.reducer.comm_dtype = kBF16;
   if (pg.size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model, nullptr, o);
-  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
   optim::Adam opt(model->parameters(), {.lr = 1e-3});
   manual_seed(1 + uint64_t(pg.rank()));  // each rank its own batch
   Tensor x = randn({w.batch, 1, 28, 28}, {.device = dev});
   Tensor y = randint(0, 10, {w.batch}, {.dtype = kI64, .device = dev});
-  train::StepRunner runner(net, opt, 0.0, false, ddp.get());
+  std::unique_ptr<dist::ParallelModel> parallel;
+  if (ddp)
+    parallel = std::make_unique<dist::DDPModel>(ddp, opt);
+  else
+    parallel = std::make_unique<dist::LocalModel>(*model, opt);
+  train::StepRunner runner(*parallel, 0.0, false);
   if (bf16) runner.set_amp(kBF16, nullptr);
   for (int i = 0; i < warmup; ++i) runner.step(x, y);
   std::vector<double> ms;

@@ -21,13 +21,13 @@
 #include "autograd/ops/ops.h"
 #include "data/tokenizer.h"
 #include "data/wordpiece.h"
+#include "distributed/parallel/parallelize.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/bag_of_words.h"
 #include "train/bert_data.h"
 #include "train/bert_model.h"
 #include "train/cuda_graph_step.h"
-#include "train/data_parallel.h"
 #include "train/flags.h"
 #include "train/make_optimizer.h"
 #include "train/run.h"
@@ -185,17 +185,19 @@ int main(int argc, char** argv) {
     train::RunSetup setup(cfg);
     TaskData data = load_task_data(cfg, setup, b);  // (B, 3, T) rows, sharded by rank
     model->to(setup.device);
-    auto adamw = train::make_transformer_adamw(cfg, model->parameters());
-    train::DataParallel dp(cfg, setup, model, *adamw);  // DDP, or ZeRO / FSDP with --zero
-    nn::Module& net = dp.net();
-    optim::Optimizer& opt = dp.optimizer();
+    auto parallel =  // DDP, or ZeRO / FSDP with --zero (docs/parallelism.md)
+        distributed::parallelize(model, train::parallel_plan(cfg), setup.pg, [&](nn::Module& m) {
+          return train::make_transformer_adamw(cfg, m.parameters());
+        });
+    nn::Module& net = parallel->train_module();
+    optim::Optimizer& opt = parallel->optimizer();
     const int64_t total = train::total_steps(cfg, data.train());
     optim::CosineWithWarmup sched(opt, {.warmup_steps = std::min(b.warmup, total - 1),
                                         .total_steps = total,
                                         .eta_min = cfg.lr * b.min_lr_ratio});
     std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
-    train::Run run(cfg, setup, {*model, dp, data.train(), scaler, &sched},
+    train::Run run(cfg, setup, {*parallel, data.train(), scaler, &sched},
                    run_plan(bert, b, cfg, data.train_examples()));
     run.log().set_accuracy_name(data.mlm ? "masked-token accuracy" : "accuracy");
 
@@ -217,7 +219,7 @@ int main(int argc, char** argv) {
           scaler.update();
           return loss;
         },
-        cfg.cuda_graph, opt, dp.ddp(), cfg.grad_accum);
+        cfg.cuda_graph, opt, parallel.get(), cfg.grad_accum);
 
     train::Evaluation last;
     while (run.next_interval()) {  // --eval-every steps
@@ -227,8 +229,8 @@ int main(int argc, char** argv) {
         if (!run.after_step(loss)) break;
       }
       if (!run.end_interval()) break;
-      last = data.mlm ? train::evaluate_masked_lm(dp, data.val(), setup)
-                      : train::evaluate_classifier(dp, data.val(), setup);
+      last = data.mlm ? train::evaluate_masked_lm(*parallel, data.val(), setup)
+                      : train::evaluate_classifier(*parallel, data.val(), setup);
       if (setup.main())
         std::printf("  %s %.4f\n", data.mlm ? "masked-token accuracy" : "val accuracy",
                     last.accuracy);
@@ -236,8 +238,10 @@ int main(int argc, char** argv) {
       if (!run.evaluated(last)) break;
     }
     report_baseline(data, b, setup, last, cfg.seed);
-    auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
-    if (setup.main() && !b.save_hf.empty()) bert.save_hf(b.save_hf);
+    if (!b.save_hf.empty())  // ZeRO-3: the model gathered (a collective)
+      parallel->with_whole_model([&] {
+        if (setup.main()) bert.save_hf(b.save_hf);
+      });
     return run.finish();
   });
 }

@@ -21,6 +21,7 @@
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "data/mnist.h"
+#include "distributed/parallel/parallelize.h"
 #include "distributed/sync_batch_norm.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
@@ -28,7 +29,6 @@
 #include "nn/optim/lr_scheduler.h"
 #include "train/classifier_data.h"
 #include "train/cuda_graph_step.h"
-#include "train/data_parallel.h"
 #include "train/flags.h"
 #include "train/make_optimizer.h"
 #include "train/run.h"
@@ -135,10 +135,12 @@ int main(int argc, char** argv) {
     if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     model->to(setup.device);
     model->train();
-    auto inner = make_model_optimizer(cfg, f.arch, *model);
-    train::DataParallel dp(cfg, setup, model, *inner);  // DDP, or ZeRO with --zero (docs/ddp.md)
-    nn::Module& net = dp.net();
-    optim::Optimizer& opt = dp.optimizer();
+    // DDP, or ZeRO with --zero (docs/ddp.md), with the arch's optimizer.
+    auto parallel = distributed::parallelize(
+        model, train::parallel_plan(cfg), setup.pg,
+        [&](nn::Module& m) { return make_model_optimizer(cfg, f.arch, m); });
+    nn::Module& net = parallel->train_module();
+    optim::Optimizer& opt = parallel->optimizer();
     // --lr-schedule cosine: one scheduler step per optimizer step, over --max-steps or the epochs.
     const int64_t total = train::total_steps(cfg, *data.train);
     std::optional<optim::CosineWithWarmup> sched;
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
                              .warmup_steps = std::min(f.warmup, total - 1), .total_steps = total});
     std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
-    train::Run run(cfg, setup, {*model, dp, *data.train, scaler, sched ? &*sched : nullptr},
+    train::Run run(cfg, setup, {*parallel, *data.train, scaler, sched ? &*sched : nullptr},
                    {.title = model->type_name(), .train_examples = data.train_set->size()});
 
     // One training step, as in examples/train_mlp.cpp.
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
           scaler.update();
           return loss;
         },
-        cfg.cuda_graph, opt, dp.ddp(), cfg.grad_accum);
+        cfg.cuda_graph, opt, parallel.get(), cfg.grad_accum);
 
     while (run.next_interval()) {  // an epoch
       while (auto batch = run.next_batch()) {
@@ -175,8 +177,8 @@ int main(int argc, char** argv) {
         if (!run.after_step(loss)) break;
       }
       if (!run.end_interval()) break;
-      dp.sync_buffers();  // evaluate every rank with rank 0's BatchNorm statistics
-      if (!run.evaluated(train::evaluate_classifier(dp, *data.test, setup))) break;
+      parallel->sync_buffers();  // evaluate every rank with rank 0's BatchNorm statistics
+      if (!run.evaluated(train::evaluate_classifier(*parallel, *data.test, setup))) break;
     }
     return run.finish();
   });

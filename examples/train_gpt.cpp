@@ -22,13 +22,13 @@
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
 #include "data/tokenizer.h"
+#include "distributed/parallel/parallelize.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/gpt_sample.h"
 #include "nn/lora.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/cuda_graph_step.h"
-#include "train/data_parallel.h"
 #include "train/flags.h"
 #include "train/language_model.h"
 #include "train/make_optimizer.h"
@@ -178,17 +178,19 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const CLI::App& app, G
 }
 
 // After the run: --sample, --save-adapter (the adapters as PEFT writes them), --save-hf (merged).
-void after_training(train::LanguageModel& lm, train::DataParallel& dp, const GptFlags& g,
-                    const train::RunSetup& setup, const data::Tokenizer& tokenizer) {
+void after_training(train::LanguageModel& lm, distributed::ParallelModel& parallel,
+                    const GptFlags& g, const train::RunSetup& setup,
+                    const data::Tokenizer& tokenizer) {
   if (g.sample == 0 && g.save_hf.empty() && g.save_adapter.empty()) return;
-  auto whole_model = dp.fsdp() ? dp.fsdp()->full_params() : nullptr;  // ZeRO-3: a collective
-  if (!setup.main()) return;
-  if (g.sample > 0) print_sample(*lm.net, g, tokenizer);
-  if (!g.save_adapter.empty()) lm.save_adapter(g.save_adapter, g.lora);
-  if (!g.save_hf.empty()) {
-    nn::merge_lora(*lm.net);  // the adapters folded into the weights (none without --lora-rank)
-    lm.save_hf(g.save_hf);
-  }
+  parallel.with_whole_model([&] {  // ZeRO-3: the model gathered (a collective)
+    if (!setup.main()) return;
+    if (g.sample > 0) print_sample(*lm.net, g, tokenizer);
+    if (!g.save_adapter.empty()) lm.save_adapter(g.save_adapter, g.lora);
+    if (!g.save_hf.empty()) {
+      nn::merge_lora(*lm.net);  // the adapters folded into the weights (none without --lora-rank)
+      lm.save_hf(g.save_hf);
+    }
+  });
 }
 
 // --plan-only: the memory table for the model's preset (its own vocabulary unless --vocab-size),
@@ -227,23 +229,30 @@ int main(int argc, char** argv) {
     if (g.lora.rank > 0) nn::apply_lora(*model, g.lora);  // before DDP: adapters train, base frozen
     lm.set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
-    // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h).
-    const auto fused = nn::fuse(*model);
-    if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h);
+    // not under --tp, whose split works on the plain blocks (Note [The tensor-parallel plan]).
+    if (cfg.tp == 1) {
+      const auto fused = nn::fuse(*model);
+      if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    }
     train::TokenData data(cfg, setup, g.data);  // windows (B, T) of token ids, sharded by rank
     model->to(setup.device);
-    auto adamw = train::make_transformer_adamw(
-        cfg, g.lora.rank > 0 ? nn::lora_parameters(*model) : model->parameters());
-    train::DataParallel dp(cfg, setup, model, *adamw);  // DDP, or ZeRO / FSDP with --zero
-    nn::Module& net = dp.net();
-    optim::Optimizer& opt = dp.optimizer();  // the ZeroOptimizer under --zero, else *adamw
+    // DDP, ZeRO / FSDP with --zero, the blocks split with --tp (docs/parallelism.md); AdamW over
+    // the trainable parameters of what is left on this rank.
+    auto parallel =
+        distributed::parallelize(model, train::parallel_plan(cfg), setup.pg, [&](nn::Module& m) {
+          return train::make_transformer_adamw(
+              cfg, g.lora.rank > 0 ? nn::lora_parameters(m) : m.parameters());
+        });
+    nn::Module& net = parallel->train_module();
+    optim::Optimizer& opt = parallel->optimizer();  // ZeRO's under --zero, else the AdamW
     const int64_t total = train::total_steps(cfg, *data.train);
     optim::CosineWithWarmup sched(opt, {.warmup_steps = std::min(g.warmup, total - 1),
                                         .total_steps = total,
                                         .eta_min = cfg.lr * g.min_lr_ratio});
     std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
-    train::Run run(cfg, setup, {*model, dp, *data.train, scaler, &sched},
+    train::Run run(cfg, setup, {*parallel, *data.train, scaler, &sched},
                    run_plan(lm, g, cfg, data.train_set->num_tokens()));
 
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it
@@ -265,7 +274,7 @@ int main(int argc, char** argv) {
           scaler.update();
           return loss;
         },
-        cfg.cuda_graph, opt, dp.ddp(), cfg.grad_accum);
+        cfg.cuda_graph, opt, parallel.get(), cfg.grad_accum);
 
     while (run.next_interval()) {  // --eval-every steps
       while (auto batch = run.next_batch()) {
@@ -274,9 +283,9 @@ int main(int argc, char** argv) {
         if (!run.after_step(loss)) break;
       }
       if (!run.end_interval()) break;
-      if (!run.evaluated(train::evaluate_classifier(dp, *data.val, setup))) break;
+      if (!run.evaluated(train::evaluate_classifier(*parallel, *data.val, setup))) break;
     }
-    after_training(lm, dp, g, setup, *tokenizer);
+    after_training(lm, *parallel, g, setup, *tokenizer);
     return run.finish();
   });
 }

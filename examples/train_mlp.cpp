@@ -17,12 +17,12 @@
 
 #include "autograd/amp/autocast.h"
 #include "autograd/ops/ops.h"
+#include "distributed/parallel/parallelize.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
 #include "train/classifier_data.h"
 #include "train/cuda_graph_step.h"
-#include "train/data_parallel.h"
 #include "train/flags.h"
 #include "train/make_optimizer.h"
 #include "train/run.h"
@@ -47,15 +47,17 @@ int main(int argc, char** argv) {
     if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
     model->to(setup.device);
     model->train();
-    auto adam = train::make_optimizer(cfg, model->parameters());
-    // The replica: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md);
+    // The replicas: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md);
     // with --zero the optimizer state (and gradients) sharded over them (docs/sharding.md).
-    train::DataParallel dp(cfg, setup, model, *adam);
-    nn::Module& net = dp.net();
-    optim::Optimizer& opt = dp.optimizer();
+    auto parallel = distributed::parallelize(model, train::parallel_plan(cfg), setup.pg,
+                                             [&](nn::Module& m) {  // Adam over its parameters
+                                               return train::make_optimizer(cfg, m.parameters());
+                                             });
+    nn::Module& net = parallel->train_module();  // the model, or its DDP wrapper
+    optim::Optimizer& opt = parallel->optimizer();
     std::optional<DType> amp_dtype = train::autocast_dtype(cfg);  // docs/amp.md
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
-    train::Run run(cfg, setup, {*model, dp, *data.train, scaler},
+    train::Run run(cfg, setup, {*parallel, *data.train, scaler},
                    {.title = model->type_name(), .train_examples = data.train_set->size()});
 
     // One training step, as a PyTorch program writes it. --grad-accum runs forward_backward on
@@ -75,14 +77,14 @@ int main(int argc, char** argv) {
           scaler.update();
           return loss;
         },
-        cfg.cuda_graph, opt, dp.ddp(), cfg.grad_accum);
+        cfg.cuda_graph, opt, parallel.get(), cfg.grad_accum);
 
     while (run.next_interval()) {  // an epoch
       while (auto batch = run.next_batch())
         if (!run.after_step(step(batch->data, batch->target))) break;  // log, save, stop?
       if (!run.end_interval()) break;
-      dp.sync_buffers();  // evaluate every rank with rank 0's buffers (DDP, FSDP)
-      if (!run.evaluated(train::evaluate_classifier(dp, *data.test, setup))) break;
+      parallel->sync_buffers();  // evaluate every rank with rank 0's buffers (DDP, FSDP)
+      if (!run.evaluated(train::evaluate_classifier(*parallel, *data.test, setup))) break;
     }
     return run.finish();  // 0, or 143/130 after a SIGTERM/SIGINT stop
   });

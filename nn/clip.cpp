@@ -105,6 +105,23 @@ Tensor clip_grad_norm_sharded_(const std::vector<Tensor>& grads, double max_norm
   return total;
 }
 
+ClipCoefficient split_clip_coefficient(const std::vector<Tensor>& counted, double max_norm,
+                                       DType dtype, Device device,
+                                       const std::function<void(Tensor&)>& sum_over_ranks) {
+  check_args(max_norm, 2.0);
+  NoGradGuard guard;
+  std::vector<Tensor> grads = grads_of(counted);
+  Tensor sq = zeros({}, {.dtype = dtype, .device = device});
+  if (!grads.empty() && fusable(grads, 2.0))
+    sq = backend_for(device).sum_of_squares(grads).to(dtype);
+  else
+    for (const Tensor& g : grads) sq = sq + sum(g.to(dtype) * g.to(dtype));
+  sum_over_ranks(sq);
+  Tensor total = sqrt(sq);
+  return {total, minimum(rdiv(total + 1e-6, max_norm),
+                         scalar_tensor(1.0, {.dtype = dtype, .device = device}))};
+}
+
 Tensor clip_grad_norm_composite(const std::vector<Tensor>& params, double max_norm,
                                 double norm_type, bool error_if_nonfinite) {
   check_args(max_norm, norm_type);

@@ -42,6 +42,15 @@ struct ClipCoefficient {
 };
 std::optional<ClipCoefficient> clip_coefficient(const std::vector<Tensor>& params, double max_norm);
 
+// The 2-norm clip coefficient of a model split over ranks, each holding a share of it (Note
+// [Optimizing a share of a model] in nn/optim/optimizer.h): total = sqrt of the squares of
+// `counted`'s gradients summed over the ranks by sum_over_ranks, coef as clip_coefficient's.
+// dtype and device are those of the gradients (a rank may count none). Scales nothing: the caller
+// applies coef to every gradient it holds.
+ClipCoefficient split_clip_coefficient(const std::vector<Tensor>& counted, double max_norm,
+                                       DType dtype, Device device,
+                                       const std::function<void(Tensor&)>& sum_over_ranks);
+
 constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 
 }  // namespace loom::nn

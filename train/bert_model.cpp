@@ -151,10 +151,11 @@ BertTask make_bert_task(const BertSpec& spec) {
   return spec.task == "mlm" ? masked_lm(spec) : classifier(spec);
 }
 
-Evaluation evaluate_masked_lm(DataParallel& dp, data::DataLoader& loader, const RunSetup& setup) {
+Evaluation evaluate_masked_lm(distributed::ParallelModel& parallel, data::DataLoader& loader,
+                              const RunSetup& setup) {
   double start = steady_seconds();
   NoGradGuard no_grad;
-  nn::Module& model = dp.eval_net();
+  nn::Module& model = parallel.eval_module();
   model.eval();
   const Device dev = setup.device;
   Tensor sums = zeros({3}, {.dtype = kF64, .device = dev});  // loss, correct, masked positions

@@ -14,8 +14,8 @@
 #include <string>
 
 #include "data/dataloader.h"
+#include "distributed/parallel/parallel_model.h"
 #include "nn/bert.h"
-#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
 
@@ -85,6 +85,7 @@ BertTask make_bert_task(const BertSpec& spec);
 // The validation of a masked LM: the mean cross-entropy and the accuracy of the most likely token
 // over every masked position (labels not -100) of the loader, summed over the ranks (Note
 // [Sharded evaluation] in train/evaluate.h). Not under ZeRO-3 with unequal shards.
-Evaluation evaluate_masked_lm(DataParallel& dp, data::DataLoader& loader, const RunSetup& setup);
+Evaluation evaluate_masked_lm(distributed::ParallelModel& model, data::DataLoader& loader,
+                              const RunSetup& setup);
 
 }  // namespace loom::train

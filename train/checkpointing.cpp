@@ -52,12 +52,9 @@ int64_t Checkpointer::resume() {
       std::printf("no checkpoint in %s yet: starting a new run\n", cfg_.checkpoint_dir.c_str());
     return 0;
   }
-  {
-    auto whole = s_.fsdp ? s_.fsdp->full_params(/*writeback=*/true) : nullptr;  // ZeRO-3
-    check_resume_state(*st, s_.model.state_dict(), s_.loader.size(), s_.loader.dataset().size(),
-                       cfg_);
-    s_.model.load_state_dict(st->model);
-  }
+  s_.model.load_model_state_dict(st->model, [&](const nn::StateDict& mine) {
+    check_resume_state(*st, mine, s_.loader.size(), s_.loader.dataset().size(), cfg_);
+  });
   restore_default_rng(*st);
   const int64_t step = st->extra_int("step");
   if (st->extra.count("global_batch"))
@@ -65,16 +62,16 @@ int64_t Checkpointer::resume() {
                " was written with a global batch of ", st->extra_int("global_batch"),
                ", this run has --batch-size ", cfg_.batch_size,
                "; keep the global batch to continue the same run");
-  const int world = run_.world;
+  const int replicas = run_.replicas;            // the processes that read different data
   int64_t position = st->extra_int("position");  // global samples done in the epoch
-  LOOM_CHECK(position % world == 0, "--resume: ", st->source, " stopped at sample ", position,
-             " of its epoch, which ", world, " processes cannot split evenly");
-  s_.loader.load_state({st->extra_int("epoch"), position / world});
+  LOOM_CHECK(position % replicas == 0, "--resume: ", st->source, " stopped at sample ", position,
+             " of its epoch, which ", replicas, " data-parallel replicas cannot split evenly");
+  s_.loader.load_state({st->extra_int("epoch"), position / replicas});
   if (run_.main())
     std::printf("resumed from %s (epoch %ld, step %ld, written by %ld process(es), now %d)\n",
                 st->source.c_str(), long(st->extra_int("epoch") + 1), long(step),
-                long(st->extra.count("world_size") ? st->extra_int("world_size") : 1), world);
-  s_.optimizer.load_state_dict(st->optimizer);
+                long(st->extra.count("world_size") ? st->extra_int("world_size") : 1), run_.world);
+  s_.model.load_optimizer_state_dict(st->optimizer);
   // A checkpoint written without a scaler (an older one, or another --amp) leaves it new.
   if (s_.scaler.is_enabled() && !st->scaler.empty()) s_.scaler.load_state_dict(st->scaler);
   if (s_.scheduler) s_.scheduler->set_last_epoch(st->extra_int("scheduler_step"));
@@ -84,13 +81,13 @@ int64_t Checkpointer::resume() {
 std::string Checkpointer::save(int64_t epoch, int64_t global_position, int64_t step) {
   if (cfg_.checkpoint_dir.empty()) return "";
   std::string path;
-  nn::StateDict sharded;  // a sharded optimizer gathers its state: a collective, every rank
-  if (s_.optimizer.sharded()) sharded = s_.optimizer.state_dict();
-  auto whole = s_.fsdp ? s_.fsdp->full_params() : nullptr;  // ZeRO-3: the model gathered
+  // The whole layout: collectives (gathers) under ZeRO, FSDP and tensor parallel; every rank.
+  nn::StateDict model = s_.model.model_state_dict();
+  nn::StateDict optimizer = s_.model.optimizer_state_dict();
   if (run_.main()) {
     TrainingState st;
-    st.model = s_.model.state_dict();
-    st.optimizer = s_.optimizer.sharded() ? std::move(sharded) : s_.optimizer.state_dict();
+    st.model = std::move(model);
+    st.optimizer = std::move(optimizer);
     if (s_.scaler.is_enabled()) st.scaler = s_.scaler.state_dict();
     st.set_extra("epoch", epoch);
     st.set_extra("position", global_position);
@@ -106,7 +103,7 @@ std::string Checkpointer::save(int64_t epoch, int64_t global_position, int64_t s
 }
 
 std::string Checkpointer::save_here(int64_t step) {
-  return save(s_.loader.epoch(), s_.loader.state().position * run_.world, step);
+  return save(s_.loader.epoch(), s_.loader.state().position * run_.replicas, step);
 }
 
 bool Checkpointer::due(int64_t step) const {

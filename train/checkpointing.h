@@ -9,7 +9,7 @@
 #include <string>
 
 #include "data/dataloader.h"
-#include "distributed/fsdp/fsdp.h"
+#include "distributed/parallel/parallel_model.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint.h"
 #include "nn/module.h"
@@ -27,14 +27,13 @@ void check_resume_state(const TrainingState& st, const nn::StateDict& model_sd,
                         int64_t steps_per_epoch, int64_t epoch_size, const TrainConfig& cfg);
 
 // What a run saves and restores; the program owns each part and outlives this.
+// The model and its optimizer are saved in the whole model's layout, whatever parallelize made of
+// them (Note [Whole-layout checkpoints]): a run resumes at another world size, ZeRO stage or tp.
 struct RunState {
-  nn::Module& model;
-  optim::Optimizer& optimizer;
+  distributed::ParallelModel& model;        // with its optimizer
   amp::GradScaler& scaler;                  // saved and restored only when enabled (--amp fp16)
   data::DataLoader& loader;                 // the training loader: its epoch and position
   optim::LRScheduler* scheduler = nullptr;  // when set, resumed at its saved step
-  // ZeRO-3: the model's parameters are sharded; saving and loading gather them (collectives).
-  distributed::FullyShardedDataParallel* fsdp = nullptr;
 };
 
 class Checkpointer {

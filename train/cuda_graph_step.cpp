@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
-#include "distributed/ddp/ddp.h"
+#include "distributed/parallel/parallel_model.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/graph.h"
 #endif
@@ -20,12 +20,12 @@ struct CudaGraphStep::Graph {
 };
 
 CudaGraphStep::CudaGraphStep(Step step, bool graph, optim::Optimizer& opt,
-                             distributed::DistributedDataParallel* ddp, int64_t forwards)
+                             distributed::ParallelModel* model, int64_t forwards)
     : graph_(std::make_unique<Graph>()),
       step_(std::move(step)),
       use_graph_(graph),
       opt_(opt),
-      ddp_(ddp),
+      model_(model),
       forwards_(forwards) {}
 
 CudaGraphStep::~CudaGraphStep() = default;
@@ -42,7 +42,7 @@ Tensor CudaGraphStep::operator()(const Tensor& x, const Tensor& y) {
   if (!use_graph_) return step_(x, y);
   if (calls_ > 1) return replay(x, y);
   // Before anything runs: what cannot be captured is refused by name.
-  if (ddp_) ddp_->reducer().check_capturable("--cuda-graph");
+  if (model_) model_->check_capturable("--cuda-graph");
 #ifdef LOOM_WITH_CUDA
   LOOM_CHECK(x.device().is_cuda(), "--cuda-graph: the step's inputs are on ", x.device(),
              "; a CUDA graph needs a CUDA device");
@@ -60,9 +60,9 @@ Tensor CudaGraphStep::replay(const Tensor& x, const Tensor& y) {
     graph_->static_x.copy_(x);
     graph_->static_y.copy_(y);
   }
-  if (ddp_) ddp_->before_replay(forwards_);              // the consistency check, outside the graph
-  graph_->graph.replay();                                // the whole step, optimizer included
-  if (ddp_) ddp_->process_group().watch_graph_replay();  // the collective timeout holds
+  if (model_) model_->before_replay(forwards_);  // DDP's consistency check, outside the graph
+  graph_->graph.replay();                        // the whole step, optimizer included
+  if (model_) model_->after_replay();            // the collective timeout holds
   return graph_->static_loss;
 #else
   (void)x;
@@ -76,9 +76,9 @@ void CudaGraphStep::capture(const Tensor& x, const Tensor& y) {
   Graph& g = *graph_;
   g.static_x = x.clone().detach();
   g.static_y = y.clone().detach();
-  if (ddp_) ddp_->prepare_for_capture();  // the buckets' rebuild now, not in the graph
-  opt_.make_capturable();                 // lr and step count on the device (state exists)
-  opt_.zero_grad();                       // the captured backward assigns fresh gradients
+  if (model_) model_->prepare_for_capture();  // DDP's bucket rebuild now, not in the graph
+  opt_.make_capturable();                     // lr and step count on the device (state exists)
+  opt_.zero_grad();                           // the captured backward assigns fresh gradients
   g.graph.capture_begin();
   g.static_loss = step_(g.static_x, g.static_y);  // all k micro-batches (views) and the update
   g.graph.capture_end();

@@ -13,7 +13,7 @@
 #include "nn/optim/optimizer.h"
 
 namespace loom::distributed {
-class DistributedDataParallel;
+class ParallelModel;
 }
 
 namespace loom::train {
@@ -51,10 +51,11 @@ class CudaGraphStep {
 
   // graph = false calls `step` as it is. graph = true captures it after one eager call (an
   // error at the first call in a build without CUDA, when the inputs are not on a CUDA device,
-  // or under DDP over a backend that cannot be captured). `ddp` is the model's DDP wrapper (null
-  // for one process); `forwards` the training forwards one step runs (its micro-batches).
+  // or for a parallel model that cannot be captured: its check_capturable says why). `model` is
+  // the model as parallelize spread it (null: one process, nothing to do around a replay);
+  // `forwards` the training forwards one step runs (its micro-batches).
   CudaGraphStep(Step step, bool graph, optim::Optimizer& opt,
-                distributed::DistributedDataParallel* ddp = nullptr, int64_t forwards = 1);
+                distributed::ParallelModel* model = nullptr, int64_t forwards = 1);
   ~CudaGraphStep();
   CudaGraphStep(const CudaGraphStep&) = delete;
   CudaGraphStep& operator=(const CudaGraphStep&) = delete;
@@ -76,7 +77,7 @@ class CudaGraphStep {
   Step step_;
   bool use_graph_;
   optim::Optimizer& opt_;
-  distributed::DistributedDataParallel* ddp_;
+  distributed::ParallelModel* model_;
   int64_t forwards_;
   int64_t calls_ = 0;
 };

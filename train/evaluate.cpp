@@ -55,9 +55,10 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
   return {h[0] / h[2], h[1] / h[2], steady_seconds() - start};
 }
 
-Evaluation evaluate_classifier(DataParallel& dp, data::DataLoader& loader, const RunSetup& setup) {
-  return evaluate_classifier(dp.eval_net(), loader, *setup.pg, setup.device,
-                             dp.eval_forwards_are_collectives());
+Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
+                               const RunSetup& setup) {
+  return evaluate_classifier(model.eval_module(), loader, *setup.pg, setup.device,
+                             model.eval_forwards_are_collectives());
 }
 
 }  // namespace loom::train

@@ -6,9 +6,9 @@
 #pragma once
 
 #include "data/dataloader.h"
+#include "distributed/parallel/parallel_model.h"
 #include "distributed/process_group/process_group.h"
 #include "nn/module.h"
-#include "train/data_parallel.h"
 #include "train/run_setup.h"
 
 namespace loom::train {
@@ -33,7 +33,9 @@ struct Evaluation {
 Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
                                distributed::ProcessGroup& pg, Device device,
                                bool forwards_are_collectives = false);
-// The same for a program's model as `dp` spreads it (dp.eval_net(), on the run's device).
-Evaluation evaluate_classifier(DataParallel& dp, data::DataLoader& loader, const RunSetup& setup);
+// The same for a program's model as parallelize spread it (its eval_module(), on the run's
+// device).
+Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
+                               const RunSetup& setup);
 
 }  // namespace loom::train

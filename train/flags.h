@@ -154,6 +154,10 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "(each holds everything), 1 = optimizer state, 2 = also gradients, 3 = also "
                  "parameters (FullyShardedDataParallel)")
       ->check(int_range(0, 3));
+  app.add_option("--tp", c.tp,
+                 "tensor parallel: split each transformer block's matrices over this many "
+                 "processes (docs/parallelism.md); the world / tp others are data-parallel copies")
+      ->check(int_range(1, 1024));
   app.add_option("--amp", c.amp,
                  "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));

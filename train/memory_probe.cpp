@@ -12,8 +12,6 @@
 namespace loom::train {
 
 namespace {
-int64_t bytes_of(const Tensor& t) { return int64_t(t.numel() * t.element_size()); }
-
 // Allocated bytes on `d` now, and the peak since the last reset.
 std::pair<int64_t, int64_t> allocator_bytes(Device d) {
   if (d.is_cuda()) {
@@ -39,21 +37,9 @@ MemoryProbe::MemoryProbe(Device device) : device_(device) {
     reset_cpu_peak();
 }
 
-void MemoryProbe::report(const RunSetup& run, nn::Module& model, DataParallel& dp) const {
-  std::vector<int64_t> mine(5, 0);  // parameters, gradients, state, activations, peak
-  if (const auto* z = dp.zero()) {
-    auto m = z->memory();
-    mine[0] = m.parameters, mine[1] = m.gradients, mine[2] = m.optimizer_state;
-  } else {
-    optim::Optimizer& opt = dp.optimizer();
-    for (const Tensor& p : model.parameters()) {
-      mine[0] += bytes_of(p);
-      if (!dp.ddp() && p.grad().defined()) mine[1] += bytes_of(p.grad());
-    }
-    if (dp.ddp()) mine[1] = dp.ddp()->reducer().gradient_bytes();  // the buckets
-    for (size_t i = 0; i < opt.all_params().size(); ++i)
-      for (const Tensor& b : opt.state(i).buffers) mine[2] += bytes_of(b);
-  }
+void MemoryProbe::report(const RunSetup& run, distributed::ParallelModel& model) const {
+  const distributed::ParallelModel::Memory m = model.memory();
+  std::vector<int64_t> mine{m.parameters, m.gradients, m.optimizer_state, 0, 0};
   mine[4] = allocator_bytes(device_).second;
   mine[3] = std::max<int64_t>(0, mine[4] - resident_ - mine[1] - mine[2]);
   Tensor t = from_vector(mine, {5}).to(run.device);

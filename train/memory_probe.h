@@ -6,8 +6,7 @@
 #include <cstdint>
 
 #include "core/device.h"
-#include "nn/module.h"
-#include "train/data_parallel.h"
+#include "distributed/parallel/parallel_model.h"
 #include "train/run_setup.h"
 
 namespace loom::train {
@@ -24,7 +23,7 @@ class MemoryProbe {
  public:
   explicit MemoryProbe(Device device);
   // A collective: every rank calls it once, after its first step.
-  void report(const RunSetup& run, nn::Module& model, DataParallel& dp) const;
+  void report(const RunSetup& run, distributed::ParallelModel& model) const;
 
  private:
   Device device_;

@@ -1,10 +1,10 @@
 // Gradient accumulation: see train/micro_batches.h (Note [Gradient accumulation]).
 #include "train/micro_batches.h"
 
-#include <optional>
+#include <memory>
 
 #include "autograd/ops/ops.h"
-#include "distributed/ddp/ddp.h"
+#include "distributed/parallel/parallel_model.h"
 
 namespace loom::train {
 
@@ -43,8 +43,8 @@ Tensor accumulate(const Tensor& x, const Tensor& y, const Accumulation& how,
   const int64_t m = n / k;
   Tensor total;
   for (int64_t i = 0; i < k; ++i) {
-    std::optional<distributed::DistributedDataParallel::NoSync> no_sync;
-    if (how.ddp && i + 1 < k) no_sync.emplace(*how.ddp);  // only the last backward all-reduces
+    std::unique_ptr<distributed::ParallelModel::Pause> no_sync;
+    if (how.model && i + 1 < k) no_sync = how.model->no_sync();  // only the last one reduces
     MicroBatch mb{x.slice(0, i * m, (i + 1) * m), y.slice(0, i * m, (i + 1) * m), i, k,
                   how.profiler};
     Tensor loss = fn(mb);

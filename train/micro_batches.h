@@ -11,7 +11,7 @@
 #include "train/step_profile.h"
 
 namespace loom::distributed {
-class DistributedDataParallel;
+class ParallelModel;
 }
 
 namespace loom::train {
@@ -24,17 +24,17 @@ namespace loom::train {
 // clips (if it does) and updates once, as PyTorch's recipe does. Peak activation memory is that
 // of one micro-batch. accumulate returns the sum of the k shares: the batch's mean loss (with
 // ignored targets, -1, each micro-batch's mean is over its own counted targets, as in PyTorch's
-// recipe). Under DistributedDataParallel (Accumulation::ddp) the first k - 1 backwards run under
-// no_sync(): only the last one all-reduces, and it reduces the sum of all k. With a GradScaler the
-// program scales each micro-batch's loss, and unscales, checks, steps and updates once. k = 1 is
-// the plain step: no slicing, no division. The profiler's marks are the last micro-batch's: the
-// earlier micro-batches' forward and backward count as forward.
+// recipe). Under DistributedDataParallel (Accumulation::model's no_sync) the first k - 1 backwards
+// run under no_sync(): only the last one all-reduces, and it reduces the sum of all k. With a
+// GradScaler the program scales each micro-batch's loss, and unscales, checks, steps and updates
+// once. k = 1 is the plain step: no slicing, no division. The profiler's marks are the last
+// micro-batch's: the earlier micro-batches' forward and backward count as forward.
 
-// How a step accumulates: k micro-batches, the DDP wrapper whose reduction waits for the last
-// (null for one process or FSDP), and the --profile timer whose marks it sets (null: none).
+// How a step accumulates: k micro-batches, the model whose no_sync() holds the reduction back
+// until the last (null: nothing to hold back), and the --profile timer whose marks it sets.
 struct Accumulation {
   int64_t k = 1;
-  distributed::DistributedDataParallel* ddp = nullptr;
+  distributed::ParallelModel* model = nullptr;
   StepProfiler* profiler = nullptr;
 };
 

@@ -15,9 +15,7 @@ Run::Run(TrainConfig& cfg, const RunSetup& setup, RunParts parts, RunPlan plan)
       setup_(setup),
       parts_(parts),
       plan_(std::move(plan)),
-      ckpt_(cfg, setup,
-            {parts.model, parts.dp.optimizer(), parts.scaler, parts.loader, parts.scheduler,
-             parts.dp.fsdp()}),
+      ckpt_(cfg, setup, {parts.model, parts.scaler, parts.loader, parts.scheduler}),
       log_(cfg, setup),
       window_(cfg, setup) {
   const int64_t per_epoch = std::max<int64_t>(1, parts_.loader.size());
@@ -27,18 +25,19 @@ Run::Run(TrainConfig& cfg, const RunSetup& setup, RunParts parts, RunPlan plan)
     cfg_.epochs = std::max(cfg_.epochs, (total_ + per_epoch - 1) / per_epoch);
   step_ = ckpt_.resume();  // 0, or where the newest checkpoint stopped
   log_.start(plan_.title, plan_.train_examples);
+  if (setup.world > 1 && setup.main())  // "DDP over 2 processes", "tensor parallel over 2 ..."
+    std::printf("parallel: %s\n", parts_.model.describe().c_str());
   if (cfg.detect_anomaly) anomaly_.emplace(true);
   if (cfg.profile) {
     profiler_ = std::make_unique<StepProfiler>(setup.device);
-    if (auto* ddp = parts_.dp.ddp())  // when backward's compute ends: the exposed all-reduce
-      ddp->reducer().set_backward_computed_hook(
-          [p = profiler_.get()] { p->mark(StepProfiler::BackwardComputed); });
+    parts_.model.on_backward_computed(  // when backward's compute ends: the exposed reduction
+        [p = profiler_.get()] { p->mark(StepProfiler::BackwardComputed); });
   }
   memory_.emplace(setup.device);  // each rank's bytes, printed after the first step
 }
 
 Accumulation Run::accumulation() const {
-  return {.k = cfg_.grad_accum, .ddp = parts_.dp.ddp(), .profiler = profiler_.get()};
+  return {.k = cfg_.grad_accum, .model = &parts_.model, .profiler = profiler_.get()};
 }
 
 bool Run::next_interval() {
@@ -81,7 +80,7 @@ bool Run::after_step(const Tensor& loss) {
     profiler_->end_step();
   }
   if (memory_) {  // a collective: every rank reports after its first step
-    memory_->report(setup_, parts_.model, parts_.dp);
+    memory_->report(setup_, parts_.model);
     memory_.reset();
   }
   ++step_;
@@ -113,7 +112,7 @@ bool Run::evaluated(const Evaluation& eval) {
     return true;
   }
   const int64_t epoch = epoch_;
-  log_.end_epoch(epoch, *progress_, eval, parts_.dp.optimizer().lr(), parts_.scaler, step_);
+  log_.end_epoch(epoch, *progress_, eval, parts_.model.optimizer().lr(), parts_.scaler, step_);
   std::string saved = ckpt_.save(epoch + 1, 0, step_);
   int sig = epoch + 1 < cfg_.epochs ? window_.stop_everywhere() : 0;  // a signal during eval?
   if (sig) log_.stopped(sig, str("epoch ", epoch + 1, " (step ", step_, ")"), saved);
@@ -130,7 +129,8 @@ void Run::report_validation(const Evaluation& val) {
         "step %ld | train loss %.4f | val loss %.4f | %.0f tok/s | %.2f ms/step | "
         "MFU %.1f%% | lr %.3g\n",
         long(step_), p.mean_loss(), val.loss, rate, p.ms_per_step(),
-        100.0 * rate * flops_per_sample / (plan_.peak_tflops * 1e12), parts_.dp.optimizer().lr());
+        100.0 * rate * flops_per_sample / (plan_.peak_tflops * 1e12),
+        parts_.model.optimizer().lr());
   log_.validated(val);
   log_.scalar("val/loss", val.loss, step_);
   log_.scalar("train/tokens_per_second", rate, step_);

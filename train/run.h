@@ -18,10 +18,10 @@
 
 #include "autograd/anomaly.h"
 #include "data/dataloader.h"
+#include "distributed/parallel/parallel_model.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/optim/lr_scheduler.h"
 #include "train/checkpointing.h"
-#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/loss_window.h"
 #include "train/memory_probe.h"
@@ -34,10 +34,9 @@ namespace loom::train {
 
 // The parts of the program a run saves, restores and reports on; the program owns each.
 struct RunParts {
-  nn::Module& model;         // the plain model (its parameters and buffers)
-  DataParallel& dp;          // how it is spread; dp.optimizer() is the one that steps
-  data::DataLoader& loader;  // the training batches
-  amp::GradScaler& scaler;   // saved with --amp fp16, reported in the epoch's summary
+  distributed::ParallelModel& model;  // as parallelize spread it; its optimizer() steps
+  data::DataLoader& loader;           // the training batches
+  amp::GradScaler& scaler;            // saved with --amp fp16, reported in the epoch's summary
   optim::LRScheduler* scheduler = nullptr;  // saved and resumed when there is one
 };
 
@@ -60,7 +59,7 @@ class Run {
  public:
   // Resumes from the newest checkpoint with --resume (every rank), prints the opening line,
   // installs the signal handlers and, with --profile, the step timer. Construct it after the
-  // scheduler and DataParallel, and before the first step.
+  // scheduler and after parallelize, before the first step.
   Run(TrainConfig& cfg, const RunSetup& setup, RunParts parts, RunPlan plan);
 
   // Starts the next interval (its progress display); false when the run is over.
@@ -80,7 +79,7 @@ class Run {
   // Prints the profile and the final line; returns the program's exit status.
   int finish();
 
-  // How the step accumulates: --grad-accum micro-batches, DDP's no_sync, the --profile marks.
+  // How the step accumulates: --grad-accum micro-batches, the model's no_sync, --profile's marks.
   Accumulation accumulation() const;
   int64_t step() const { return step_; }
   RunLog& log() { return log_; }

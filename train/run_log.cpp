@@ -36,7 +36,10 @@ void RunLog::start(const std::string& model_name, int64_t train_examples) {
           ? (" x " + std::to_string(world) + " processes (" + run_.pg->backend() + ")").c_str()
           : "",
       long(train_examples), long(cfg_.batch_size),
-      world > 1 ? (" (" + std::to_string(run_.local_batch) + " per process)").c_str() : "",
+      world > 1 ? (" (" + std::to_string(run_.local_batch) +
+                   (cfg_.tp == 1 ? " per process)" : " per data-parallel replica)"))
+                      .c_str()
+                : "",
       cfg_.grad_accum > 1
           ? (" as " + std::to_string(cfg_.grad_accum) + " accumulated micro-batches").c_str()
           : "",

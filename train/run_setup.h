@@ -11,6 +11,7 @@
 
 #include "core/device.h"
 #include "distributed/env.h"
+#include "distributed/parallel/parallelize.h"
 #include "distributed/process_group/process_group.h"
 #include "train/progress.h"
 #include "train/train_config.h"
@@ -59,7 +60,14 @@ class RunSetup {
  public:
   const std::shared_ptr<distributed::ProcessGroup> pg;
   const int rank, world;
-  const int64_t local_batch;  // --batch-size / world
+  const int64_t local_batch;  // --batch-size / replicas
+  // The data-parallel replicas, which read different data, and this process's: the world and the
+  // rank, or under --tp the mesh's dp size and coordinate (the tp ranks of a replica read alike).
+  const int replicas, replica;
 };
+
+// The plan of the run's flags for distributed::parallelize: --zero, --tp, and under --zero 3 with
+// --amp bf16 the units gathered in bf16 (Note [FSDP mixed precision]).
+distributed::ParallelPlan parallel_plan(const TrainConfig& cfg);
 
 }  // namespace loom::train

@@ -9,8 +9,8 @@ std::unique_ptr<data::DataLoader> sharded_train_loader(
     std::shared_ptr<const data::Dataset> set, const TrainConfig& cfg, const RunSetup& run,
     std::shared_ptr<const data::Transform> transform) {
   auto sampler = std::make_shared<data::DistributedSampler>(
-      set->size(), data::DistributedSamplerOptions{.num_replicas = run.world,
-                                                   .rank = run.rank,
+      set->size(), data::DistributedSamplerOptions{.num_replicas = run.replicas,
+                                                   .rank = run.replica,
                                                    .shuffle = true,
                                                    .seed = cfg.seed,
                                                    .drop_last = true});
@@ -28,8 +28,10 @@ std::unique_ptr<data::DataLoader> sharded_eval_loader(std::shared_ptr<const data
                                                       int64_t n, int64_t batch, int64_t workers,
                                                       const RunSetup& run) {
   auto sampler = std::make_shared<data::DistributedSampler>(
-      n, data::DistributedSamplerOptions{
-             .num_replicas = run.world, .rank = run.rank, .shuffle = false, .exactly_once = true});
+      n, data::DistributedSamplerOptions{.num_replicas = run.replicas,
+                                         .rank = run.replica,
+                                         .shuffle = false,
+                                         .exactly_once = true});
   return std::make_unique<data::DataLoader>(
       std::move(set), sampler,
       data::DataLoaderOptions{.batch_size = batch, .num_workers = workers, .device = run.device});

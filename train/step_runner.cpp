@@ -6,14 +6,22 @@
 
 namespace loom::train {
 
-StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph,
-                       distributed::DistributedDataParallel* ddp)
-    : model_(model),
+StepRunner::StepRunner(distributed::ParallelModel& model, double label_smoothing, bool graph)
+    : model_(model.train_module()),
+      opt_(model.optimizer()),
+      smoothing_(label_smoothing),
+      graph_([this](const Tensor& x, const Tensor& y) { return eager_step(x, y); }, graph, opt_,
+             &model),
+      accum_{.k = 1, .model = &model} {}
+
+StepRunner::StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph)
+    : local_(std::make_unique<distributed::LocalModel>(model, opt)),
+      model_(model),
       opt_(opt),
       smoothing_(label_smoothing),
       graph_([this](const Tensor& x, const Tensor& y) { return eager_step(x, y); }, graph, opt,
-             ddp),
-      accum_{.k = 1, .ddp = ddp} {}
+             local_.get()),
+      accum_{.k = 1, .model = local_.get()} {}
 
 StepRunner::~StepRunner() = default;
 

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/tensor.h"
+#include "distributed/parallel/parallel_model.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/module.h"
 #include "nn/optim/in_backward.h"
@@ -18,19 +19,17 @@
 #include "train/micro_batches.h"
 #include "train/step_profile.h"
 
-namespace loom::distributed {
-class DistributedDataParallel;
-}
-
 namespace loom::train {
 
 class StepRunner {
  public:
   // graph = true replays a CUDA graph from the second step on (Note [The training step as a CUDA
-  // graph] in train/cuda_graph_step.h). `ddp` is the model's DDP wrapper when `model` is one
-  // (gradient accumulation reduces on the last micro-batch; the graph captures its all-reduces).
-  StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph,
-             distributed::DistributedDataParallel* ddp = nullptr);
+  // graph] in train/cuda_graph_step.h). The model as distributed::parallelize spread it (under
+  // DDP gradient accumulation reduces on the last micro-batch; the graph captures its
+  // all-reduces); it steps model.optimizer().
+  StepRunner(distributed::ParallelModel& model, double label_smoothing, bool graph);
+  // One process: the model and its optimizer as they are.
+  StepRunner(nn::Module& model, optim::Optimizer& opt, double label_smoothing, bool graph);
   ~StepRunner();
   StepRunner(const StepRunner&) = delete;
   StepRunner& operator=(const StepRunner&) = delete;
@@ -79,7 +78,8 @@ class StepRunner {
   void optimizer_step();  // clip, then the update through the scaler when there is one
   void check_not_started(const char* what) const;
 
-  nn::Module& model_;
+  std::unique_ptr<distributed::LocalModel> local_;  // the one-process constructor's
+  nn::Module& model_;                               // what trains: the model, or its DDP wrapper
   optim::Optimizer& opt_;
   double smoothing_;
   CudaGraphStep graph_;

@@ -139,11 +139,40 @@ std::unique_ptr<Optimizer> Optimizer::make_like(std::vector<std::vector<Tensor>>
             "optimizer needs it; SGD, Adam and AdamW can)");
 }
 
+void Optimizer::sum_over_shards(Tensor& t) const {
+  if (share_.sum) share_.sum(t);
+}
+
 Tensor Optimizer::clip_grad_norm_(double max_norm) {
-  return nn::clip_grad_norm_(all_params(), max_norm);
+  if (!share_.sum) return nn::clip_grad_norm_(all_params(), max_norm);
+  auto c = split_clip(max_norm);
+  if (!c) return scalar_tensor(0.0);
+  NoGradGuard no_grad;
+  for (const Tensor& p : all_params())
+    if (p.grad().defined()) p.grad().mul_(c->coef.to(p.grad().dtype()));
+  return c->total;
+}
+
+// Note [Optimizing a share of a model]: the coefficient over every rank's share (none without a
+// gradient anywhere on this rank).
+std::optional<nn::ClipCoefficient> Optimizer::split_clip(double max_norm) const {
+  std::vector<Tensor> counted;
+  Tensor g;  // any gradient: the norm's dtype and device
+  for (const Tensor& p : all_params()) {
+    if (!p.grad().defined()) continue;
+    if (!g.defined()) g = p.grad();
+    if (share_.counted(p)) counted.push_back(p);
+  }
+  if (!g.defined()) return std::nullopt;
+  return nn::split_clip_coefficient(counted, max_norm, g.dtype(), g.device(), share_.sum);
 }
 
 Tensor Optimizer::clip_grad_norm_in_step(double max_norm) {
+  if (share_.sum && applies_grad_scale())
+    if (auto c = split_clip(max_norm)) {
+      grad_scale_ = c->coef;
+      return c->total;
+    }
   if (applies_grad_scale() && !sharded())
     if (auto c = nn::clip_coefficient(all_params(), max_norm)) {
       grad_scale_ = c->coef;

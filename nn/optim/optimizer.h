@@ -7,12 +7,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/params.h"
+#include "nn/clip.h"
 #include "nn/state_dict.h"
 
 namespace loom::distributed {
@@ -113,7 +115,22 @@ class Optimizer {
   // then that share's, and a sum over all gradients (GradScaler's inf flag, the clipping norm)
   // must be completed by sum_over_shards, which adds t up over the ranks (nothing here).
   virtual bool sharded() const { return false; }
-  virtual void sum_over_shards(Tensor& t) const { (void)t; }
+  virtual void sum_over_shards(Tensor& t) const;
+
+  // ---- a share of a split model (tensor parallel) ----
+  // Note [Optimizing a share of a model]
+  // Under tensor parallelism each rank's optimizer updates its share of a model: the split
+  // weights' slices, and the whole parameters (norms, embeddings) that every rank holds alike. A
+  // sum over the whole model's gradients (the clip's norm, the GradScaler's inf flag) must then
+  // add up over the ranks, counting a whole parameter once: `counted(p)` says whether p's squares
+  // count on this rank (a share: always; a whole parameter: on one rank), `sum(t)` adds t up over
+  // the ranks. distributed::parallelize sets it; without it the optimizer's parameters are the
+  // whole model.
+  struct ModelShare {
+    std::function<bool(const Tensor&)> counted;
+    std::function<void(Tensor&)> sum;
+  };
+  void set_model_share(ModelShare share) { share_ = std::move(share); }
   // Clips the gradients step() will apply to a global 2-norm of max_norm and returns the norm
   // before clipping (nn::clip_grad_norm_ over the parameters; a sharded optimizer's over all
   // ranks). StepRunner's --grad-clip calls it.
@@ -184,6 +201,7 @@ class Optimizer {
   void apply(const Loaded& l);
   void refresh_capturable();  // after a load: complete state, device lr and step counts
   size_t group_of(size_t param_index) const;
+  std::optional<nn::ClipCoefficient> split_clip(double max_norm) const;
 
   std::string name_;
   std::vector<std::vector<Tensor>> groups_;
@@ -193,6 +211,7 @@ class Optimizer {
   std::vector<Tensor> device_lr_, device_step_;  // per group, when capturable
   Tensor skip_if_;                               // during step_unless
   Tensor grad_scale_;                 // from clip_grad_norm_in_step until step() or zero_grad()
+  ModelShare share_;                  // set under tensor parallelism (else empty)
   const TensorImpl* only_ = nullptr;  // during step_one: the parameter updated
 };
 

@@ -239,6 +239,49 @@ TEST(TrainGpt, ZeroThreeOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZer
   zero_on_two_processes_equals_one(3);
 }
 
+// --tp 2 on two Gloo processes (each block's matrices split between them): the weights of one
+// process (float32 rounding), each rank holding less than the whole model; its checkpoints are in
+// the whole layout, so the tp 2 run's step 5 finishes as one process, and the one process's step 5
+// finishes as tp 2 x dp 2 on four, both where the uninterrupted run ends.
+TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
+#ifndef LOOM_WITH_GLOO
+  GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
+#endif
+  fs::path dir = temp_dir("tp"), one = dir / "one", two = dir / "two", half = dir / "half",
+           four = dir / "four";
+  fs::create_directories(half), fs::create_directories(four);
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 10 --eval-every 5 --checkpoint-dir ";
+  Outcome a = run_cmd(gpt(1, text, common + one.string()));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --tp 2"));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("parallel: tensor parallel over 2 ranks"), std::string::npos) << b.output;
+  const fs::path last = "ckpt-00000010.safetensors", mid = "ckpt-00000005.safetensors";
+  EXPECT_LE(max_weight_difference(one / last, two / last), 1e-5);
+  auto parameters_mib = [](const std::string& out, int rank) {  // "rank R: parameters P MiB"
+    std::smatch m;
+    std::regex re("rank " + std::to_string(rank) + ": parameters ([0-9.]+) MiB");
+    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
+  };
+  const double whole = parameters_mib(a.output, 0);
+  ASSERT_GT(whole, 0) << a.output;
+  for (int r = 0; r < 2; ++r) {  // the blocks' matrices halved; embeddings and norms whole
+    EXPECT_GT(parameters_mib(b.output, r), whole / 2) << b.output;
+    EXPECT_LT(parameters_mib(b.output, r), whole * 0.9) << b.output;
+  }
+  fs::copy_file(two / mid, half / mid);  // tp 2 -> one process
+  Outcome c = run_cmd(gpt(1, text, common + half.string() + " --resume"));
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_LE(max_weight_difference(one / last, half / last), 1e-5);
+  fs::copy_file(one / mid, four / mid);  // one process -> tp 2 x dp 2
+  Outcome d = run_cmd(gpt(4, text, common + four.string() + " --tp 2 --resume"));
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("written by 1 process(es), now 4"), std::string::npos) << d.output;
+  EXPECT_LE(max_weight_difference(one / last, four / last), 1e-5);
+  fs::remove_all(dir);
+}
+
 // --grad-accum 2: each step's 16 windows run as 2 micro-batches of 8 and one update, so the run
 // ends with the weights of the one-batch run, up to float32 rounding of the gradient sums
 // (unit roundoff 6e-8, grown over 10 AdamW steps of lr 3e-3: 1e-5 on weights of size ~0.1).

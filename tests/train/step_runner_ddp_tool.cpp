@@ -14,6 +14,7 @@
 #include "distributed/ddp/ddp.h"
 #include "distributed/ddp/ddp_case.h"
 #include "distributed/env.h"
+#include "distributed/parallel/data_parallel_model.h"
 #include "distributed/world.h"
 #include "nn/serialize.h"
 #include "train/step_runner.h"
@@ -73,7 +74,8 @@ int run(int64_t k, int steps, const std::string& dir, bool graph) {
   auto model = test::ddp_case_model(kF64, 100 + uint64_t(rank));  // DDP takes rank 0's
   auto ddp = std::make_shared<DistributedDataParallel>(model, pg);
   auto sgd = test::ddp_case_optimizer(*ddp);
-  train::StepRunner runner(*ddp, *sgd, 0.0, graph, ddp.get());
+  distributed::DDPModel parallel(ddp, *sgd);
+  train::StepRunner runner(parallel, 0.0, graph);
   runner.set_grad_accum(k);
   pg->all_reduces = 0;  // the steps' all-reduces only
   for (int s = 0; s < steps; ++s) {

@@ -18,6 +18,7 @@
 #include "autograd/ops/ops.h"
 #include "core/cuda/available.h"
 #include "distributed/ddp/ddp.h"
+#include "distributed/parallel/data_parallel_model.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/fuse.h"
 #include "nn/models.h"
@@ -83,8 +84,12 @@ std::shared_ptr<dist::ProcessGroup> one_rank_nccl() {
   amp::GradScaler scaler({.init_scale = 1099511627776.0,
                           .growth_interval = 3,
                           .enabled = c.scaler});  // 2^40: the first steps overflow
-  train::StepRunner runner(c.ddp ? static_cast<nn::Module&>(*ddp) : *model, opt, 0.0, graph,
-                           ddp.get());
+  std::unique_ptr<dist::ParallelModel> parallel;
+  if (c.ddp)
+    parallel = std::make_unique<dist::DDPModel>(ddp, opt);
+  else
+    parallel = std::make_unique<dist::LocalModel>(*model, opt);
+  train::StepRunner runner(*parallel, 0.0, graph);
   runner.set_grad_accum(c.accum);
   runner.set_amp(c.amp, c.scaler ? &scaler : nullptr);
   Trained r;

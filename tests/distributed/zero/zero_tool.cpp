@@ -39,6 +39,7 @@
 #include "core/cuda/available.h"
 #include "distributed/env.h"
 #include "distributed/fsdp/fsdp.h"
+#include "distributed/parallel/data_parallel_model.h"
 #include "distributed/world.h"
 #include "distributed/zero/zero_optimizer.h"
 #include "nn/amp/grad_scaler.h"
@@ -183,7 +184,12 @@ int run_training(int argc, char** argv) {
     opt.load_state_dict(osd);
   }
   amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 1000, .enabled = inf_at >= 0});
-  train::StepRunner runner(*net, opt, 0.0, false, ddp.get());
+  std::unique_ptr<ParallelModel> parallel;  // FSDP needs no no_sync: as one model
+  if (ddp)
+    parallel = std::make_unique<DDPModel>(ddp, opt);
+  else
+    parallel = std::make_unique<LocalModel>(*net, opt);
+  train::StepRunner runner(*parallel, 0.0, false);
   if (inf_at >= 0) runner.set_amp(kF16, &scaler);
   if (o.count("mp") && zero != 3) runner.set_amp(kBF16, nullptr);
   runner.set_grad_accum(accum);

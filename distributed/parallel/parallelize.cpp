@@ -1,0 +1,57 @@
+// parallelize: Note [Applying a plan] in distributed/parallel/parallelize.h.
+#include "distributed/parallel/parallelize.h"
+
+#include "core/error.h"
+#include "distributed/mesh/device_mesh.h"
+#include "distributed/parallel/data_parallel_model.h"
+#include "distributed/parallel/tensor_parallel_model.h"
+#include "distributed/tensor_parallel/tensor_parallel.h"
+
+namespace loom::distributed {
+
+namespace {
+
+// Step 4: the copies along the data-parallel group `dp` (Note [Applying a plan]).
+std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
+                                             std::unique_ptr<optim::Optimizer> opt,
+                                             const ParallelPlan& plan,
+                                             std::shared_ptr<ProcessGroup> dp) {
+  if (plan.zero == 3) {
+    FSDPOptions o;
+    o.param_dtype = plan.fsdp_param_dtype;
+    return std::make_unique<FSDPModel>(std::move(model), std::move(opt), std::move(dp), o);
+  }
+  if (dp->size() == 1 && plan.zero == 0)
+    return std::make_unique<LocalModel>(std::move(model), std::move(opt));
+  return std::make_unique<DDPModel>(std::move(model), std::move(opt), std::move(dp), plan.zero,
+                                    plan.ddp);
+}
+
+void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
+  LOOM_CHECK(plan.zero >= 0 && plan.zero <= 3, "parallelize: --zero ", plan.zero,
+             " is not a ZeRO stage (0, 1, 2 or 3)");
+  LOOM_CHECK(plan.tp == 1 || plan.zero == 0, "parallelize: --tp ", plan.tp, " with --zero ",
+             plan.zero,
+             ": tensor parallel runs with DDP over the data-parallel ranks (--zero 0) for now");
+  LOOM_CHECK(plan.tp >= 1 && world.size() % plan.tp == 0, "parallelize: --tp ", plan.tp,
+             " does not divide the ", world.size(), " processes");
+}
+
+}  // namespace
+
+std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
+                                           const ParallelPlan& plan,
+                                           std::shared_ptr<ProcessGroup> world,
+                                           const MakeOptimizer& make_optimizer) {
+  LOOM_CHECK(model != nullptr && world != nullptr, "parallelize: a null model or process group");
+  check_plan(plan, *world);
+  if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
+  DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));
+  LOOM_CHECK(parallelize_tensor(*model, mesh.group("tp")) > 0, "parallelize: --tp ", plan.tp, ": ",
+             model->type_name(), " has no attention or MLP block to split");
+  auto inner = data_parallel(model, make_optimizer(*model), plan, mesh.group("dp"));
+  return std::make_unique<TensorParallelModel>(std::move(model), mesh.group("tp"),
+                                               std::move(inner));
+}
+
+}  // namespace loom::distributed
