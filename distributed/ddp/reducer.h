@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/ddp/ddp_buckets.h"
+#include "distributed/buckets/bucket_layout.h"
+#include "distributed/buckets/sharded_buckets.h"
 #include "distributed/process_group/process_group.h"
-#include "distributed/zero/sharded_buckets.h"
 
 namespace loom::distributed {
 
@@ -37,7 +37,7 @@ struct ReducerOptions {
 // SUM-reduce-scattered after the same 1/N scaling, so rank r receives the mean gradient of
 // elements [r * S, (r + 1) * S) of the bucket in Bucket::shard (S elements): the part of the
 // gradient its ZeRO optimizer updates. A parameter may straddle two ranks' shards (the partition
-// ignores parameter boundaries: Note [ZeRO partition] in distributed/zero/zero_partition.h).
+// ignores parameter boundaries: Note [ZeRO partition] in distributed/buckets/shard_partition.h).
 // The shards add up over the synchronised backwards until zero_shards() (the optimizer's
 // zero_grad), like .grad. After the reduction the parameters' .grad are released (they held
 // this rank's unreduced gradient, which nothing may read). Stage 1 keeps each bucket's buffer
@@ -99,7 +99,7 @@ class Reducer : public ShardedBuckets, public std::enable_shared_from_this<Reduc
   const std::vector<Tensor>& params() const override { return params_; }
   const std::vector<Bucket>& buckets() const override { return buckets_; }
 
-  // ---- ZeRO (Note [ZeRO gradient shards]; the interface in distributed/zero/sharded_buckets.h)
+  // ---- ZeRO (Note [ZeRO gradient shards]; the interface in distributed/buckets/sharded_buckets.h)
   // ----
   int zero_stage() const override { return opt_.zero_stage; }
   ProcessGroup& shard_group() const override { return *pg_; }

@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/buckets/shard_partition.h"
+#include "distributed/buckets/sharded_buckets.h"
 #include "distributed/ddp/ddp.h"
-#include "distributed/zero/sharded_buckets.h"
-#include "distributed/zero/zero_partition.h"
 #include "nn/optim/optimizer.h"
 
 namespace loom::distributed {

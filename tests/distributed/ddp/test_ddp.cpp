@@ -15,8 +15,8 @@
 
 #include "core/cuda/available.h"
 #include "ddp_case.h"
+#include "distributed/buckets/bucket_layout.h"
 #include "distributed/ddp/ddp.h"
-#include "distributed/ddp/ddp_buckets.h"
 #include "distributed/process_group/local_process_group.h"
 #include "distributed/spawn.h"
 #include "distributed/world.h"

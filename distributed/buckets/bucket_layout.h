@@ -1,6 +1,7 @@
-// DDP's gradient buckets: which parameters share a flat all-reduce buffer (the assignment), and
-// the buffers themselves (flat storage, a view per parameter, an optional low-precision copy).
-// Leaves out: when buckets are launched and waited for (distributed/ddp/reducer.h).
+// Gradient buckets, the layout DDP, ZeRO and FSDP share: which parameters share a flat buffer (the
+// assignment), and the buffers themselves (flat storage, a view per parameter, an optional
+// low-precision copy, ZeRO's shard). Leaves out: when buckets are launched and waited for
+// (distributed/ddp/reducer.h) and who owns which shard (distributed/buckets/shard_partition.h).
 #pragma once
 
 #include <cstdint>

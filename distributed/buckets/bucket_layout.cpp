@@ -1,5 +1,5 @@
-// DDP's bucket assignment and allocation. See distributed/ddp/ddp_buckets.h.
-#include "distributed/ddp/ddp_buckets.h"
+// The bucket assignment and allocation. See distributed/buckets/bucket_layout.h.
+#include "distributed/buckets/bucket_layout.h"
 
 #include <algorithm>
 #include <map>
