@@ -91,4 +91,13 @@ void allocate_flat(Bucket& b, const std::vector<Tensor>& params) {
   }
 }
 
+int64_t bucket_bytes(const std::vector<Bucket>& buckets) {
+  int64_t n = 0;
+  for (const Bucket& b : buckets) {
+    if (b.flat.defined()) n += int64_t(b.flat.numel() * b.flat.element_size());
+    if (b.shard.defined()) n += int64_t(b.shard.numel() * b.shard.element_size());
+  }
+  return n;
+}
+
 }  // namespace loom::distributed

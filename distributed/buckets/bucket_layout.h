@@ -43,7 +43,7 @@ struct Bucket {
   Tensor incoming;               // ZeRO: a reduce-scatter's output to add into shard
   Tensor comm;                   // (numel,) in the communication dtype, when compressing
   size_t pending = 0;            // gradients not yet ready in this iteration
-  std::shared_ptr<Work> work;    // the all-reduce in flight, if launched
+  std::shared_ptr<Work> work;    // the reduction in flight, if launched
 };
 
 // Allocates the buckets of `assignment` for `params` (all of one dtype and device per bucket);
@@ -54,5 +54,7 @@ std::vector<Bucket> make_buckets(const std::vector<Tensor>& params,
                                  std::optional<DType> comm_dtype, int64_t pad_to = 1);
 // (Re)allocates b.flat (zeros, b.numel) and the parameters' views into it.
 void allocate_flat(Bucket& b, const std::vector<Tensor>& params);
+// Bytes the buckets hold now: the flat buffers allocated, and the shards.
+int64_t bucket_bytes(const std::vector<Bucket>& buckets);
 
 }  // namespace loom::distributed
