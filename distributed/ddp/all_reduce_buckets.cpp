@@ -23,6 +23,7 @@ void AllReduceBuckets::launch(Bucket& b) {
 }
 
 void AllReduceBuckets::finish(Bucket& b) {
+  if (!b.work) return;  // finished already, or never launched (a world of one): flat is the mean
   wait(b);
   if (b.comm.defined()) b.flat.copy_(b.comm);
 }
