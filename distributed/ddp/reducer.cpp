@@ -1,4 +1,6 @@
-// DDP's reducer: hooks, bucket launches, the end of backward. See distributed/ddp/reducer.h.
+// DDP's reducer: hooks, bucket launches, the end of backward. See distributed/ddp/reducer.h; what
+// a bucket's reduction does is distributed/ddp/all_reduce_buckets.cpp (DDP) or
+// distributed/ddp/sharded_reduce_buckets.cpp (ZeRO).
 #include "distributed/ddp/reducer.h"
 
 #include <chrono>
@@ -10,13 +12,12 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops/factory.h"
+#include "distributed/ddp/all_reduce_buckets.h"
+#include "distributed/ddp/sharded_reduce_buckets.h"
 
 namespace loom::distributed {
 
 namespace {
-bool same_memory(const Tensor& a, const Tensor& b) {
-  return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape();
-}
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -42,19 +43,18 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
                "DistributedDataParallel: the gradient communication dtype must be bfloat16, "
                "float16 or float32, got ",
                dtype_name(*opt_.comm_dtype));
-  if (opt_.zero_stage != 0) {
-    LOOM_CHECK(opt_.zero_stage == 1 || opt_.zero_stage == 2, "DistributedDataParallel: ZeRO stage ",
-               opt_.zero_stage, " is not 1 or 2 (stage 3 shards the parameters: not built yet)");
-    LOOM_CHECK(!opt_.comm_dtype && !opt_.find_unused_parameters,
-               "DistributedDataParallel: ZeRO stage ", opt_.zero_stage,
-               " does not support comm_dtype or find_unused_parameters");
-    opt_.rebuild_buckets = false;  // the optimizer's shards are laid out on these buckets
-  }
+  reduction_ = make_reduction();
+  if (!reduction_->rebuildable()) opt_.rebuild_buckets = false;
   ready_.assign(params_.size(), false);
   locally_used_.assign(params_.size(), 0);
   std::vector<size_t> order;
   for (size_t i = params_.size(); i-- > 0;) order.push_back(i);  // reverse registration order
   build_buckets(order);
+}
+
+std::unique_ptr<BucketReduction> Reducer::make_reduction() {
+  if (opt_.zero_stage == 0) return std::make_unique<AllReduceBuckets>(*pg_, opt_.comm_dtype);
+  return make_zero_reduction(opt_, *pg_, params_, buckets_);
 }
 
 void Reducer::install_hooks() {
@@ -71,14 +71,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   for (const Tensor& p : params_) layout.push_back({p.numel(), p.dtype(), p.device()});
   auto assignment =
       compute_bucket_assignment(layout, order, opt_.first_bucket_cap_bytes, opt_.bucket_cap_bytes);
-  const int64_t n = opt_.zero_stage ? pg_->size() : 1;
-  buckets_ = make_buckets(params_, assignment, opt_.comm_dtype, n);
-  autograd::NoGradGuard no_grad;
-  for (Bucket& b : buckets_)
-    if (opt_.zero_stage) {
-      b.shard = zeros({b.numel / n}, {.dtype = b.flat.dtype(), .device = b.flat.device()});
-      if (opt_.zero_stage == 2) b.flat = Tensor(), b.views.clear();  // allocated as grads come
-    }
+  buckets_ = reduction_->allocate(params_, assignment);
   bucket_of_.assign(params_.size(), 0);
   slot_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -103,47 +96,8 @@ std::vector<Tensor> Reducer::bucket_tensors() const {
   return out;
 }
 
-int64_t Reducer::gradient_bytes() const {
-  int64_t n = 0;
-  for (const Bucket& b : buckets_) {
-    if (b.flat.defined()) n += int64_t(b.flat.numel() * b.flat.element_size());
-    if (b.shard.defined()) n += int64_t(b.shard.numel() * b.shard.element_size());
-  }
-  return n;
-}
-
-int64_t Reducer::parameter_bytes() const {
-  int64_t n = 0;
-  for (const Tensor& p : params_) n += int64_t(p.numel() * p.element_size());
-  return n;
-}
-
-// See Note [Gradients as bucket views].
-void Reducer::bind_grads() {
-  if (opt_.zero_stage == 2) return;  // Note [ZeRO gradient shards]: no full-size gradient
-  autograd::NoGradGuard no_grad;
-  for (Bucket& b : buckets_) {
-    std::vector<size_t> to_zero;
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      Tensor& p = params_[b.params[k]];
-      Tensor g = p.grad();
-      if (!g.defined()) {
-        to_zero.push_back(k);
-      } else if (!same_memory(g, b.views[k])) {
-        b.views[k].copy_(g);
-        p.set_grad(b.views[k]);
-      }
-    }
-    if (to_zero.size() == b.params.size())
-      b.flat.zero_();
-    else
-      for (size_t k : to_zero) b.views[k].zero_();
-    for (size_t k : to_zero) params_[b.params[k]].set_grad(b.views[k]);
-  }
-}
-
 void Reducer::rebuild_if_due() {
-  if (!opt_.rebuild_buckets || !order_recorded_ || rebuilt_) return;
+  if (!rebuild_due()) return;
   // Note [Bucket rebuild]: rank 0's arrival order, so every rank builds the same buckets.
   std::vector<size_t> order = arrival_;
   std::vector<bool> have(params_.size(), false);
@@ -189,8 +143,7 @@ void Reducer::check_capturable(const char* what) const {
              ": find_unused_parameters reads the parameters' usage back on the host after every "
              "backward, which a CUDA graph cannot hold; construct DistributedDataParallel without "
              "it (every parameter must then take part in the loss) or run the step eagerly");
-  LOOM_CHECK(opt_.zero_stage == 0, what, ": ZeRO stage ", opt_.zero_stage,
-             " is not captured into a CUDA graph (its sharded step runs eagerly)");
+  reduction_->check_capturable(what);
   LOOM_CHECK(!require_finalize_, what,
              ": the previous backward's reduction never finished (Note [Unfinished reduction])");
 }
@@ -223,8 +176,8 @@ void Reducer::prepare_for_forward(bool sync) {
               "before wrapping the model)");
   }
   rebuild_if_due();
-  bind_grads();
-  expect_hooks_ = sync || opt_.zero_stage == 2;  // stage 2 reduces every backward
+  reduction_->bind_grads(buckets_, params_);
+  expect_hooks_ = sync || reduction_->reduces_under_no_sync();
   started_ = false;
   ready_.assign(params_.size(), false);
   next_bucket_ = 0;
@@ -282,70 +235,17 @@ void Reducer::mark_ready(size_t i) {
   ready_[i] = true;
   if (!order_recorded_) arrival_.push_back(i);
   Bucket& b = buckets_[bucket_of_[i]];
-  if (!b.flat.defined()) allocate_flat(b, params_);  // ZeRO-2: at the bucket's first gradient
-  Tensor view = b.views[slot_of_[i]];
-  Tensor g = params_[i].grad();
-  {
-    autograd::NoGradGuard no_grad;
-    if (opt_.zero_stage == 2) {  // into the bucket, and the full-size gradient is dropped
-      if (g.defined()) view.copy_(g);
-      params_[i].set_grad(Tensor());
-    } else if (!g.defined()) {
-      view.zero_();
-      params_[i].set_grad(view);
-    } else if (!same_memory(g, view)) {
-      view.copy_(g);
-      params_[i].set_grad(view);
-    }
-  }
+  reduction_->take_grad(b, slot_of_[i], params_);
   --b.pending;
 }
 
 void Reducer::launch_ready_buckets() {
   autograd::NoGradGuard no_grad;
+  const size_t lag = reduction_->finish_after();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    launch(buckets_[next_bucket_++]);
-    // ZeRO-2: the bucket launched two before is done by now (or nearly): free its buffer.
-    if (opt_.zero_stage == 2 && next_bucket_ >= 3) finish(buckets_[next_bucket_ - 3]);
+    reduction_->launch(buckets_[next_bucket_++]);
+    if (lag > 0 && next_bucket_ > lag) reduction_->finish(buckets_[next_bucket_ - 1 - lag]);
   }
-}
-
-void Reducer::launch(Bucket& b) {
-  if (opt_.zero_stage) {                                   // Note [ZeRO gradient shards]
-    if (!shards_fresh_) b.incoming = zeros_like(b.shard);  // added into the shard by finish
-    Tensor& out = shards_fresh_ ? b.shard : b.incoming;
-    if (pg_->size() == 1) {
-      out.copy_(b.flat);
-      return;
-    }
-    b.flat.mul_(1.0 / double(pg_->size()));
-    b.work = pg_->reduce_scatter(out, b.flat, ReduceOp::Sum);
-    return;
-  }
-  // A world of one: the gradients are already the mean. A one-rank group whose collectives can
-  // be captured (NCCL) still runs them: they are what a captured step holds, and the one-GPU test
-  // of the captured DDP step (tests/train/test_cuda_step_runner_ddp_graph.cpp) relies on it.
-  if (pg_->size() == 1 && !pg_->collectives_capturable()) return;
-  b.flat.mul_(1.0 / double(pg_->size()));
-  if (b.comm.defined()) {
-    b.comm.copy_(b.flat);
-    b.work = pg_->all_reduce(b.comm, ReduceOp::Sum);
-  } else {
-    b.work = pg_->all_reduce(b.flat, ReduceOp::Sum);
-  }
-}
-
-void Reducer::finish(Bucket& b) {
-  if (b.work) {
-    b.work->wait();
-    b.work.reset();
-  }
-  if (b.comm.defined()) b.flat.copy_(b.comm);
-  if (b.incoming.defined()) {
-    b.shard.add_(b.incoming);
-    b.incoming = Tensor();
-  }
-  if (opt_.zero_stage == 2) b.flat = Tensor(), b.views.clear();
 }
 
 void Reducer::finalize() {
@@ -356,46 +256,39 @@ void Reducer::finalize() {
   if (on_backward_computed_) on_backward_computed_();
   autograd::NoGradGuard no_grad;
   double t0 = now_s();
-  for (Bucket& b : buckets_) finish(b);
-  if (opt_.zero_stage) {  // the .grad left hold unreduced gradients: release them
-    for (Tensor& p : params_) p.set_grad(Tensor());
-    shards_fresh_ = false;
-  }
-  if (opt_.find_unused_parameters && !params_.empty()) {
-    // Parameters no rank used keep no gradient (as in a single process), so the optimizer skips
-    // them; the others hold the mean, zeros included, on every rank.
-    std::vector<int32_t> used(locally_used_.begin(), locally_used_.end());
-    Tensor t = from_vector(used, {int64_t(used.size())}).to(params_[0].device());
-    if (pg_->size() > 1) pg_->all_reduce(t, ReduceOp::Sum)->wait();
-    Tensor host = t.to(kCPU);
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (host.data<int32_t>()[i] == 0) params_[i].set_grad(Tensor());
-  }
+  for (Bucket& b : buckets_) reduction_->finish(b);
+  if (opt_.find_unused_parameters && !params_.empty()) drop_unused_grads();
   last_wait_s_ = now_s() - t0;
   locally_used_.assign(params_.size(), 0);
   order_recorded_ = true;
   require_finalize_ = false;
-  if (opt_.zero_stage && on_shards_ready_) on_shards_ready_();
+  reduction_->backward_done(params_);
+}
+
+// Parameters no rank used keep no gradient (as in a single process), so the optimizer skips them;
+// the others hold the mean, zeros included, on every rank.
+void Reducer::drop_unused_grads() {
+  std::vector<int32_t> used(locally_used_.begin(), locally_used_.end());
+  Tensor t = from_vector(used, {int64_t(used.size())}).to(params_[0].device());
+  if (pg_->size() > 1) pg_->all_reduce(t, ReduceOp::Sum)->wait();
+  Tensor host = t.to(kCPU);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (host.data<int32_t>()[i] == 0) params_[i].set_grad(Tensor());
 }
 
 // Note [Join]
 // A rank that has run out of data mirrors, for every iteration the others still run, exactly the
 // collectives their forward and backward make: the rebuild broadcast (once), each bucket's
 // all-reduce in order (with zeros: it contributes nothing) and find_unused_parameters' usage
-// count. The active ranks divide by the whole world size, as PyTorch does by default.
+// count. The active ranks divide by the whole world size, as PyTorch does by default. ZeRO has no
+// shadow iteration: join with a ZeRO stage is an error (ShardedReduceBuckets::shadow).
 void Reducer::shadow_iteration() {
-  LOOM_CHECK(opt_.zero_stage == 0, "DistributedDataParallel::join: not supported with ZeRO stage ",
-             opt_.zero_stage);
-  if (opt_.rebuild_buckets && order_recorded_ && !rebuilt_) {
+  if (rebuild_due()) {
     require_finalize_ = false;
     prepare_for_forward(false);
   }
   autograd::NoGradGuard no_grad;
-  for (Bucket& b : buckets_) {
-    Tensor& t = b.comm.defined() ? b.comm : b.flat;
-    t.zero_();
-    pg_->all_reduce(t, ReduceOp::Sum)->wait();
-  }
+  reduction_->shadow(buckets_);
   if (opt_.find_unused_parameters && !params_.empty()) {
     Tensor t =
         zeros({int64_t(params_.size())}, {.dtype = DType::I32, .device = params_[0].device()});

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "distributed/buckets/sharded_buckets.h"
 #include "distributed/process_group/process_group.h"
-#include "distributed/zero/sharded_buckets.h"
 #include "nn/module.h"
 
 namespace loom::distributed {

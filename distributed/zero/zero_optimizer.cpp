@@ -19,6 +19,15 @@ constexpr size_t kNone = size_t(-1);
 Tensor flat_range(const Tensor& t, int64_t offset, int64_t n) {
   return make_view(t, {n}, {1}, t.offset() + offset);
 }
+
+// The gradient shards of ddp's reducer (Note [ZeRO gradient shards] in
+// distributed/ddp/sharded_reduce_buckets.h).
+ShardedBuckets& shards_of(DistributedDataParallel& ddp) {
+  ShardedBuckets* shards = ddp.reducer().shards();
+  LOOM_CHECK(shards, "ZeroOptimizer: the model's DistributedDataParallel has no ZeRO stage ",
+             "(make it with ddp_options_for_zero(1 or 2))");
+  return *shards;
+}
 }  // namespace
 
 DDPOptions ddp_options_for_zero(int stage) {
@@ -32,16 +41,13 @@ DDPOptions ddp_options_for_zero(int stage) {
 }
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& full)
-    : ZeroOptimizer(static_cast<ShardedBuckets&>(ddp.reducer()), full) {}
+    : ZeroOptimizer(shards_of(ddp), full) {}
 
 ZeroOptimizer::ZeroOptimizer(ShardedBuckets& shards, optim::Optimizer& full)
     : Optimizer("ZeRO-" + std::to_string(shards.zero_stage()) + " " + full.name()),
       reducer_(shards),
       pg_(shards.shard_group()),
       full_(full) {
-  LOOM_CHECK(stage() >= 1 && stage() <= 3, name(),
-             ": the model's DistributedDataParallel has no ZeRO stage (make it with "
-             "ddp_options_for_zero(1 or 2))");
   LOOM_CHECK(!full.capturable() && !full.sharded(), name(),
              ": the optimizer to shard must be a plain one (not capturable, not sharded)");
   const auto& rp = reducer_.params();

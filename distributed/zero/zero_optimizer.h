@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/buckets/shard_partition.h"
+#include "distributed/buckets/sharded_buckets.h"
 #include "distributed/ddp/ddp.h"
-#include "distributed/zero/sharded_buckets.h"
-#include "distributed/zero/zero_partition.h"
 #include "nn/optim/optimizer.h"
 
 namespace loom::distributed {
@@ -29,7 +29,8 @@ namespace loom::distributed {
 //   ZeRO-3  4 / N + 4 / N + 8 / N (the parameters too: Note [FSDP] in distributed/fsdp/fsdp.h)
 // plus, for stage 2, the buckets in flight (two of at most 25 MiB). The step:
 //   backward    each bucket, when complete, is scaled by 1/N and reduce-scattered: rank r gets
-//               the mean gradient of its shard (Note [ZeRO gradient shards] in reducer.h);
+//               the mean gradient of its shard (Note [ZeRO gradient shards] in
+//               sharded_reduce_buckets.h);
 //   step()      the shard's optimizer (the program's own kind and options, built over 1-D
 //               views of this rank's slices of the parameters: Note [ZeRO partition]) updates
 //               them in place; then every bucket's parameters are all-gathered from the shards
@@ -92,7 +93,7 @@ class ZeroOptimizer : public optim::Optimizer {
   }
   std::string describe_param(size_t full_index) const;
 
-  ShardedBuckets& reducer_;  // DDP's Reducer (stages 1, 2) or FSDP (stage 3)
+  ShardedBuckets& reducer_;  // DDP's reducer's ShardedReduceBuckets (stages 1, 2) or FSDP (3)
   ProcessGroup& pg_;
   optim::Optimizer& full_;
   std::vector<size_t> reducer_of_full_;  // the program optimizer's number -> reducer's

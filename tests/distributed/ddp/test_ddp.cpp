@@ -3,7 +3,7 @@
 // process on the concatenated batches, no_sync (its gradients and its collectives: none),
 // unused parameters, errors, join (the state of the rank that ran the most steps), BatchNorm
 // buffers broadcast from rank 0; the bucket assignment; a world of one (a gradient cleared between
-// steps). NCCL: the same equivalence on two GPUs (skipped below two).
+// steps, a communication dtype). NCCL: the same equivalence on two GPUs (skipped below two).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,8 +15,8 @@
 
 #include "core/cuda/available.h"
 #include "ddp_case.h"
+#include "distributed/buckets/bucket_layout.h"
 #include "distributed/ddp/ddp.h"
-#include "distributed/ddp/ddp_buckets.h"
 #include "distributed/process_group/local_process_group.h"
 #include "distributed/spawn.h"
 #include "distributed/world.h"
@@ -524,6 +524,24 @@ TEST(DDPWorldOfOne, ReducerOptionsReachTheReducer) {
   train_two_steps(plain);
   EXPECT_TRUE(plain.reducer().buckets_rebuilt());
   for (const Tensor& t : plain.reducer().bucket_tensors()) EXPECT_EQ(t.dtype(), kF32);
+}
+
+// A world of one makes no all-reduce (its gradients are already the mean), so a communication
+// dtype changes nothing: the gradients are the plain model's, bit for bit, not the low-precision
+// buffer that no collective filled.
+TEST(DDPWorldOfOne, ACommunicationDtypeLeavesTheGradientsAsTheyAre) {
+  auto pg = std::make_shared<LocalProcessGroup>(std::chrono::seconds(10));
+  auto plain = test::ddp_case_model(kF32, 3);
+  DDPOptions o;
+  o.reducer.comm_dtype = kBF16;
+  DistributedDataParallel ddp(test::ddp_case_model(kF32, 3), pg, o);
+  auto [x, y] = test::ddp_case_batch(0, 8, kF32);
+  cross_entropy((*plain)(x), y).backward();
+  cross_entropy(ddp(x), y).backward();
+  NamedTensors got, want;
+  for (auto& [n, p] : ddp.named_parameters()) got.emplace_back(n, p.grad());
+  for (auto& [n, p] : plain->named_parameters()) want.emplace_back(n, p.grad());
+  expect_bitwise_equal(got, want, "gradients with comm_dtype bf16 on one rank");
 }
 
 }  // namespace

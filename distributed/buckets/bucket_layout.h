@@ -1,6 +1,7 @@
-// DDP's gradient buckets: which parameters share a flat all-reduce buffer (the assignment), and
-// the buffers themselves (flat storage, a view per parameter, an optional low-precision copy).
-// Leaves out: when buckets are launched and waited for (distributed/ddp/reducer.h).
+// Gradient buckets, the layout DDP, ZeRO and FSDP share: which parameters share a flat buffer (the
+// assignment), and the buffers themselves (flat storage, a view per parameter, an optional
+// low-precision copy, ZeRO's shard). Leaves out: when buckets are launched and waited for
+// (distributed/ddp/reducer.h) and who owns which shard (distributed/buckets/shard_partition.h).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,7 @@ struct Bucket {
   Tensor incoming;               // ZeRO: a reduce-scatter's output to add into shard
   Tensor comm;                   // (numel,) in the communication dtype, when compressing
   size_t pending = 0;            // gradients not yet ready in this iteration
-  std::shared_ptr<Work> work;    // the all-reduce in flight, if launched
+  std::shared_ptr<Work> work;    // the reduction in flight, if launched
 };
 
 // Allocates the buckets of `assignment` for `params` (all of one dtype and device per bucket);
@@ -53,5 +54,7 @@ std::vector<Bucket> make_buckets(const std::vector<Tensor>& params,
                                  std::optional<DType> comm_dtype, int64_t pad_to = 1);
 // (Re)allocates b.flat (zeros, b.numel) and the parameters' views into it.
 void allocate_flat(Bucket& b, const std::vector<Tensor>& params);
+// Bytes the buckets hold now: the flat buffers allocated, and the shards.
+int64_t bucket_bytes(const std::vector<Bucket>& buckets);
 
 }  // namespace loom::distributed

@@ -1,5 +1,5 @@
 // ZeRO's partition of the buckets into equal shards: see Note [ZeRO partition].
-#include "distributed/zero/zero_partition.h"
+#include "distributed/buckets/shard_partition.h"
 
 #include <algorithm>
 

@@ -1,7 +1,8 @@
-// ZeRO's partition: which elements of which parameters rank r of N updates, given DDP's buckets.
-// A pure function of the bucket layout (no process group), so every rank computes the same one
-// and a test can check it alone. Leaves out: the reduction (distributed/ddp/reducer.h) and the
-// optimizer over the segments (distributed/zero/zero_optimizer.h).
+// ZeRO's partition: which elements of which parameters rank r of N updates, given the buckets
+// (DDP's, or FSDP's units). A pure function of the bucket layout (no process group), so every rank
+// computes the same one and a test can check it alone. Leaves out: the reduction
+// (distributed/ddp/reducer.h) and the optimizer over the segments
+// (distributed/zero/zero_optimizer.h).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// DDP's bucket assignment and allocation. See distributed/ddp/ddp_buckets.h.
-#include "distributed/ddp/ddp_buckets.h"
+// The bucket assignment and allocation. See distributed/buckets/bucket_layout.h.
+#include "distributed/buckets/bucket_layout.h"
 
 #include <algorithm>
 #include <map>
@@ -89,6 +89,15 @@ void allocate_flat(Bucket& b, const std::vector<Tensor>& params) {
     b.views.push_back(make_view(b.flat, p.shape(), contiguous_strides(p.shape()),
                                 b.flat.offset() + b.offsets[k]));
   }
+}
+
+int64_t bucket_bytes(const std::vector<Bucket>& buckets) {
+  int64_t n = 0;
+  for (const Bucket& b : buckets) {
+    if (b.flat.defined()) n += int64_t(b.flat.numel() * b.flat.element_size());
+    if (b.shard.defined()) n += int64_t(b.shard.numel() * b.shard.element_size());
+  }
+  return n;
 }
 
 }  // namespace loom::distributed

@@ -1,7 +1,9 @@
 // ShardedBuckets: what a ZeRO optimizer needs from the part of the program that reduces the
-// gradients into per-rank shards. DDP's Reducer is one (stages 1 and 2: the parameters stay whole
-// on every rank); FullyShardedDataParallel is the other (stage 3: each rank keeps only its shard
-// of the parameters too). Leaves out: the optimizer itself (distributed/zero/zero_optimizer.h).
+// gradients into per-rank shards. DDP's Reducer has one with a ZeRO stage (Reducer::shards(), its
+// ShardedReduceBuckets: stages 1 and 2, the parameters stay whole on every rank);
+// FullyShardedDataParallel is the other (stage 3: each rank keeps only its shard of the
+// parameters too). Leaves out: the optimizer itself (distributed/zero/zero_optimizer.h) and
+// the partition it computes from the buckets (distributed/buckets/shard_partition.h).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/ddp/ddp_buckets.h"
+#include "distributed/buckets/bucket_layout.h"
 #include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
