@@ -4,9 +4,9 @@
 // the dropouts and the residual adds run on a slice of the sequence; the stack that splits the
 // sequence on the way in and gathers it on the way out, the dropout that draws a different mask on
 // every rank, and the all-reduce of the gradients that only a slice produced. Leaves out: the
-// embedding's and the final norm's activations (whole on every rank: see the Note), the KV-cache
-// forward (generation is one position at a time), BERT's and the ViT's stacks, overlapping the
-// collectives with the GEMMs.
+// embedding's and the final norm's activations and the split Linears' inputs (whole on every
+// rank: see the Note), the KV-cache forward (generation is one position at a time), BERT's and
+// the ViT's stacks, overlapping the collectives with the GEMMs.
 #pragma once
 
 #include <memory>
@@ -38,8 +38,11 @@ namespace loom::distributed {
 // Every op between g-bar and g works position by position, so each rank computing its positions
 // is the same math as every rank computing all of them; the collectives move as much as f's and
 // g's all-reduces did (an all-reduce is a reduce-scatter and an all-gather). What it saves: the
-// norms', dropouts' and residual adds' activations kept for backward are (B, T/tp, C) per rank
-// instead of (B, T, C) (Korthikanti et al.'s 10 sbh per layer becomes 10 sbh / tp).
+// norms' inputs and the dropouts' masks kept for backward are (B, T/tp, C) per rank instead of
+// (B, T, C): 6 of the 10 sbh bytes per layer that Korthikanti et al. count as replicated under
+// tensor parallelism. The other 4, the column-parallel Linears' inputs, stay whole here: the
+// Linear keeps its all-gathered input for the weight's gradient (Megatron-LM keeps the slice and
+// all-gathers again in backward; not done here).
 //
 // The gradients. A parameter used on the rank's positions only (the norms' weights and biases,
 // the row-parallel Linears' biases, added after g-bar) gets on each rank the gradient of its
@@ -52,14 +55,14 @@ namespace loom::distributed {
 // final norm runs whole after gather_sequence, so their parameters' gradients are whole as before.
 //
 // Dropout. The dropout after each residual branch now sees the rank's positions only. Every tp rank
-// seeds its generator alike (the embedding's dropout and the attention's must agree), so a plain
-// Dropout would give rank 1's positions the very mask of rank 0's. SequenceParallelDropout takes
-// the counters of the whole (B, T, C) from the default generator on every rank, as the plain
-// dropout of the whole would, and gives rank r the r-th block of them: disjoint draws, the
-// generators still in step. (Megatron-LM forks a tensor-parallel RNG for the same reason.) The
-// masks are not those of the run without sequence parallel: different positions, different draws;
-// each element is still kept with probability 1 - p, independently.
-// T must be divisible by tp: split_sequence's error names T and tp.
+// seeds its generator alike (the embedding's dropout, on the whole x, must draw one mask on every
+// rank), so a plain Dropout would give rank 1's positions the very mask of rank 0's.
+// SequenceParallelDropout takes the counters of the whole (B, T, C) from the default generator on
+// every rank, as the plain dropout of the whole would, and gives rank r the r-th block of them:
+// disjoint draws, the generators still in step. (Megatron-LM forks a tensor-parallel RNG for the
+// same reason.) The masks are not those of the run without sequence parallel: different positions,
+// different draws; each element is still kept with probability 1 - p, independently. T must be
+// divisible by tp: split_sequence's error names T and tp.
 
 // A TransformerStack whose blocks run on this rank's positions: forward(x) is
 // gather_sequence(blocks(split_sequence(x))). Holds the plain stack's blocks (the same modules:
