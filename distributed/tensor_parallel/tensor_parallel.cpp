@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
+#include "distributed/tensor_parallel/sequence_parallel.h"
 #include "distributed/tensor_parallel/tp_linear.h"
 #include "distributed/tensor_parallel/vocab_parallel.h"
 #include "nn/fused_transformer.h"
@@ -118,10 +119,13 @@ std::vector<std::pair<std::string, const L*>> split_linears(const nn::Module& mo
 
 }  // namespace
 
-int parallelize_tensor(nn::Module& model, const std::shared_ptr<ProcessGroup>& tp) {
+int parallelize_tensor(nn::Module& model, const std::shared_ptr<ProcessGroup>& tp,
+                       TensorParallelOptions options) {
   LOOM_CHECK(tp != nullptr, "parallelize_tensor: the tensor-parallel group is null");
   if (tp->size() == 1) return 0;
-  return split_module(model, "", tp);
+  const int split = split_module(model, "", tp);
+  if (options.sequence_parallel) apply_sequence_parallel(model, tp);
+  return split;
 }
 
 namespace {

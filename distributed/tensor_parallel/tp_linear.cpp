@@ -89,6 +89,7 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& whole,
       tp(std::move(group)) {}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  if (sequence_parallel) return nn::Linear::forward(all_gather_sequence(x, *tp));  // (B, T, out_r)
   return nn::Linear::forward(copy_to_tensor_parallel(x, *tp));
 }
 
@@ -103,7 +104,9 @@ RowParallelLinear::RowParallelLinear(const nn::Linear& whole, int64_t start, int
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  Tensor y = reduce_from_tensor_parallel(linear(x, weight, Tensor()), *tp);
+  Tensor partial = linear(x, weight, Tensor());                         // (B, T, out)
+  Tensor y = sequence_parallel ? reduce_scatter_sequence(partial, *tp)  // (B, T/tp, out)
+                               : reduce_from_tensor_parallel(partial, *tp);
   return bias.defined() ? y + bias : y;
 }
 

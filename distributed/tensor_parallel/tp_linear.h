@@ -21,7 +21,10 @@ struct RowRange {
 // y_r = f(x) W_r^T + b_r: W_r (sum of the ranges' counts, in) the rows of the whole weight that
 // rank r holds, in the order of `rows_of_rank[r]` (a packed projection keeps several ranges:
 // attention's q, k and v, SwiGLU's gate and up), b_r the same entries of the bias. The output is
-// this rank's features only (B, ..., out_r). Printed as ColumnParallelLinear.
+// this rank's features only (B, ..., out_r). Printed as ColumnParallelLinear. With
+// sequence_parallel, x is this rank's positions (B, T/tp, in) and is all-gathered along T instead
+// of f (all_gather_sequence, Note [Sequence-parallel regions] in tp_regions.h): y_r is (B, T,
+// out_r).
 class ColumnParallelLinear : public nn::Linear {
  public:
   // rows_of_rank[r] are rank r's ranges (every rank's, so that any rank can reassemble the whole);
@@ -33,11 +36,15 @@ class ColumnParallelLinear : public nn::Linear {
   int64_t whole_out_features;
   std::vector<std::vector<RowRange>> rows_of_rank;
   std::shared_ptr<ProcessGroup> tp;
+  bool sequence_parallel = false;  // set by parallelize_tensor (TensorParallelOptions)
 };
 
 // y = g(x_r W_r^T) + b: x_r (B, ..., cols) this rank's input features (a ColumnParallelLinear's
 // output), W_r (out, cols) the columns [col_start, col_start + cols) of the whole weight; the bias
-// is whole and added once, after the sum. Printed as RowParallelLinear.
+// is whole and added once, after the sum. Printed as RowParallelLinear. With sequence_parallel the
+// partial sums (B, T, out) are reduce-scattered along T instead of g (reduce_scatter_sequence): y
+// is this rank's positions (B, T/tp, out), and the bias, added to them only, gets a partial
+// gradient (Note [Sequence parallel] in sequence_parallel.h).
 class RowParallelLinear : public nn::Linear {
  public:
   RowParallelLinear(const nn::Linear& whole, int64_t col_start, int64_t cols,
@@ -46,6 +53,7 @@ class RowParallelLinear : public nn::Linear {
 
   int64_t whole_in_features, col_start;
   std::shared_ptr<ProcessGroup> tp;
+  bool sequence_parallel = false;  // set by parallelize_tensor (TensorParallelOptions)
 };
 
 // The whole weight (and bias) of a split Linear, gathered from every rank of its group (a

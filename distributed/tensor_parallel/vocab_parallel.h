@@ -1,8 +1,9 @@
 // The vocabulary split over the tensor-parallel ranks, as Megatron-LM splits it: each rank holds
 // V / tp rows of the token embedding (and of the head), looks up only the ids in its rows, and
 // computes the cross-entropy from its columns of the logits without ever gathering the whole
-// (B, T, V) logits. Leaves out: sequence parallelism, label smoothing, vocabularies tp does not
-// divide (pad the vocabulary, as llm.c pads GPT-2's to 50304).
+// (B, T, V) logits. Leaves out: a reduce-scatter straight from the lookup under sequence parallel
+// (the lookup is summed whole, then split_sequence takes the rank's positions), label smoothing,
+// vocabularies tp does not divide (pad the vocabulary, as llm.c pads GPT-2's to 50304).
 #pragma once
 
 #include <memory>
