@@ -158,6 +158,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "tensor parallel: split each transformer block's matrices over this many "
                  "processes (docs/parallelism.md); the world / tp others are data-parallel copies")
       ->check(int_range(1, 1024));
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "under --tp: the norms, dropout and residual adds on T/tp positions per process "
+               "(Megatron's sequence parallel; less activation memory)");
   app.add_option("--amp", c.amp,
                  "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));

@@ -33,6 +33,7 @@ Tensor accumulate(const Tensor& x, const Tensor& y, const Accumulation& how,
              " must be at least 1 (micro-batches per step)");
   if (k == 1) {
     Tensor loss = fn(MicroBatch{x, y, 0, 1, how.profiler});
+    if (how.model) how.model->finish_gradients();
     mark_backward_end(how.profiler);
     return loss;
   }
@@ -50,6 +51,7 @@ Tensor accumulate(const Tensor& x, const Tensor& y, const Accumulation& how,
     Tensor loss = fn(mb);
     total = total.defined() ? total + loss : loss;
   }
+  if (how.model) how.model->finish_gradients();  // sequence parallel's sums over tp
   mark_backward_end(how.profiler);
   return total;
 }

@@ -27,8 +27,10 @@ namespace loom::train {
 // recipe). Under DistributedDataParallel (Accumulation::model's no_sync) the first k - 1 backwards
 // run under no_sync(): only the last one all-reduces, and it reduces the sum of all k. With a
 // GradScaler the program scales each micro-batch's loss, and unscales, checks, steps and updates
-// once. k = 1 is the plain step: no slicing, no division. The profiler's marks are the last
-// micro-batch's: the earlier micro-batches' forward and backward count as forward.
+// once. After the last backward the model's finish_gradients() completes what its kind must
+// (sequence parallel's sums over tp). k = 1 is the plain step: no slicing, no division. The
+// profiler's marks are the last micro-batch's: the earlier micro-batches' forward and backward
+// count as forward.
 
 // How a step accumulates: k micro-batches, the model whose no_sync() holds the reduction back
 // until the last (null: nothing to hold back), and the --profile timer whose marks it sets.

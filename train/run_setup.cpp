@@ -124,7 +124,8 @@ RunSetup::RunSetup(const TrainConfig& cfg)
 }
 
 distributed::ParallelPlan parallel_plan(const TrainConfig& cfg) {
-  distributed::ParallelPlan plan{.zero = cfg.zero, .tp = cfg.tp};
+  distributed::ParallelPlan plan{
+      .zero = cfg.zero, .tp = cfg.tp, .sequence_parallel = cfg.sequence_parallel};
   if (cfg.zero == 3 && cfg.amp == "bf16") plan.fsdp_param_dtype = kBF16;
   return plan;
 }

@@ -24,6 +24,7 @@ namespace loom::distributed {
 //   eval_module()   what evaluation calls (the model, or FSDP's wrapper, which gathers);
 //   optimizer()     what steps (the program's optimizer, or ZeRO's over it);
 //   no_sync()       held around all but the last micro-batch of an accumulated step;
+//   finish_gradients()  after the step's last backward (sequence parallel's sums over tp);
 //   state dicts     in the layout of the whole, unsplit model, whatever the kind: a checkpoint
 //                   saved at one layout resumes at any other (Note [Whole-layout checkpoints]);
 //   capture hooks   what --cuda-graph must do before capturing and around each replay;
@@ -49,6 +50,10 @@ class ParallelModel {
     virtual ~Pause() = default;
   };
   virtual std::unique_ptr<Pause> no_sync() { return nullptr; }
+  // After the step's last backward, before the clip and the update: completes the gradients
+  // where a kind must (sequence parallel sums its norms' partial gradients over tp). A collective
+  // for such a kind; train::accumulate calls it.
+  virtual void finish_gradients() {}
   // Rank 0's buffers (BatchNorm statistics) to every rank, before evaluating. A collective.
   virtual void sync_buffers() {}
   // Calls f when backward's compute ends and only its gradient reduction is left (--profile's

@@ -35,6 +35,9 @@ void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
              ": tensor parallel runs with DDP over the data-parallel ranks (--zero 0) for now");
   LOOM_CHECK(plan.tp >= 1 && world.size() % plan.tp == 0, "parallelize: --tp ", plan.tp,
              " does not divide the ", world.size(), " processes");
+  LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
+             "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
+             "it needs --tp 2 or more");
 }
 
 }  // namespace
@@ -47,11 +50,13 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
   check_plan(plan, *world);
   if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
   DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));
-  LOOM_CHECK(parallelize_tensor(*model, mesh.group("tp")) > 0, "parallelize: --tp ", plan.tp, ": ",
-             model->type_name(), " has no attention or MLP block to split");
+  const int split =
+      parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = plan.sequence_parallel});
+  LOOM_CHECK(split > 0, "parallelize: --tp ", plan.tp, ": ", model->type_name(),
+             " has no attention or MLP block to split");
   auto inner = data_parallel(model, make_optimizer(*model), plan, mesh.group("dp"));
-  return std::make_unique<TensorParallelModel>(std::move(model), mesh.group("tp"),
-                                               std::move(inner));
+  return std::make_unique<TensorParallelModel>(std::move(model), mesh.group("tp"), std::move(inner),
+                                               plan.sequence_parallel);
 }
 
 }  // namespace loom::distributed

@@ -20,6 +20,7 @@ namespace loom::distributed {
 struct ParallelPlan {
   int zero = 0;  // 0: DDP (nothing for one process), 1 or 2: ZeRO over DDP, 3: FSDP
   int tp = 1;    // tensor-parallel ranks; the world / tp others are data-parallel copies
+  bool sequence_parallel = false;  // under tp: the norms and dropout on T/tp positions each
   // FSDP's compute dtype (Note [FSDP mixed precision]); none: the parameters' own.
   std::optional<DType> fsdp_param_dtype{};
   DDPOptions ddp{};  // bucket sizes, find_unused_parameters, ... (its zero_stage is set from zero)
@@ -34,7 +35,8 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(nn::Module
 // Every process calls parallelize with the same plan, after building the model with the same
 // seed and moving it to its device, and before anything trains:
 //   1. the mesh {dp, tp} over `world` (errors name the world size and tp);
-//   2. tp > 1: the blocks split over the tp group (parallelize_tensor);
+//   2. tp > 1: the blocks split over the tp group (parallelize_tensor; with sequence_parallel the
+//      stack runs on T/tp positions per rank);
 //   3. the optimizer made by make_optimizer over what is left;
 //   4. the copies along dp: nothing when the world is one process and zero is 0; DDP (zero 0),
 //      DDP and ZeroOptimizer (zero 1, 2) or FSDP and ZeroOptimizer (zero 3) over the dp group;

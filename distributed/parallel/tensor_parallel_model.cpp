@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "distributed/tensor_parallel/sequence_parallel.h"
 #include "distributed/tensor_parallel/tensor_parallel.h"
 #include "distributed/tensor_parallel/tp_checkpoint.h"
 
@@ -11,8 +12,12 @@ namespace loom::distributed {
 
 TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
                                          std::shared_ptr<ProcessGroup> tp,
-                                         std::unique_ptr<ParallelModel> inner)
-    : model_(std::move(model)), tp_(std::move(tp)), inner_(std::move(inner)) {
+                                         std::unique_ptr<ParallelModel> inner,
+                                         bool sequence_parallel)
+    : model_(std::move(model)),
+      tp_(std::move(tp)),
+      inner_(std::move(inner)),
+      sequence_parallel_(sequence_parallel) {
   // Note [Optimizing a share of a model]: the shares count on every rank, the whole parameters
   // on tp rank 0 only; sums go over the tp group.
   std::unordered_set<const TensorImpl*> shares;
@@ -25,8 +30,13 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
 }
 
 std::string TensorParallelModel::describe() const {
-  return "tensor parallel over " + std::to_string(tp_->size()) +
-         " ranks, copies: " + inner_->describe();
+  return std::string(sequence_parallel_ ? "tensor and sequence parallel" : "tensor parallel") +
+         " over " + std::to_string(tp_->size()) + " ranks, copies: " + inner_->describe();
+}
+
+void TensorParallelModel::finish_gradients() {
+  inner_->finish_gradients();
+  if (sequence_parallel_) sync_sequence_parallel_grads(*model_, *tp_);  // after DDP's, commutes
 }
 
 nn::StateDict TensorParallelModel::model_state_dict() { return whole_state_dict(*model_); }

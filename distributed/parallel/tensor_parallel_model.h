@@ -19,14 +19,18 @@ class TensorParallelModel : public ParallelModel {
  public:
   // `model` is already split over `tp`; `inner` keeps its dp copies in step and owns the
   // optimizer (made over the split model's parameters).
+  // `sequence_parallel`: the blocks run on T/tp positions each (Note [Sequence parallel] in
+  // distributed/tensor_parallel/sequence_parallel.h), and finish_gradients sums the norms' partial
+  // gradients over tp.
   TensorParallelModel(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> tp,
-                      std::unique_ptr<ParallelModel> inner);
+                      std::unique_ptr<ParallelModel> inner, bool sequence_parallel = false);
 
   nn::Module& train_module() override { return inner_->train_module(); }
   nn::Module& eval_module() override { return inner_->eval_module(); }
   optim::Optimizer& optimizer() override { return inner_->optimizer(); }
   std::string describe() const override;
   std::unique_ptr<Pause> no_sync() override { return inner_->no_sync(); }
+  void finish_gradients() override;
   void sync_buffers() override { inner_->sync_buffers(); }
   void on_backward_computed(std::function<void()> f) override {
     inner_->on_backward_computed(std::move(f));
@@ -48,6 +52,7 @@ class TensorParallelModel : public ParallelModel {
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<ProcessGroup> tp_;
   std::unique_ptr<ParallelModel> inner_;
+  bool sequence_parallel_ = false;
 };
 
 }  // namespace loom::distributed

@@ -3,6 +3,7 @@
 #include "distributed/pipeline/pipeline_stage.h"
 
 #include "autograd/ops/ops.h"
+#include "distributed/tensor_parallel/sequence_parallel.h"
 #include "nn/gpt.h"
 #include "nn/llama.h"
 
@@ -21,6 +22,12 @@ PipelineStage::PipelineStage(nn::Module& model, int stage, int stages)
   } else {
     LOOM_FAIL("PipelineStage: cuts GPT and Llama models, not ", model.type_name());
   }
+  // The stage runs the blocks one by one, past the stack's split and gather along T.
+  LOOM_CHECK(
+      dynamic_cast<SequenceParallelStack*>(blocks_) == nullptr,
+      "PipelineStage: ", model.type_name(),
+      "'s blocks are sequence parallel; cut the stages first, or leave sequence parallel out "
+      "of a pipeline");
   const int64_t L = int64_t(blocks_->size());
   LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages, "PipelineStage: stage ", stage, " of ",
              stages);

@@ -239,8 +239,9 @@ TEST(TrainGpt, ZeroThreeOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZer
   zero_on_two_processes_equals_one(3);
 }
 
-// --tp 2 on two Gloo processes (each block's matrices split between them): the weights of one
-// process (float32 rounding), each rank holding less than the whole model; its checkpoints are in
+// --tp 2 on two Gloo processes (each block's matrices split between them), with and without
+// --sequence-parallel: the weights of one process (float32 rounding), each rank holding less than
+// the whole model; its checkpoints are in
 // the whole layout, so the tp 2 run's step 5 finishes as one process, and the one process's step 5
 // finishes as tp 2 x dp 2 on four, both where the uninterrupted run ends.
 TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
@@ -248,7 +249,7 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
 #endif
   fs::path dir = temp_dir("tp"), one = dir / "one", two = dir / "two", half = dir / "half",
-           four = dir / "four";
+           four = dir / "four", seq = dir / "seq";
   fs::create_directories(half), fs::create_directories(four);
   std::string text = write_text(dir);
   std::string common = "--max-steps 10 --eval-every 5 --checkpoint-dir ";
@@ -270,6 +271,12 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
     EXPECT_GT(parameters_mib(b.output, r), whole / 2) << b.output;
     EXPECT_LT(parameters_mib(b.output, r), whole * 0.9) << b.output;
   }
+  // Sequence parallel: the norms on 32 of the 64 positions each, their gradients summed over tp.
+  Outcome sp = run_cmd(gpt(2, text, common + seq.string() + " --tp 2 --sequence-parallel"));
+  ASSERT_EQ(sp.status, 0) << sp.output;
+  EXPECT_NE(sp.output.find("parallel: tensor and sequence parallel over 2"), std::string::npos)
+      << sp.output;
+  EXPECT_LE(max_weight_difference(one / last, seq / last), 1e-5);
   fs::copy_file(two / mid, half / mid);  // tp 2 -> one process
   Outcome c = run_cmd(gpt(1, text, common + half.string() + " --resume"));
   ASSERT_EQ(c.status, 0) << c.output;

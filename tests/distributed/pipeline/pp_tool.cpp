@@ -1,5 +1,5 @@
 // A worker the pipeline tests start N times (RANK, WORLD_SIZE, ... set; Gloo). One mode:
-//   train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [schedule=gpipe|1f1b] [clip=X]
+//   train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [schedule=gpipe|1f1b] [clip=X] [sp=1]
 // builds the model (4 blocks) in float64 on every rank from one seed, twice: a reference that
 // trains alone on the whole batch of 8 rows, and a copy cut into pipeline stages over the mesh's
 // pp group ({pp, dp, tp}; pp = world / (dp tp) by default), split by parallelize_tensor when
@@ -104,7 +104,7 @@ int train(const std::string& kind, int steps, const std::map<std::string, std::s
                                      : PipelineSchedule::OneFOneB};
   DeviceMesh mesh({{"pp", pp}, {"dp", dp}, {"tp", tp}});
   auto ref = make_model(kind), model = make_model(kind);
-  parallelize_tensor(*model, mesh.group("tp"));
+  parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = kv.count("sp") > 0});
   PipelineStage stage(*model, mesh.coordinate("pp"), pp);
   optim::AdamW opt(stage.parameters(), adamw()), ref_opt(ref->parameters(), adamw());
   const int64_t rows = kBatch / dp, first = mesh.coordinate("dp") * rows;
@@ -144,7 +144,7 @@ int train(const std::string& kind, int steps, const std::map<std::string, std::s
 
 int main(int argc, char** argv) {
   if (argc < 4 || std::string(argv[1]) != "train") {
-    std::cerr << "usage: pp_tool train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] "
+    std::cerr << "usage: pp_tool train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [sp=1] "
                  "[schedule=gpipe|1f1b] [clip=X]\n";
     return 2;
   }

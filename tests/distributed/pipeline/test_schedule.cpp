@@ -53,6 +53,16 @@ TEST(PipelineGloo, APpThatDoesNotDivideTheBlocksIsRefusedByName) {
             std::string::npos)
       << run.summary();
 }
+
+// The stage runs the blocks one by one, past a sequence-parallel stack's split and gather: the
+// shapes would still fit and the values be wrong, so it is refused.
+TEST(PipelineGloo, SequenceParallelBlocksAreRefusedByName) {
+  auto run = run_pp({"train", "llama", "1", "tp=2", "pp=2", "sp=1"}, 4);
+  expect_all_exit(run, 3);
+  EXPECT_NE(run.output[0].find("PipelineStage: Llama's blocks are sequence parallel"),
+            std::string::npos)
+      << run.summary();
+}
 #endif
 
 }  // namespace
