@@ -3,7 +3,8 @@
 // CPU. Prints train and validation loss, tokens/s and MFU; checkpoints with exact resume,
 // TensorBoard, --amp bf16, --cuda-graph, --grad-accum, LoRA (--lora-rank), Hugging Face folders
 // in and out (--init-from, --save-hf), any tokenizer (--tokenizer), and unchanged under loomrun
-// with DDP. --sample N then prints N tokens generated from --prompt (KV cache: nn/gpt_sample.h).
+// with DDP, ZeRO (--zero), tensor parallel (--tp, --sequence-parallel) or pipeline stages (--pp).
+// --sample N then prints N tokens generated from --prompt (KV cache: nn/gpt_sample.h).
 // --plan-only prints the memory per rank of every parallel layout and exits (docs/parallelism.md).
 //
 //   ./build/examples/train_gpt --text $(scripts/gpt-corpus.sh)   # the KJV Bible, the "mini" model
@@ -12,6 +13,7 @@
 //   ./build/examples/train_gpt --text kjv.txt --arch llama --model tiny     # docs/llama.md
 //   ./build/examples/train_gpt --shards data/ --init-from hf-folder/ --lora-rank 8 --save-hf out/
 //   ./build/distributed/launcher/loomrun --nproc_per_node=2 ./build/examples/train_gpt
+//   ./build/distributed/launcher/loomrun --nproc_per_node=4 ./build/examples/train_gpt --tp 2
 //
 // main below shows the training step (zero_grad, forward and loss, backward, clip, AdamW's step)
 // and the loop: intervals of --eval-every steps, each ending with the validation loss. train::Run
@@ -193,6 +195,15 @@ void after_training(train::LanguageModel& lm, distributed::ParallelModel& parall
   });
 }
 
+// Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h); not
+// under --tp or --pp, which split and cut the plain blocks.
+void fuse_unless_split(nn::Module& model, const train::TrainConfig& cfg,
+                       const train::RunSetup& setup) {
+  if (cfg.tp > 1 || cfg.pp > 1) return;
+  const auto fused = nn::fuse(model);
+  if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+}
+
 // --plan-only: the memory table for the model's preset (its own vocabulary unless --vocab-size),
 // T = --seq-len, on an H200's 139 GiB.
 int print_memory_plan(const CLI::App& app, GptFlags& g) {
@@ -229,12 +240,7 @@ int main(int argc, char** argv) {
     if (g.lora.rank > 0) nn::apply_lora(*model, g.lora);  // before DDP: adapters train, base frozen
     lm.set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
-    // Each residual add into the next layer norm, bias + GELU into the MLP's product (nn/fuse.h);
-    // not under --tp, whose split works on the plain blocks (Note [The tensor-parallel plan]).
-    if (cfg.tp == 1) {
-      const auto fused = nn::fuse(*model);
-      if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
-    }
+    fuse_unless_split(*model, cfg, setup);
     train::TokenData data(cfg, setup, g.data);  // windows (B, T) of token ids, sharded by rank
     model->to(setup.device);
     // DDP, ZeRO / FSDP with --zero, the blocks split with --tp (docs/parallelism.md); AdamW over
@@ -267,7 +273,9 @@ int main(int argc, char** argv) {
     train::CudaGraphStep step(
         [&](const Tensor& x, const Tensor& y) {
           opt.zero_grad();
-          Tensor loss = train::accumulate(x, y, run.accumulation(), forward_backward);
+          Tensor loss = parallel->pipelined()  // --pp: the stages' schedule runs the micro-batches
+                            ? parallel->forward_backward(x, y, cfg.grad_accum)
+                            : train::accumulate(x, y, run.accumulation(), forward_backward);
           scaler.unscale_(opt);  // fp16: the true gradients, for the clip
           if (g.grad_clip > 0) opt.clip_grad_norm_in_step(g.grad_clip);  // in AdamW's update
           scaler.step(opt);

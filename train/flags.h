@@ -161,6 +161,12 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "under --tp: the norms, dropout and residual adds on T/tp positions per process "
                "(Megatron's sequence parallel; less activation memory)");
+  app.add_option("--pp", c.pp,
+                 "pipeline parallel: cut the transformer blocks into this many stages, one per "
+                 "process, the step's --grad-accum micro-batches flowing through them")
+      ->check(int_range(1, 1024));
+  app.add_option("--pp-schedule", c.pp_schedule, "the pipeline's schedule: 1f1b or gpipe")
+      ->check(CLI::IsMember({"1f1b", "gpipe"}));
   app.add_option("--amp", c.amp,
                  "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));

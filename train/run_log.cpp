@@ -37,7 +37,7 @@ void RunLog::start(const std::string& model_name, int64_t train_examples) {
           : "",
       long(train_examples), long(cfg_.batch_size),
       world > 1 ? (" (" + std::to_string(run_.local_batch) +
-                   (cfg_.tp == 1 ? " per process)" : " per data-parallel replica)"))
+                   (cfg_.tp * cfg_.pp == 1 ? " per process)" : " per data-parallel replica)"))
                       .c_str()
                 : "",
       cfg_.grad_accum > 1

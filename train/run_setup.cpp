@@ -87,23 +87,26 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world, const std::s
   LOOM_CHECK(!cfg.profile || !cfg.cuda_graph,
              "--profile times the phases of the eager step; with "
              "--cuda-graph the step is one replay (drop one of the two flags)");
-  LOOM_CHECK(cfg.tp >= 1 && world % cfg.tp == 0, "--tp ", cfg.tp, " does not divide the ", world,
-             " processes");
-  const int replicas = world / cfg.tp;  // the processes that read different data
-  const std::string readers = cfg.tp == 1 ? " processes" : " data-parallel replicas";
+  LOOM_CHECK(cfg.tp >= 1 && cfg.pp >= 1 && world % (cfg.tp * cfg.pp) == 0, "--tp ", cfg.tp,
+             " x --pp ", cfg.pp, " does not divide the ", world, " processes");
+  LOOM_CHECK(cfg.pp == 1 || (cfg.amp == "off" && !cfg.cuda_graph), "--pp ", cfg.pp,
+             ": a pipeline runs without --amp and --cuda-graph for now (got --amp ", cfg.amp,
+             cfg.cuda_graph ? ", --cuda-graph" : "", ")");
+  const int replicas = world / (cfg.tp * cfg.pp);  // the processes that read different data
+  const std::string readers = cfg.tp * cfg.pp == 1 ? " processes" : " data-parallel replicas";
   LOOM_CHECK(cfg.batch_size % replicas == 0, "--batch-size ", cfg.batch_size,
              " is the global batch and must be divisible by the ", replicas, readers);
   LOOM_CHECK(cfg.grad_accum >= 1 && (cfg.batch_size / replicas) % cfg.grad_accum == 0,
              "--grad-accum ", cfg.grad_accum, " must divide each ",
-             cfg.tp == 1 ? "process's" : "replica's", " batch of ", cfg.batch_size / replicas,
-             " examples (--batch-size ", cfg.batch_size, " over ", replicas, readers,
-             ") into equal micro-batches");
+             cfg.tp * cfg.pp == 1 ? "process's" : "replica's", " batch of ",
+             cfg.batch_size / replicas, " examples (--batch-size ", cfg.batch_size, " over ",
+             replicas, readers, ") into equal micro-batches");
 }
 
 int64_t checked_local_batch(const TrainConfig& cfg, Device dev, int world,
                             const std::string& backend) {
   check_run_flags(cfg, dev, world, backend);
-  return cfg.batch_size / (world / cfg.tp);
+  return cfg.batch_size / (world / (cfg.tp * cfg.pp));
 }
 
 }  // namespace
@@ -117,15 +120,20 @@ RunSetup::RunSetup(const TrainConfig& cfg)
       rank(pg->rank()),
       world(pg->size()),
       local_batch(checked_local_batch(cfg, device, world, pg->backend())),
-      replicas(world / cfg.tp),
-      replica(rank / cfg.tp) {
+      replicas(world / (cfg.tp * cfg.pp)),
+      replica((rank / cfg.tp) % replicas) {  // Note [Mesh layout]: {pp, dp, tp}
   manual_seed(cfg.seed);
   autograd::set_recompute_activations(cfg.recompute_activations);  // Note [Recomputed activations]
 }
 
 distributed::ParallelPlan parallel_plan(const TrainConfig& cfg) {
-  distributed::ParallelPlan plan{
-      .zero = cfg.zero, .tp = cfg.tp, .sequence_parallel = cfg.sequence_parallel};
+  distributed::ParallelPlan plan{.zero = cfg.zero,
+                                 .tp = cfg.tp,
+                                 .sequence_parallel = cfg.sequence_parallel,
+                                 .pp = cfg.pp,
+                                 .pp_schedule = cfg.pp_schedule == "gpipe"
+                                                    ? distributed::PipelineSchedule::GPipe
+                                                    : distributed::PipelineSchedule::OneFOneB};
   if (cfg.zero == 3 && cfg.amp == "bf16") plan.fsdp_param_dtype = kBF16;
   return plan;
 }

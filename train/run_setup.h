@@ -62,7 +62,8 @@ class RunSetup {
   const int rank, world;
   const int64_t local_batch;  // --batch-size / replicas
   // The data-parallel replicas, which read different data, and this process's: the world and the
-  // rank, or under --tp the mesh's dp size and coordinate (the tp ranks of a replica read alike).
+  // rank, or under --tp / --pp the mesh's dp size and coordinate (the tp ranks and pipeline
+  // stages of a replica read alike).
   const int replicas, replica;
 };
 

@@ -42,7 +42,9 @@ struct TrainConfig {
   int zero = 0;  // 0 = DDP; 1 = optimizer state sharded over the processes; 2 = and gradients;
                  // 3 = and parameters (FSDP)
   int tp = 1;    // tensor-parallel ranks (the blocks split over them); world / tp read the data
-  bool sequence_parallel = false;  // under --tp: norms and dropout on T/tp positions per rank
+  bool sequence_parallel = false;    // under --tp: norms and dropout on T/tp positions per rank
+  int pp = 1;                        // pipeline stages (the blocks cut into pp of them)
+  std::string pp_schedule = "1f1b";  // 1f1b or gpipe
 
   // --max-steps is set and `step` steps are done.
   bool max_steps_reached(int64_t step) const { return max_steps > 0 && step >= max_steps; }

@@ -1,6 +1,8 @@
 // ParallelModel's shared parts and LocalModel: see distributed/parallel/parallel_model.h.
 #include "distributed/parallel/parallel_model.h"
 
+#include "core/error.h"
+
 namespace loom::distributed {
 
 namespace {
@@ -16,6 +18,12 @@ ParallelModel::Memory plain_memory(nn::Module& model, const optim::Optimizer& op
   for (size_t i = 0; i < opt.all_params().size(); ++i)
     for (const Tensor& b : opt.state(i).buffers) m.optimizer_state += bytes_of(b);
   return m;
+}
+
+Tensor ParallelModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches) {
+  (void)x, (void)y, (void)micro_batches;
+  LOOM_FAIL("forward_backward: ", describe(),
+            " is not pipelined; run forward and backward of train_module()");
 }
 
 LocalModel::LocalModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> opt)

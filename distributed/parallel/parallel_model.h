@@ -40,6 +40,11 @@ class ParallelModel {
   virtual nn::Module& eval_module() { return train_module(); }
   virtual bool eval_forwards_are_collectives() const { return false; }
   virtual optim::Optimizer& optimizer() = 0;
+  // Pipeline parallel: the step's forwards and backwards run as a schedule over the stages, not
+  // as train_module()'s forward and a backward; a program whose model is pipelined() calls
+  // forward_backward for the whole step, whose micro-batches are the schedule's.
+  virtual bool pipelined() const { return false; }
+  virtual Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches);
   // "one process", "DDP over 2 processes", "tp 2 x dp 2 (DDP)": for the run's opening line.
   virtual std::string describe() const = 0;
 

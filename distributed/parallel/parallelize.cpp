@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "distributed/mesh/device_mesh.h"
 #include "distributed/parallel/data_parallel_model.h"
+#include "distributed/parallel/pipeline_model.h"
 #include "distributed/parallel/tensor_parallel_model.h"
 #include "distributed/tensor_parallel/tensor_parallel.h"
 
@@ -35,6 +36,11 @@ void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
              ": tensor parallel runs with DDP over the data-parallel ranks (--zero 0) for now");
   LOOM_CHECK(plan.tp >= 1 && world.size() % plan.tp == 0, "parallelize: --tp ", plan.tp,
              " does not divide the ", world.size(), " processes");
+  LOOM_CHECK(plan.pp >= 1 && world.size() % plan.pp == 0, "parallelize: --pp ", plan.pp,
+             " does not divide the ", world.size(), " processes");
+  LOOM_CHECK(plan.pp == 1 || (plan.tp == 1 && plan.zero == 0), "parallelize: --pp ", plan.pp,
+             " with --tp ", plan.tp, " and --zero ", plan.zero,
+             ": a pipeline runs with plain data parallel copies (--tp 1, --zero 0) for now");
   LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
              "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
              "it needs --tp 2 or more");
@@ -48,6 +54,11 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
                                            const MakeOptimizer& make_optimizer) {
   LOOM_CHECK(model != nullptr && world != nullptr, "parallelize: a null model or process group");
   check_plan(plan, *world);
+  if (plan.pp > 1) {
+    DeviceMesh mesh(training_mesh_dims(world->size(), 1, plan.pp));
+    return std::make_unique<PipelineModel>(model, make_optimizer(*model), mesh.group("pp"),
+                                           mesh.group("dp"), plan.pp_schedule);
+  }
   if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
   DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));
   const int split =

@@ -1,9 +1,10 @@
 // parallelize: spreads a plain model over the job's processes as a plan says, and returns it
 // behind the one interface of parallel_model.h. The plan's kinds compose over a device mesh
-// {dp, tp}: tensor parallel splits the transformer blocks over tp ranks, then the data-parallel
-// copies along dp are kept in step by DDP, ZeRO-1/2 (DDP and a sharded optimizer) or FSDP
-// (ZeRO-3). Leaves out: pipeline stages (distributed/pipeline: their step is a schedule, not one
-// forward), ZeRO or FSDP together with tensor parallel, and the vocabulary split.
+// {pp, dp, tp}: tensor parallel splits the transformer blocks over tp ranks, pipeline parallel
+// cuts the stack of blocks into stages over pp ranks, and the data-parallel copies along dp are
+// kept in step by DDP, ZeRO-1/2 (DDP and a sharded optimizer), FSDP (ZeRO-3) or, for a pipeline,
+// its gradients averaged. Leaves out: ZeRO or FSDP together with tp or pp, tp together with pp
+// (the parts exist: tests/distributed/pipeline), and the vocabulary split.
 #pragma once
 
 #include <functional>
@@ -13,6 +14,7 @@
 #include "core/dtype.h"
 #include "distributed/ddp/ddp.h"
 #include "distributed/parallel/parallel_model.h"
+#include "distributed/pipeline/schedule.h"
 #include "distributed/process_group/process_group.h"
 
 namespace loom::distributed {
@@ -21,6 +23,8 @@ struct ParallelPlan {
   int zero = 0;  // 0: DDP (nothing for one process), 1 or 2: ZeRO over DDP, 3: FSDP
   int tp = 1;    // tensor-parallel ranks; the world / tp others are data-parallel copies
   bool sequence_parallel = false;  // under tp: the norms and dropout on T/tp positions each
+  int pp = 1;  // pipeline stages (GPT or Llama cut evenly by blocks); not with tp or ZeRO yet
+  PipelineSchedule pp_schedule = PipelineSchedule::OneFOneB;
   // FSDP's compute dtype (Note [FSDP mixed precision]); none: the parameters' own.
   std::optional<DType> fsdp_param_dtype{};
   DDPOptions ddp{};  // bucket sizes, find_unused_parameters, ... (its zero_stage is set from zero)
@@ -34,7 +38,9 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(nn::Module
 // Note [Applying a plan]
 // Every process calls parallelize with the same plan, after building the model with the same
 // seed and moving it to its device, and before anything trains:
-//   1. the mesh {dp, tp} over `world` (errors name the world size and tp);
+//   1. the mesh {pp, dp, tp} over `world` (errors name the world size, tp and pp);
+//      pp > 1: the stages cut (PipelineModel), the optimizer made over the whole model and
+//      remade over this stage's parameters, and nothing below;
 //   2. tp > 1: the blocks split over the tp group (parallelize_tensor; with sequence_parallel the
 //      stack runs on T/tp positions per rank);
 //   3. the optimizer made by make_optimizer over what is left;

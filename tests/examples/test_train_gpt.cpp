@@ -239,18 +239,43 @@ TEST(TrainGpt, ZeroThreeOnTwoProcessesEqualsOneAndItsCheckpointResumesWithoutZer
   zero_on_two_processes_equals_one(3);
 }
 
+// The checkpoints of a layout are in the whole model's layout: `from`'s step 5 (written by
+// `layout`) finishes as one process, and the one process's step 5 (in `one`) finishes as `layout`
+// on `procs` processes, both at the uninterrupted one-process run's weights (1e-5).
+void expect_resumes_across_layouts(const fs::path& dir, const std::string& text,
+                                   const std::string& common, const fs::path& one,
+                                   const fs::path& from, const std::string& layout, int procs) {
+  const fs::path last = "ckpt-00000010.safetensors", mid = "ckpt-00000005.safetensors";
+  const fs::path alone = dir / "alone", back = dir / "back";
+  fs::create_directories(alone), fs::create_directories(back);
+  fs::copy_file(from / mid, alone / mid);
+  Outcome c = run_cmd(gpt(1, text, common + alone.string() + " --resume"));
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_LE(max_weight_difference(one / last, alone / last), 1e-5) << layout << " -> one process";
+  fs::copy_file(one / mid, back / mid);
+  Outcome d = run_cmd(gpt(procs, text, common + back.string() + " " + layout + " --resume"));
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("written by 1 process(es), now " + std::to_string(procs)),
+            std::string::npos)
+      << d.output;
+  EXPECT_LE(max_weight_difference(one / last, back / last), 1e-5) << "one process -> " << layout;
+}
+
+// "rank R: parameters P MiB" of the memory report, -1 without one.
+double parameters_mib(const std::string& out, int rank) {
+  std::smatch m;
+  std::regex re("rank " + std::to_string(rank) + ": parameters ([0-9.]+) MiB");
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
+}
+
 // --tp 2 on two Gloo processes (each block's matrices split between them), with and without
 // --sequence-parallel: the weights of one process (float32 rounding), each rank holding less than
-// the whole model; its checkpoints are in
-// the whole layout, so the tp 2 run's step 5 finishes as one process, and the one process's step 5
-// finishes as tp 2 x dp 2 on four, both where the uninterrupted run ends.
+// the whole model; a tp 2 checkpoint finishes as one process, one process's as tp 2 x dp 2 on four.
 TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
 #endif
-  fs::path dir = temp_dir("tp"), one = dir / "one", two = dir / "two", half = dir / "half",
-           four = dir / "four", seq = dir / "seq";
-  fs::create_directories(half), fs::create_directories(four);
+  fs::path dir = temp_dir("tp"), one = dir / "one", two = dir / "two", seq = dir / "seq";
   std::string text = write_text(dir);
   std::string common = "--max-steps 10 --eval-every 5 --checkpoint-dir ";
   Outcome a = run_cmd(gpt(1, text, common + one.string()));
@@ -258,13 +283,8 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
   Outcome b = run_cmd(gpt(2, text, common + two.string() + " --tp 2"));
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_NE(b.output.find("parallel: tensor parallel over 2 ranks"), std::string::npos) << b.output;
-  const fs::path last = "ckpt-00000010.safetensors", mid = "ckpt-00000005.safetensors";
+  const fs::path last = "ckpt-00000010.safetensors";
   EXPECT_LE(max_weight_difference(one / last, two / last), 1e-5);
-  auto parameters_mib = [](const std::string& out, int rank) {  // "rank R: parameters P MiB"
-    std::smatch m;
-    std::regex re("rank " + std::to_string(rank) + ": parameters ([0-9.]+) MiB");
-    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
-  };
   const double whole = parameters_mib(a.output, 0);
   ASSERT_GT(whole, 0) << a.output;
   for (int r = 0; r < 2; ++r) {  // the blocks' matrices halved; embeddings and norms whole
@@ -277,15 +297,35 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
   EXPECT_NE(sp.output.find("parallel: tensor and sequence parallel over 2"), std::string::npos)
       << sp.output;
   EXPECT_LE(max_weight_difference(one / last, seq / last), 1e-5);
-  fs::copy_file(two / mid, half / mid);  // tp 2 -> one process
-  Outcome c = run_cmd(gpt(1, text, common + half.string() + " --resume"));
-  ASSERT_EQ(c.status, 0) << c.output;
-  EXPECT_LE(max_weight_difference(one / last, half / last), 1e-5);
-  fs::copy_file(one / mid, four / mid);  // one process -> tp 2 x dp 2
-  Outcome d = run_cmd(gpt(4, text, common + four.string() + " --tp 2 --resume"));
-  ASSERT_EQ(d.status, 0) << d.output;
-  EXPECT_NE(d.output.find("written by 1 process(es), now 4"), std::string::npos) << d.output;
-  EXPECT_LE(max_weight_difference(one / last, four / last), 1e-5);
+  expect_resumes_across_layouts(dir, text, common, one, two, "--tp 2", 4);
+  fs::remove_all(dir);
+}
+
+// --pp 2 on two Gloo processes (the 2 blocks cut into 2 stages, the step's 2 micro-batches through
+// them under 1F1B, GPipe too): the weights of one process with --grad-accum 2, each stage's rank
+// holding less than the whole model; a pp 2 checkpoint finishes as one process, one process's as
+// pp 2 x dp 2 on four.
+TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
+#ifndef LOOM_WITH_GLOO
+  GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
+#endif
+  fs::path dir = temp_dir("pp"), one = dir / "one", two = dir / "two", gpipe = dir / "gpipe";
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 10 --eval-every 5 --grad-accum 2 --checkpoint-dir ";
+  Outcome a = run_cmd(gpt(1, text, common + one.string()));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --pp 2"));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("parallel: pipeline parallel over 2 stages (1F1B)"), std::string::npos)
+      << b.output;
+  const fs::path last = "ckpt-00000010.safetensors";
+  EXPECT_LE(max_weight_difference(one / last, two / last), 1e-5);
+  const double whole = parameters_mib(a.output, 0);
+  for (int r = 0; r < 2; ++r) EXPECT_LT(parameters_mib(b.output, r), whole * 0.9) << b.output;
+  Outcome g = run_cmd(gpt(2, text, common + gpipe.string() + " --pp 2 --pp-schedule gpipe"));
+  ASSERT_EQ(g.status, 0) << g.output;
+  EXPECT_LE(max_weight_difference(one / last, gpipe / last), 1e-5);
+  expect_resumes_across_layouts(dir, text, common, one, two, "--pp 2", 4);
   fs::remove_all(dir);
 }
 
@@ -328,6 +368,16 @@ TEST(TrainGpt, BadInputsAreErrorsNamingThem) {
               dir.string());
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("exactly one of them"), std::string::npos) << r.output;
+  // Layouts that do not fit the processes, or each other.
+  const std::vector<std::pair<std::string, std::string>> layouts = {
+      {"--tp 2", "--tp 2 x --pp 1 does not divide the 1 processes"},
+      {"--pp 2", "--tp 1 x --pp 2 does not divide the 1 processes"},
+      {"--sequence-parallel", "--sequence-parallel splits the sequence over the tensor-parallel"}};
+  for (const auto& [flags, message] : layouts) {
+    r = run_cmd(gpt(1, text, "--max-steps 1 " + flags));
+    EXPECT_EQ(r.status, 1) << flags << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << ": " << r.output;
+  }
   fs::remove_all(dir);
 }
 
