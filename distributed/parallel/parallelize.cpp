@@ -38,9 +38,11 @@ void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
              " does not divide the ", world.size(), " processes");
   LOOM_CHECK(plan.pp >= 1 && world.size() % plan.pp == 0, "parallelize: --pp ", plan.pp,
              " does not divide the ", world.size(), " processes");
-  LOOM_CHECK(plan.pp == 1 || (plan.tp == 1 && plan.zero == 0), "parallelize: --pp ", plan.pp,
-             " with --tp ", plan.tp, " and --zero ", plan.zero,
-             ": a pipeline runs with plain data parallel copies (--tp 1, --zero 0) for now");
+  LOOM_CHECK(plan.pp == 1 || (plan.zero == 0 && !plan.sequence_parallel), "parallelize: --pp ",
+             plan.pp, " with --zero ", plan.zero,
+             plan.sequence_parallel ? " and sequence parallel" : "",
+             ": a pipeline runs with plain data parallel copies (--zero 0) and without sequence "
+             "parallel for now");
   LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
              "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
              "it needs --tp 2 or more");
@@ -54,10 +56,12 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
                                            const MakeOptimizer& make_optimizer) {
   LOOM_CHECK(model != nullptr && world != nullptr, "parallelize: a null model or process group");
   check_plan(plan, *world);
-  if (plan.pp > 1) {
-    DeviceMesh mesh(training_mesh_dims(world->size(), 1, plan.pp));
+  if (plan.pp > 1) {  // tp first (the stages hold split blocks), then the cut
+    DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, plan.pp));
+    if (plan.tp > 1) parallelize_tensor(*model, mesh.group("tp"));
     return std::make_unique<PipelineModel>(model, make_optimizer(*model), mesh.group("pp"),
-                                           mesh.group("dp"), plan.pp_schedule);
+                                           mesh.group("dp"), plan.pp_schedule,
+                                           plan.tp > 1 ? mesh.group("tp") : nullptr);
   }
   if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
   DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));

@@ -3,11 +3,14 @@
 
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
 #include "core/error.h"
+#include "distributed/tensor_parallel/tensor_parallel.h"
+#include "distributed/tensor_parallel/tp_checkpoint.h"
 
 namespace loom::distributed {
 
@@ -48,29 +51,47 @@ std::vector<std::vector<Tensor>> stage_groups(const optim::Optimizer& whole,
 PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
                              std::unique_ptr<optim::Optimizer> whole_opt,
                              std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                             PipelineSchedule schedule)
+                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp)
     : model_(std::move(model)),
       whole_opt_(std::move(whole_opt)),
       pp_(std::move(pp)),
       dp_(std::move(dp)),
+      tp_(std::move(tp)),
       schedule_(schedule) {
   const int S = pp_->size();
   for (int s = S - 1; s >= 0; --s)  // downwards: a parameter two stages list (tied) ends at 0
     for (const Tensor& p : PipelineStage(*model_, s, S).parameters()) owner_[p.impl()] = s;
   stage_ = std::make_unique<PipelineStage>(*model_, pp_->rank(), S);
   opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, *stage_));
-  // Note [Optimizing a share of a model]: each stage counts its own parameters, the tied head on
-  // the first stage only; sums go over the pp group.
+  set_model_share();
+}
+
+// Each stage counts its own parameters, the tied head on the first stage only, and under tp the
+// split parameters on every tp rank but the whole ones on tp rank 0 only; sums go over pp and tp.
+void PipelineModel::set_model_share() {
   const Tensor head = stage_->ties_head() && !stage_->is_first() ? stage_->head_weight() : Tensor();
+  std::unordered_set<const TensorImpl*> split;
+  if (tp_)
+    for (const auto& [impl, share] : tensor_shares(*model_)) split.insert(impl);
+  const bool whole_here = !tp_ || tp_->rank() == 0;
   ProcessGroup* pp_group = pp_.get();
-  opt_->set_model_share(
-      {.counted = [head](const Tensor& p) { return !head.defined() || !p.is_same(head); },
-       .sum = [pp_group](Tensor& t) { pp_group->all_reduce(t, ReduceOp::Sum)->wait(); }});
+  ProcessGroup* tp_group = tp_.get();
+  opt_->set_model_share({.counted =
+                             [head, split, whole_here](const Tensor& p) {
+                               if (head.defined() && p.is_same(head)) return false;
+                               return whole_here || split.count(p.impl()) > 0;
+                             },
+                         .sum =
+                             [pp_group, tp_group](Tensor& t) {
+                               pp_group->all_reduce(t, ReduceOp::Sum)->wait();
+                               if (tp_group) tp_group->all_reduce(t, ReduceOp::Sum)->wait();
+                             }});
 }
 
 std::string PipelineModel::describe() const {
   std::string s = "pipeline parallel over " + std::to_string(pp_->size()) + " stages (" +
                   (schedule_ == PipelineSchedule::GPipe ? "GPipe" : "1F1B") + ")";
+  if (tp_) s += ", tensor parallel over " + std::to_string(tp_->size()) + " ranks";
   if (dp_->size() > 1) s += ", copies: " + std::to_string(dp_->size()) + " averaged";
   return s;
 }
@@ -102,12 +123,13 @@ nn::Module& PipelineModel::eval_module() {
 
 nn::StateDict PipelineModel::model_state_dict() {
   refresh_whole_model();
-  return model_->state_dict();
+  return tp_ ? whole_state_dict(*model_) : model_->state_dict();  // tp: gathered over it
 }
 
 void PipelineModel::load_model_state_dict(const nn::StateDict& whole, const StateCheck& check) {
   if (check) check(model_->state_dict());
-  model_->load_state_dict(whole);  // every rank holds the whole model object
+  // Every rank holds the whole model object (under tp, its share of each split tensor).
+  model_->load_state_dict(tp_ ? share_of_state_dict(*model_, whole) : whole);
 }
 
 // Note [Whole-layout checkpoints], for a pipeline: the whole optimizer numbers the whole model's
@@ -145,10 +167,12 @@ nn::StateDict PipelineModel::optimizer_state_dict() {
       const bool list = key.size() > 7 && key.compare(key.size() - 7, 7, ".params") == 0;
       out.emplace_back(key, list ? t : by_key.at(key));
     }
-  return out;
+  return tp_ ? whole_optimizer_state(*model_, *whole_opt_, std::move(out)) : out;
 }
 
-void PipelineModel::load_optimizer_state_dict(const nn::StateDict& whole) {
+void PipelineModel::load_optimizer_state_dict(const nn::StateDict& whole_layout) {
+  const nn::StateDict whole =  // under tp: this rank's shares, still in the whole numbering
+      tp_ ? share_of_optimizer_state(*model_, *whole_opt_, whole_layout) : whole_layout;
   const std::vector<Tensor> params = whole_opt_->all_params();
   const auto local = numbers(*opt_);
   nn::StateDict mine;

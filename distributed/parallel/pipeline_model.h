@@ -4,8 +4,10 @@
 // train_module(): a program asks pipelined() and calls forward_backward for the whole step. Every
 // rank keeps the whole model object (what it does not train is refreshed from the stages'
 // owners before evaluating and saving); its optimizer holds the stage's parameters. Checkpoints
-// are in the whole layout (Note [Whole-layout checkpoints]). Leaves out: tensor parallel and ZeRO
-// or FSDP together with pp, mixed precision, CUDA graphs, freeing the blocks a stage does not run.
+// are in the whole layout (Note [Whole-layout checkpoints]). With a tp group the model's blocks are
+// already split over it (parallelize_tensor) and every sum and checkpoint also goes over tp.
+// Leaves out: ZeRO or FSDP together with pp, sequence parallel, mixed precision, CUDA graphs,
+// freeing the blocks a stage does not run.
 #pragma once
 
 #include <memory>
@@ -22,10 +24,11 @@ class PipelineModel : public ParallelModel {
  public:
   // `whole_opt` is the program's optimizer over the whole model (never stepped: its groups and
   // numbering are the whole layout's); the stage's optimizer is made like it over this stage's
-  // parameters. pp's rank is the stage; dp averages the gradients of the stage's copies.
+  // parameters. pp's rank is the stage; dp averages the gradients of the stage's copies; tp (null:
+  // none) is the group the blocks are split over.
   PipelineModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> whole_opt,
                 std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                PipelineSchedule schedule);
+                PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr);
 
   bool pipelined() const override { return true; }
   // The step's forwards and backwards over every stage, the batch (B, T) cut into micro_batches;
@@ -47,10 +50,11 @@ class PipelineModel : public ParallelModel {
 
  private:
   void refresh_whole_model();  // every parameter from its stage's rank (a collective over pp)
+  void set_model_share();      // Note [Optimizing a share of a model]: over pp (and tp)
 
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> whole_opt_, opt_;
-  std::shared_ptr<ProcessGroup> pp_, dp_;
+  std::shared_ptr<ProcessGroup> pp_, dp_, tp_;
   PipelineSchedule schedule_;
   std::unique_ptr<PipelineStage> stage_;
   std::unordered_map<const TensorImpl*, int> owner_;  // each parameter's stage (a tied one: 0)

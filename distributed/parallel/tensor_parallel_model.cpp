@@ -47,7 +47,7 @@ void TensorParallelModel::load_model_state_dict(const nn::StateDict& whole,
 }
 
 nn::StateDict TensorParallelModel::optimizer_state_dict() {
-  return whole_optimizer_state(*model_, optimizer());
+  return whole_optimizer_state(*model_, optimizer(), optimizer().state_dict());
 }
 
 void TensorParallelModel::load_optimizer_state_dict(const nn::StateDict& whole) {

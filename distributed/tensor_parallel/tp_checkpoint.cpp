@@ -107,7 +107,9 @@ const TensorShare* share_of_entry(
     const std::unordered_map<const TensorImpl*, TensorShare>& shares) {
   if (key.rfind("state.", 0) != 0) return nullptr;
   const size_t dot = key.find('.', 6);
-  if (dot == std::string::npos) return nullptr;
+  if (dot == std::string::npos || dot == 6) return nullptr;
+  for (size_t c = 6; c < dot; ++c)
+    if (key[c] < '0' || key[c] > '9') return nullptr;  // not a parameter's entry
   const size_t i = std::stoul(key.substr(6, dot - 6));
   if (i >= opt.all_params().size()) return nullptr;
   auto it = shares.find(opt.all_params()[i].impl());
@@ -116,9 +118,9 @@ const TensorShare* share_of_entry(
 
 }  // namespace
 
-nn::StateDict whole_optimizer_state(nn::Module& model, const optim::Optimizer& opt) {
+nn::StateDict whole_optimizer_state(nn::Module& model, const optim::Optimizer& opt,
+                                    nn::StateDict sd) {
   const auto shares = tensor_shares(model);
-  nn::StateDict sd = opt.state_dict();
   for (auto& [key, t] : sd)
     if (const TensorShare* s = share_of_entry(key, opt, shares); s && t.dim() > s->dim)
       t = gather_share(t, *s);

@@ -46,11 +46,13 @@ Tensor cut_share(const Tensor& whole, const TensorShare& s);
 // what model.load_state_dict takes.
 nn::StateDict share_of_state_dict(nn::Module& model, const nn::StateDict& whole);
 
-// The optimizer's state_dict with each buffer of a split parameter gathered whole (a collective),
-// and its inverse: this rank's share of a whole optimizer state. `opt` is over `model`'s
-// parameters (in any order, any subset).
-nn::StateDict whole_optimizer_state(nn::Module& model, const optim::Optimizer& opt);
-nn::StateDict share_of_optimizer_state(nn::Module& model, const optim::Optimizer& opt,
+// An optimizer state_dict `sd` with each buffer of a split parameter gathered whole (a
+// collective), and its inverse: this rank's share of a whole optimizer state. `numbering` is the
+// optimizer whose parameter numbers the entries use ("state.<i>.exp_avg": its i-th parameter), over
+// `model`'s parameters (in any order, any subset); usually the one that saved `sd`.
+nn::StateDict whole_optimizer_state(nn::Module& model, const optim::Optimizer& numbering,
+                                    nn::StateDict sd);
+nn::StateDict share_of_optimizer_state(nn::Module& model, const optim::Optimizer& numbering,
                                        const nn::StateDict& whole);
 
 }  // namespace loom::distributed

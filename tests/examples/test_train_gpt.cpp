@@ -306,14 +306,15 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
 }
 
 // --pp 2 on two Gloo processes (the 2 blocks cut into 2 stages, the step's 2 micro-batches through
-// them under 1F1B, GPipe too): the weights of one process with --grad-accum 2, each stage's rank
-// holding less than the whole model; a pp 2 checkpoint finishes as one process, one process's as
-// pp 2 x dp 2 on four.
+// them under 1F1B, GPipe too), and --pp 2 --tp 2 on four: the weights of one process with
+// --grad-accum 2, each stage's rank holding less than the whole model; a pp 2 x tp 2 checkpoint
+// finishes as one process, one process's as pp 2 x tp 2.
 TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
 #endif
-  fs::path dir = temp_dir("pp"), one = dir / "one", two = dir / "two", gpipe = dir / "gpipe";
+  fs::path dir = temp_dir("pp"), one = dir / "one", two = dir / "two", gpipe = dir / "gpipe",
+           both = dir / "both";
   std::string text = write_text(dir);
   std::string common = "--max-steps 10 --eval-every 5 --grad-accum 2 --checkpoint-dir ";
   Outcome a = run_cmd(gpt(1, text, common + one.string()));
@@ -329,7 +330,13 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
   Outcome g = run_cmd(gpt(2, text, common + gpipe.string() + " --pp 2 --pp-schedule gpipe"));
   ASSERT_EQ(g.status, 0) << g.output;
   EXPECT_LE(max_weight_difference(one / last, gpipe / last), 1e-5);
-  expect_resumes_across_layouts(dir, text, common, one, two, "--pp 2", 4);
+  // Both kinds of model parallel on four: each stage's blocks split over 2 ranks.
+  Outcome c = run_cmd(gpt(4, text, common + both.string() + " --pp 2 --tp 2"));
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_NE(c.output.find("2 stages (1F1B), tensor parallel over 2 ranks"), std::string::npos)
+      << c.output;
+  EXPECT_LE(max_weight_difference(one / last, both / last), 1e-5);
+  expect_resumes_across_layouts(dir, text, common, one, both, "--pp 2 --tp 2", 4);
   fs::remove_all(dir);
 }
 
