@@ -10,14 +10,6 @@ std::string processes(const ProcessGroup& pg) {
   return std::to_string(pg.size()) + (pg.size() == 1 ? " process" : " processes");
 }
 
-// Every tensor copied to host memory: what stays valid after FSDP releases the gathered model.
-nn::StateDict host_copy(const nn::StateDict& sd) {
-  nn::StateDict out;
-  for (const auto& [name, t] : sd)
-    out.emplace_back(name, t.device().is_cpu() ? t.clone() : t.to(kCPU));
-  return out;
-}
-
 struct DDPPause : ParallelModel::Pause {
   explicit DDPPause(DistributedDataParallel& d) : guard(d) {}
   DistributedDataParallel::NoSync guard;

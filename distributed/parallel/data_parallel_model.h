@@ -27,6 +27,7 @@ class DDPModel : public ParallelModel {
   nn::Module& train_module() override { return *ddp_; }
   nn::Module& eval_module() override { return ddp_->module(); }
   optim::Optimizer& optimizer() override;
+  const optim::Optimizer& plain_optimizer() override { return *opt_; }
   std::string describe() const override;
   std::unique_ptr<Pause> no_sync() override;
   void sync_buffers() override { ddp_->sync_buffers(); }
@@ -60,6 +61,7 @@ class FSDPModel : public ParallelModel {
   nn::Module& train_module() override { return *fsdp_; }
   bool eval_forwards_are_collectives() const override { return true; }
   optim::Optimizer& optimizer() override { return *zero_; }
+  const optim::Optimizer& plain_optimizer() override { return *full_opt_; }
   std::string describe() const override;
   void sync_buffers() override { fsdp_->sync_buffers(); }
   void check_capturable(const char* what) const override;

@@ -26,6 +26,13 @@ Tensor ParallelModel::forward_backward(const Tensor& x, const Tensor& y, int64_t
             " is not pipelined; run forward and backward of train_module()");
 }
 
+nn::StateDict host_copy(const nn::StateDict& sd) {
+  nn::StateDict out;
+  for (const auto& [name, t] : sd)
+    out.emplace_back(name, t.device().is_cpu() ? t.clone() : t.to(kCPU));
+  return out;
+}
+
 LocalModel::LocalModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> opt)
     : owned_model_(std::move(model)),
       owned_opt_(std::move(opt)),

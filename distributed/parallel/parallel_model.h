@@ -40,6 +40,9 @@ class ParallelModel {
   virtual nn::Module& eval_module() { return train_module(); }
   virtual bool eval_forwards_are_collectives() const { return false; }
   virtual optim::Optimizer& optimizer() = 0;
+  // The optimizer the program made, over this rank's parameters: it numbers the parameters of the
+  // optimizer's state dicts ("state.<i>.exp_avg"), also where ZeRO steps in its place.
+  virtual const optim::Optimizer& plain_optimizer() { return optimizer(); }
   // Pipeline parallel: the step's forwards and backwards run as a schedule over the stages, not
   // as train_module()'s forward and a backward; a program whose model is pipelined() calls
   // forward_backward for the whole step, whose micro-batches are the schedule's.
@@ -101,6 +104,10 @@ class ParallelModel {
 // Parameters, .grad and optimizer state of `model` and `opt` as they are on this rank: what a kind
 // without its own accounting reports.
 ParallelModel::Memory plain_memory(nn::Module& model, const optim::Optimizer& opt);
+
+// Every tensor of `sd` copied to host memory: what stays valid after FSDP releases a gathered
+// model.
+nn::StateDict host_copy(const nn::StateDict& sd);
 
 // One process: the model and the program's optimizer as they are.
 class LocalModel : public ParallelModel {

@@ -28,16 +28,10 @@ std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
                                     plan.ddp);
 }
 
+// The plan alone first (what no world size can fix), then against the world.
 void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
   LOOM_CHECK(plan.zero >= 0 && plan.zero <= 3, "parallelize: --zero ", plan.zero,
              " is not a ZeRO stage (0, 1, 2 or 3)");
-  LOOM_CHECK(plan.tp == 1 || plan.zero == 0, "parallelize: --tp ", plan.tp, " with --zero ",
-             plan.zero,
-             ": tensor parallel runs with DDP over the data-parallel ranks (--zero 0) for now");
-  LOOM_CHECK(plan.tp >= 1 && world.size() % plan.tp == 0, "parallelize: --tp ", plan.tp,
-             " does not divide the ", world.size(), " processes");
-  LOOM_CHECK(plan.pp >= 1 && world.size() % plan.pp == 0, "parallelize: --pp ", plan.pp,
-             " does not divide the ", world.size(), " processes");
   LOOM_CHECK(plan.pp == 1 || (plan.zero == 0 && !plan.sequence_parallel), "parallelize: --pp ",
              plan.pp, " with --zero ", plan.zero,
              plan.sequence_parallel ? " and sequence parallel" : "",
@@ -46,6 +40,9 @@ void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
   LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
              "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
              "it needs --tp 2 or more");
+  LOOM_CHECK(plan.tp >= 1 && plan.pp >= 1 && world.size() % (plan.tp * plan.pp) == 0,
+             "parallelize: --tp ", plan.tp, " x --pp ", plan.pp, " does not divide the ",
+             world.size(), " processes");
 }
 
 }  // namespace

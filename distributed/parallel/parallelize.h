@@ -3,7 +3,7 @@
 // {pp, dp, tp}: tensor parallel splits the transformer blocks over tp ranks, pipeline parallel
 // cuts the stack of blocks into stages over pp ranks, and the data-parallel copies along dp are
 // kept in step by DDP, ZeRO-1/2 (DDP and a sharded optimizer), FSDP (ZeRO-3) or, for a pipeline,
-// its gradients averaged. Leaves out: ZeRO or FSDP together with tp or pp, sequence parallel in a
+// its gradients averaged. Leaves out: ZeRO or FSDP together with pp, sequence parallel in a
 // pipeline, and the vocabulary split.
 #pragma once
 

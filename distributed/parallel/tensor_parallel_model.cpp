@@ -39,19 +39,25 @@ void TensorParallelModel::finish_gradients() {
   if (sequence_parallel_) sync_sequence_parallel_grads(*model_, *tp_);  // after DDP's, commutes
 }
 
-nn::StateDict TensorParallelModel::model_state_dict() { return whole_state_dict(*model_); }
+nn::StateDict TensorParallelModel::model_state_dict() {
+  nn::StateDict sd;  // FSDP over dp: the shares gathered over dp while f runs, then released
+  inner_->with_whole_model([&] { sd = host_copy(whole_state_dict(*model_)); });
+  return sd;
+}
 
 void TensorParallelModel::load_model_state_dict(const nn::StateDict& whole,
                                                 const StateCheck& check) {
   inner_->load_model_state_dict(share_of_state_dict(*model_, whole), check);
 }
 
+// The inner kind's state (ZeRO's gathered over dp) in the numbering of the program's optimizer,
+// each split parameter's buffers then gathered over tp; loading, the reverse.
 nn::StateDict TensorParallelModel::optimizer_state_dict() {
-  return whole_optimizer_state(*model_, optimizer(), optimizer().state_dict());
+  return whole_optimizer_state(*model_, plain_optimizer(), inner_->optimizer_state_dict());
 }
 
 void TensorParallelModel::load_optimizer_state_dict(const nn::StateDict& whole) {
-  optimizer().load_state_dict(share_of_optimizer_state(*model_, optimizer(), whole));
+  inner_->load_optimizer_state_dict(share_of_optimizer_state(*model_, plain_optimizer(), whole));
 }
 
 void TensorParallelModel::with_whole_model(const std::function<void()>& f) {

@@ -4,8 +4,9 @@
 // (DDP, or the model alone when dp is 1). It adds what the split changes: sums over the whole
 // model's gradients (clip, GradScaler) go over the tp ranks (Note [Optimizing a share of a
 // model]), and checkpoints are gathered to, and cut from, the whole layout (Note [Whole-layout
-// checkpoints]). Leaves out: ZeRO and FSDP over the dp dimension, the vocabulary split (the
-// embedding and head stay whole), pipeline stages.
+// checkpoints]). The inner kind may be ZeRO or FSDP over dp: it shards the tp shares further.
+// Leaves out: the vocabulary split (the embedding and head stay whole) and pipeline stages
+// (pipeline_model.h splits its own blocks).
 #pragma once
 
 #include <memory>
@@ -28,6 +29,7 @@ class TensorParallelModel : public ParallelModel {
   nn::Module& train_module() override { return inner_->train_module(); }
   nn::Module& eval_module() override { return inner_->eval_module(); }
   optim::Optimizer& optimizer() override { return inner_->optimizer(); }
+  const optim::Optimizer& plain_optimizer() override { return inner_->plain_optimizer(); }
   std::string describe() const override;
   std::unique_ptr<Pause> no_sync() override { return inner_->no_sync(); }
   void finish_gradients() override;

@@ -139,18 +139,33 @@ void ZeroOptimizer::all_gather_params() {
   }
 }
 
+// Over the data-parallel ranks, then (tensor parallel) over the ranks holding the model's other
+// shares (Note [Optimizing a share of a model]).
 void ZeroOptimizer::sum_over_shards(Tensor& t) const {
   if (pg_.size() > 1) pg_.all_reduce(t, ReduceOp::Sum)->wait();
+  Optimizer::sum_over_shards(t);
 }
 
 Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
-  std::vector<Tensor> grads;
-  for (const Tensor& v : views_)
-    if (v.grad().defined()) grads.push_back(v.grad());
+  std::vector<Tensor> grads, counted;  // counted: the views whose squares count on this rank
+  const ModelShare& share = model_share();
+  for (size_t k = 0; k < views_.size(); ++k) {
+    if (!views_[k].grad().defined()) continue;
+    grads.push_back(views_[k].grad());
+    const Bucket& b = reducer_.buckets()[segs_[k].bucket];
+    if (!share.counted || share.counted(reducer_.params()[b.params[segs_[k].slot]]))
+      counted.push_back(views_[k]);
+  }
   // The norm in the shards' dtype (FSDP with bf16 compute parameters: their fp32 master's).
   const Tensor& p0 = views_.empty() ? reducer_.params().at(0) : views_[0];
-  return nn::clip_grad_norm_sharded_(grads, max_norm, p0.dtype(), p0.device(),
-                                     [this](Tensor& t) { sum_over_shards(t); });
+  auto sum = [this](Tensor& t) { sum_over_shards(t); };
+  if (!share.counted)
+    return nn::clip_grad_norm_sharded_(grads, max_norm, p0.dtype(), p0.device(), sum);
+  nn::ClipCoefficient c =
+      nn::split_clip_coefficient(counted, max_norm, p0.dtype(), p0.device(), sum);
+  autograd::NoGradGuard no_grad;
+  for (Tensor& g : grads) g.mul_(c.coef.to(g.dtype()));
+  return c.total;
 }
 
 ZeroOptimizer::Memory ZeroOptimizer::memory() const {

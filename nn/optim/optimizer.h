@@ -165,6 +165,9 @@ class Optimizer {
   virtual bool fused(size_t group) const = 0;
   // Whether step() applies the coefficient of clip_grad_norm_in_step (take_grad_scale).
   virtual bool applies_grad_scale() const { return false; }
+  // The share set by set_model_share (empty members when none): for a sharded optimizer's own
+  // clip and sums.
+  const ModelShare& model_share() const { return share_; }
   // For step(): the pending clip coefficient (undefined when none), which is cleared.
   Tensor take_grad_scale();
 

@@ -246,7 +246,8 @@ void expect_resumes_across_layouts(const fs::path& dir, const std::string& text,
                                    const std::string& common, const fs::path& one,
                                    const fs::path& from, const std::string& layout, int procs) {
   const fs::path last = "ckpt-00000010.safetensors", mid = "ckpt-00000005.safetensors";
-  const fs::path alone = dir / "alone", back = dir / "back";
+  const fs::path alone = dir / ("alone_" + from.filename().string()),
+                 back = dir / ("back_" + from.filename().string());
   fs::create_directories(alone), fs::create_directories(back);
   fs::copy_file(from / mid, alone / mid);
   Outcome c = run_cmd(gpt(1, text, common + alone.string() + " --resume"));
@@ -271,7 +272,7 @@ double parameters_mib(const std::string& out, int rank) {
 // --tp 2 on two Gloo processes (each block's matrices split between them), with and without
 // --sequence-parallel: the weights of one process (float32 rounding), each rank holding less than
 // the whole model; a tp 2 checkpoint finishes as one process, one process's as tp 2 x dp 2 on four
-// (with gradient accumulation and activation checkpointing).
+// (with gradient accumulation and activation checkpointing); tp 2 x dp 2 with ZeRO-2 and FSDP.
 TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
@@ -302,6 +303,16 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
   // each block in backward (the tp collectives run again).
   expect_resumes_across_layouts(dir, text, common, one, two,
                                 "--tp 2 --grad-accum 2 --activation-checkpointing", 4);
+  // ZeRO-2 and FSDP over the dp pairs of tp 2 x dp 2: the tp shares sharded further; FSDP's
+  // checkpoint (gathered over dp, then tp) finishes as one process, and one process's as it.
+  for (int zero : {2, 3}) {
+    const fs::path z = dir / ("zero" + std::to_string(zero));
+    const std::string flags = " --tp 2 --zero " + std::to_string(zero);
+    Outcome r = run_cmd(gpt(4, text, common + z.string() + flags));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_LE(max_weight_difference(one / last, z / last), 1e-5) << flags;
+  }
+  expect_resumes_across_layouts(dir, text, common, one, dir / "zero3", "--tp 2 --zero 3", 4);
   fs::remove_all(dir);
 }
 

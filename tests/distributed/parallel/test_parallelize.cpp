@@ -112,7 +112,10 @@ TEST(Parallelize, CaptureRefusalsAndBadPlansNameTheFlags) {
   test::expect_error([] { parallelize(tiny_gpt(), {.zero = 4}, one_rank(), adamw()); },
                      {"parallelize: --zero 4 is not a ZeRO stage"});
   test::expect_error([] { parallelize(tiny_gpt(), {.tp = 2}, one_rank(), adamw()); },
-                     {"parallelize: --tp 2 does not divide the 1 processes"});
-  test::expect_error([] { parallelize(tiny_gpt(), {.zero = 3, .tp = 2}, one_rank(), adamw()); },
-                     {"--tp 2 with --zero 3", "tensor parallel runs with DDP"});
+                     {"parallelize: --tp 2 x --pp 1 does not divide the 1 processes"});
+  test::expect_error([] { parallelize(tiny_gpt(), {.zero = 1, .pp = 2}, one_rank(), adamw()); },
+                     {"--pp 2 with --zero 1", "a pipeline runs with plain data parallel copies"});
+  test::expect_error(
+      [] { parallelize(tiny_gpt(), {.sequence_parallel = true}, one_rank(), adamw()); },
+      {"--sequence-parallel", "needs --tp 2 or more"});
 }
