@@ -180,18 +180,29 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const CLI::App& app, G
 }
 
 // After the run: --sample, --save-adapter (the adapters as PEFT writes them), --save-hf (merged).
+// Under --tp the model is split over the ranks: rank 0 builds it whole from the gathered weights.
 void after_training(train::LanguageModel& lm, distributed::ParallelModel& parallel,
                     const GptFlags& g, const train::RunSetup& setup,
-                    const data::Tokenizer& tokenizer) {
+                    const data::Tokenizer& tokenizer, bool split) {
   if (g.sample == 0 && g.save_hf.empty() && g.save_adapter.empty()) return;
-  parallel.with_whole_model([&] {  // ZeRO-3: the model gathered (a collective)
-    if (!setup.main()) return;
-    if (g.sample > 0) print_sample(*lm.net, g, tokenizer);
-    if (!g.save_adapter.empty()) lm.save_adapter(g.save_adapter, g.lora);
+  auto finish = [&](train::LanguageModel& whole) {  // rank 0, the model whole
+    if (g.sample > 0) print_sample(*whole.net, g, tokenizer);
+    if (!g.save_adapter.empty()) whole.save_adapter(g.save_adapter, g.lora);
     if (!g.save_hf.empty()) {
-      nn::merge_lora(*lm.net);  // the adapters folded into the weights (none without --lora-rank)
-      lm.save_hf(g.save_hf);
+      nn::merge_lora(*whole.net);  // the adapters folded into the weights (none without LoRA)
+      whole.save_hf(g.save_hf);
     }
+  };
+  if (split) {
+    nn::StateDict sd = parallel.model_state_dict();  // gathered over tp (a collective)
+    if (!setup.main()) return;
+    train::LanguageModel plain = train::make_language_model(g.lm);
+    plain.net->to(setup.device);
+    plain.net->load_state_dict(sd);
+    return finish(plain);
+  }
+  parallel.with_whole_model([&] {  // ZeRO-3: the model gathered (a collective)
+    if (setup.main()) finish(lm);
   });
 }
 
@@ -293,7 +304,7 @@ int main(int argc, char** argv) {
       if (!run.end_interval()) break;
       if (!run.evaluated(train::evaluate_classifier(*parallel, *data.val, setup))) break;
     }
-    after_training(lm, *parallel, g, setup, *tokenizer);
+    after_training(lm, *parallel, g, setup, *tokenizer, cfg.tp > 1);
     return run.finish();
   });
 }

@@ -282,9 +282,10 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
   std::string common = "--max-steps 10 --eval-every 5 --checkpoint-dir ";
   Outcome a = run_cmd(gpt(1, text, common + one.string()));
   ASSERT_EQ(a.status, 0) << a.output;
-  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --tp 2"));
+  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --tp 2 --sample 16"));
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_NE(b.output.find("parallel: tensor parallel over 2 ranks"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("--- sample (16 tokens"), std::string::npos) << b.output;  // whole again
   const fs::path last = "ckpt-00000010.safetensors";
   EXPECT_LE(max_weight_difference(one / last, two / last), 1e-5);
   const double whole = parameters_mib(a.output, 0);
