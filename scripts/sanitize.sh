@@ -137,6 +137,10 @@ if [ "$what" = ci ]; then
   # and train_cnn's ResNet-18 and ViT runs (CI, 2026-12-03: 122 and 41 s of test_examples' 334 s
   # under ASan; SyncBatchNorm's sums and the models' ops run under ASan in test_nn).
   ASAN_GTEST_FILTER="$ASAN_GTEST_FILTER:TrainCnnModels.*"
+  # and train_gpt's layouts (--tp, --pp, with ZeRO: 20 runs of 1-4 processes); parallelize's kinds
+  # run under ASan in test_distributed (Parallelize.*, one process) and the tp and pp layers in its
+  # TensorParallel and PipelineGloo jobs.
+  ASAN_GTEST_FILTER="$ASAN_GTEST_FILTER:TrainGpt.TensorParallel*:TrainGpt.PipelineParallel*"
   what=all
 fi
 case $what in asan | tsan | all) ;; *) echo "sanitize.sh: unknown mode '$what' (asan, tsan, all, ci)" >&2; exit 2 ;; esac
