@@ -11,7 +11,7 @@ Prints ms/step (median), tokens/s and the peak memory.
     python3 benchmarks/pytorch/bert_bench.py --compile
 """
 import torch
-from step_timing import adamw, parse_args, time_steps, training_step
+from step_timing import adamw, parse_args, report, time_steps, training_step
 from transformers import BertConfig, BertForMaskedLM
 
 
@@ -26,12 +26,7 @@ def main() -> None:
                     torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device="cuda"), -100)
     step = training_step(model, opt, a.compile, input_ids=x, labels=y)
 
-    t = time_steps(step, a.warmup, a.steps)
-    ms = t.median_ms
-    name = "torch.compile" if a.compile else "eager"
-    print(f"pytorch bert-base {name}: {ms:.2f} ms/step (min {t.min_ms:.2f}), "
-          f"{a.batch * a.seq / ms * 1e3:,.0f} tokens/s, peak {t.peak_mib:.0f} MiB, "
-          f"first step {t.first_step_s:.1f} s")
+    report("bert-base", a, time_steps(step, a.warmup, a.steps))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ the peak memory. It leaves out everything bench_train leaves out: data loading, 
     python3 benchmarks/pytorch/llama_bench.py --compile --warmup 10 --steps 10
 """
 import torch
-from step_timing import adamw, parse_args, time_steps, training_step
+from step_timing import adamw, parse_args, report, time_steps, training_step
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
@@ -38,14 +38,9 @@ def main() -> None:
     step = training_step(model, opt, a.compile, input_ids=x, labels=x)
 
     t = time_steps(step, a.warmup, a.steps)
-    ms = t.median_ms
-    tokens = a.batch * a.seq
     flops = 6 * n_params + 12 * cfg.num_hidden_layers * cfg.num_attention_heads * 64 * a.seq
-    mfu = flops * tokens / (ms / 1e3) / 989e12
-    name = "torch.compile" if a.compile else "eager"
-    print(f"pytorch llama1b {name}: {ms:.2f} ms/step (min {t.min_ms:.2f}), "
-          f"{tokens / ms * 1e3:,.0f} tokens/s, MFU {100 * mfu:.1f}%, peak {t.peak_mib:.0f} MiB, "
-          f"first step {t.first_step_s:.1f} s, {n_params:,} parameters")
+    mfu = flops * a.batch * a.seq / (t.median_ms / 1e3) / 989e12
+    report("llama1b", a, t, mfu=mfu, tail=f", {n_params:,} parameters")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,14 @@
 The flags (--batch, --seq, --warmup, --steps, --compile), fused AdamW with weight decay on the
 matrices only, one bf16-autocast step of a Hugging Face model with its gradients clipped at 1.0,
 and the timing: one step first (the compile, when there is one, is in it), `warmup` more, then
-`steps` timed steps, each synchronised; the peak memory of the timed steps. Leaves out: the model
-and its inputs (the caller's).
+`steps` timed steps, each synchronised; the peak memory of the timed steps; the line that reports
+them. Leaves out: the model and its inputs (the caller's).
 """
 import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import torch
 
@@ -79,3 +79,15 @@ def training_step(model: torch.nn.Module, opt: torch.optim.Optimizer, compile_it
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     return step
+
+
+def report(workload: str, a: argparse.Namespace, t: Timing, mfu: Optional[float] = None,
+           tail: str = "") -> None:
+    """The anchor's line: ms/step (median, min), tokens/s, the MFU when given, the peak memory and
+    the first step's seconds, then tail."""
+    name = "torch.compile" if a.compile else "eager"
+    tokens = a.batch * a.seq
+    mfu_text = "" if mfu is None else f", MFU {100 * mfu:.1f}%"
+    print(f"pytorch {workload} {name}: {t.median_ms:.2f} ms/step (min {t.min_ms:.2f}), "
+          f"{tokens / t.median_ms * 1e3:,.0f} tokens/s{mfu_text}, peak {t.peak_mib:.0f} MiB, "
+          f"first step {t.first_step_s:.1f} s{tail}")
