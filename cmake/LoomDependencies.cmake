@@ -8,18 +8,31 @@ find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 include(${CMAKE_CURRENT_LIST_DIR}/LoomFindLibraries.cmake)
+# loom_say_found(TARGET FOUND MISSING): the status line FOUND when TARGET exists, else MISSING.
+function(loom_say_found target found missing)
+  if(TARGET ${target})
+    message(STATUS "${found}")
+  else()
+    message(STATUS "${missing}")
+  endif()
+endfunction()
+# loom_require(TARGET MESSAGE...): stops the configure with the message (its pieces joined, as
+# message() joins them) unless TARGET exists.
+function(loom_require target)
+  if(NOT TARGET ${target})
+    list(JOIN ARGN "" _text)
+    message(FATAL_ERROR "${_text}")
+  endif()
+endfunction()
 # PCRE2 (Debian's libpcre2-dev): the BPE tokenizers' pre-tokenizer regexes (data/bpe_regex.h).
 loom_find_pcre2()
-if(NOT TARGET loom::pcre2)
-  message(FATAL_ERROR "PCRE2 not found (pcre2.h, libpcre2-8): the BPE tokenizers need it; on "
-                      "Debian: apt-get install libpcre2-dev (scripts/install-deps.sh does)")
-endif()
+loom_require(loom::pcre2 "PCRE2 not found (pcre2.h, libpcre2-8): the BPE tokenizers need it; on "
+                         "Debian: apt-get install libpcre2-dev (scripts/install-deps.sh does)")
 # utf8proc (Debian's libutf8proc-dev): the WordPiece tokenizer's Unicode (data/unicode_text.h).
 loom_find_utf8proc()
-if(NOT TARGET loom::utf8proc)
-  message(FATAL_ERROR "utf8proc not found (utf8proc.h, libutf8proc): the WordPiece tokenizer needs "
-                      "it; on Debian: apt-get install libutf8proc-dev (scripts/install-deps.sh does)")
-endif()
+loom_require(loom::utf8proc "utf8proc not found (utf8proc.h, libutf8proc): the WordPiece tokenizer "
+                            "needs it; on Debian: apt-get install libutf8proc-dev "
+                            "(scripts/install-deps.sh does)")
 
 if(LOOM_BUILD_EXAMPLES OR LOOM_BUILD_BENCHMARKS OR LOOM_BUILD_LAUNCHER)
   find_package(CLI11 QUIET)
@@ -32,20 +45,14 @@ endif()
 # Gloo (Debian's libgloo-dev): the CPU collectives of loom::distributed. Optional: without it
 # (the GPU machine) only NCCL is built. loom::gloo carries LOOM_WITH_GLOO for the code that uses it.
 loom_find_gloo()
-if(TARGET loom::gloo)
-  message(STATUS "Gloo: ${GLOO_LIBRARY}")
-else()
-  message(STATUS "Gloo not found: the CPU (gloo) process group is not built")
-endif()
+loom_say_found(loom::gloo "Gloo: ${GLOO_LIBRARY}"
+               "Gloo not found: the CPU (gloo) process group is not built")
 # OpenBLAS: the CPU GEMMs (Note [CPU GEMM]). Optional: without it Eigen's GEMM computes them.
 if(LOOM_OPENBLAS)
   loom_find_openblas()
 endif()
-if(TARGET loom::openblas)
-  message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY} (CPU matrix products)")
-else()
-  message(STATUS "OpenBLAS not used: CPU matrix products run on Eigen's GEMM")
-endif()
+loom_say_found(loom::openblas "OpenBLAS: ${OPENBLAS_LIBRARY} (CPU matrix products)"
+               "OpenBLAS not used: CPU matrix products run on Eigen's GEMM")
 if(LOOM_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
@@ -61,15 +68,10 @@ if(LOOM_CUDA)
   find_package(CUDAToolkit REQUIRED)
   # loom::cudnn (required with CUDA) and loom::nccl (optional: multi-GPU communication).
   loom_find_cuda_libraries()
-  if(NOT TARGET loom::cudnn)
-    message(FATAL_ERROR "cuDNN not found (cudnn.h, libcudnn) beside CUDA ${CUDAToolkit_VERSION} "
-                        "in ${CUDAToolkit_LIBRARY_DIR}: install it, or configure with -DLOOM_CUDA=OFF")
-  endif()
-  if(TARGET loom::nccl)
-    message(STATUS "NCCL: ${NCCL_LIBRARY}")
-  else()
-    message(STATUS "NCCL not found: multi-GPU communication is not built")
-  endif()
+  loom_require(loom::cudnn "cuDNN not found (cudnn.h, libcudnn) beside CUDA ${CUDAToolkit_VERSION} "
+                           "in ${CUDAToolkit_LIBRARY_DIR}: install it, or configure with -DLOOM_CUDA=OFF")
+  loom_say_found(loom::nccl "NCCL: ${NCCL_LIBRARY}"
+                 "NCCL not found: multi-GPU communication is not built")
   # cuDNN's C++ frontend (optional, header-only): the fused flash attention on CUDA.
   set(LOOM_CUDNN_FRONTEND_DIR "" CACHE PATH
       "cuDNN's C++ frontend: the folder holding cudnn_frontend.h (or the folder above it)")

@@ -16,55 +16,56 @@
 #   loom_find_cudnn_frontend()   -> LOOM_CUDNN_FRONTEND_INCLUDE_DIR (when found; loom's own build
 #                                   only: the frontend is header-only and compiled into loom)
 
+# _loom_import_library(NAME VAR HEADER LIBRARY [CHECK_FILE f] [DEFINE D] [LINK ...]
+#                      [PATH_SUFFIXES ...] [INCLUDE_HINTS ...] [LIBRARY_HINTS ...]) -> loom::NAME:
+# looks for HEADER's folder (VAR_INCLUDE_DIR) and the library (VAR_LIBRARY) and, when both are
+# found (and CHECK_FILE sits beside the header), makes the imported target: that folder, that
+# library and LINK, and DEFINE=1 for the code that uses it. Does nothing when the target exists.
+function(_loom_import_library name var header library)
+  cmake_parse_arguments(ARG "" "CHECK_FILE;DEFINE"
+                        "LINK;PATH_SUFFIXES;INCLUDE_HINTS;LIBRARY_HINTS" ${ARGN})
+  if(TARGET loom::${name})
+    return()
+  endif()
+  find_path(${var}_INCLUDE_DIR ${header} PATH_SUFFIXES ${ARG_PATH_SUFFIXES} HINTS ${ARG_INCLUDE_HINTS})
+  find_library(${var}_LIBRARY NAMES ${library} HINTS ${ARG_LIBRARY_HINTS})
+  set(_include "${${var}_INCLUDE_DIR}")
+  if(NOT _include OR NOT ${var}_LIBRARY)
+    return()
+  endif()
+  if(ARG_CHECK_FILE AND NOT EXISTS "${_include}/${ARG_CHECK_FILE}")
+    return()
+  endif()
+  set(_link ${${var}_LIBRARY} ${ARG_LINK})
+  add_library(loom::${name} INTERFACE IMPORTED GLOBAL)
+  set_target_properties(loom::${name} PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${_include}"
+    INTERFACE_LINK_LIBRARIES "${_link}")
+  if(ARG_DEFINE)
+    set_target_properties(loom::${name} PROPERTIES INTERFACE_COMPILE_DEFINITIONS ${ARG_DEFINE}=1)
+  endif()
+endfunction()
+
 # PCRE2, 8-bit code units, with its JIT: the pre-tokenizer regexes of the BPE tokenizers
 # (data/bpe_regex.cpp, the only file that includes PCRE2's header; it defines
 # PCRE2_CODE_UNIT_WIDTH).
 # libloom is static, so a program that links it links libpcre2-8 too: the exported target names
 # loom::pcre2, which loomConfig.cmake makes again here.
 function(loom_find_pcre2)
-  if(TARGET loom::pcre2)
-    return()
-  endif()
-  find_path(PCRE2_INCLUDE_DIR pcre2.h HINTS $ENV{LOOM_DEPS_DIR}/include)
-  find_library(PCRE2_LIBRARY pcre2-8 HINTS $ENV{LOOM_DEPS_DIR}/lib)
-  if(PCRE2_INCLUDE_DIR AND PCRE2_LIBRARY)
-    add_library(loom::pcre2 INTERFACE IMPORTED GLOBAL)
-    set_target_properties(loom::pcre2 PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${PCRE2_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${PCRE2_LIBRARY}")
-  endif()
+  _loom_import_library(pcre2 PCRE2 pcre2.h pcre2-8
+                       INCLUDE_HINTS $ENV{LOOM_DEPS_DIR}/include LIBRARY_HINTS $ENV{LOOM_DEPS_DIR}/lib)
 endfunction()
 
 # utf8proc: the Unicode tables of the WordPiece tokenizer (data/unicode_text.cpp, the only file that
 # includes its header): categories, canonical decomposition, lowercase. Static loom: as PCRE2.
 function(loom_find_utf8proc)
-  if(TARGET loom::utf8proc)
-    return()
-  endif()
-  find_path(UTF8PROC_INCLUDE_DIR utf8proc.h HINTS $ENV{LOOM_DEPS_DIR}/include)
-  find_library(UTF8PROC_LIBRARY utf8proc HINTS $ENV{LOOM_DEPS_DIR}/lib)
-  if(UTF8PROC_INCLUDE_DIR AND UTF8PROC_LIBRARY)
-    add_library(loom::utf8proc INTERFACE IMPORTED GLOBAL)
-    set_target_properties(loom::utf8proc PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${UTF8PROC_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${UTF8PROC_LIBRARY}")
-  endif()
+  _loom_import_library(utf8proc UTF8PROC utf8proc.h utf8proc
+                       INCLUDE_HINTS $ENV{LOOM_DEPS_DIR}/include LIBRARY_HINTS $ENV{LOOM_DEPS_DIR}/lib)
 endfunction()
 
 function(loom_find_gloo)
-  if(TARGET loom::gloo)
-    return()
-  endif()
-  find_path(GLOO_INCLUDE_DIR gloo/config.h)
-  find_library(GLOO_LIBRARY gloo)
-  if(GLOO_INCLUDE_DIR AND GLOO_LIBRARY)
-    find_package(Threads REQUIRED)
-    add_library(loom::gloo INTERFACE IMPORTED GLOBAL)
-    set_target_properties(loom::gloo PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${GLOO_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${GLOO_LIBRARY};Threads::Threads"
-      INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_GLOO=1)
-  endif()
+  find_package(Threads REQUIRED)
+  _loom_import_library(gloo GLOO gloo/config.h gloo LINK Threads::Threads DEFINE LOOM_WITH_GLOO)
 endfunction()
 
 # OpenBLAS computes the CPU backend's matrix products when found (kernels/cpu/cpu_gemm.cpp, Note
@@ -73,43 +74,20 @@ endfunction()
 # any case). cblas.h must come from OpenBLAS, not the reference BLAS: openblas_config.h sits
 # beside it.
 function(loom_find_openblas)
-  if(TARGET loom::openblas)
-    return()
-  endif()
-  set(_dirs /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
-  find_path(OPENBLAS_INCLUDE_DIR openblas_config.h
-            PATH_SUFFIXES openblas-openmp openblas
-            HINTS /usr/include/x86_64-linux-gnu /usr/include/aarch64-linux-gnu)
-  find_library(OPENBLAS_LIBRARY NAMES openblas HINTS ${_dirs})
-  if(OPENBLAS_INCLUDE_DIR AND OPENBLAS_LIBRARY AND EXISTS "${OPENBLAS_INCLUDE_DIR}/cblas.h")
-    add_library(loom::openblas INTERFACE IMPORTED GLOBAL)
-    set_target_properties(loom::openblas PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${OPENBLAS_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${OPENBLAS_LIBRARY}"
-      INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_OPENBLAS=1)
-  endif()
+  _loom_import_library(openblas OPENBLAS openblas_config.h openblas CHECK_FILE cblas.h
+                       DEFINE LOOM_WITH_OPENBLAS PATH_SUFFIXES openblas-openmp openblas
+                       INCLUDE_HINTS /usr/include/x86_64-linux-gnu /usr/include/aarch64-linux-gnu
+                       LIBRARY_HINTS /usr/lib/x86_64-linux-gnu/openblas-openmp
+                                     /usr/lib/aarch64-linux-gnu/openblas-openmp)
 endfunction()
 
 function(loom_find_cuda_libraries)
-  find_path(CUDNN_INCLUDE_DIR cudnn.h
-            HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/include/x86_64-linux-gnu)
-  find_library(CUDNN_LIBRARY cudnn
-               HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
-  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND NOT TARGET loom::cudnn)
-    add_library(loom::cudnn INTERFACE IMPORTED GLOBAL)
-    set_target_properties(loom::cudnn PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${CUDNN_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${CUDNN_LIBRARY}")
-  endif()
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
-  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
-  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND NOT TARGET loom::nccl)
-    add_library(loom::nccl INTERFACE IMPORTED GLOBAL)
-    set_target_properties(loom::nccl PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${NCCL_LIBRARY}"
-      INTERFACE_COMPILE_DEFINITIONS LOOM_WITH_NCCL=1)
-  endif()
+  _loom_import_library(cudnn CUDNN cudnn.h cudnn
+                       INCLUDE_HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/include/x86_64-linux-gnu
+                       LIBRARY_HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+  _loom_import_library(nccl NCCL nccl.h nccl DEFINE LOOM_WITH_NCCL
+                       INCLUDE_HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include
+                       LIBRARY_HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
 endfunction()
 
 # cuDNN's C++ frontend, header-only, with which kernels/cuda/attention/cudnn_sdpa.cpp builds the flash

@@ -12,14 +12,22 @@
     return __VA_ARGS__();                               \
   }
 
+// The cases of each dtype group, for the switches below.
+#define LOOM_FLOATING_CASES(...)                   \
+  LOOM_DTYPE_CASE(::loom::DType::F32, __VA_ARGS__) \
+  LOOM_DTYPE_CASE(::loom::DType::F64, __VA_ARGS__) \
+  LOOM_DTYPE_CASE(::loom::DType::F16, __VA_ARGS__) \
+  LOOM_DTYPE_CASE(::loom::DType::BF16, __VA_ARGS__)
+#define LOOM_INTEGER_CASES(...)                    \
+  LOOM_DTYPE_CASE(::loom::DType::I64, __VA_ARGS__) \
+  LOOM_DTYPE_CASE(::loom::DType::I32, __VA_ARGS__) \
+  LOOM_DTYPE_CASE(::loom::DType::U8, __VA_ARGS__)
+
 // Floating types only: f32, f64, f16, bf16.
 #define LOOM_DISPATCH_FLOATING(dtype, op_name, ...)                                            \
   [&] {                                                                                        \
     switch (dtype) {                                                                           \
-      LOOM_DTYPE_CASE(::loom::DType::F32, __VA_ARGS__)                                         \
-      LOOM_DTYPE_CASE(::loom::DType::F64, __VA_ARGS__)                                         \
-      LOOM_DTYPE_CASE(::loom::DType::F16, __VA_ARGS__)                                         \
-      LOOM_DTYPE_CASE(::loom::DType::BF16, __VA_ARGS__)                                        \
+      LOOM_FLOATING_CASES(__VA_ARGS__)                                                         \
       default:                                                                                 \
         LOOM_FAIL(op_name, ": dtype ", ::loom::dtype_name(dtype),                              \
                   " is not supported (expected a floating type: float32, float64, float16 or " \
@@ -31,13 +39,8 @@
 #define LOOM_DISPATCH_NUMERIC(dtype, op_name, ...)                                      \
   [&] {                                                                                 \
     switch (dtype) {                                                                    \
-      LOOM_DTYPE_CASE(::loom::DType::F32, __VA_ARGS__)                                  \
-      LOOM_DTYPE_CASE(::loom::DType::F64, __VA_ARGS__)                                  \
-      LOOM_DTYPE_CASE(::loom::DType::F16, __VA_ARGS__)                                  \
-      LOOM_DTYPE_CASE(::loom::DType::BF16, __VA_ARGS__)                                 \
-      LOOM_DTYPE_CASE(::loom::DType::I64, __VA_ARGS__)                                  \
-      LOOM_DTYPE_CASE(::loom::DType::I32, __VA_ARGS__)                                  \
-      LOOM_DTYPE_CASE(::loom::DType::U8, __VA_ARGS__)                                   \
+      LOOM_FLOATING_CASES(__VA_ARGS__)                                                  \
+      LOOM_INTEGER_CASES(__VA_ARGS__)                                                   \
       default:                                                                          \
         LOOM_FAIL(op_name, ": dtype ", ::loom::dtype_name(dtype), " is not supported"); \
     }                                                                                   \
@@ -47,13 +50,8 @@
 #define LOOM_DISPATCH_ALL(dtype, op_name, ...)          \
   [&] {                                                 \
     switch (dtype) {                                    \
-      LOOM_DTYPE_CASE(::loom::DType::F32, __VA_ARGS__)  \
-      LOOM_DTYPE_CASE(::loom::DType::F64, __VA_ARGS__)  \
-      LOOM_DTYPE_CASE(::loom::DType::F16, __VA_ARGS__)  \
-      LOOM_DTYPE_CASE(::loom::DType::BF16, __VA_ARGS__) \
-      LOOM_DTYPE_CASE(::loom::DType::I64, __VA_ARGS__)  \
-      LOOM_DTYPE_CASE(::loom::DType::I32, __VA_ARGS__)  \
-      LOOM_DTYPE_CASE(::loom::DType::U8, __VA_ARGS__)   \
+      LOOM_FLOATING_CASES(__VA_ARGS__)                  \
+      LOOM_INTEGER_CASES(__VA_ARGS__)                   \
       LOOM_DTYPE_CASE(::loom::DType::Bool, __VA_ARGS__) \
     }                                                   \
     LOOM_FAIL(op_name, ": unknown dtype");              \

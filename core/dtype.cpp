@@ -5,47 +5,24 @@
 
 namespace loom {
 
+// dtype_size is the C++ type's size; these are the sizes the tensors' bytes have always had.
+static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2 && sizeof(bool) == 1);
+
 size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32:
-      return 4;
-    case DType::F64:
-      return 8;
-    case DType::F16:
-      return 2;
-    case DType::BF16:
-      return 2;
-    case DType::I64:
-      return 8;
-    case DType::I32:
-      return 4;
-    case DType::U8:
-      return 1;
-    case DType::Bool:
-      return 1;
-  }
+#define LOOM_DTYPE_SIZE_CASE(D, T, name) \
+  case DType::D:                         \
+    return sizeof(T);
+  switch (t) { LOOM_DTYPES(LOOM_DTYPE_SIZE_CASE) }
+#undef LOOM_DTYPE_SIZE_CASE
   return 0;
 }
 
 const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32:
-      return "float32";
-    case DType::F64:
-      return "float64";
-    case DType::F16:
-      return "float16";
-    case DType::BF16:
-      return "bfloat16";
-    case DType::I64:
-      return "int64";
-    case DType::I32:
-      return "int32";
-    case DType::U8:
-      return "uint8";
-    case DType::Bool:
-      return "bool";
-  }
+#define LOOM_DTYPE_NAME_CASE(D, T, name) \
+  case DType::D:                         \
+    return name;
+  switch (t) { LOOM_DTYPES(LOOM_DTYPE_NAME_CASE) }
+#undef LOOM_DTYPE_NAME_CASE
   return "?";
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/bpe_presets.h"
+#include "data/tokenizer_json_checks.h"
 
 namespace loom::data {
 
@@ -20,10 +21,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string shown(const json& j) {
-  std::string s = j.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
+using json_checks::shown;
 
 // The field's value, when it is there and not null; what `fallback` says otherwise.
 template <typename T>
@@ -187,20 +185,10 @@ std::string Reader::read_pattern() const {
 void Reader::read_added_tokens(BpeModel& m) {
   const json& added = root.value("added_tokens", json::array());
   for (size_t i = 0; i < added.size(); ++i) {
-    const json& t = added[i];
-    LOOM_CHECK(
-        t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
-            t["content"].is_string() && !t["content"].get<std::string>().empty(),
-        "tokenizer.json ", path, ": added_tokens[", i, "] ", shown(t), " has no id or content");
-    const std::string content = t["content"].get<std::string>();
-    for (const char* key : {"lstrip", "rstrip", "single_word"})
-      LOOM_CHECK(!t.value(key, false), "tokenizer.json ", path, ": added_tokens[", i, "] (",
-                 content, "): ", key, " true is not supported");
-    const int64_t id = t["id"].get<int64_t>();
-    LOOM_CHECK(id >= 0 && id < (1 << 22), "tokenizer.json ", path, ": added_tokens[", i, "] (",
-               content, "): id ", id, " is outside [0, 4194304)");
-    m.specials.emplace_back(content, int32_t(id));
-    if (not_bytes.erase(int32_t(id))) m.tokens[size_t(id)].clear();  // the special's text stands
+    auto [content, id] =
+        json_checks::added_token(added[i], path, i, {"lstrip", "rstrip", "single_word"});
+    m.specials.emplace_back(content, id);
+    if (not_bytes.erase(id)) m.tokens[size_t(id)].clear();  // the special's text stands
   }
 }
 
@@ -279,14 +267,7 @@ int byte_of_char(uint32_t cp) {
 }
 
 BpeModel read_hf_tokenizer_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), "tokenizer.json ", path, ": cannot open it: ", std::strerror(errno));
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::exception& e) {
-    LOOM_FAIL("tokenizer.json ", path, ": not valid JSON: ", e.what());
-  }
+  const json root = json_checks::parse_file<json>(path, "tokenizer.json");
   LOOM_CHECK(root.is_object(), "tokenizer.json ", path, ": not a JSON object");
   BpeModel m;
   m.name = "tokenizer.json", m.source = path;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "data/tokenizer_json_checks.h"
 
 namespace loom::data {
 
@@ -20,20 +21,7 @@ namespace {
 using json = nlohmann::json;
 constexpr int64_t kMaxId = 1 << 22;
 
-std::string shown(const json& j) {
-  std::string s = j.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
-
-json parse_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), what, " ", path, ": cannot open it: ", std::strerror(errno));
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    LOOM_FAIL(what, " ", path, ": not valid JSON: ", e.what());
-  }
-}
+using json_checks::shown;
 
 struct Reader {
   const std::string& path;
@@ -107,21 +95,9 @@ void Reader::read_decoder(WordPieceModel& m) const {
 void Reader::read_added_tokens(WordPieceModel& m) const {
   const json& added = root.value("added_tokens", json::array());
   LOOM_CHECK(added.is_array(), "tokenizer.json ", path, ": added_tokens is not a list");
-  for (size_t i = 0; i < added.size(); ++i) {
-    const json& t = added[i];
-    LOOM_CHECK(
-        t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
-            t["content"].is_string() && !t["content"].get<std::string>().empty(),
-        "tokenizer.json ", path, ": added_tokens[", i, "] ", shown(t), " has no id or content");
-    const std::string content = t["content"].get<std::string>();
-    for (const char* key : {"lstrip", "rstrip", "single_word", "normalized"})
-      LOOM_CHECK(!t.value(key, false), "tokenizer.json ", path, ": added_tokens[", i, "] (",
-                 content, "): ", key, " true is not supported");
-    const int64_t id = t["id"].get<int64_t>();
-    LOOM_CHECK(id >= 0 && id < kMaxId, "tokenizer.json ", path, ": added_tokens[", i, "] (",
-               content, "): id ", id, " is outside [0, ", kMaxId, ")");
-    m.specials.emplace_back(content, int32_t(id));
-  }
+  for (size_t i = 0; i < added.size(); ++i)
+    m.specials.push_back(json_checks::added_token(
+        added[i], path, i, {"lstrip", "rstrip", "single_word", "normalized"}));
 }
 
 // BERT's template, its two special tokens named as the file names them.
@@ -172,7 +148,7 @@ void Reader::read_post_processor(WordPieceModel& m) const {
 }  // namespace
 
 WordPieceModel read_hf_wordpiece_json(const std::string& path) {
-  const json root = parse_file(path, "tokenizer.json");
+  const json root = json_checks::parse_file<json>(path, "tokenizer.json");
   LOOM_CHECK(root.is_object(), "tokenizer.json ", path, ": not a JSON object");
   WordPieceModel m;
   m.name = "tokenizer.json", m.source = path;
@@ -217,7 +193,7 @@ std::optional<BertNormalizerOptions> read_tokenizer_config(const std::string& vo
   const std::filesystem::path config =
       std::filesystem::path(vocab_path).parent_path() / "tokenizer_config.json";
   if (!std::filesystem::is_regular_file(config)) return std::nullopt;
-  const json root = parse_file(config.string(), "tokenizer_config.json");
+  const json root = json_checks::parse_file<json>(config.string(), "tokenizer_config.json");
   BertNormalizerOptions o;
   try {
     o.lowercase = root.value("do_lower_case", true);

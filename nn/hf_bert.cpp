@@ -11,23 +11,17 @@ namespace loom::nn {
 
 namespace {
 
-std::string where(const HfConfig& c, const std::string& key) {
-  return "Hugging Face config '" + c.source() + "': field \"" + key + "\" is " + c.text(key);
-}
-
 // The fields whose values loom's BERT has no switch for: each must hold BERT's value.
 void refuse_unsupported(const HfConfig& c) {
-  if (c.has("model_type"))
-    LOOM_CHECK(c.string("model_type") == "bert", where(c, "model_type"),
-               "; loom's BERT reads BERT folders (\"bert\")");
-  LOOM_CHECK(c.string("hidden_act", "gelu") == "gelu", where(c, "hidden_act"),
+  c.check_model_type("bert", "loom's BERT reads BERT folders");
+  LOOM_CHECK(c.string("hidden_act", "gelu") == "gelu", c.where("hidden_act"),
              "; loom's BERT uses the exact erf GELU (\"gelu\")");
   LOOM_CHECK(c.string("position_embedding_type", "absolute") == "absolute",
-             where(c, "position_embedding_type"),
+             c.where("position_embedding_type"),
              "; loom's BERT has learned absolute positions (\"absolute\")");
   for (const char* key : {"is_decoder", "add_cross_attention"})
-    LOOM_CHECK(!c.boolean(key, false), where(c, key), "; loom's BERT is an encoder only");
-  LOOM_CHECK(c.boolean("tie_word_embeddings", true), where(c, "tie_word_embeddings"),
+    LOOM_CHECK(!c.boolean(key, false), c.where(key), "; loom's BERT is an encoder only");
+  LOOM_CHECK(c.boolean("tie_word_embeddings", true), c.where("tie_word_embeddings"),
              "; loom's BERT ties the MLM decoder to the word embeddings");
 }
 
@@ -76,24 +70,20 @@ BertConfig bert_config_from_hf(const HfConfig& c) {
   b.type_vocab_size = c.integer("type_vocab_size", 2);
   b.norm_eps = c.number("layer_norm_eps", 1e-12);
   refuse_unsupported(c);
-  const double hidden = c.number("hidden_dropout_prob", 0.1),
-               attn = c.number("attention_probs_dropout_prob", 0.1);
-  LOOM_CHECK(hidden == attn, "Hugging Face config '", c.source(), "': hidden_dropout_prob ", hidden,
-             " and attention_probs_dropout_prob ", attn,
-             " differ; loom's BERT block has one dropout rate");
-  b.dropout = hidden;
-  b.classifier_dropout = c.number("classifier_dropout", hidden);
+  b.dropout = c.same_number({"hidden_dropout_prob", "attention_probs_dropout_prob"}, 0.1,
+                            "loom's BERT block has one dropout rate");
+  b.classifier_dropout = c.number("classifier_dropout", b.dropout);
   b.check();
   return b;
 }
 
 int64_t bert_num_labels_from_hf(const HfConfig& c) {
   const std::string problem = c.string("problem_type", "single_label_classification");
-  LOOM_CHECK(problem == "single_label_classification", where(c, "problem_type"),
+  LOOM_CHECK(problem == "single_label_classification", c.where("problem_type"),
              "; loom's BertForSequenceClassification does single-label classification");
   const int64_t n =
       c.has("id2label") ? int64_t(c.object("id2label").keys().size()) : c.integer("num_labels", 2);
-  LOOM_CHECK(n >= 2, where(c, c.has("id2label") ? "id2label" : "num_labels"),
+  LOOM_CHECK(n >= 2, c.where(c.has("id2label") ? "id2label" : "num_labels"),
              "; loom's BertForSequenceClassification needs 2 labels or more (transformers "
              "regresses with one)");
   return n;

@@ -59,6 +59,30 @@ std::vector<std::string> HfConfig::keys() const {
   return out;
 }
 
+std::string HfConfig::where(const std::string& key) const {
+  return "Hugging Face config '" + source() + "': field \"" + key + "\" is " + text(key);
+}
+
+void HfConfig::check_model_type(const std::string& type, const std::string& reader) const {
+  if (has("model_type"))
+    LOOM_CHECK(string("model_type") == type, where("model_type"), "; ", reader, " (\"", type,
+               "\")");
+}
+
+double HfConfig::same_number(const std::vector<std::string>& keys, double fallback,
+                             const std::string& why) const {
+  std::string listed;
+  bool same = true;
+  const double first = number(keys.at(0), fallback);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const double v = number(keys[i], fallback);
+    same = same && v == first;
+    listed += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i] + " " + str(v);
+  }
+  LOOM_CHECK(same, "Hugging Face config '", source(), "': ", listed, " differ; ", why);
+  return first;
+}
+
 namespace {
 
 // The field's value if it is of the type `ok` accepts; an error naming what was expected.

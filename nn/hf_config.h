@@ -39,6 +39,17 @@ class HfConfig {
   // The field's JSON text as written ("null" when missing), for messages.
   std::string text(const std::string& key) const;
   std::vector<std::string> keys() const;
+  // The start of an error about a field whose value a model cannot take: "Hugging Face config
+  // 'dir/config.json': field "hidden_act" is "relu"".
+  std::string where(const std::string& key) const;
+
+  // Checks for a model's mapping (nn/hf_gpt2.h, nn/hf_llama.h, nn/hf_bert.h). model_type, when
+  // present, is `type`; `reader` says who reads that type ("loom's BERT reads BERT folders").
+  void check_model_type(const std::string& type, const std::string& reader) const;
+  // The one value of fields a model has one setting for (GPT-2's three dropout rates; fallback
+  // for each missing one); an error naming them all and `why` when they differ.
+  double same_number(const std::vector<std::string>& keys, double fallback,
+                     const std::string& why) const;
 
   // The checkpoint's dtype: "dtype" (transformers 5) or "torch_dtype" (transformers 4):
   // "float32", "float16", "bfloat16", "float64"; nullopt when neither is set.

@@ -11,28 +11,22 @@ namespace loom::nn {
 
 namespace {
 
-std::string where(const HfConfig& c, const std::string& key) {
-  return "Hugging Face config '" + c.source() + "': field \"" + key + "\" is " + c.text(key);
-}
-
 // The fields whose values loom's GPT has no switch for: each must hold GPT-2's value.
 void refuse_unsupported(const HfConfig& c, int64_t n_embd) {
-  if (c.has("model_type"))
-    LOOM_CHECK(c.string("model_type") == "gpt2", where(c, "model_type"),
-               "; load_hf_gpt2 reads GPT-2 folders (\"gpt2\")");
+  c.check_model_type("gpt2", "load_hf_gpt2 reads GPT-2 folders");
   const std::string act = c.string("activation_function", "gelu_new");
   LOOM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
-             where(c, "activation_function"),
+             c.where("activation_function"),
              "; loom's GPT uses the tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)");
-  LOOM_CHECK(c.integer("n_inner", 4 * n_embd) == 4 * n_embd, where(c, "n_inner"),
+  LOOM_CHECK(c.integer("n_inner", 4 * n_embd) == 4 * n_embd, c.where("n_inner"),
              "; loom's GPT has an MLP 4 n_embd = ", 4 * n_embd, " wide");
-  LOOM_CHECK(c.number("layer_norm_epsilon", 1e-5) == 1e-5, where(c, "layer_norm_epsilon"),
+  LOOM_CHECK(c.number("layer_norm_epsilon", 1e-5) == 1e-5, c.where("layer_norm_epsilon"),
              "; loom's GPT uses LayerNorm eps 1e-5");
-  LOOM_CHECK(c.boolean("scale_attn_weights", true), where(c, "scale_attn_weights"),
+  LOOM_CHECK(c.boolean("scale_attn_weights", true), c.where("scale_attn_weights"),
              "; loom's GPT scales attention by 1/sqrt(head size)");
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
-    LOOM_CHECK(!c.boolean(key, false), where(c, key), "; loom's GPT has no such option");
-  LOOM_CHECK(c.boolean("tie_word_embeddings", true), where(c, "tie_word_embeddings"),
+    LOOM_CHECK(!c.boolean(key, false), c.where(key), "; loom's GPT has no such option");
+  LOOM_CHECK(c.boolean("tie_word_embeddings", true), c.where("tie_word_embeddings"),
              "; loom's GPT ties the output head to wte (Note [Tied embedding] in nn/gpt.h)");
 }
 
@@ -50,12 +44,9 @@ GPTConfig gpt2_config_from_hf(const HfConfig& c, std::optional<double> dropout) 
   if (dropout) {
     g.dropout = *dropout;
   } else {  // transformers' defaults are 0.1
-    double resid = c.number("resid_pdrop", 0.1), embd = c.number("embd_pdrop", 0.1),
-           attn = c.number("attn_pdrop", 0.1);
-    LOOM_CHECK(resid == embd && embd == attn, "Hugging Face config '", c.source(),
-               "': resid_pdrop ", resid, ", embd_pdrop ", embd, " and attn_pdrop ", attn,
-               " differ; loom's GPT has one dropout rate (HfGpt2LoadOptions::dropout sets it)");
-    g.dropout = resid;
+    g.dropout =
+        c.same_number({"resid_pdrop", "embd_pdrop", "attn_pdrop"}, 0.1,
+                      "loom's GPT has one dropout rate (HfGpt2LoadOptions::dropout sets it)");
   }
   g.check();
   return g;

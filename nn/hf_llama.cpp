@@ -12,22 +12,16 @@ namespace loom::nn {
 
 namespace {
 
-std::string where(const HfConfig& c, const std::string& key) {
-  return "Hugging Face config '" + c.source() + "': field \"" + key + "\" is " + c.text(key);
-}
-
 // The fields whose values loom's Llama has no switch for: each must hold Llama's value.
 void refuse_unsupported(const HfConfig& c, const LlamaConfig& l) {
-  if (c.has("model_type"))
-    LOOM_CHECK(c.string("model_type") == "llama", where(c, "model_type"),
-               "; load_hf_llama reads Llama folders (\"llama\")");
-  LOOM_CHECK(c.string("hidden_act", "silu") == "silu", where(c, "hidden_act"),
+  c.check_model_type("llama", "load_hf_llama reads Llama folders");
+  LOOM_CHECK(c.string("hidden_act", "silu") == "silu", c.where("hidden_act"),
              "; loom's Llama uses SwiGLU with silu");
   for (const char* key : {"attention_bias", "mlp_bias"})
-    LOOM_CHECK(!c.boolean(key, false), where(c, key), "; loom's Llama has no biases");
-  LOOM_CHECK(c.integer("head_dim", l.dim / l.n_heads) == l.dim / l.n_heads, where(c, "head_dim"),
+    LOOM_CHECK(!c.boolean(key, false), c.where(key), "; loom's Llama has no biases");
+  LOOM_CHECK(c.integer("head_dim", l.dim / l.n_heads) == l.dim / l.n_heads, c.where("head_dim"),
              "; loom's Llama has heads of hidden_size / num_attention_heads = ", l.dim / l.n_heads);
-  LOOM_CHECK(c.number("attention_dropout", 0.0) == 0.0, where(c, "attention_dropout"),
+  LOOM_CHECK(c.number("attention_dropout", 0.0) == 0.0, c.where("attention_dropout"),
              "; loom's Llama has no attention dropout");
 }
 
@@ -42,9 +36,9 @@ void read_rope(const HfConfig& c, LlamaConfig& l) {
   HfConfig r = c.object(key);
   if (v5) l.rope_theta = r.number("rope_theta", l.rope_theta);
   const std::string type = r.string("rope_type", r.string("type", "default"));
-  LOOM_CHECK(type == "default" || type == "llama3", where(c, key),
+  LOOM_CHECK(type == "default" || type == "llama3", c.where(key),
              "; loom's Llama knows rope_type \"default\" and \"llama3\"");
-  LOOM_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0, where(c, key),
+  LOOM_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0, c.where(key),
              "; loom's Llama rotates whole heads (partial_rotary_factor 1)");
   if (type == "default") return;
   l.rope_llama3 = RopeLlama3Scaling{
@@ -67,7 +61,7 @@ LlamaConfig llama_config_from_hf(const HfConfig& c) {
   l.norm_eps = c.number("rms_norm_eps", 1e-6);  // LlamaConfig's default
   l.tie_embeddings = c.boolean("tie_word_embeddings", false);
   l.max_seq_len = c.integer("max_position_embeddings", 2048);
-  LOOM_CHECK(l.n_heads > 0, where(c, "num_attention_heads"), "; it must be positive");
+  LOOM_CHECK(l.n_heads > 0, c.where("num_attention_heads"), "; it must be positive");
   refuse_unsupported(c, l);
   read_rope(c, l);
   l.check();

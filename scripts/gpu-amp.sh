@@ -7,25 +7,15 @@
 # Prints a summary last; logs go to $OUT.
 #   DATA=/path/to/fashion-mnist scripts/gpu-amp.sh     # the idx .gz files (default .data/fashion-mnist)
 #   EPOCHS=10 SKIP_BENCH=1 scripts/gpu-amp.sh
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-gpu}
-LOG=${OUT:-$BUILD/logs}
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders build-gpu
 DATA=${DATA:-.data/fashion-mnist}
 EPOCHS=${EPOCHS:-10}
-mkdir -p "$LOG"
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
-t0=$(date +%s)
-summary=()
-row() { summary+=("$(printf '%-36s %s' "$1" "$2")"); printf '%-36s %s\n' "$1" "$2" >> "$LOG/amp_summary.txt"; }
-: > "$LOG/amp_summary.txt"
+SUMMARY=$LOG/amp_summary.txt ROW_WIDTH=36
+: > "$SUMMARY"
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  > "$LOG/amp_build.log" 2>&1 &&
-  cmake --build "$BUILD" -j "${JOBS:-16}" --target train_cnn bench_train test_autograd test_nn test_train test_cuda \
-  >> "$LOG/amp_build.log" 2>&1 || { grep -E "error" "$LOG/amp_build.log" | head -20; echo "build FAILED"; exit 1; }
-row build "ok ($(( $(date +%s) - t0 ))s)"
+gpu_build amp_build "train_cnn bench_train test_autograd test_nn test_train test_cuda"
+row build "ok ($(elapsed))"
 
 passed() { grep -E '\[  (PASSED|FAILED) ' "$1" | tr '\n' ' '; }
 (cd "$BUILD" && ./tests/test_cuda --gtest_filter='CudaAmp*') > "$LOG/amp_test_cuda.log" 2>&1
@@ -68,5 +58,5 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   grep -E '^(mlp|cnn|wide) +bf16' "$LOG/bench-compare.txt" | while read -r line; do row "bench bf16" "$line"; done
 fi
 
-printf '\n== summary (%ss)\n' "$(( $(date +%s) - t0 ))"
+printf '\n== summary (%s)\n' "$(elapsed)"
 printf '%s\n' "${summary[@]}"

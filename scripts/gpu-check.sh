@@ -19,15 +19,10 @@
 #   CTEST_ARGS='-R Cuda' ...                 # extra ctest arguments (a subset of the tests)
 #   TARGETS='test_cuda envinfo' ...          # build only these targets (default: everything)
 # Other knobs: BUILD (build folder), JOBS (default 16), CTEST_JOBS (default 8), *_TIMEOUT (s).
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/gpu-common.sh"
 ROOT=$(pwd)
-BUILD=${BUILD:-$ROOT/build-gpu}
-LOG=${OUT:-$BUILD/logs}
+gpu_folders "$ROOT/build-gpu"
 JOBS=${JOBS:-16}
-mkdir -p "$LOG"
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 # Tests that train on Fashion-MNIST find it here (the GPU machine has no Debian dataset package;
 # the .gz files are carried into the git-ignored .data/fashion-mnist); without it they skip.
 # PCRE2 and utf8proc, which the GPU machine lacks, from .data/gpu-deps (scripts/gpu-deps.sh).
@@ -38,27 +33,13 @@ if [ -z "${FASHION_MNIST_DIR:-}" ] && [ -f "$ROOT/.data/fashion-mnist/train-imag
   export FASHION_MNIST_DIR=$ROOT/.data/fashion-mnist
 fi
 
-summary=()
-: > "$LOG/summary.txt"
-row() {  # one line of the summary, also saved at once (a run cut short still leaves it)
-  summary+=("$(printf '%-28s %s' "$1" "$2")")
-  printf '%-28s %s\n' "$1" "$2" >> "$LOG/summary.txt"
-}
-t0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
+SUMMARY=$LOG/summary.txt ROW_WIDTH=28
+: > "$SUMMARY"
 
 # ---- configure and build
 echo "== configure and build ($BUILD, -j$JOBS)"
-if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
-     -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_BUILD_BENCHMARKS="${BUILD_BENCH:-ON}" > "$LOG/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$JOBS" ${TARGETS:+--target $TARGETS} >> "$LOG/build.log" 2>&1; then
-  row build "ok ($(elapsed))"
-else
-  row build "FAILED (see build.log)"
-  grep -E "error|Error" "$LOG/build.log" | head -30
-  printf '\n%s\n' "${summary[@]}"
-  exit 1
-fi
+gpu_build build "${TARGETS:-}" -DLOOM_BUILD_BENCHMARKS="${BUILD_BENCH:-ON}"
+row build "ok ($(elapsed))"
 
 # ---- environment
 echo "== envinfo"

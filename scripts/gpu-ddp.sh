@@ -10,38 +10,22 @@
 #   DATA=/path/to/fashion-mnist EPOCHS=2 scripts/gpu-ddp.sh     # the .gz files (default .data/fashion-mnist)
 #   SKIP_TORCH=1 SKIP_TRAIN=1 scripts/gpu-ddp.sh                 # loom's benchmark only
 #   NGPU=4 scripts/gpu-ddp.sh                                     # the k-GPU rows on 4 GPUs
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/gpu-common.sh"
 ROOT=$(pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
-LOG=${OUT:-$BUILD/ddp-logs}
+gpu_folders "$BUILD" "$BUILD/ddp-logs"
 DATA=${DATA:-$ROOT/.data/fashion-mnist}
 EPOCHS=${EPOCHS:-3}
 JOBS=${JOBS:-16}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 [ "${NGPU:-0}" -ge 2 ] 2>/dev/null || NGPU=2
-mkdir -p "$LOG"
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
-t0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
-rows=()
-row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); printf '%-34s %s\n' "$1" "$2" >> "$LOG/summary.txt"; }
-: > "$LOG/summary.txt"
+SUMMARY=$LOG/summary.txt
+: > "$SUMMARY"
 LOOMRUN="$BUILD/distributed/launcher/loomrun"
 
 echo "== configure and build ($BUILD)"
-if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-     -DLOOM_BUILD_BENCHMARKS=ON > "$LOG/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$JOBS" --target test_distributed ddp_tool bench_ddp train_cnn loomrun \
-     >> "$LOG/build.log" 2>&1; then
-  row build "ok ($(elapsed))"
-else
-  row build "FAILED (see build.log)"
-  grep -E "error" "$LOG/build.log" | head -30
-  printf '%s\n' "${rows[@]}"
-  exit 1
-fi
+gpu_build build "test_distributed ddp_tool bench_ddp train_cnn loomrun" -DLOOM_BUILD_BENCHMARKS=ON
+row build "ok ($(elapsed))"
 
 echo "== NCCL DDP tests"
 timeout 240 "$BUILD/tests/test_distributed" --gtest_filter='DDPNccl.*:DDPBuckets.*' > "$LOG/ddp_tests.log" 2>&1
@@ -116,5 +100,5 @@ cat "$LOG/table.txt" >> "$LOG/summary.txt"
 
 echo
 echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), total $(elapsed))"
-printf '%s\n' "${rows[@]}"
+printf '%s\n' "${summary[@]}"
 cat "$LOG/table.txt"

@@ -13,28 +13,16 @@
 # kernel class); TORCH=0 skips the
 # libtorch twin; VISION=1 adds the resnet50 and vit-b16 rows (eager, and as a graph with
 # recomputed activations); CTEST=1 runs every CUDA test through ctest instead of the GPT ones.
-set -u -o pipefail
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-$HOME/build-gpt}
-LOG=${OUT:-build-gpt/logs}
-mkdir -p "$LOG"
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$LOG/summary.txt"; }
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders "$HOME/build-gpt" build-gpt/logs
 
 torch_prefix=$(python3 -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null || true)
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_LIBTORCH="$([ -n "$torch_prefix" ] && echo ON || echo OFF)" \
-  ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} > "$LOG/configure.log" 2>&1 \
-  || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
+torch_flags=(-DLOOM_LIBTORCH="$([ -n "$torch_prefix" ] && echo ON || echo OFF)"
+             ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"})
 [ "${TORCH:-1}" = 0 ] && torch_prefix=""
 targets="train_gpt bench_train test_cuda"
 [ -n "$torch_prefix" ] && targets="$targets bench_train_torch"
-if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target $targets > "$LOG/build.log" 2>&1; then
-  grep -E "error" "$LOG/build.log" | head -30
-  stamp "build FAILED"
-  exit 1
-fi
+gpu_build build "$targets" "${torch_flags[@]}"
 stamp "built $targets"
 
 steps=(--steps "${STEPS:-10}" --repeats 3 --warmup 5)

@@ -5,17 +5,9 @@
 # all_reduce: the other rank is killed with -9 and loomrun must exit non-zero within 5 s.
 # NCCL's NVLink multicast stays off (loomrun forces NCCL_NVLS_ENABLE=0 for its workers too).
 #   scripts/gpu-loomrun.sh            # build folder $BUILD (default build-gpu), logs in $OUT
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-$(pwd)/build-gpu}
-LOG=${OUT:-$BUILD/logs}
-mkdir -p "$LOG"
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_BUILD_BENCHMARKS=OFF > "$LOG/loomrun-build.log" 2>&1 &&
-  cmake --build "$BUILD" -j "${JOBS:-16}" --target loomrun test_launcher launch_worker_tool dist_tool \
-    >> "$LOG/loomrun-build.log" 2>&1 || { echo "build FAILED (see $LOG/loomrun-build.log)"; exit 1; }
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders "$(pwd)/build-gpu"
+gpu_build loomrun-build "loomrun test_launcher launch_worker_tool dist_tool" -DLOOM_BUILD_BENCHMARKS=OFF
 LOOMRUN=$BUILD/distributed/launcher/loomrun
 TOOL=$BUILD/tests/dist_tool
 

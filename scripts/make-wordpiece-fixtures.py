@@ -23,17 +23,16 @@
 #                             from the file's, the ids of each text; pairs; decoded strings
 # Each run trains anew, and `tokenizers`' trainer breaks ties in no fixed order: a rerun writes other
 # vocabularies and ids, as valid as these. Commit the four files together.
-import argparse
 import json
 import os
-import sys
 import tempfile
 
 import tokenizers
 from tokenizers import BertWordPieceTokenizer, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers, processors, trainers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from kjv_fixtures import kjv_excerpt, parse_args
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 # What BERT's normalizer and pre-tokenizer meet beyond fixtures.json's stress text: accents
@@ -59,12 +58,6 @@ VARIANTS = [
     {"lowercase": False, "strip_accents": True},
     {"clean_text": False, "handle_chinese_chars": False, "lowercase": False, "strip_accents": False},
 ]
-
-
-def kjv_excerpt(path, size=3000):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return text[: text.rindex("\n", 0, size) + 1]
 
 
 def kjv_verses(path, first, count):
@@ -110,12 +103,7 @@ def with_normalizer(path, **options):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kjv", default=os.path.join(ROOT, ".data", "kjv.txt"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "tokenizers"))
-    args = ap.parse_args()
-    if not os.path.exists(args.kjv):
-        sys.exit(f"{args.kjv} is missing: run scripts/gpt-corpus.sh first")
+    args = parse_args(__doc__)
     with open(os.path.join(args.out, "fixtures.json"), encoding="utf-8") as f:
         stress = json.load(f)["texts"]["stress"]  # the BPE fixtures' stress text, reused
     texts = {"kjv": kjv_excerpt(args.kjv), "stress": stress, "bert": BERT}

@@ -21,40 +21,47 @@
 
 namespace loom {
 
-Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+namespace {
+// mm (dims 2) and bmm (dims 3, batched over the first): the arguments checked (check_shapes says
+// whether their sizes multiply), one GEMM, and the backward dA = g B^T, dB = A^T g (transposed
+// views: the GEMM reads them without a copy).
+template <typename CheckShapes>
+Tensor matrix_product(const char* name, int dims, const Tensor& a_in, const Tensor& b_in,
+                      CheckShapes check_shapes) {
   const Tensor a = amp::cast_lower(a_in), b = amp::cast_lower(b_in);
-  Backend& be = detail::check_pair("mm", a, b);
-  detail::check_dim("mm", a, 2, "a");
-  detail::check_dim("mm", b, 2, "b");
-  LOOM_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.shape(), " and ", b.shape(),
-             " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
-  detail::check_floating("mm", a);
-  Tensor out = be.mm(a, b);
-  return record("mm", out, {a, b}, [sa = save(a, "mm"), sb = save(b, "mm")](const Tensor& g) {
-    // dA = g B^T, dB = A^T g (transposed views: the GEMM reads them without a copy)
-    const Tensor &a = sa.get(), &b = sb.get();
-    Backend& be = backend_for(g.device());
-    Tensor ga = needs_input_grad(0) ? be.mm(g, raw::transpose(b, 0, 1)) : Tensor();
-    Tensor gb = needs_input_grad(1) ? be.mm(raw::transpose(a, 0, 1), g) : Tensor();
-    return Grads{ga, gb};
+  Backend& be = detail::check_pair(name, a, b);
+  detail::check_dim(name, a, dims, "a");
+  detail::check_dim(name, b, dims, "b");
+  check_shapes(a, b);
+  detail::check_floating(name, a);
+  auto gemm = [dims](Backend& be, const Tensor& x, const Tensor& y) {
+    return dims == 3 ? be.bmm(x, y) : be.mm(x, y);
+  };
+  Tensor out = gemm(be, a, b);
+  return record(
+      name, out, {a, b}, [sa = save(a, name), sb = save(b, name), dims, gemm](const Tensor& g) {
+        const Tensor &a = sa.get(), &b = sb.get();
+        Backend& be = backend_for(g.device());
+        Tensor ga =
+            needs_input_grad(0) ? gemm(be, g, raw::transpose(b, dims - 2, dims - 1)) : Tensor();
+        Tensor gb =
+            needs_input_grad(1) ? gemm(be, raw::transpose(a, dims - 2, dims - 1), g) : Tensor();
+        return Grads{ga, gb};
+      });
+}
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  return matrix_product("mm", 2, a, b, [](const Tensor& a, const Tensor& b) {
+    LOOM_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.shape(), " and ", b.shape(),
+               " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
   });
 }
 
-Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
-  const Tensor a = amp::cast_lower(a_in), b = amp::cast_lower(b_in);
-  Backend& be = detail::check_pair("bmm", a, b);
-  detail::check_dim("bmm", a, 3, "a");
-  detail::check_dim("bmm", b, 3, "b");
-  LOOM_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes ", a.shape(), " and ",
-             b.shape(), " cannot be multiplied (expected (B, M, K) and (B, K, N))");
-  detail::check_floating("bmm", a);
-  Tensor out = be.bmm(a, b);
-  return record("bmm", out, {a, b}, [sa = save(a, "bmm"), sb = save(b, "bmm")](const Tensor& g) {
-    const Tensor &a = sa.get(), &b = sb.get();
-    Backend& be = backend_for(g.device());
-    Tensor ga = needs_input_grad(0) ? be.bmm(g, raw::transpose(b, 1, 2)) : Tensor();
-    Tensor gb = needs_input_grad(1) ? be.bmm(raw::transpose(a, 1, 2), g) : Tensor();
-    return Grads{ga, gb};
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  return matrix_product("bmm", 3, a, b, [](const Tensor& a, const Tensor& b) {
+    LOOM_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes ", a.shape(), " and ",
+               b.shape(), " cannot be multiplied (expected (B, M, K) and (B, K, N))");
   });
 }
 

@@ -12,9 +12,8 @@ the peak memory. It leaves out everything bench_train leaves out: data loading, 
 
     python3 benchmarks/pytorch/llama_bench.py --compile --warmup 10 --steps 10
 """
-import argparse
 import torch
-from step_timing import time_steps
+from step_timing import adamw, parse_args, report, time_steps, training_step
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
@@ -30,43 +29,18 @@ def llama32_1b_config() -> LlamaConfig:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--compile", action="store_true")
-    a = p.parse_args()
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    a = parse_args(__doc__, batch=4, seq=2048)
     cfg = llama32_1b_config()
     model = LlamaForCausalLM(cfg).cuda().train()
     n_params = sum(t.numel() for t in model.parameters())
-    decay = [t for t in model.parameters() if t.dim() >= 2]
-    no_decay = [t for t in model.parameters() if t.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), fused=True)
-    step_model = torch.compile(model) if a.compile else model
+    opt = adamw(model, lr=3e-4, betas=(0.9, 0.95))
     x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device="cuda")
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+    step = training_step(model, opt, a.compile, input_ids=x, labels=x)
 
     t = time_steps(step, a.warmup, a.steps)
-    ms = t.median_ms
-    tokens = a.batch * a.seq
     flops = 6 * n_params + 12 * cfg.num_hidden_layers * cfg.num_attention_heads * 64 * a.seq
-    mfu = flops * tokens / (ms / 1e3) / 989e12
-    name = "torch.compile" if a.compile else "eager"
-    print(f"pytorch llama1b {name}: {ms:.2f} ms/step (min {t.min_ms:.2f}), "
-          f"{tokens / ms * 1e3:,.0f} tokens/s, MFU {100 * mfu:.1f}%, peak {t.peak_mib:.0f} MiB, "
-          f"first step {t.first_step_s:.1f} s, {n_params:,} parameters")
+    mfu = flops * a.batch * a.seq / (t.median_ms / 1e3) / 989e12
+    report("llama1b", a, t, mfu=mfu, tail=f", {n_params:,} parameters")
 
 
 if __name__ == "__main__":

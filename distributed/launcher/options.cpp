@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -76,54 +77,54 @@ std::vector<int> pick_free_ports(int n, const std::string& host) {
 int pick_free_port(const std::string& host) { return pick_free_ports(1, host)[0]; }
 
 namespace {
+// "--master_port,--master-port": torchrun's spelling of a flag and the dashed one.
+std::string both_spellings(const std::string& name) {
+  std::string dashed = name;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  return "--" + name + (dashed == name ? "" : ",--" + dashed);
+}
+
+// An option under both spellings with its default shown in --help.
+template <typename T>
+CLI::Option* add_shown(CLI::App& app, const std::string& name, T& value, const std::string& help) {
+  return app.add_option(both_spellings(name), value, help)->capture_default_str();
+}
+
 // loomrun's flags: torchrun's names (and dashed spellings), each filling a LaunchOptions field.
 void add_launch_flags(CLI::App& app, LaunchOptions& o) {
   app.prefix_command();  // the first positional argument and everything after it: the program
-  app.add_option("--nproc_per_node,--nproc-per-node", o.nproc_spec,
-                 "workers on this node: a number, gpu (one per CUDA device), cpu (one per hardware "
-                 "thread) or auto (gpu if there are GPUs, else cpu)")
-      ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "number of nodes (one loomrun per node)")
-      ->capture_default_str();
-  app.add_option("--node_rank,--node-rank", o.node_rank, "this node's index in [0, nnodes)")
-      ->capture_default_str();
-  app.add_option("--master_addr,--master-addr", o.master_addr,
-                 "address of node 0 (it serves the store there)")
-      ->capture_default_str();
-  app.add_option("--master_port,--master-port", o.master_port,
-                 "port of the workers' store on master_addr")
-      ->capture_default_str();
+  add_shown(app, "nproc_per_node", o.nproc_spec,
+            "workers on this node: a number, gpu (one per CUDA device), cpu (one per hardware "
+            "thread) or auto (gpu if there are GPUs, else cpu)");
+  add_shown(app, "nnodes", o.nnodes, "number of nodes (one loomrun per node)");
+  add_shown(app, "node_rank", o.node_rank, "this node's index in [0, nnodes)");
+  add_shown(app, "master_addr", o.master_addr, "address of node 0 (it serves the store there)");
+  add_shown(app, "master_port", o.master_port, "port of the workers' store on master_addr");
   app.add_flag("--standalone", o.standalone,
                "one node on this machine: master 127.0.0.1 and a free port picked by loomrun");
-  app.add_option("--worker_store,--worker-store", o.worker_store,
-                 "who serves the workers' store on master_addr:master_port: loomrun (node 0's, a "
-                 "fresh one per attempt; workers get LOOM_STORE_EXTERNAL=1) or rank0 (the "
-                 "program's rank 0, as without a launcher)")
-      ->check(CLI::IsMember({"loomrun", "rank0"}))
-      ->capture_default_str();
-  app.add_option("--rdzv_port,--rdzv-port", o.rdzv_port,
+  add_shown(app, "worker_store", o.worker_store,
+            "who serves the workers' store on master_addr:master_port: loomrun (node 0's, a "
+            "fresh one per attempt; workers get LOOM_STORE_EXTERNAL=1) or rank0 (the "
+            "program's rank 0, as without a launcher)")
+      ->check(CLI::IsMember({"loomrun", "rank0"}));
+  app.add_option(both_spellings("rdzv_port"), o.rdzv_port,
                  "with --nnodes > 1: the port of node 0's loomrun store (default master_port + 1; "
                  "the workers' own store stays on master_port)");
-  app.add_option("--max_restarts,--max-restarts", o.max_restarts,
-                 "restart the whole group this many times after a failure")
-      ->capture_default_str();
+  add_shown(app, "max_restarts", o.max_restarts,
+            "restart the whole group this many times after a failure");
   app.add_option("--grace,--grace-period", o.grace_seconds,
                  "seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
-  app.add_option("--rdzv_timeout,--rdzv-timeout", o.rdzv_timeout_seconds,
-                 "with --nnodes > 1: seconds to wait for all nodes to join")
-      ->capture_default_str();
-  app.add_option("--node_timeout,--node-timeout", o.node_timeout_seconds,
-                 "with --nnodes > 1: node 0 declares a node failed when its loomrun has not "
-                 "sent a heartbeat for this many seconds")
-      ->capture_default_str();
-  app.add_option("--log_dir,--log-dir", o.log_dir,
+  add_shown(app, "rdzv_timeout", o.rdzv_timeout_seconds,
+            "with --nnodes > 1: seconds to wait for all nodes to join");
+  add_shown(app, "node_timeout", o.node_timeout_seconds,
+            "with --nnodes > 1: node 0 declares a node failed when its loomrun has not "
+            "sent a heartbeat for this many seconds");
+  app.add_option(both_spellings("log_dir"), o.log_dir,
                  "write each rank's output to DIR/attempt_K/rank_N.{stdout,stderr} instead of "
                  "the console");
   app.add_flag("--tee", o.tee, "with --log-dir: also print each rank's output to the console");
-  app.add_option("--tail", o.tail_lines,
-                 "stderr lines of a failed rank shown in the failure report")
-      ->capture_default_str();
+  add_shown(app, "tail", o.tail_lines, "stderr lines of a failed rank shown in the failure report");
   app.add_flag("--quiet", o.quiet, "no progress lines from loomrun itself (failures still print)");
 }
 

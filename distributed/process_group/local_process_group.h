@@ -17,17 +17,12 @@ class LocalProcessGroup : public ProcessGroup {
   std::string backend() const override { return "local"; }
 
  protected:
-  // all_reduce, broadcast, barrier: already done (one rank holds the result).
-  std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_broadcast(Tensor& t, int root, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_barrier(const OpRecord& rec) override;
-  // all_gather, reduce_scatter: out and in have the same numel here; out gets a copy of in.
-  std::shared_ptr<Work> do_all_gather(Tensor& out, const Tensor& in, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
-                                          const OpRecord& rec) override;
-  // send, recv: an error (no other rank).
-  std::shared_ptr<Work> do_send(const Tensor& t, int dst, int tag, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_recv(Tensor& t, int src, int tag, const OpRecord& rec) override;
+  // all_reduce, broadcast, barrier: already done (one rank holds the result). all_gather,
+  // reduce_scatter: out and in have the same numel here; out gets a copy of in. send, recv: an
+  // error (no other rank).
+#define LOOM_PROCESS_GROUP_METHOD(name, params) std::shared_ptr<Work> name params override;
+#include "distributed/process_group/process_group_methods.inc"
+#undef LOOM_PROCESS_GROUP_METHOD
   void check_device(const char*, const Tensor&) const override {}  // any device
 };
 

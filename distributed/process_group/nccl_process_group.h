@@ -40,14 +40,9 @@ class NcclProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> watch_graph_replay() override;
 
  protected:
-  std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_broadcast(Tensor& t, int root, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_all_gather(Tensor& out, const Tensor& in, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
-                                          const OpRecord& rec) override;
-  std::shared_ptr<Work> do_barrier(const OpRecord& rec) override;
-  std::shared_ptr<Work> do_send(const Tensor& t, int dst, int tag, const OpRecord& rec) override;
-  std::shared_ptr<Work> do_recv(Tensor& t, int src, int tag, const OpRecord& rec) override;
+#define LOOM_PROCESS_GROUP_METHOD(name, params) std::shared_ptr<Work> name params override;
+#include "distributed/process_group/process_group_methods.inc"
+#undef LOOM_PROCESS_GROUP_METHOD
   void check_device(const char* op, const Tensor& t) const override;
 
  private:

@@ -74,15 +74,10 @@ class ProcessGroup {
                      Millis timeout, const std::string& what);
 
  protected:
-  virtual std::shared_ptr<Work> do_all_reduce(Tensor& t, ReduceOp op, const OpRecord& rec) = 0;
-  virtual std::shared_ptr<Work> do_broadcast(Tensor& t, int root, const OpRecord& rec) = 0;
-  virtual std::shared_ptr<Work> do_all_gather(Tensor& out, const Tensor& in,
-                                              const OpRecord& rec) = 0;
-  virtual std::shared_ptr<Work> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
-                                                  const OpRecord& rec) = 0;
-  virtual std::shared_ptr<Work> do_barrier(const OpRecord& rec) = 0;
-  virtual std::shared_ptr<Work> do_send(const Tensor& t, int dst, int tag, const OpRecord& rec) = 0;
-  virtual std::shared_ptr<Work> do_recv(Tensor& t, int src, int tag, const OpRecord& rec) = 0;
+  // The backend's collectives (process_group_methods.inc lists them).
+#define LOOM_PROCESS_GROUP_METHOD(name, params) virtual std::shared_ptr<Work> name params = 0;
+#include "distributed/process_group/process_group_methods.inc"
+#undef LOOM_PROCESS_GROUP_METHOD
   // Throws an error naming op and tensor when `t` is not on a device this backend serves.
   virtual void check_device(const char* op, const Tensor& t) const = 0;
 

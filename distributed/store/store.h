@@ -20,24 +20,13 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  virtual void set(const std::string& key, const Bytes& value) = 0;
-  // Blocks until `key` exists (set by anyone), then returns its value; an error after `timeout`.
-  virtual Bytes get(const std::string& key, Millis timeout) = 0;
+  // set, get, add, compare_set, wait, check, delete_key, num_keys (store_methods.inc says what
+  // each does).
+#define LOOM_STORE_METHOD(R, name, params) virtual R name params = 0;
+#include "distributed/store/store_methods.inc"
+#undef LOOM_STORE_METHOD
   Bytes get(const std::string& key) { return get(key, timeout_); }
-  // Atomically adds `delta` to the integer stored at `key` (absent = 0) and returns the sum.
-  virtual int64_t add(const std::string& key, int64_t delta) = 0;
-  // Sets `key` to `desired` if its value is `expected` (an absent key matches an empty
-  // `expected`), and returns the value after the call.
-  virtual Bytes compare_set(const std::string& key, const Bytes& expected,
-                            const Bytes& desired) = 0;
-  // Blocks until every key exists; an error naming the missing keys after `timeout`.
-  virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
   void wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
-  // True when every key exists (no blocking).
-  virtual bool check(const std::vector<std::string>& keys) = 0;
-  // Removes `key`; true if it existed.
-  virtual bool delete_key(const std::string& key) = 0;
-  virtual int64_t num_keys() = 0;
   // A new handle on the same store with its own connection, for another thread (a blocked get
   // on one connection must not hold up, e.g., the collective log's writer).
   virtual std::shared_ptr<Store> clone() const = 0;
@@ -64,14 +53,10 @@ class PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
 
-  void set(const std::string& key, const Bytes& value) override;
-  Bytes get(const std::string& key, Millis timeout) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
-  void wait(const std::vector<std::string>& keys, Millis timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
-  bool delete_key(const std::string& key) override;
-  int64_t num_keys() override;  // the base store's count (all prefixes)
+  // num_keys: the base store's count (all prefixes).
+#define LOOM_STORE_METHOD(R, name, params) R name params override;
+#include "distributed/store/store_methods.inc"
+#undef LOOM_STORE_METHOD
   std::shared_ptr<Store> clone() const override;
 
   using Store::get;

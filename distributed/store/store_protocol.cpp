@@ -79,17 +79,18 @@ Writer::Writer(Type t) {
 void Writer::u32(uint32_t v) {
   for (int i = 0; i < 4; ++i) buf_.push_back(uint8_t(v >> (8 * i)));
 }
+void Writer::field(const uint8_t* data, size_t n, const char* what) {
+  LOOM_CHECK(n <= kMaxPayload, "store: a ", what, " of ", n, " bytes is over the limit ",
+             kMaxPayload);
+  u32(uint32_t(n));
+  buf_.insert(buf_.end(), data, data + n);
+}
 Writer& Writer::str(const std::string& s) {
-  LOOM_CHECK(s.size() <= kMaxPayload, "store: a field of ", s.size(), " bytes is over the limit");
-  u32(uint32_t(s.size()));
-  buf_.insert(buf_.end(), s.begin(), s.end());
+  field(reinterpret_cast<const uint8_t*>(s.data()), s.size(), "field");
   return *this;
 }
 Writer& Writer::bytes(const Bytes& b) {
-  LOOM_CHECK(b.size() <= kMaxPayload, "store: a value of ", b.size(), " bytes is over the limit ",
-             kMaxPayload);
-  u32(uint32_t(b.size()));
-  buf_.insert(buf_.end(), b.begin(), b.end());
+  field(b.data(), b.size(), "value");
   return *this;
 }
 Writer& Writer::i64(int64_t v) {
@@ -110,36 +111,28 @@ const Bytes& Writer::finish() {
   return buf_;
 }
 
-void Reader::need(size_t k) const {
+const uint8_t* Reader::take(size_t k) {
   LOOM_CHECK(k <= n_ - at_, "store: malformed message (a field needs ", k, " bytes, ", n_ - at_,
              " left)");
+  const uint8_t* p = p_ + at_;
+  at_ += k;
+  return p;
 }
-uint32_t Reader::u32() {
-  need(4);
-  uint32_t v = load_u32(p_ + at_);
-  at_ += 4;
-  return v;
-}
+uint32_t Reader::u32() { return load_u32(take(4)); }
 std::string Reader::str(uint32_t max_len) {
   uint32_t len = u32();
   LOOM_CHECK(len <= max_len, "store: malformed message (a key of ", len, " bytes)");
-  need(len);
-  std::string s(reinterpret_cast<const char*>(p_ + at_), len);
-  at_ += len;
-  return s;
+  return std::string(reinterpret_cast<const char*>(take(len)), len);
 }
 Bytes Reader::bytes() {
   uint32_t len = u32();
-  need(len);
-  Bytes b(p_ + at_, p_ + at_ + len);
-  at_ += len;
-  return b;
+  const uint8_t* p = take(len);
+  return Bytes(p, p + len);
 }
 int64_t Reader::i64() {
-  need(8);
+  const uint8_t* p = take(8);
   uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(p_[at_ + i]) << (8 * i);
-  at_ += 8;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
   return int64_t(v);
 }
 std::vector<std::string> Reader::list() {
@@ -165,15 +158,12 @@ Request decode_request(uint8_t type, const uint8_t* p, size_t n) {
       q.value = r.bytes();
       break;
     case Type::Get:
+    case Type::Add:
       q.keys.push_back(r.str(kMaxKeyBytes));
       q.number = r.i64();
       break;
     case Type::Wait:
       q.keys = r.list();
-      q.number = r.i64();
-      break;
-    case Type::Add:
-      q.keys.push_back(r.str(kMaxKeyBytes));
       q.number = r.i64();
       break;
     case Type::CompareSet:

@@ -87,6 +87,8 @@ class Writer {
 
  private:
   void u32(uint32_t v);
+  // Appends n bytes after their length; `what` names the field in the over-the-limit error.
+  void field(const uint8_t* data, size_t n, const char* what);
   Bytes buf_;
 };
 
@@ -103,7 +105,7 @@ class Reader {
 
  private:
   uint32_t u32();
-  void need(size_t k) const;
+  const uint8_t* take(size_t k);  // the next k bytes, past which it moves; an error past the end
   const uint8_t* p_;
   size_t n_;
   size_t at_ = 0;

@@ -59,14 +59,9 @@ class TCPStore : public Store {
   TCPStore(const std::string& host, int port, TCPStoreOptions options = {});
   ~TCPStore() override;
 
-  void set(const std::string& key, const Bytes& value) override;
-  Bytes get(const std::string& key, Millis timeout) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
-  void wait(const std::vector<std::string>& keys, Millis timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
-  bool delete_key(const std::string& key) override;
-  int64_t num_keys() override;
+#define LOOM_STORE_METHOD(R, name, params) R name params override;
+#include "distributed/store/store_methods.inc"
+#undef LOOM_STORE_METHOD
   std::shared_ptr<Store> clone() const override;
   using Store::get;
   using Store::set;

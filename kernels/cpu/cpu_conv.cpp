@@ -111,86 +111,90 @@ FlatRow flat_row(const ConvGeom& g, int64_t r, int64_t s) {
   return f;
 }
 
+// Calls f(row, plane, r, s) for each row (c, r, s) of a col matrix (Cg*R*S, P*Q) and plane c of
+// the image x (Cg, H, W) it is made from or added to.
+template <typename T, typename X, typename F>
+void for_each_col_row(T* col, X* x, const ConvGeom& g, const F& f) {
+  for (int64_t c = 0; c < g.Cg; ++c)
+    for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t s = 0; s < g.S; ++s)
+        f(col + ((c * g.R + r) * g.S + s) * g.P * g.Q, x + c * g.H * g.W, r, s);
+}
+
+// Zeroes what a flat copy put in a col row at the taps left and right of the image (columns
+// q < q0 and q >= q1 of the rows p0..p1).
+template <typename T>
+void zero_side_taps(T* row, const FlatRow& f, int64_t Q) {
+  for (int64_t p = f.p0; p < f.p1; ++p) {
+    T* out = row + p * Q;
+    for (int64_t q = 0; q < f.q0; ++q) out[q] = T(0);
+    for (int64_t q = f.q1; q < Q; ++q) out[q] = T(0);
+  }
+}
+
 // x: (Cg, H, W) of one image and group -> col: (Cg*R*S, P*Q)
 template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
   const int64_t PQ = g.P * g.Q;
   const bool flat = flat_rows(g);
-  for (int64_t c = 0; c < g.Cg; ++c)
-    for (int64_t r = 0; r < g.R; ++r)
-      for (int64_t s = 0; s < g.S; ++s) {
-        T* row = col + ((c * g.R + r) * g.S + s) * PQ;
-        const T* xc = x + c * g.H * g.W;
-        if (flat) {
-          FlatRow f = flat_row(g, r, s);
-          std::fill(row, row + f.lo, T(0));
-          std::memcpy(row + f.lo, xc + f.lo + f.off, size_t(f.hi - f.lo) * sizeof(T));
-          std::fill(row + f.hi, row + PQ, T(0));
-          for (int64_t p = f.p0; p < f.p1; ++p) {
-            T* out = row + p * g.Q;
-            for (int64_t q = 0; q < f.q0; ++q) out[q] = T(0);
-            for (int64_t q = f.q1; q < g.Q; ++q) out[q] = T(0);
-          }
-          continue;
-        }
-        int64_t q0, q1;
-        valid_cols(g, s, q0, q1);
-        const int64_t shift = s * g.dw - g.pw;
-        for (int64_t p = 0; p < g.P; ++p) {
-          T* out = row + p * g.Q;
-          int64_t ih = p * g.sh - g.ph + r * g.dh;
-          if (ih < 0 || ih >= g.H) {
-            std::fill(out, out + g.Q, T(0));
-            continue;
-          }
-          const T* xr = xc + ih * g.W;
-          std::fill(out, out + q0, T(0));
-          if (g.sw == 1) {
-            std::memcpy(out + q0, xr + q0 + shift, size_t(q1 - q0) * sizeof(T));
-          } else {
-            for (int64_t q = q0; q < q1; ++q) out[q] = xr[q * g.sw + shift];
-          }
-          std::fill(out + q1, out + g.Q, T(0));
-        }
+  for_each_col_row(col, x, g, [&](T* row, const T* xc, int64_t r, int64_t s) {
+    if (flat) {
+      FlatRow f = flat_row(g, r, s);
+      std::fill(row, row + f.lo, T(0));
+      std::memcpy(row + f.lo, xc + f.lo + f.off, size_t(f.hi - f.lo) * sizeof(T));
+      std::fill(row + f.hi, row + PQ, T(0));
+      zero_side_taps(row, f, g.Q);
+      return;
+    }
+    int64_t q0, q1;
+    valid_cols(g, s, q0, q1);
+    const int64_t shift = s * g.dw - g.pw;
+    for (int64_t p = 0; p < g.P; ++p) {
+      T* out = row + p * g.Q;
+      int64_t ih = p * g.sh - g.ph + r * g.dh;
+      if (ih < 0 || ih >= g.H) {
+        std::fill(out, out + g.Q, T(0));
+        continue;
       }
+      const T* xr = xc + ih * g.W;
+      std::fill(out, out + q0, T(0));
+      if (g.sw == 1) {
+        std::memcpy(out + q0, xr + q0 + shift, size_t(q1 - q0) * sizeof(T));
+      } else {
+        for (int64_t q = q0; q < q1; ++q) out[q] = xr[q * g.sw + shift];
+      }
+      std::fill(out + q1, out + g.Q, T(0));
+    }
+  });
 }
 
 // col: (Cg*R*S, P*Q) -> dx: (Cg, H, W) of one image and group, accumulated (dx += ...).
 // col is scratch: the flat path zeroes its out-of-range entries first.
 template <typename T>
 void col2im(T* col, const ConvGeom& g, T* dx) {
-  const int64_t PQ = g.P * g.Q;
   const bool flat = flat_rows(g);
-  for (int64_t c = 0; c < g.Cg; ++c)
-    for (int64_t r = 0; r < g.R; ++r)
-      for (int64_t s = 0; s < g.S; ++s) {
-        T* row = col + ((c * g.R + r) * g.S + s) * PQ;
-        T* xc = dx + c * g.H * g.W;
-        if (flat) {
-          FlatRow f = flat_row(g, r, s);
-          for (int64_t p = f.p0; p < f.p1; ++p) {
-            T* in = row + p * g.Q;
-            for (int64_t q = 0; q < f.q0; ++q) in[q] = T(0);
-            for (int64_t q = f.q1; q < g.Q; ++q) in[q] = T(0);
-          }
-          for (int64_t i = f.lo; i < f.hi; ++i) xc[i + f.off] += row[i];  // inside the plane
-          continue;
-        }
-        int64_t q0, q1;
-        valid_cols(g, s, q0, q1);
-        const int64_t shift = s * g.dw - g.pw;
-        for (int64_t p = 0; p < g.P; ++p) {
-          int64_t ih = p * g.sh - g.ph + r * g.dh;
-          if (ih < 0 || ih >= g.H) continue;
-          const T* in = row + p * g.Q;
-          T* xr = xc + ih * g.W;
-          if (g.sw == 1) {
-            for (int64_t q = q0; q < q1; ++q) xr[q + shift] += in[q];
-          } else {
-            for (int64_t q = q0; q < q1; ++q) xr[q * g.sw + shift] += in[q];
-          }
-        }
+  for_each_col_row(col, dx, g, [&](T* row, T* xc, int64_t r, int64_t s) {
+    if (flat) {
+      FlatRow f = flat_row(g, r, s);
+      zero_side_taps(row, f, g.Q);
+      for (int64_t i = f.lo; i < f.hi; ++i) xc[i + f.off] += row[i];  // inside the plane
+      return;
+    }
+    int64_t q0, q1;
+    valid_cols(g, s, q0, q1);
+    const int64_t shift = s * g.dw - g.pw;
+    for (int64_t p = 0; p < g.P; ++p) {
+      int64_t ih = p * g.sh - g.ph + r * g.dh;
+      if (ih < 0 || ih >= g.H) continue;
+      const T* in = row + p * g.Q;
+      T* xr = xc + ih * g.W;
+      if (g.sw == 1) {
+        for (int64_t q = q0; q < q1; ++q) xr[q + shift] += in[q];
+      } else {
+        for (int64_t q = q0; q < q1; ++q) xr[q * g.sw + shift] += in[q];
       }
+    }
+  });
 }
 
 // Runs f(n, col) for every image n: in parallel runs of images when there are several, else

@@ -58,38 +58,46 @@ void for_each_term(const Geom& g, const F& f) {
     }
 }
 
+// A float64 tensor of `shape`, zeroed, into which add(out, x_index, w_index, y_index) adds every
+// term of for_each_term; returned as `dtype`.
+template <typename F>
+Tensor sum_terms(const Geom& g, const Shape& shape, DType dtype, const F& add) {
+  Tensor out = empty(shape, {.dtype = DType::F64});
+  double* o = out.data<double>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = 0;
+  for_each_term(g, [&](int64_t xi, int64_t wi, int64_t yi) { add(o, xi, wi, yi); });
+  return raw::cast(out, dtype);
+}
+
 }  // namespace
 
 Tensor conv2d_naive(const Tensor& x0, const Tensor& w0, const Conv2dParams& p) {
   Geom g = naive_geom(x0.shape(), w0.shape(), p);
-  Tensor x = f64(x0), w = f64(w0), y = empty({g.N, g.K, g.P, g.Q}, {.dtype = DType::F64});
+  Tensor x = f64(x0), w = f64(w0);
   const double *xp = x.data<double>(), *wp = w.data<double>();
-  double* yp = y.data<double>();
-  for (int64_t i = 0; i < y.numel(); ++i) yp[i] = 0;
-  for_each_term(g, [&](int64_t xi, int64_t wi, int64_t yi) { yp[yi] += xp[xi] * wp[wi]; });
-  return raw::cast(y, x0.dtype());
+  return sum_terms(
+      g, {g.N, g.K, g.P, g.Q}, x0.dtype(),
+      [&](double* y, int64_t xi, int64_t wi, int64_t yi) { y[yi] += xp[xi] * wp[wi]; });
 }
 
 Tensor conv2d_backward_input_naive(const Tensor& gy0, const Tensor& w0, const Shape& x_shape,
                                    const Conv2dParams& p) {
   Geom g = naive_geom(x_shape, w0.shape(), p);
-  Tensor gy = f64(gy0), w = f64(w0), gx = empty(x_shape, {.dtype = DType::F64});
+  Tensor gy = f64(gy0), w = f64(w0);
   const double *gyp = gy.data<double>(), *wp = w.data<double>();
-  double* gxp = gx.data<double>();
-  for (int64_t i = 0; i < gx.numel(); ++i) gxp[i] = 0;
-  for_each_term(g, [&](int64_t xi, int64_t wi, int64_t yi) { gxp[xi] += gyp[yi] * wp[wi]; });
-  return raw::cast(gx, gy0.dtype());
+  return sum_terms(g, x_shape, gy0.dtype(), [&](double* gx, int64_t xi, int64_t wi, int64_t yi) {
+    gx[xi] += gyp[yi] * wp[wi];
+  });
 }
 
 Tensor conv2d_backward_weight_naive(const Tensor& gy0, const Tensor& x0, const Shape& w_shape,
                                     const Conv2dParams& p) {
   Geom g = naive_geom(x0.shape(), w_shape, p);
-  Tensor gy = f64(gy0), x = f64(x0), gw = empty(w_shape, {.dtype = DType::F64});
+  Tensor gy = f64(gy0), x = f64(x0);
   const double *gyp = gy.data<double>(), *xp = x.data<double>();
-  double* gwp = gw.data<double>();
-  for (int64_t i = 0; i < gw.numel(); ++i) gwp[i] = 0;
-  for_each_term(g, [&](int64_t xi, int64_t wi, int64_t yi) { gwp[wi] += gyp[yi] * xp[xi]; });
-  return raw::cast(gw, gy0.dtype());
+  return sum_terms(g, w_shape, gy0.dtype(), [&](double* gw, int64_t xi, int64_t wi, int64_t yi) {
+    gw[wi] += gyp[yi] * xp[xi];
+  });
 }
 
 }  // namespace loom::cpu

@@ -61,28 +61,22 @@ void AdamW::add_param_group(std::vector<Tensor> params, AdamWOptions options) {
   Adam::add_param_group(std::move(params), from_adamw(options));
 }
 
+// Adam's hyper-parameters as its state dict names them, in order, each with its options field.
+constexpr auto kAdamFields = [](auto& o, const auto& f) {
+  f("lr", o.lr);
+  f("beta1", o.betas.first);
+  f("beta2", o.betas.second);
+  f("eps", o.eps);
+  f("weight_decay", o.weight_decay);
+  f("amsgrad", o.amsgrad);
+};
+
 std::vector<std::pair<std::string, double>> Adam::hyper_parameters(size_t g) const {
-  const AdamOptions& o = options_[g];
-  return {{"lr", o.lr},   {"beta1", o.betas.first},         {"beta2", o.betas.second},
-          {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"amsgrad", o.amsgrad ? 1.0 : 0.0}};
+  return hyper_parameter_values(options_[g], kAdamFields);
 }
 
 void Adam::set_hyper_parameter(size_t g, const std::string& name, double v) {
-  AdamOptions& o = options_[g];
-  if (name == "lr")
-    o.lr = v;
-  else if (name == "beta1")
-    o.betas.first = v;
-  else if (name == "beta2")
-    o.betas.second = v;
-  else if (name == "eps")
-    o.eps = v;
-  else if (name == "weight_decay")
-    o.weight_decay = v;
-  else if (name == "amsgrad")
-    o.amsgrad = v != 0.0;
-  else
-    LOOM_FAIL(this->name(), ": no hyper-parameter \"", name, "\"");
+  set_hyper_parameter_field(options_[g], kAdamFields, this->name(), name, v);
 }
 
 std::vector<std::string> Adam::buffer_names(size_t g) const {

@@ -9,9 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/params.h"
 #include "nn/clip.h"
@@ -217,5 +219,31 @@ class Optimizer {
   ModelShare share_;                  // set under tensor parallelism (else empty)
   const TensorImpl* only_ = nullptr;  // during step_one: the parameter updated
 };
+
+// An optimizer's hyper-parameters, listed once as a callable fields(options, f) that calls
+// f(name, field) for each, in hyper_parameters' order: these two read and write them through it
+// (a bool field as 0/1, set by value != 0). `who` names the optimizer in the error for an unknown
+// name.
+template <typename Options, typename Fields>
+std::vector<std::pair<std::string, double>> hyper_parameter_values(const Options& o,
+                                                                   const Fields& fields) {
+  std::vector<std::pair<std::string, double>> out;
+  fields(o, [&](const char* name, const auto& field) { out.emplace_back(name, double(field)); });
+  return out;
+}
+template <typename Options, typename Fields>
+void set_hyper_parameter_field(Options& o, const Fields& fields, const std::string& who,
+                               const std::string& name, double value) {
+  bool found = false;
+  fields(o, [&](const char* n, auto& field) {
+    if (found || name != n) return;
+    found = true;
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>)
+      field = value != 0.0;
+    else
+      field = value;
+  });
+  LOOM_CHECK(found, who, ": no hyper-parameter \"", name, "\"");
+}
 
 }  // namespace loom::optim

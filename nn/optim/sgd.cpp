@@ -45,29 +45,21 @@ SGDOptions& SGD::options(size_t group) {
   return options_[group];
 }
 
+// SGD's hyper-parameters as its state dict names them, in order, each with its options field.
+constexpr auto kSgdFields = [](auto& o, const auto& f) {
+  f("lr", o.lr);
+  f("momentum", o.momentum);
+  f("dampening", o.dampening);
+  f("weight_decay", o.weight_decay);
+  f("nesterov", o.nesterov);
+};
+
 std::vector<std::pair<std::string, double>> SGD::hyper_parameters(size_t g) const {
-  const SGDOptions& o = options_[g];
-  return {{"lr", o.lr},
-          {"momentum", o.momentum},
-          {"dampening", o.dampening},
-          {"weight_decay", o.weight_decay},
-          {"nesterov", o.nesterov ? 1.0 : 0.0}};
+  return hyper_parameter_values(options_[g], kSgdFields);
 }
 
 void SGD::set_hyper_parameter(size_t g, const std::string& name, double v) {
-  SGDOptions& o = options_[g];
-  if (name == "lr")
-    o.lr = v;
-  else if (name == "momentum")
-    o.momentum = v;
-  else if (name == "dampening")
-    o.dampening = v;
-  else if (name == "weight_decay")
-    o.weight_decay = v;
-  else if (name == "nesterov")
-    o.nesterov = v != 0.0;
-  else
-    LOOM_FAIL("SGD: no hyper-parameter \"", name, "\"");
+  set_hyper_parameter_field(options_[g], kSgdFields, "SGD", name, v);
 }
 
 std::vector<std::string> SGD::buffer_names(size_t g) const {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_flag.h"
 #include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/raw_ops.h"
@@ -61,10 +62,7 @@ namespace {
 // Note [Deterministic attention backward] (kernels/cuda/attention/cudnn_sdpa.h): off unless the
 // environment says LOOM_SDPA_DETERMINISTIC=1.
 std::atomic<bool>& deterministic_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* v = std::getenv("LOOM_SDPA_DETERMINISTIC");
-    return v && *v && *v != '0';
-  }()};
+  static std::atomic<bool> flag{env_flag("LOOM_SDPA_DETERMINISTIC")};
   return flag;
 }
 }  // namespace

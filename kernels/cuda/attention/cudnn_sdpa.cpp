@@ -19,6 +19,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/stream.h"
+#include "core/env_flag.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/plan_key.h"
 
@@ -108,10 +109,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const SdpaTensors& t, bool caus
 
 // LOOM_SDPA_PLAN_LOG=1: each new key's graph and workspace are printed to stderr.
 bool plan_log() {
-  static const bool on = [] {
-    const char* v = std::getenv("LOOM_SDPA_PLAN_LOG");
-    return v && *v && *v != '0';
-  }();
+  static const bool on = env_flag("LOOM_SDPA_PLAN_LOG");
   return on;
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/cuda/conv/cudnn_conv.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/library_dtypes.h"
 #include "kernels/raw_ops.h"
 
 namespace loom::cuda {
@@ -20,21 +21,7 @@ const char* conv_dir_name(ConvDir d) {
                                       : "conv2d_backward_weight";
 }
 
-cudnnDataType_t dnn_dtype(DType t) {
-  switch (t) {
-    case DType::F32:
-      return CUDNN_DATA_FLOAT;
-    case DType::F64:
-      return CUDNN_DATA_DOUBLE;
-    case DType::F16:
-      return CUDNN_DATA_HALF;
-    case DType::BF16:
-      return CUDNN_DATA_BFLOAT16;
-    default:
-      LOOM_FAIL("conv2d on CUDA: dtype ", dtype_name(t),
-                " is not supported (expected float32, float64, float16 or bfloat16)");
-  }
-}
+cudnnDataType_t dnn_dtype(DType t) { return library_types(t, "conv2d on CUDA").cudnn; }
 
 const Tensor& conv_output(const ConvArgs& a) {
   return a.dir == ConvDir::Forward ? a.y : a.dir == ConvDir::BackwardData ? a.x : a.w;

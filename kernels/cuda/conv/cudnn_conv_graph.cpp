@@ -18,6 +18,7 @@
 #include "core/allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
+#include "core/env_flag.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/conv/cudnn_conv.h"
 #include "kernels/cuda/library_check.h"
@@ -238,10 +239,7 @@ std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode)
 // LOOM_CONV_PLAN_LOG=1: choose_plan prints each new key's candidates, their times and the one it
 // keeps to stderr (how the plans in docs/perf.md were examined).
 bool plan_log() {
-  static const bool on = [] {
-    const char* v = std::getenv("LOOM_CONV_PLAN_LOG");
-    return v && *v && *v != '0';
-  }();
+  static const bool on = env_flag("LOOM_CONV_PLAN_LOG");
   return on;
 }
 

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/cuda/blas_handle.h"
 #include "kernels/cuda/library_check.h"
+#include "kernels/cuda/library_dtypes.h"
 #include "kernels/cuda/math_mode.h"
 #include "kernels/cuda/plan_key.h"
 
@@ -63,21 +64,7 @@ PlanCache& plan_cache() {
   return *cache;
 }
 
-cudaDataType_t lt_dtype(DType t) {
-  switch (t) {
-    case DType::F32:
-      return CUDA_R_32F;
-    case DType::F64:
-      return CUDA_R_64F;
-    case DType::F16:
-      return CUDA_R_16F;
-    case DType::BF16:
-      return CUDA_R_16BF;
-    default:
-      LOOM_FAIL("matmul on CUDA: dtype ", dtype_name(t),
-                " is not supported (expected float32, float64, float16 or bfloat16)");
-  }
-}
+cudaDataType_t lt_dtype(DType t) { return library_types(t, "matmul on CUDA").cuda; }
 
 cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
   switch (e) {
