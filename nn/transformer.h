@@ -44,9 +44,9 @@ struct KVCache {
 //   lengths] in autograd/ops/attention.cpp): slots >= position + 1 get weight exactly 0. Their
 //   contents (zeros, or a previous sequence's keys) are finite, so they add exact zeros.
 // Last the forward calls advance(T): position += T on the device, length += T on the host.
-// So every one-token step runs the same kernels on the same addresses, whatever its position: a
-// step a CUDA graph can hold. In float64 on the CPU the logits are KVCache's (held to 1e-12;
-// measured bit for bit: the masked keys add exact zeros):
+// So every one-token step runs the same kernels on the same addresses, whatever its position: the
+// step nn::GraphDecoder captures (nn/graph_decode.h). In float64 on the CPU the logits are
+// KVCache's (held to 1e-12; measured bit for bit: the masked keys add exact zeros):
 // tests/nn/test_transformer_static_cache.cpp.
 // Costs left: the slot write reads and writes the whole buffer (loom has no in-place indexed
 // write, index_copy_, yet; it would write one slot), and attention with key lengths runs the
