@@ -18,6 +18,9 @@ class CausalLM : public Module {
   Tensor forward(const Tensor& idx) override = 0;
   // The same from position cache.length on, appending to the cache and advancing its length.
   virtual Tensor forward(const Tensor& idx, KVCache& cache) = 0;
+  // The same with a preallocated cache, from position cache.position (a device tensor) on:
+  // StaticKVCache::begin, the blocks, advance (Note [Static KV cache] in nn/transformer.h).
+  virtual Tensor forward(const Tensor& idx, StaticKVCache& cache) = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_context() const = 0;  // positions a sequence may have
   virtual Device device() const = 0;        // where token ids go

@@ -89,6 +89,14 @@ Tensor GPT::embed(const Tensor& idx, int64_t start) {
   return drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
 }
 
+Tensor GPT::embed(const Tensor& idx, const Tensor& positions, int64_t last) {
+  LOOM_CHECK(idx.dim() == 2 && idx.dtype() == kI64, "GPT: input ", describe(idx),
+             " should be (B, T) int64 token ids");
+  LOOM_CHECK(last < config.block_size, "GPT: ", last + 1, " positions exceed the context of ",
+             config.block_size, " (block_size)");
+  return drop->forward(wte->forward(idx) + wpe->forward(positions));  // (B, T, C) + (T, C)
+}
+
 Tensor GPT::forward(const Tensor& idx) {
   return lm_head(hidden(idx));  // (B, T, V)
 }
@@ -100,6 +108,16 @@ Tensor GPT::hidden(const Tensor& idx) {
 Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
   Tensor x = h->forward(embed(idx, cache.length), *ln_f, cache);
   cache.length += idx.size(1);
+  return lm_head(x);
+}
+
+// Note [Static KV cache] in nn/transformer.h.
+Tensor GPT::forward(const Tensor& idx, StaticKVCache& cache) {
+  LOOM_CHECK(idx.dim() == 2, "GPT: input ", describe(idx), " should be (B, T) int64 token ids");
+  const int64_t T = idx.size(1);
+  cache.begin(idx.size(0), T, idx.device());
+  Tensor x = h->forward(embed(idx, cache.positions, cache.length + T - 1), *ln_f, cache);
+  cache.advance(T);
   return lm_head(x);
 }
 

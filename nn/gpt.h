@@ -49,6 +49,8 @@ class GPT : public CausalLM {
   Tensor forward(const Tensor& idx) override;
   // The same from position cache.length on, appending to the cache (nn/gpt_sample.h).
   Tensor forward(const Tensor& idx, KVCache& cache) override;
+  // The same with a static cache: wpe's rows at the cache's device positions.
+  Tensor forward(const Tensor& idx, StaticKVCache& cache) override;
   int64_t vocab_size() const override { return config.vocab_size; }
   int64_t max_context() const override { return config.block_size; }
   Device device() const override { return wte->weight.device(); }
@@ -85,6 +87,9 @@ class GPT : public CausalLM {
   // The token and position embeddings: (B, T) ids -> (B, T, C), positions from start (what a
   // pipeline's first stage runs before its blocks, distributed/pipeline/pipeline_stage.h).
   Tensor embed(const Tensor& idx, int64_t start);
+  // The same at `positions` (T) int64 on idx's device (a static cache's), the last of them
+  // `last` (checked on the host against block_size).
+  Tensor embed(const Tensor& idx, const Tensor& positions, int64_t last);
 };
 
 }  // namespace loom::nn

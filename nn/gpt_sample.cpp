@@ -1,6 +1,8 @@
 // Sampling from a causal LM (nn/gpt_sample.h): the logits of the last position come to the host,
-// where temperature, top-k, top-p and the draw are a few lines of plain C++.
-// Leaves out: sampling on the device (one (V) read-back per token is small next to the forward).
+// where temperature, top-k, top-p and the draw are a few lines of plain C++; the loop with the
+// growing cache, without one, or through a GraphDecoder (the static cache, graphed or not).
+// Leaves out: sampling on the device (one (V) read-back per token is small next to the forward;
+// greedy decoding through the static cache reads back only the argmax).
 #include "nn/gpt_sample.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
+#include "nn/graph_decode.h"
 
 namespace loom::nn {
 
@@ -46,13 +49,47 @@ int64_t sample_token(const Tensor& logits, double temperature, int64_t top_k, do
   return ids[size_t(k - 1)];  // u * sum rounded up to the total
 }
 
+namespace {
+
+bool is_stop(const SampleOptions& o, int64_t id) {
+  return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
+}
+
+// The loop through a GraphDecoder (the model in eval mode, without gradients): greedy tokens are
+// the device's argmax, sampled ones drawn on the host from the step's logits with the same
+// uniforms as the loop below.
+std::vector<int64_t> generate_static(CausalLM& model, const std::vector<int64_t>& prompt,
+                                     const SampleOptions& o, int64_t max_len) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  GraphDecoder decoder(model, max_len, o.cuda_graph);
+  Tensor logits = decoder.prefill(prompt);  // (V)
+  std::vector<int64_t> out;
+  for (int64_t n = 0; n < o.max_new_tokens; ++n) {
+    const int64_t next = o.temperature == 0.0
+                             ? decoder.greedy_token()
+                             : sample_token(logits, o.temperature, o.top_k, uniform(rng), o.top_p);
+    out.push_back(next);
+    if (is_stop(o, next)) break;
+    if (n + 1 < o.max_new_tokens) logits = decoder.step(next);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt,
                               const SampleOptions& o) {
   const int64_t context = model.max_context(), V = model.vocab_size();
+  const int64_t P = int64_t(prompt.size());
   LOOM_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  LOOM_CHECK(int64_t(prompt.size()) + o.max_new_tokens <= context, "generate: the prompt (",
-             prompt.size(), " tokens) and ", o.max_new_tokens, " new tokens exceed the context of ",
-             context);
+  LOOM_CHECK(P + o.max_new_tokens <= context, "generate: the prompt (", P, " tokens) and ",
+             o.max_new_tokens, " new tokens exceed the context of ", context);
+  const bool fixed = o.static_cache || o.cuda_graph;
+  const int64_t max_len = o.max_len > 0 ? o.max_len : P + o.max_new_tokens;
+  LOOM_CHECK(!fixed || P + o.max_new_tokens <= max_len, "generate: the prompt (", P,
+             " tokens) and ", o.max_new_tokens, " new tokens exceed the static cache's max_len of ",
+             max_len);
   for (int64_t id : prompt)
     LOOM_CHECK(id >= 0 && id < V, "generate: prompt token ", id, " is outside the vocabulary [0, ",
                V, ")");
@@ -60,6 +97,11 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
+  if (fixed) {
+    std::vector<int64_t> out = generate_static(model, prompt, o, max_len);
+    model.train(was_training);
+    return out;
+  }
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   auto ids_tensor = [&](const std::vector<int64_t>& ids) {
@@ -76,7 +118,7 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
     int64_t next = sample_token(last, o.temperature, o.top_k, uniform(rng), o.top_p);
     out.push_back(next);
     all.push_back(next);
-    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) break;
+    if (is_stop(o, next)) break;
     if (o.use_cache && n + 1 < o.max_new_tokens) logits = model.forward(ids_tensor({next}), cache);
   }
   model.train(was_training);

@@ -141,6 +141,16 @@ Tensor Llama::forward(const Tensor& idx, KVCache& cache) {
   return lm_head(x);
 }
 
+// Note [Static KV cache] in nn/transformer.h.
+Tensor Llama::forward(const Tensor& idx, StaticKVCache& cache) {
+  LOOM_CHECK(idx.dim() == 2, "Llama: input ", describe(idx), " should be (B, T) int64 token ids");
+  const int64_t T = idx.size(1);
+  cache.begin(idx.size(0), T, idx.device());
+  Tensor x = layers->forward(embed(idx, cache.length), *norm, cache);
+  cache.advance(T);
+  return lm_head(x);
+}
+
 Tensor Llama::loss(const Tensor& idx, const Tensor& targets) {
   LOOM_CHECK(targets.shape() == idx.shape(), "Llama::loss: targets ", describe(targets),
              " should have the input's shape ", idx.shape());

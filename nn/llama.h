@@ -60,6 +60,8 @@ class Llama : public CausalLM {
   Tensor forward(const Tensor& idx) override;
   // The same from position cache.length on (the rotary offset), appending to the cache.
   Tensor forward(const Tensor& idx, KVCache& cache) override;
+  // The same with a static cache: rotary angles at the cache's device positions.
+  Tensor forward(const Tensor& idx, StaticKVCache& cache) override;
   // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored),
   // the head and the loss as one op (linear_cross_entropy).
   bool has_loss() const override { return true; }

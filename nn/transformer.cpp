@@ -52,6 +52,39 @@ std::shared_ptr<Module> make_feed_forward(const TransformerConfig& cfg) {
   LOOM_FAIL("make_feed_forward: unknown MLPKind ", int(cfg.mlp));
 }
 
+// ---------------------------------------------------------------- static KV cache
+
+void StaticKVCache::begin(int64_t B, int64_t T, Device device) {
+  LOOM_CHECK(!autograd::is_grad_enabled(),
+             "StaticKVCache: inference only; run the forward under NoGradGuard");
+  LOOM_CHECK(T >= 1 && length + T <= max_len, "StaticKVCache: ", length, " cached positions and ",
+             T, " new ones exceed its max_len of ", max_len);
+  LOOM_CHECK(length == 0 || T == 1, "StaticKVCache: with ", length,
+             " cached positions the input must be one position, got ", T);
+  if (!position.defined()) position = zeros({1}, {.dtype = kI64, .device = device});
+  LOOM_CHECK(position.device() == device, "StaticKVCache: its position is on ", position.device(),
+             ", the input on ", device, " (one cache per model and device)");
+  if (T > 1) {
+    positions = position + arange(0, double(T), 1, {.dtype = kI64, .device = device});  // (T)
+    slot = key_lengths = Tensor();  // a prompt writes slots [0, T) and attends causally
+    return;
+  }
+  positions = position;  // (1)
+  Tensor slots = arange(0, double(max_len), 1, {.dtype = kI64, .device = device});
+  slot = eq(slots, position).view({1, 1, max_len, 1});
+  key_lengths = contiguous(expand(position + 1.0, {B}));  // (B): keys [0, position]
+}
+
+void StaticKVCache::advance(int64_t T) {
+  position.add_(scalar_tensor(double(T), {.dtype = kI64, .device = position.device()}));
+  length += T;
+}
+
+void StaticKVCache::reset() {
+  length = 0;
+  if (position.defined()) position.zero_();
+}
+
 // ---------------------------------------------------------------- attention
 
 SelfAttention::SelfAttention(const TransformerConfig& cfg)
@@ -85,16 +118,16 @@ Tensor SelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 // qkv: (B, T, H D + 2 H_kv D) holds q (H heads), k and v (H_kv heads each) side by side; each is
 // cut out as (B, T, heads, D) and viewed as (B, heads, T, D), no copies.
-std::vector<Tensor> SelfAttention::heads(const Tensor& x, int64_t offset) {
+std::vector<Tensor> SelfAttention::heads(const Tensor& x, int64_t offset, const Tensor& at) {
   Tensor qkv = c_attn->forward(x);
   const int64_t B = qkv.size(0), T = qkv.size(1), D = head_dim, q = n_head * D, kv = n_kv_head * D;
   auto part = [&](int64_t start, int64_t width, int64_t h) {
     return transpose(view(slice(qkv, 2, start, start + width), {B, T, h, D}), 1, 2);
   };
   std::vector<Tensor> out{part(0, q, n_head), part(q, kv, n_kv_head), part(q + kv, kv, n_kv_head)};
-  if (positions == Positions::Rotary) {  // q and k at positions offset, offset + 1, ...
-    out[0] = loom::rope(out[0], offset, rope);
-    out[1] = loom::rope(out[1], offset, rope);
+  if (positions == Positions::Rotary) {  // q and k at positions offset, offset + 1, ... or `at`
+    for (size_t i : {0, 1})
+      out[i] = at.defined() ? loom::rope(out[i], at, rope) : loom::rope(out[i], offset, rope);
   }
   return out;
 }
@@ -133,6 +166,35 @@ Tensor SelfAttention::forward(const Tensor& x, KVCache& cache, size_t layer) {
   k = k.defined() ? cat({k, qkv[1]}, 2) : contiguous(qkv[1]);  // (B, H_kv, length + T, D)
   v = v.defined() ? cat({v, qkv[2]}, 2) : contiguous(qkv[2]);
   return attend(qkv[0], k, v, /*is_causal=*/cache.length == 0);
+}
+
+// Note [Static KV cache] in nn/transformer.h.
+Tensor SelfAttention::forward(const Tensor& x, StaticKVCache& cache, size_t layer) {
+  LOOM_CHECK(causal, "SelfAttention: a KV cache needs causal attention (causal is false)");
+  const int64_t B = x.size(0), T = x.size(1);
+  LOOM_CHECK(cache.positions.defined() && cache.positions.size(0) == T,
+             "CausalSelfAttention: the static cache was not begun for ", T,
+             " positions (the model's forward calls StaticKVCache::begin)");
+  auto qkv = heads(x, 0, cache.positions);
+  if (cache.k.size() <= layer) cache.k.resize(layer + 1), cache.v.resize(layer + 1);
+  Tensor& k = cache.k[layer];
+  Tensor& v = cache.v[layer];
+  const Shape shape{B, n_kv_head, cache.max_len, head_dim};
+  if (!k.defined()) {
+    k = zeros(shape, {.dtype = qkv[1].dtype(), .device = x.device()});
+    v = zeros(shape, {.dtype = qkv[2].dtype(), .device = x.device()});
+  }
+  LOOM_CHECK(k.shape() == shape && k.dtype() == qkv[1].dtype(), "CausalSelfAttention: layer ",
+             layer, " of the static cache holds ", describe(k), ", this step's keys need ", shape,
+             " in ", dtype_name(qkv[1].dtype()));
+  if (cache.length == 0) {  // a prompt: its own keys, causally; they fill slots [0, T)
+    slice(k, 2, 0, T).copy_(qkv[1]);
+    slice(v, 2, 0, T).copy_(qkv[2]);
+    return attend(qkv[0], qkv[1], qkv[2], /*is_causal=*/true);
+  }
+  k.copy_(where(cache.slot, qkv[1], k));  // (B, H_kv, max_len, D): slot `position` replaced
+  v.copy_(where(cache.slot, qkv[2], v));
+  return attend(qkv[0], k, v, /*is_causal=*/false, cache.key_lengths);
 }
 
 // ---------------------------------------------------------------- MLP
@@ -218,6 +280,15 @@ Tensor TransformerBlock::forward(const Tensor& x_in, KVCache& cache, size_t laye
   return x + mlp(ln_2(x));
 }
 
+Tensor TransformerBlock::forward(const Tensor& x_in, StaticKVCache& cache, size_t layer) {
+  if (!norm_first) {
+    Tensor x = ln_1(x_in + attn->forward(x_in, cache, layer));
+    return ln_2(x + mlp(x));
+  }
+  Tensor x = x_in + attn->forward(ln_1(x_in), cache, layer);
+  return x + mlp(ln_2(x));
+}
+
 // ---------------------------------------------------------------- stack
 
 TransformerStack::TransformerStack(const TransformerConfig& cfg, int64_t n_layer)
@@ -248,6 +319,12 @@ Tensor TransformerStack::forward(const Tensor& x, Module& final_norm) {
 }
 
 Tensor TransformerStack::forward(const Tensor& x, Module& final_norm, KVCache& cache) {
+  Tensor h = x;
+  for (size_t i = 0; i < size(); ++i) h = block(i)->forward(h, cache, i);
+  return final_norm(h);
+}
+
+Tensor TransformerStack::forward(const Tensor& x, Module& final_norm, StaticKVCache& cache) {
   Tensor h = x;
   for (size_t i = 0; i < size(); ++i) h = block(i)->forward(h, cache, i);
   return final_norm(h);

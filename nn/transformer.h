@@ -17,10 +17,63 @@
 namespace loom::nn {
 
 // Keys and values of every position seen so far, per layer: (B, H_kv, length, D) each (H_kv the
-// key/value heads: n_head without grouped-query attention).
+// key/value heads: n_head without grouped-query attention). Grows by concatenation each step: the
+// plain cache, and StaticKVCache's oracle.
 struct KVCache {
   std::vector<Tensor> k, v;
   int64_t length = 0;  // positions held
+};
+
+// Note [Static KV cache]
+// KVCache concatenates each step's keys and values onto the cache, so every decode step has new
+// shapes and new allocations, and a CUDA graph (which replays fixed kernels on fixed addresses)
+// cannot hold it. StaticKVCache allocates, per layer, k and v buffers of (B, H_kv, max_len, D)
+// once (zeros, by the first forward, in the dtype and on the device of that layer's keys), and
+// keeps the position of the next input on the device: `position` (1) int64. A causal LM's forward
+// with it (CausalLM::forward(idx, StaticKVCache&)) calls begin(B, T, device), which checks on the
+// host that length + T <= max_len and computes from `position`, on the device:
+//   positions (T) = position + [0, T): GPT's wpe rows, Llama's rotary angles (loom::rope with a
+//     positions tensor), never a host int, so each step's kernels take the same arguments;
+//   slot (1, 1, max_len, 1) bool = (arange(max_len) == position): where a one-token step writes;
+//   key_lengths (B) = position + 1: the keys a one-token step attends to.
+// Then each layer's attention (SelfAttention::forward with the cache):
+// - a prompt (length 0, any T): causal attention over the prompt's own keys, as KVCache's; they
+//   are copied into slots [0, T) (an eager step: the slice is a host int, never captured);
+// - one token (length >= 1): k = copy of where(slot, k_new, k) into the buffer (the buffer keeps
+//   its address), v the same, and attention over all max_len slots with key_lengths (Note [Key
+//   lengths] in autograd/ops/attention.cpp): slots >= position + 1 get weight exactly 0. Their
+//   contents (zeros, or a previous sequence's keys) are finite, so they add exact zeros.
+// Last the forward calls advance(T): position += T on the device, length += T on the host.
+// So every one-token step runs the same kernels on the same addresses, whatever its position: the
+// step nn::GraphDecoder captures (nn/graph_decode.h). In float64 on the CPU the logits are
+// KVCache's (held to 1e-12; measured bit for bit: the masked keys add exact zeros):
+// tests/nn/test_transformer_static_cache.cpp.
+// Costs left: the slot write reads and writes the whole buffer (loom has no in-place indexed
+// write, index_copy_, yet; it would write one slot), and attention with key lengths runs the
+// composite (two matmuls, the mask and a softmax over max_len keys, grouped heads repeated:
+// cuDNN's fused path takes no lengths yet). A step's cache traffic is O(max_len), not O(length).
+// Inference only: the forward refuses to run with gradients enabled.
+struct StaticKVCache {
+  explicit StaticKVCache(int64_t max_len = 0) : max_len(max_len) {}
+
+  // Before a forward of (B, T) tokens on `device`: the checks (length + T <= max_len, an error
+  // naming the three numbers; one token unless length is 0; no gradients), then positions, and
+  // for one token slot and key_lengths.
+  void begin(int64_t B, int64_t T, Device device);
+  // After it: position += T (on the device: a captured step advances it at each replay) and
+  // length += T.
+  void advance(int64_t T);
+  // A new sequence: length and position 0 (the buffers keep their values; they are masked).
+  void reset();
+
+  int64_t max_len = 0;       // positions each buffer holds
+  std::vector<Tensor> k, v;  // per layer: (B, H_kv, max_len, D); allocated by the first forward
+  Tensor position;           // (1) int64 on the model's device: the next input's first position
+  int64_t length = 0;        // positions written: position's value, as the host counts it
+  // Set by begin for the forward that follows (Note [Static KV cache]).
+  Tensor positions;    // (T) int64
+  Tensor slot;         // (1, 1, max_len, 1) bool, one-token forwards only
+  Tensor key_lengths;  // (B) int64, one-token forwards only
 };
 
 // Note [Transformer extension points]
@@ -92,6 +145,9 @@ class SelfAttention : public Module {
   // layer `layer` of the cache. Either the cache is empty (a prompt: causal) or x is one position
   // (it attends to everything cached). Causal attention only.
   Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
+  // With a static cache (Note [Static KV cache]), after cache.begin: a prompt into an empty
+  // cache, or one position at cache.position.
+  Tensor forward(const Tensor& x, StaticKVCache& cache, size_t layer);
 
   // n_embd is the width of the input and output (C); the heads are n_head query and n_kv_head
   // key/value heads of head_dim channels. n_head * head_dim is C, unless tensor parallelism left
@@ -108,8 +164,8 @@ class SelfAttention : public Module {
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                 const Tensor& key_lengths = Tensor());
   // c_attn(x) -> q (B, H, T, D), k and v (B, H_kv, T, D), q and k rotated from `offset` when the
-  // positions are rotary.
-  std::vector<Tensor> heads(const Tensor& x, int64_t offset);
+  // positions are rotary, or at positions `at` (T) int64 on x's device when given.
+  std::vector<Tensor> heads(const Tensor& x, int64_t offset, const Tensor& at = Tensor());
 };
 
 // x: (B, T, C) -> (B, T, C): dropout(c_proj(gelu(c_fc(x)))), c_fc C -> hidden, c_proj back.
@@ -161,6 +217,9 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x, const Tensor& key_lengths);
   // The same, attention with a KV cache (SelfAttention::forward with a cache).
   virtual Tensor forward(const Tensor& x, KVCache& cache, size_t layer);
+  // The same with a static cache (SelfAttention::forward with one). Not virtual: a fused block
+  // runs this plain composition of its children (their forward(x) computes the same).
+  Tensor forward(const Tensor& x, StaticKVCache& cache, size_t layer);
 
   bool norm_first = true;  // TransformerConfig::norm_first
 
@@ -189,6 +248,8 @@ class TransformerStack : public Sequential {
   virtual Tensor forward(const Tensor& x, Module& final_norm);
   // The same with a KV cache (layer i is block i), never checkpointed.
   virtual Tensor forward(const Tensor& x, Module& final_norm, KVCache& cache);
+  // The same with a static cache (its begin and advance are the model's), never checkpointed.
+  Tensor forward(const Tensor& x, Module& final_norm, StaticKVCache& cache);
   // The blocks with a padding mask (TransformerBlock::forward with key lengths), no final norm;
   // checkpointed as forward(x).
   Tensor forward(const Tensor& x, const Tensor& key_lengths);
