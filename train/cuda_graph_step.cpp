@@ -84,6 +84,7 @@ void CudaGraphStep::capture(const Tensor& x, const Tensor& y) {
   g.graph.capture_end();
 #else
   (void)x;
+  (void)opt_;  // used by the capture only
   (void)y;
 #endif
 }
