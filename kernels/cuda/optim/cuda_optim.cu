@@ -158,49 +158,51 @@ __global__ void sgd_kernel(const __grid_constant__ OptimTable<T, 3> tab, SgdMath
   });
 }
 
+// The launches of one fused step, on the parameters' (lists[0]) device and stream: kernel(tab,
+// grid, stream) for each table of the lists, then the device-side step count advanced (a
+// capturable step's); launch errors name the step.
+template <typename Table, typename Kernel>
+void launch_step(const std::vector<const std::vector<Tensor>*>& lists, const DeviceScalars& ds,
+                 const char* step, const Kernel& kernel) {
+  int dev = (*lists[0])[0].device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t s = current_stream(dev);
+  for_each_table<Table>(lists, [&](const Table& tab, int64_t chunks) {
+    kernel(tab, unsigned(grid_for_chunks(chunks, dev)), s);
+    LOOM_CUDA_CHECK_LAUNCH(step);
+  });
+  if (ds.step) {
+    advance_step_kernel<<<1, 1, 0, s>>>(ds);
+    LOOM_CUDA_CHECK_LAUNCH(step);
+  }
+}
+
+const std::vector<Tensor> kNoTensors;  // an absent state list (no amsgrad, no momentum)
+
 template <typename T>
 void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& m, const std::vector<Tensor>& v,
                  const std::vector<Tensor>& vmax, const AdamStepParams& hp) {
-  int dev = params[0].device().index;
-  DeviceGuard guard(dev);
-  cudaStream_t s = current_stream(dev);
   const auto math = AdamMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
   const T* grad_scale = hp.grad_scale.defined() ? hp.grad_scale.data<T>() : nullptr;
-  static const std::vector<Tensor> none;
-  for_each_table<OptimTable<T, 5>>(
-      {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
-      [&](const OptimTable<T, 5>& tab, int64_t chunks) {
-        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds,
-                                                                                     grad_scale);
-        LOOM_CUDA_CHECK_LAUNCH("adam_step");
+  launch_step<OptimTable<T, 5>>(
+      {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &kNoTensors}, ds, "adam_step",
+      [&](const OptimTable<T, 5>& tab, unsigned grid, cudaStream_t s) {
+        adam_kernel<T><<<grid, kBlockSize, 0, s>>>(tab, math, ds, grad_scale);
       });
-  if (ds.step) {
-    advance_step_kernel<<<1, 1, 0, s>>>(ds);
-    LOOM_CUDA_CHECK_LAUNCH("adam_step");
-  }
 }
 
 template <typename T>
 void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& bufs, const SgdStepParams& hp) {
-  int dev = params[0].device().index;
-  DeviceGuard guard(dev);
-  cudaStream_t s = current_stream(dev);
   const auto math = SgdMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
-  static const std::vector<Tensor> none;
-  for_each_table<OptimTable<T, 3>>(
-      {&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
-      [&](const OptimTable<T, 3>& tab, int64_t chunks) {
-        sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
-        LOOM_CUDA_CHECK_LAUNCH("sgd_step");
-      });
-  if (ds.step) {
-    advance_step_kernel<<<1, 1, 0, s>>>(ds);
-    LOOM_CUDA_CHECK_LAUNCH("sgd_step");
-  }
+  launch_step<OptimTable<T, 3>>({&params, &grads, hp.momentum != 0.0 ? &bufs : &kNoTensors}, ds,
+                                "sgd_step",
+                                [&](const OptimTable<T, 3>& tab, unsigned grid, cudaStream_t s) {
+                                  sgd_kernel<T><<<grid, kBlockSize, 0, s>>>(tab, math, ds);
+                                });
 }
 
 }  // namespace
