@@ -341,23 +341,32 @@ std::shared_ptr<Work> GlooProcessGroup::do_barrier(const OpRecord& rec) {
 }
 
 // ---- send/recv: posted now (so rings cannot deadlock), waited for on the p2p thread ----
-std::shared_ptr<Work> GlooProcessGroup::do_send(const Tensor& t, int dst, int tag,
-                                                const OpRecord& rec) {
+std::shared_ptr<Work> GlooProcessGroup::p2p(const Tensor& t, bool send, int peer, int tag,
+                                            const OpRecord& rec) {
   Millis to = timeout();
   if (t.numel() == 0) return enqueue(p2p_waits_, rec, [] {});
   std::shared_ptr<gloo::transport::UnboundBuffer> buf =
       context_->createUnboundBuffer(t.data_ptr(), size_t(t.numel()) * t.element_size());
-  buf->send(dst, kP2PSlotBase + uint64_t(tag));
-  return enqueue(p2p_waits_, rec, [buf, t, to] { buf->waitSend(to); });
+  const uint64_t slot = kP2PSlotBase + uint64_t(tag);
+  if (send)
+    buf->send(peer, slot);
+  else
+    buf->recv(peer, slot);
+  return enqueue(p2p_waits_, rec, [buf, t, to, send] {
+    if (send)
+      buf->waitSend(to);
+    else
+      buf->waitRecv(to);
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::do_send(const Tensor& t, int dst, int tag,
+                                                const OpRecord& rec) {
+  return p2p(t, true, dst, tag, rec);
 }
 
 std::shared_ptr<Work> GlooProcessGroup::do_recv(Tensor& t, int src, int tag, const OpRecord& rec) {
-  Millis to = timeout();
-  if (t.numel() == 0) return enqueue(p2p_waits_, rec, [] {});
-  std::shared_ptr<gloo::transport::UnboundBuffer> buf =
-      context_->createUnboundBuffer(t.data_ptr(), size_t(t.numel()) * t.element_size());
-  buf->recv(src, kP2PSlotBase + uint64_t(tag));
-  return enqueue(p2p_waits_, rec, [buf, t, to] { buf->waitRecv(to); });
+  return p2p(t, false, src, tag, rec);
 }
 
 }  // namespace loom::distributed
