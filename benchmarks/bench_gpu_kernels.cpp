@@ -230,63 +230,70 @@ auto fastest(ConvCase& c, const Perf* perf, int n, const char* pass) {
   return perf[0].algo;
 }
 
+// One pass timed: cuDNN's fastest algorithm for it (find(perf, n) runs cuDNN's search), run by
+// theirs(algo), against loom's ours(), as the row "<layer> <row> <dtype>"; then the descriptor's
+// math type is restored.
+template <typename Perf, typename Find, typename Theirs, typename Ours>
+void time_pass(ConvCase& c, const char* pass, const char* row, const Find& find,
+               const Theirs& theirs, const Ours& ours) {
+  Perf perf[16];
+  int n = 0;
+  find(perf, n);
+  auto algo = fastest(c, perf, n, pass);
+  double ref = time_ms([&] { theirs(algo); }, c.it);
+  add_time_row(std::string(c.L.name) + " " + row + " " + c.dn, time_ms(ours, c.it), ref, "");
+  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(c.d.conv, c.math));
+}
+
 void conv_forward(ConvCase& c, cuda::CudaBackend& be) {
   DirectConv& d = c.d;
-  cudnnConvolutionFwdAlgoPerf_t perf[16];
-  int n = 0;
-  LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-      d.h, d.x, c.x.data_ptr(), d.w, c.w.data_ptr(), d.conv, d.y, c.out_y.data_ptr(), 16, &n, perf,
-      d.ws, d.ws_size));
-  auto algo = fastest(c, perf, n, "forward");
-  double ref = time_ms(
-      [&] {
+  time_pass<cudnnConvolutionFwdAlgoPerf_t>(
+      c, "forward", "fwd",
+      [&](auto* perf, int& n) {
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            d.h, d.x, c.x.data_ptr(), d.w, c.w.data_ptr(), d.conv, d.y, c.out_y.data_ptr(), 16, &n,
+            perf, d.ws, d.ws_size));
+      },
+      [&](auto algo) {
         LOOM_CUDNN_CHECK(cudnnConvolutionForward(d.h, &c.one, d.x, c.x.data_ptr(), d.w,
                                                  c.w.data_ptr(), d.conv, algo, d.ws, d.ws_size,
                                                  &c.zero, d.y, c.out_y.data_ptr()));
       },
-      c.it);
-  double ours = time_ms([&] { be.conv2d(c.x, c.w, c.p); }, c.it);
-  add_time_row(std::string(c.L.name) + " fwd " + c.dn, ours, ref, "");
-  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+      [&] { be.conv2d(c.x, c.w, c.p); });
 }
 
 void conv_backward_data(ConvCase& c, cuda::CudaBackend& be) {
   DirectConv& d = c.d;
-  cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-  int n = 0;
-  LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-      d.h, d.w, c.w.data_ptr(), d.y, c.gy.data_ptr(), d.conv, d.x, c.out_x.data_ptr(), 16, &n, perf,
-      d.ws, d.ws_size));
-  auto algo = fastest(c, perf, n, "backward-data");
-  double ref = time_ms(
-      [&] {
+  time_pass<cudnnConvolutionBwdDataAlgoPerf_t>(
+      c, "backward-data", "bwd-data",
+      [&](auto* perf, int& n) {
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            d.h, d.w, c.w.data_ptr(), d.y, c.gy.data_ptr(), d.conv, d.x, c.out_x.data_ptr(), 16, &n,
+            perf, d.ws, d.ws_size));
+      },
+      [&](auto algo) {
         LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(d.h, &c.one, d.w, c.w.data_ptr(), d.y,
                                                       c.gy.data_ptr(), d.conv, algo, d.ws,
                                                       d.ws_size, &c.zero, d.x, c.out_x.data_ptr()));
       },
-      c.it);
-  double ours = time_ms([&] { be.conv2d_backward_input(c.gy, c.w, c.x.shape(), c.p); }, c.it);
-  add_time_row(std::string(c.L.name) + " bwd-data " + c.dn, ours, ref, "");
-  LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+      [&] { be.conv2d_backward_input(c.gy, c.w, c.x.shape(), c.p); });
 }
 
 void conv_backward_filter(ConvCase& c, cuda::CudaBackend& be) {
   DirectConv& d = c.d;
-  cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-  int n = 0;
-  LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-      d.h, d.x, c.x.data_ptr(), d.y, c.gy.data_ptr(), d.conv, d.w, c.out_w.data_ptr(), 16, &n, perf,
-      d.ws, d.ws_size));
-  auto algo = fastest(c, perf, n, "backward-filter");
-  double ref = time_ms(
-      [&] {
+  time_pass<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      c, "backward-filter", "bwd-filter",
+      [&](auto* perf, int& n) {
+        LOOM_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            d.h, d.x, c.x.data_ptr(), d.y, c.gy.data_ptr(), d.conv, d.w, c.out_w.data_ptr(), 16, &n,
+            perf, d.ws, d.ws_size));
+      },
+      [&](auto algo) {
         LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
             d.h, &c.one, d.x, c.x.data_ptr(), d.y, c.gy.data_ptr(), d.conv, algo, d.ws, d.ws_size,
             &c.zero, d.w, c.out_w.data_ptr()));
       },
-      c.it);
-  double ours = time_ms([&] { be.conv2d_backward_weight(c.gy, c.x, c.w.shape(), c.p); }, c.it);
-  add_time_row(std::string(c.L.name) + " bwd-filter " + c.dn, ours, ref, "");
+      [&] { be.conv2d_backward_weight(c.gy, c.x, c.w.shape(), c.p); });
 }
 
 // bf16 channels-last (NHWC data, KRSC filter) against loom's own NCHW on the same values:

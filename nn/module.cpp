@@ -175,30 +175,28 @@ void Module::collect(const std::string& prefix, bool params, bool recurse, Named
   for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, true, out, seen);
 }
 
-NamedTensors Module::named_parameters(bool recurse) const {
+NamedTensors Module::collect(bool params, bool recurse) const {
   NamedTensors out;
   std::unordered_set<const TensorImpl*> seen;
-  collect("", true, recurse, out, seen);
+  collect("", params, recurse, out, seen);
   return out;
 }
 
+namespace {
+std::vector<Tensor> tensors_of(const NamedTensors& named) {
+  std::vector<Tensor> out;
+  for (const auto& [n, t] : named) out.push_back(t);
+  return out;
+}
+}  // namespace
+
+NamedTensors Module::named_parameters(bool recurse) const { return collect(true, recurse); }
 std::vector<Tensor> Module::parameters(bool recurse) const {
-  std::vector<Tensor> out;
-  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
-  return out;
+  return tensors_of(named_parameters(recurse));
 }
-
-NamedTensors Module::named_buffers(bool recurse) const {
-  NamedTensors out;
-  std::unordered_set<const TensorImpl*> seen;
-  collect("", false, recurse, out, seen);
-  return out;
-}
-
+NamedTensors Module::named_buffers(bool recurse) const { return collect(false, recurse); }
 std::vector<Tensor> Module::buffers(bool recurse) const {
-  std::vector<Tensor> out;
-  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
-  return out;
+  return tensors_of(named_buffers(recurse));
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<const Module>>> Module::named_modules() const {

@@ -148,6 +148,8 @@ class Module {
     bool persistent = true;  // buffers only
   };
   void check_new_name(const std::string& name) const;
+  // The parameters (params) or buffers, each tensor once, named from this module.
+  NamedTensors collect(bool params, bool recurse) const;
   void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
                std::unordered_set<const TensorImpl*>& seen) const;
   void set_parameter_names(const std::string& prefix);

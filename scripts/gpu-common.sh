@@ -1,9 +1,10 @@
 # gpu-common.sh: what the scripts/gpu-*.sh share, sourced first (`. "$(dirname "$0")/gpu-common.sh"`):
 # the repository root as the working folder, nvcc on the PATH, NCCL's NVLink multicast off
 # (NCCL_NVLS_ENABLE=0), the start time t0, and the helpers below. Leaves out: what each script
-# builds, runs and reports (its own summary rows included).
+# builds, runs and reports.
+# shellcheck shell=bash
 set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 export NCCL_NVLS_ENABLE=0
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 t0=$(date +%s)

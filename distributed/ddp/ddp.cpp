@@ -9,6 +9,7 @@
 #include "autograd/ops/factory.h"
 #include "autograd/ops/shape.h"
 #include "core/crc32c.h"
+#include "core/scoped_value.h"
 #include "distributed/world.h"
 #ifdef LOOM_WITH_CUDA
 #include "core/cuda/stream.h"
@@ -233,14 +234,10 @@ bool DistributedDataParallel::capturing(const Tensor& x) const {
 void DistributedDataParallel::join(const std::function<void()>& body) {
   LOOM_CHECK(!join_active_, "DistributedDataParallel::join: already inside join");
   int64_t start = iteration_;
-  join_active_ = true;
-  try {
+  {
+    ScopedValue<bool> active(join_active_, true);
     body();
-  } catch (...) {
-    join_active_ = false;
-    throw;
   }
-  join_active_ = false;
   if (pg_->size() == 1) return;
   Device dev = reducer_->params().empty() ? kCPU : reducer_->params()[0].device();
   while (true) {

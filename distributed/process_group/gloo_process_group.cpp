@@ -16,6 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 
 namespace loom::distributed {
@@ -75,30 +76,6 @@ class StoreAdapter : public gloo::rendezvous::Store {
   int size_;
 };
 
-// Calls f.template operator()<T>() with T the C++ type of `d` (Half/BFloat16 for the 16-bit
-// floats).
-template <typename F>
-void visit_dtype(DType d, F&& f) {
-  switch (d) {
-    case DType::F32:
-      return f.template operator()<float>();
-    case DType::F64:
-      return f.template operator()<double>();
-    case DType::F16:
-      return f.template operator()<Half>();
-    case DType::BF16:
-      return f.template operator()<BFloat16>();
-    case DType::I64:
-      return f.template operator()<int64_t>();
-    case DType::I32:
-      return f.template operator()<int32_t>();
-    case DType::U8:
-      return f.template operator()<uint8_t>();
-    case DType::Bool:
-      return f.template operator()<bool>();
-  }
-}
-
 // The elementwise reduction Gloo calls: out[i] = op(a[i], b[i]); 16-bit floats in float.
 template <typename T>
 gloo::AllreduceOptions::Func reducer(ReduceOp op) {
@@ -134,7 +111,8 @@ gloo::AllreduceOptions::Func reducer(ReduceOp op) {
 // All-reduce of n elements at p in place (Avg: sum, then divide the elements [lo, hi)).
 void all_reduce_raw(const std::shared_ptr<gloo::Context>& ctx, void* p, int64_t n, DType dt,
                     ReduceOp op, uint32_t tag, Millis timeout, int64_t lo, int64_t hi) {
-  visit_dtype(dt, [&]<typename T>() {
+  LOOM_DISPATCH_ALL(dt, "gloo all_reduce", [&] {
+    using T = scalar_t;
     gloo::AllreduceOptions opts(ctx);
     opts.setOutput(static_cast<T*>(p), size_t(n));
     opts.setReduceFunction(reducer<T>(op));
@@ -363,23 +341,32 @@ std::shared_ptr<Work> GlooProcessGroup::do_barrier(const OpRecord& rec) {
 }
 
 // ---- send/recv: posted now (so rings cannot deadlock), waited for on the p2p thread ----
-std::shared_ptr<Work> GlooProcessGroup::do_send(const Tensor& t, int dst, int tag,
-                                                const OpRecord& rec) {
+std::shared_ptr<Work> GlooProcessGroup::p2p(const Tensor& t, bool send, int peer, int tag,
+                                            const OpRecord& rec) {
   Millis to = timeout();
   if (t.numel() == 0) return enqueue(p2p_waits_, rec, [] {});
   std::shared_ptr<gloo::transport::UnboundBuffer> buf =
       context_->createUnboundBuffer(t.data_ptr(), size_t(t.numel()) * t.element_size());
-  buf->send(dst, kP2PSlotBase + uint64_t(tag));
-  return enqueue(p2p_waits_, rec, [buf, t, to] { buf->waitSend(to); });
+  const uint64_t slot = kP2PSlotBase + uint64_t(tag);
+  if (send)
+    buf->send(peer, slot);
+  else
+    buf->recv(peer, slot);
+  return enqueue(p2p_waits_, rec, [buf, t, to, send] {
+    if (send)
+      buf->waitSend(to);
+    else
+      buf->waitRecv(to);
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::do_send(const Tensor& t, int dst, int tag,
+                                                const OpRecord& rec) {
+  return p2p(t, true, dst, tag, rec);
 }
 
 std::shared_ptr<Work> GlooProcessGroup::do_recv(Tensor& t, int src, int tag, const OpRecord& rec) {
-  Millis to = timeout();
-  if (t.numel() == 0) return enqueue(p2p_waits_, rec, [] {});
-  std::shared_ptr<gloo::transport::UnboundBuffer> buf =
-      context_->createUnboundBuffer(t.data_ptr(), size_t(t.numel()) * t.element_size());
-  buf->recv(src, kP2PSlotBase + uint64_t(tag));
-  return enqueue(p2p_waits_, rec, [buf, t, to] { buf->waitRecv(to); });
+  return p2p(t, false, src, tag, rec);
 }
 
 }  // namespace loom::distributed

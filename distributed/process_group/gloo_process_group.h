@@ -47,6 +47,8 @@ class GlooProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> enqueue(std::deque<Job>& queue, OpRecord rec, std::function<void()> run);
   void worker(std::deque<Job>& queue);
   void run_job(Job& job);
+  // send (or recv) t's bytes to (from) peer: posted now, waited for on the p2p thread.
+  std::shared_ptr<Work> p2p(const Tensor& t, bool send, int peer, int tag, const OpRecord& rec);
 
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;

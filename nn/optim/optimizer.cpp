@@ -11,6 +11,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/factory.h"
+#include "core/scoped_value.h"
 #include "nn/clip.h"
 
 namespace loom::optim {
@@ -115,14 +116,8 @@ void Optimizer::step_one(const Tensor& p) {
   LOOM_CHECK(mine, name_, ".step_one: ", describe(p), " (\"", p.name(),
              "\") is not one of its parameters");
   LOOM_CHECK(p.grad().defined(), name_, ".step_one: parameter \"", p.name(), "\" has no gradient");
-  only_ = p.impl();
-  try {
-    step();
-  } catch (...) {
-    only_ = nullptr;
-    throw;
-  }
-  only_ = nullptr;
+  ScopedValue<const TensorImpl*> only(only_, p.impl());
+  step();
 }
 
 void Optimizer::zero_grad() {

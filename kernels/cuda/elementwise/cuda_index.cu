@@ -25,22 +25,33 @@ namespace loom::cuda {
 
 namespace {
 
-// out: (outer, K, inner) <- x: (outer, n, inner) at the K indices.
-template <typename W>
-__global__ void __launch_bounds__(kBlockSize)
-    index_select_kernel(const W* x, W* out, const int64_t* index, int64_t is, int64_t outer,
-                        int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
+// The walk both index kernels make: element e of the indexed side (outer, K, inner) and where
+// it lands on the other side (outer, n, inner) through index[k * is], passed to f(e, at); at is -1
+// for an index outside [0, n), which is reported once (by the element with c = 0, o = 0) as `op`.
+template <typename F>
+__device__ __forceinline__ void for_each_indexed(const int64_t* index, int64_t is, int64_t outer,
+                                                 int64_t n, int64_t K, int64_t inner, DeviceOp op,
+                                                 DeviceErrorSlot* err, F f) {
   const int64_t total = outer * K * inner, step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const int64_t c = e % inner, r = e / inner, k = r % K, o = r / K;
     const int64_t idx = index[k * is];
     if (idx < 0 || idx >= n) {
-      if (c == 0 && o == 0) report_device_error(err, DeviceOp::IndexSelect, idx, k, n);
-      out[e] = W(0);
+      if (c == 0 && o == 0) report_device_error(err, op, idx, k, n);
+      f(e, int64_t(-1));
     } else {
-      out[e] = x[(o * n + idx) * inner + c];
+      f(e, (o * n + idx) * inner + c);
     }
   }
+}
+
+// out: (outer, K, inner) <- x: (outer, n, inner) at the K indices.
+template <typename W>
+__global__ void __launch_bounds__(kBlockSize)
+    index_select_kernel(const W* x, W* out, const int64_t* index, int64_t is, int64_t outer,
+                        int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
+  for_each_indexed(index, is, outer, n, K, inner, DeviceOp::IndexSelect, err,
+                   [&](int64_t e, int64_t at) { out[e] = at < 0 ? W(0) : x[at]; });
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -73,16 +84,10 @@ template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     index_add_kernel(const T* src, T* out, const int64_t* index, int64_t is, int64_t outer,
                      int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
-  const int64_t total = outer * K * inner, step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int64_t c = e % inner, r = e / inner, k = r % K, o = r / K;
-    const int64_t idx = index[k * is];
-    if (idx < 0 || idx >= n) {
-      if (c == 0 && o == 0) report_device_error(err, DeviceOp::IndexAdd, idx, k, n);
-    } else {
-      atomic_add(out + (o * n + idx) * inner + c, src[e]);
-    }
-  }
+  for_each_indexed(index, is, outer, n, K, inner, DeviceOp::IndexAdd, err,
+                   [&](int64_t e, int64_t at) {
+                     if (at >= 0) atomic_add(out + at, src[e]);
+                   });
 }
 
 template <typename T>

@@ -156,10 +156,7 @@ void reduce_rows(ReduceOp op, const T* x, T* out, int64_t rows, int64_t n, int d
     LOOM_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
     return;
   }
-  Tensor partial = empty({rows, splits}, {.dtype = std::is_same_v<A, double>  ? DType::F64
-                                                   : std::is_same_v<A, float> ? DType::F32
-                                                                              : DType::I64,
-                                          .device = cuda_device(dev)});
+  Tensor partial = empty({rows, splits}, {.dtype = DTypeOf<A>::value, .device = cuda_device(dev)});
   A* pp = static_cast<A*>(partial.data_ptr());
   reduce_rows_kernel<T, A, A>
       <<<rows * splits, kBlockSize, 0, s>>>(x, pp, n, splits, chunk, r, n, false);
@@ -187,10 +184,7 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t R, int64_t C, int dev,
     LOOM_CUDA_CHECK_LAUNCH("reduce_cols_kernel");
     return;
   }
-  Tensor partial = empty({splits, C}, {.dtype = std::is_same_v<A, double>  ? DType::F64
-                                                : std::is_same_v<A, float> ? DType::F32
-                                                                           : DType::I64,
-                                       .device = cuda_device(dev)});
+  Tensor partial = empty({splits, C}, {.dtype = DTypeOf<A>::value, .device = cuda_device(dev)});
   A* pp = static_cast<A*>(partial.data_ptr());
   reduce_cols_kernel<T, A, A>
       <<<dim3(unsigned(bx), unsigned(splits)), block, 0, s>>>(x, pp, R, C, chunk, r, R, false);

@@ -67,17 +67,26 @@ __device__ __forceinline__ MaxSum<A> block_merge(MaxSum<A> v) {
   return warp_merge(v);
 }
 
+// The row a thread works on when a warp (per_warp) or a block takes each row, the thread's place
+// tid among the nt threads of that row.
+struct RowThread {
+  int64_t row;
+  int tid, nt;
+};
+__device__ __forceinline__ RowThread row_thread(bool per_warp) {
+  if (per_warp)
+    return {int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize,
+            int(threadIdx.x % kWarpSize), kWarpSize};
+  return {int64_t(blockIdx.x), int(threadIdx.x), int(blockDim.x)};
+}
+
 // One row per warp (per_warp) or per block, of contiguous (rows, n) blocks.
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     softmax_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log, bool per_warp) {
   using A = acc_t<T>;
-  const int64_t row = per_warp
-                          ? int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize
-                          : int64_t(blockIdx.x);
+  const auto [row, tid, nt] = row_thread(per_warp);
   if (row >= rows) return;
-  const int tid = per_warp ? threadIdx.x % kWarpSize : threadIdx.x,
-            nt = per_warp ? kWarpSize : blockDim.x;
   const T* xr = x + row * n;
   T* yr = y + row * n;
   MaxSum<A> ms{-std::numeric_limits<A>::infinity(), A(0)};
@@ -98,12 +107,8 @@ __global__ void __launch_bounds__(kBlockSize)
     softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t rows, int64_t n, bool log,
                             bool per_warp) {
   using A = acc_t<T>;
-  const int64_t row = per_warp
-                          ? int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize
-                          : int64_t(blockIdx.x);
+  const auto [row, tid, nt] = row_thread(per_warp);
   if (row >= rows) return;
-  const int tid = per_warp ? threadIdx.x % kWarpSize : threadIdx.x,
-            nt = per_warp ? kWarpSize : blockDim.x;
   const int64_t base = row * n;
   A s = 0;
   for (int64_t j = tid; j < n; j += nt)

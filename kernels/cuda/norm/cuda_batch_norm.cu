@@ -372,9 +372,10 @@ std::pair<Tensor, Tensor> batch_norm_stats(const Tensor& x0, bool naive) {
   return {mean, var};
 }
 
-BnCoefficients bn_coefficients(const Tensor& x, const Tensor& w, const Tensor& b,
+BnCoefficients bn_coefficients(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                const Tensor& running_mean, const Tensor& running_var, bool training,
                                double momentum, double eps) {
+  const Tensor w = contiguous_if_defined(weight), b = contiguous_if_defined(bias);
   const bool cl = raw::is_channels_last(x);
   NormGeom g = norm_geom(x);
   const bool batch_stats = training || !running_mean.defined();
@@ -462,8 +463,7 @@ Tensor CudaBackend::batch_norm_apply(const Tensor& x0, const Tensor& weight0, co
   check_geometry("batch_norm_apply", x, g);
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream(x.device().index);
-  Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
-  Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
+  Tensor w = contiguous_if_defined(weight0), b = contiguous_if_defined(bias0);
   check_channel_dtype("batch_norm_apply", x, w, "weight");
   check_channel_dtype("batch_norm_apply", x, b, "bias");
   DType ad = acc_dtype(x.dtype());
@@ -501,9 +501,8 @@ BatchNormOut CudaBackend::batch_norm(const Tensor& x0, const Tensor& weight0, co
   int dev = x.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
-  Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
-  Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
-  BnCoefficients k = bn_coefficients(x, w, b, running_mean, running_var, training, momentum, eps);
+  BnCoefficients k =
+      bn_coefficients(x, weight0, bias0, running_mean, running_var, training, momentum, eps);
 
   BatchNormOut out;
   const bool any = g.C > 0 && (g.M > 0 || !batch_stats) && x.numel() > 0;
@@ -534,8 +533,7 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tens
   DType ad = acc_dtype(x.dtype());
   Tensor mean = raw::contiguous(raw::cast(save_mean0, ad)),
          invstd = raw::contiguous(raw::cast(save_invstd0, ad));
-  Tensor w = weight.defined() ? raw::contiguous(weight) : Tensor();
-  Tensor b = bias.defined() ? raw::contiguous(bias) : Tensor();
+  Tensor w = contiguous_if_defined(weight), b = contiguous_if_defined(bias);
   check_channel_dtype("batch_norm_backward", x, w, "weight");
   check_channel_dtype("batch_norm_backward", x, b, "bias");
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/tensor.h"
+#include "kernels/raw_ops.h"
 
 namespace loom::cuda {
 
@@ -52,7 +53,13 @@ void bn_backward_apply_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_
 // also updates the running stats in training; in eval the running stats. mean and invstd are
 // what the backward reads (save_mean, save_invstd); y = fma(x - mean, scale, shift) (bn_pre in
 // cuda_batch_norm_finalize.cuh). Every tensor (C), in the accumulate dtype (float32, float64 for
-// f64). The caller checks the geometry and holds the DeviceGuard.
+// f64). weight and bias: (C) or undefined, any strides. The caller checks the geometry and holds
+// the DeviceGuard.
+// t made contiguous; an undefined t (no weight, no bias) stays undefined.
+inline Tensor contiguous_if_defined(const Tensor& t) {
+  return t.defined() ? raw::contiguous(t) : Tensor();
+}
+
 struct BnCoefficients {
   Tensor mean, invstd, scale, shift;
 };

@@ -39,6 +39,32 @@ Tile tile_for(int64_t Cv) {
   return {TC, kThreads / TC};
 }
 
+// A thread's place in Note [Channels-last reductions]: R row threads per vector, its row r and
+// vector v of the block's tile, its channel vector cv, and the rows [r0, r1) of block s of S.
+struct ClPlace {
+  int R, r, v;
+  int64_t cv, S, s, r0, r1;
+};
+__device__ __forceinline__ ClPlace cl_place(int64_t M, int TC) {
+  const int v = int(threadIdx.x) % TC;
+  const int64_t S = gridDim.x, s = blockIdx.x, chunk = (M + S - 1) / S, r0 = s * chunk;
+  return {int(blockDim.x) / TC, int(threadIdx.x) / TC, v, int64_t(blockIdx.y) * TC + v, S, s, r0,
+          min(M, r0 + chunk)};
+}
+
+// The shared-memory tree of Note [Channels-last reductions]: the R row threads (r = 0 .. R-1) of
+// each channel vector add their sums into row 0's, halving the rows each round; add(dst, src)
+// adds thread src's entries into thread dst's. Every thread of the block calls it.
+template <typename Add>
+__device__ __forceinline__ void sum_rows_into_row0(int R, int r, int TC, Add add) {
+  for (int w = R; w > 1;) {  // halve the rows, adding row r + h into row r
+    const int h = (w + 1) / 2;
+    if (r < w - h) add(int(threadIdx.x), int(threadIdx.x) + h * TC);
+    w = h;
+    __syncthreads();
+  }
+}
+
 // x: (M, Cv) vectors -> Welford partials (C, S).
 template <typename T, int V>
 __global__ void bn_stats_partial_cl_kernel(const T* __restrict__ x, int64_t M, int64_t Cv, int TC,
@@ -47,9 +73,7 @@ __global__ void bn_stats_partial_cl_kernel(const T* __restrict__ x, int64_t M, i
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int R = int(blockDim.x) / TC, r = int(threadIdx.x) / TC, v = int(threadIdx.x) % TC;
-  const int64_t cv = int64_t(blockIdx.y) * TC + v, S = gridDim.x, s = blockIdx.x;
-  const int64_t chunk = (M + S - 1) / S, r0 = s * chunk, r1 = min(M, r0 + chunk);
+  const auto [R, r, v, cv, S, s, r0, r1] = cl_place(M, TC);
   const VT* xv = reinterpret_cast<const VT*>(x);
   A K[V], s1[V], s2[V];
   int64_t count = 0;
@@ -85,17 +109,11 @@ __global__ void bn_stats_partial_cl_kernel(const T* __restrict__ x, int64_t M, i
 #pragma unroll
   for (int j = 0; j < V; ++j) ss1[threadIdx.x * V + j] = s1[j], ss2[threadIdx.x * V + j] = s2[j];
   __syncthreads();
-  for (int w = R; w > 1;) {  // halve the rows, adding row r + h into row r
-    const int h = (w + 1) / 2;
-    if (r < w - h) {
-      const int dst = int(threadIdx.x), src = dst + h * TC;
-      sn[dst] += sn[src];
-      for (int j = 0; j < V; ++j)
-        ss1[dst * V + j] += ss1[src * V + j], ss2[dst * V + j] += ss2[src * V + j];
-    }
-    w = h;
-    __syncthreads();
-  }
+  sum_rows_into_row0(R, r, TC, [&](int dst, int src) {
+    sn[dst] += sn[src];
+    for (int j = 0; j < V; ++j)
+      ss1[dst * V + j] += ss1[src * V + j], ss2[dst * V + j] += ss2[src * V + j];
+  });
   if (r != 0 || cv >= Cv) return;
   for (int j = 0; j < V; ++j) {
     Welford<A> w = Welford<A>::from_shifted(sn[v], K[j], ss1[v * V + j], ss2[v * V + j]);
@@ -115,9 +133,7 @@ __global__ void bn_backward_partial_cl_kernel(const T* __restrict__ gy, const T*
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int R = int(blockDim.x) / TC, r = int(threadIdx.x) / TC, v = int(threadIdx.x) % TC;
-  const int64_t cv = int64_t(blockIdx.y) * TC + v, S = gridDim.x, s = blockIdx.x;
-  const int64_t chunk = (M + S - 1) / S, r0 = s * chunk, r1 = min(M, r0 + chunk);
+  const auto [R, r, v, cv, S, s, r0, r1] = cl_place(M, TC);
   const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy),
            *yv = reinterpret_cast<const VT*>(relu_y);
   A m[V], sdy[V], sdyx[V];
@@ -153,16 +169,10 @@ __global__ void bn_backward_partial_cl_kernel(const T* __restrict__ gy, const T*
 #pragma unroll
   for (int j = 0; j < V; ++j) sa[threadIdx.x * V + j] = sdy[j], sb[threadIdx.x * V + j] = sdyx[j];
   __syncthreads();
-  for (int w = R; w > 1;) {  // as in bn_stats_partial_cl_kernel
-    const int h = (w + 1) / 2;
-    if (r < w - h) {
-      const int dst = int(threadIdx.x), src = dst + h * TC;
-      for (int j = 0; j < V; ++j)
-        sa[dst * V + j] += sa[src * V + j], sb[dst * V + j] += sb[src * V + j];
-    }
-    w = h;
-    __syncthreads();
-  }
+  sum_rows_into_row0(R, r, TC, [&](int dst, int src) {
+    for (int j = 0; j < V; ++j)
+      sa[dst * V + j] += sa[src * V + j], sb[dst * V + j] += sb[src * V + j];
+  });
   if (r != 0 || cv >= Cv) return;
   for (int j = 0; j < V; ++j) {
     const int64_t c = cv * V + j;

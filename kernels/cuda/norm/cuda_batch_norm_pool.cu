@@ -217,9 +217,8 @@ BatchNormOut CudaBackend::batch_norm_relu_max_pool2(const Tensor& x0, const Tens
   int dev = x.device().index;
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
-  Tensor w = weight0.defined() ? raw::contiguous(weight0) : Tensor();
-  Tensor b = bias0.defined() ? raw::contiguous(bias0) : Tensor();
-  BnCoefficients k = bn_coefficients(x, w, b, running_mean, running_var, true, momentum, eps);
+  BnCoefficients k =
+      bn_coefficients(x, weight0, bias0, running_mean, running_var, true, momentum, eps);
   BatchNormOut o;
   o.y = empty({x.size(0), x.size(1), x.size(2) / 2, x.size(3) / 2},
               {.dtype = x.dtype(), .device = x.device()});
@@ -257,8 +256,7 @@ BatchNormGrads CudaBackend::batch_norm_relu_max_pool2_backward(
   DType ad = acc_dtype(x.dtype());
   Tensor mean = raw::contiguous(raw::cast(save_mean, ad)),
          invstd = raw::contiguous(raw::cast(save_invstd, ad));
-  Tensor w = weight.defined() ? raw::contiguous(weight) : Tensor();
-  Tensor b = bias.defined() ? raw::contiguous(bias) : Tensor();
+  Tensor w = contiguous_if_defined(weight), b = contiguous_if_defined(bias);
   BatchNormGrads out;
   out.grad_input = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   Tensor gw, gb;  // in weight's dtype

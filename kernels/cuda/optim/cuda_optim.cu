@@ -40,6 +40,39 @@ struct alignas(16) Pack {
 __device__ inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& v) {
+  *reinterpret_cast<Pack<T>*>(p) = v;
+}
+
+// The walk of both kernels: for each chunk of the block (Note [Multi-tensor table in kernel
+// arguments]), chunk(t, begin, end) with its tensor and element range.
+template <typename Table, typename Chunk>
+__device__ __forceinline__ void for_each_chunk(const Table& tab, const Chunk& chunk) {
+  const int64_t total = tab.chunk_start[tab.n];
+  for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
+    const auto [t, begin, end] = chunk_range(tab, c);
+    chunk(t, begin, end);
+  }
+}
+
+// Elements [begin, end) of a chunk, the block's threads striding: packs(i) for each pack of W
+// from begin when `aligned` (every pointer of the tensor), then one(i) for each element left.
+template <int W, typename Packs, typename One>
+__device__ __forceinline__ void walk_elements(int64_t begin, int64_t end, bool aligned,
+                                              const Packs& packs, const One& one) {
+  int64_t scalar_from = begin;
+  if (aligned) {
+    const int64_t n = (end - begin) / W;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) packs(begin + j * W);
+    scalar_from = begin + n * W;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < end; i += blockDim.x) one(i);
+}
 
 // The device-side scalars as raw pointers (all null for a step with host scalars).
 struct DeviceScalars {
@@ -72,37 +105,30 @@ __global__ void adam_kernel(const __grid_constant__ OptimTable<T, 5> tab, AdamMa
   }
   if (grad_scale) math.grad_scale = *grad_scale;
   constexpr int W = Pack<T>::W;
-  const int64_t total = tab.chunk_start[tab.n];
-  for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
-    const auto [t, begin, end] = chunk_range(tab, c);
+  for_each_chunk(tab, [&](int t, int64_t begin, int64_t end) {
     T* p = tab.ptr[0][t];
     const T* g = tab.ptr[1][t];
     T* m = tab.ptr[2][t];
     T* v = tab.ptr[3][t];
     T* vmax = tab.ptr[4][t];
-    int64_t scalar_from = begin;
-    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) &&
-        (!vmax || aligned16(vmax))) {
-      const int64_t packs = (end - begin) / W;
-      for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
-        const int64_t i = begin + j * W;
-        Pack<T> P = *reinterpret_cast<const Pack<T>*>(p + i),
-                G = *reinterpret_cast<const Pack<T>*>(g + i);
-        Pack<T> M = *reinterpret_cast<const Pack<T>*>(m + i),
-                V = *reinterpret_cast<const Pack<T>*>(v + i), X;
-        if (vmax) X = *reinterpret_cast<const Pack<T>*>(vmax + i);
+    const bool aligned =
+        aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && (!vmax || aligned16(vmax));
+    walk_elements<W>(
+        begin, end, aligned,
+        [&](int64_t i) {
+          Pack<T> P = load_pack(p + i), G = load_pack(g + i), M = load_pack(m + i),
+                  V = load_pack(v + i), X;
+          if (vmax) X = load_pack(vmax + i);
 #pragma unroll
-        for (int k = 0; k < W; ++k) math(P.v[k], G.v[k], M.v[k], V.v[k], vmax ? &X.v[k] : nullptr);
-        *reinterpret_cast<Pack<T>*>(p + i) = P;
-        *reinterpret_cast<Pack<T>*>(m + i) = M;
-        *reinterpret_cast<Pack<T>*>(v + i) = V;
-        if (vmax) *reinterpret_cast<Pack<T>*>(vmax + i) = X;
-      }
-      scalar_from = begin + packs * W;
-    }
-    for (int64_t i = scalar_from + threadIdx.x; i < end; i += blockDim.x)
-      math(p[i], g[i], m[i], v[i], vmax ? vmax + i : nullptr);
-  }
+          for (int k = 0; k < W; ++k)
+            math(P.v[k], G.v[k], M.v[k], V.v[k], vmax ? &X.v[k] : nullptr);
+          store_pack(p + i, P);
+          store_pack(m + i, M);
+          store_pack(v + i, V);
+          if (vmax) store_pack(vmax + i, X);
+        },
+        [&](int64_t i) { math(p[i], g[i], m[i], v[i], vmax ? vmax + i : nullptr); });
+  });
 }
 
 // Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum).
@@ -114,75 +140,69 @@ __global__ void sgd_kernel(const __grid_constant__ OptimTable<T, 3> tab, SgdMath
     math = math.at(*dev.lr, *dev.step);
   }
   constexpr int W = Pack<T>::W;
-  const int64_t total = tab.chunk_start[tab.n];
-  for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
-    const auto [t, begin, end] = chunk_range(tab, c);
+  for_each_chunk(tab, [&](int t, int64_t begin, int64_t end) {
     T* p = tab.ptr[0][t];
     const T* g = tab.ptr[1][t];
     T* buf = tab.ptr[2][t];
-    int64_t scalar_from = begin;
-    if (aligned16(p) && aligned16(g) && (!buf || aligned16(buf))) {
-      const int64_t packs = (end - begin) / W;
-      for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
-        const int64_t i = begin + j * W;
-        Pack<T> P = *reinterpret_cast<const Pack<T>*>(p + i),
-                G = *reinterpret_cast<const Pack<T>*>(g + i), B;
-        if (buf) B = *reinterpret_cast<const Pack<T>*>(buf + i);
+    walk_elements<W>(
+        begin, end, aligned16(p) && aligned16(g) && (!buf || aligned16(buf)),
+        [&](int64_t i) {
+          Pack<T> P = load_pack(p + i), G = load_pack(g + i), B;
+          if (buf) B = load_pack(buf + i);
 #pragma unroll
-        for (int k = 0; k < W; ++k) math(P.v[k], G.v[k], buf ? &B.v[k] : nullptr);
-        *reinterpret_cast<Pack<T>*>(p + i) = P;
-        if (buf) *reinterpret_cast<Pack<T>*>(buf + i) = B;
-      }
-      scalar_from = begin + packs * W;
-    }
-    for (int64_t i = scalar_from + threadIdx.x; i < end; i += blockDim.x)
-      math(p[i], g[i], buf ? buf + i : nullptr);
+          for (int k = 0; k < W; ++k) math(P.v[k], G.v[k], buf ? &B.v[k] : nullptr);
+          store_pack(p + i, P);
+          if (buf) store_pack(buf + i, B);
+        },
+        [&](int64_t i) { math(p[i], g[i], buf ? buf + i : nullptr); });
+  });
+}
+
+// The launches of one fused step, on the parameters' (lists[0]) device and stream: kernel(tab,
+// grid, stream) for each table of the lists, then the device-side step count advanced (a
+// capturable step's); launch errors name the step.
+template <typename Table, typename Kernel>
+void launch_step(const std::vector<const std::vector<Tensor>*>& lists, const DeviceScalars& ds,
+                 const char* step, const Kernel& kernel) {
+  int dev = (*lists[0])[0].device().index;
+  DeviceGuard guard(dev);
+  cudaStream_t s = current_stream(dev);
+  for_each_table<Table>(lists, [&](const Table& tab, int64_t chunks) {
+    kernel(tab, unsigned(grid_for_chunks(chunks, dev)), s);
+    LOOM_CUDA_CHECK_LAUNCH(step);
+  });
+  if (ds.step) {
+    advance_step_kernel<<<1, 1, 0, s>>>(ds);
+    LOOM_CUDA_CHECK_LAUNCH(step);
   }
 }
+
+const std::vector<Tensor> kNoTensors;  // an absent state list (no amsgrad, no momentum)
 
 template <typename T>
 void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& m, const std::vector<Tensor>& v,
                  const std::vector<Tensor>& vmax, const AdamStepParams& hp) {
-  int dev = params[0].device().index;
-  DeviceGuard guard(dev);
-  cudaStream_t s = current_stream(dev);
   const auto math = AdamMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
   const T* grad_scale = hp.grad_scale.defined() ? hp.grad_scale.data<T>() : nullptr;
-  static const std::vector<Tensor> none;
-  for_each_table<OptimTable<T, 5>>(
-      {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &none},
-      [&](const OptimTable<T, 5>& tab, int64_t chunks) {
-        adam_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds,
-                                                                                     grad_scale);
-        LOOM_CUDA_CHECK_LAUNCH("adam_step");
+  launch_step<OptimTable<T, 5>>(
+      {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &kNoTensors}, ds, "adam_step",
+      [&](const OptimTable<T, 5>& tab, unsigned grid, cudaStream_t s) {
+        adam_kernel<T><<<grid, kBlockSize, 0, s>>>(tab, math, ds, grad_scale);
       });
-  if (ds.step) {
-    advance_step_kernel<<<1, 1, 0, s>>>(ds);
-    LOOM_CUDA_CHECK_LAUNCH("adam_step");
-  }
 }
 
 template <typename T>
 void sgd_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& bufs, const SgdStepParams& hp) {
-  int dev = params[0].device().index;
-  DeviceGuard guard(dev);
-  cudaStream_t s = current_stream(dev);
   const auto math = SgdMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
-  static const std::vector<Tensor> none;
-  for_each_table<OptimTable<T, 3>>(
-      {&params, &grads, hp.momentum != 0.0 ? &bufs : &none},
-      [&](const OptimTable<T, 3>& tab, int64_t chunks) {
-        sgd_kernel<T><<<unsigned(grid_for_chunks(chunks, dev)), kBlockSize, 0, s>>>(tab, math, ds);
-        LOOM_CUDA_CHECK_LAUNCH("sgd_step");
-      });
-  if (ds.step) {
-    advance_step_kernel<<<1, 1, 0, s>>>(ds);
-    LOOM_CUDA_CHECK_LAUNCH("sgd_step");
-  }
+  launch_step<OptimTable<T, 3>>({&params, &grads, hp.momentum != 0.0 ? &bufs : &kNoTensors}, ds,
+                                "sgd_step",
+                                [&](const OptimTable<T, 3>& tab, unsigned grid, cudaStream_t s) {
+                                  sgd_kernel<T><<<grid, kBlockSize, 0, s>>>(tab, math, ds);
+                                });
 }
 
 }  // namespace
