@@ -14,51 +14,16 @@
 #include "autograd/ops/ops.h"
 #include "nn/gpt.h"
 #include "nn/llama.h"
+#include "support/decode_models.h"
 
 using namespace loom;
 using namespace loom::nn;
 
 namespace {
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double worst = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-    worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
-
-// The model in float64 with every weight redrawn at spread 0.3 (norm weights about 1): the inits'
-// 0.02 leave the logits nearly flat and every position's table row nearly alike; these make a
-// token at the wrong position, or a stray key, move the logits far beyond 1e-12.
-void float64_spread(Module& m, uint64_t seed) {
-  m.to(kF64);
-  m.eval();
-  manual_seed(seed);
-  NoGradGuard g;
-  for (auto& [name, p] : m.named_parameters()) {
-    const bool norm_weight = p.dim() == 1 && !name.ends_with(".bias");
-    p.copy_(randn(p.shape(), {.dtype = kF64}) * 0.3 + (norm_weight ? 1.0 : 0.0));
-  }
-}
-
-std::unique_ptr<GPT> tiny_gpt(uint64_t seed) {
-  manual_seed(seed);
-  auto m = std::make_unique<GPT>(
-      GPTConfig{.vocab_size = 50, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 16});
-  float64_spread(*m, seed + 1);
-  return m;
-}
-
-std::unique_ptr<Llama> tiny_llama(uint64_t seed) {
-  LlamaConfig c = LlamaConfig::preset("tiny");  // 4 heads, 2 key/value heads, llama3 rope
-  c.max_seq_len = 16;
-  manual_seed(seed);
-  auto m = std::make_unique<Llama>(c);
-  float64_spread(*m, seed + 1);
-  return m;
-}
+using test::max_abs_diff;
+std::unique_ptr<GPT> tiny_gpt(uint64_t seed) { return test::tiny_decode_gpt(seed); }
+std::unique_ptr<Llama> tiny_llama(uint64_t seed) { return test::tiny_decode_llama(seed); }
 
 // ids (B, max_len): the first P through both caches at once, then one token at a time; the
 // worst difference of the logits over every step (the growing cache's are the reference).
