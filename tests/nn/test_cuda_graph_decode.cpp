@@ -16,7 +16,7 @@
 #include "core/cuda/available.h"
 #include "nn/gpt_sample.h"
 #include "nn/graph_decode.h"
-
+#include "support/decode_models.h"
 using namespace loom;
 using namespace loom::nn;
 
@@ -55,14 +55,7 @@ std::unique_ptr<CausalLM> tiny(const std::string& arch, DType dt) {
   return m;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-    worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
+using test::max_abs_diff;
 
 }  // namespace
 
