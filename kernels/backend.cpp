@@ -171,6 +171,15 @@ void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const T
              describe(v));
 }
 
+void check_sdpa_key_lengths(const char* op, const Tensor& q, const Tensor& key_lengths) {
+  if (!key_lengths.defined()) return;
+  LOOM_CHECK((key_lengths.dtype() == DType::I32 || key_lengths.dtype() == DType::I64) &&
+                 key_lengths.dim() == 1 && key_lengths.size(0) == q.size(0) &&
+                 key_lengths.device() == q.device(),
+             op, ": key_lengths must be (B) = (", q.size(0), ") int32 or int64 on q's device (q ",
+             describe(q), "), got ", describe(key_lengths));
+}
+
 Tensor empty_attention_layout(int64_t B, int64_t H, int64_t T, int64_t D, Options opt) {
   return make_view(empty({B, T, H, D}, opt), {B, H, T, D}, {T * H * D, D, H * D, 1}, 0);
 }

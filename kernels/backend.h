@@ -181,6 +181,9 @@ void check_swiglu_backward_args(const Tensor& grad, const Tensor& gate, const Te
 // D) and v (B, Hkv, Tk, Dv) with Hkv dividing H (Note [Grouped-query attention] in
 // autograd/ops/attention.cpp), one floating dtype, one device.
 void check_sdpa_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v);
+// The key lengths of sdpa_forward and sdpa_backward: undefined, or (B) int32/int64 on q's device
+// (their values are not read: Note [Key lengths] in autograd/ops/attention.cpp).
+void check_sdpa_key_lengths(const char* op, const Tensor& q, const Tensor& key_lengths);
 // sdpa_backward's `into`: all undefined, or dq, dk, dv of q's, k's and v's shapes, dtype and
 // device with a contiguous last dim.
 void check_sdpa_into(const char* op, const SdpaGrads& into, const Tensor& q, const Tensor& k,

@@ -49,9 +49,9 @@ struct KVCache {
 // KVCache's (held to 1e-12; measured bit for bit: the masked keys add exact zeros):
 // tests/nn/test_transformer_static_cache.cpp.
 // Costs left: the slot write reads and writes the whole buffer (loom has no in-place indexed
-// write, index_copy_, yet; it would write one slot), and attention with key lengths runs the
-// composite (two matmuls, the mask and a softmax over max_len keys, grouped heads repeated:
-// cuDNN's fused path takes no lengths yet). A step's cache traffic is O(max_len), not O(length).
+// write, index_copy_, yet; it would write one slot), and attention reads every max_len slot (in
+// bf16 or f16 on CUDA cuDNN's fused attention with the lengths as its padding mask, grouped heads
+// read in place; elsewhere the composite). A step's cache traffic is O(max_len), not O(length).
 // Inference only: the forward refuses to run with gradients enabled.
 struct StaticKVCache {
   explicit StaticKVCache(int64_t max_len = 0) : max_len(max_len) {}

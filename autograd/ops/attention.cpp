@@ -27,9 +27,9 @@ namespace loom {
 // again in the backward. A fused flash-attention path (Backend::sdpa_forward / sdpa_backward on
 // CUDA, through cuDNN's SDPA graph, saving each row's logsumexp instead of the weights) will run
 // where sdpa_fused_applies says so: CUDA inputs in bfloat16 or float16 after autocast's cast,
-// head sizes and a dropout the kernel supports. The composite stays as that path's test oracle
-// (scaled_dot_product_attention_composite) and runs everywhere else: the CPU, float32, float64,
-// and wherever key lengths are given (Note [Key lengths]).
+// head sizes and a dropout the kernel supports, with or without key lengths (Note [Key lengths]).
+// The composite stays as that path's test oracle (scaled_dot_product_attention_composite) and runs
+// everywhere else: the CPU, float32, float64, 3-d inputs.
 
 // Note [Key lengths]
 // A batch of right-padded sequences (BERT's) gives each row b its number of real tokens, len[b];
@@ -39,9 +39,11 @@ namespace loom {
 // finite value to those scores, as for the causal mask, built from one where() so that the two
 // masks together never add two of them (which would overflow to -inf). With len[b] >= 1 every row
 // keeps key 0, so no row is all masked; the queries at padded positions still get outputs (over
-// the valid keys), which a model ignores. The fused cuDNN path does not take the lengths yet: with
-// key lengths attention runs the composite on CUDA too. The lengths' values (1 <= len[b] <= Tk)
-// are checked only when they are on the CPU: on a GPU the check would cost a synchronisation.
+// the valid keys), which a model ignores. On CUDA the fused path takes the lengths as cuDNN's
+// padding mask (seq_len_kv per row, seq_len_q = Tq so that every query keeps its output: Note
+// [Flash attention through cuDNN]); the CPU twin cuts each row's keys the same way. The lengths'
+// values (1 <= len[b] <= Tk) are checked only when they are on the CPU: on a GPU the check would
+// cost a synchronisation, and a value outside that range is undefined behaviour there.
 
 namespace {
 
@@ -195,17 +197,18 @@ bool sdpa_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 
 namespace {
 // The fused path (Note [Fused attention]): one backend call forward, saving the output and each
-// row's logsumexp, and one backward.
-Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  TensorPair fwd = backend_for(q.device()).sdpa_forward(q, k, v, causal, scale);
+// row's logsumexp, and one backward; lengths (B) or undefined (Note [Key lengths]).
+Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths, bool causal,
+             double scale) {
+  TensorPair fwd = backend_for(q.device()).sdpa_forward(q, k, v, causal, scale, lengths);
   const Tensor& out = fwd.first;     // (B, H, Tq, D)
   const Tensor& stats = fwd.second;  // (B, H, Tq, 1) logsumexp, float32
   return record(kOp, out, {q, k, v},
                 [sq = save(q, kOp), sk = save(k, kOp), sv = save(v, kOp), out = out.detach(), stats,
-                 causal, scale](const Tensor& g) {
+                 lengths, causal, scale](const Tensor& g) {
                   SdpaGrads r = backend_for(g.device())
                                     .sdpa_backward(g, sq.get(), sk.get(), sv.get(), out, stats,
-                                                   causal, scale);
+                                                   causal, scale, SdpaGrads{}, lengths);
                   return Grads{r.dq, r.dk, r.dv};
                 });
 }
@@ -223,8 +226,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const Tensor q = amp::cast_lower(q_in), k = amp::cast_lower(k_in), v = amp::cast_lower(v_in);
   check_args(q, k, v, scale, dropout_p);
   check_key_lengths(q, k, key_lengths);
-  if (!key_lengths.defined() && sdpa_fused_applies(q, k, v, causal, dropout_p))
-    return fused(q, k, v, causal, resolve_scale(scale, q));
+  if (sdpa_fused_applies(q, k, v, causal, dropout_p))
+    return fused(q, k, v, key_lengths, causal, resolve_scale(scale, q));
   return composite(q, k, v, key_lengths, causal, resolve_scale(scale, q), dropout_p, gen);
 }
 

@@ -2,8 +2,9 @@
 // torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, with an
 // optional causal mask, an optional padding mask given as per-batch key lengths (right-padded
 // sequences), dropout on the attention weights, and grouped-query heads (k and v with fewer heads
-// than q). Leaves out: an arbitrary attn_mask tensor, and the fused kernels for key lengths (they
-// run the composite on CUDA too: Note [Key lengths] in autograd/ops/attention.cpp).
+// than q). On CUDA in float16/bfloat16 cuDNN's fused flash attention runs, with key lengths as its
+// padding mask (Note [Key lengths] in autograd/ops/attention.cpp). Leaves out: an arbitrary
+// attn_mask tensor and left padding.
 #pragma once
 
 #include <limits>

@@ -3,8 +3,9 @@
 // per task of the thread pool, every product and sum in float64, any floating dtype, any strides.
 // It is the twin CUDA's fused flash attention is tested against (the attention op itself runs its
 // composite of matmul and softmax on the CPU). Grouped-query heads (k and v with Hkv heads) are
-// read in place: query head h uses key/value head h / (H / Hkv). Leaves out: dropout, blocking and
-// SIMD: one row of scores (Tk doubles) is all it keeps at a time.
+// read in place: query head h uses key/value head h / (H / Hkv); key lengths (a padding mask) cut
+// each batch row's keys. Leaves out: dropout, blocking and SIMD: one row of scores (Tk doubles) is
+// all it keeps at a time.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,17 +45,25 @@ Tensor empty_bthd(int64_t B, int64_t H, int64_t T, int64_t D, DType dt) {
 
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;
-  int64_t Hkv;  // key/value heads: query head h reads head h / (H / Hkv)
+  int64_t Hkv;                   // key/value heads: query head h reads head h / (H / Hkv)
+  std::vector<int64_t> lengths;  // (B) keys of each batch row (Note [Key lengths]); empty: Tk
   int64_t kv_head(int64_t h) const { return h / (H / Hkv); }
 };
 
-Dims dims_of(const Tensor& q, const Tensor& v) {
-  return {q.size(0), q.size(1), q.size(2), v.size(2), q.size(3), v.size(3), v.size(1)};
+Dims dims_of(const Tensor& q, const Tensor& v, const Tensor& key_lengths) {
+  Dims g{q.size(0), q.size(1), q.size(2), v.size(2), q.size(3), v.size(3), v.size(1), {}};
+  if (key_lengths.defined()) g.lengths = key_lengths.contiguous().to_vector<int64_t>();
+  for (int64_t len : g.lengths)
+    LOOM_CHECK(len >= 1 && len <= g.Tk, "sdpa on the CPU: key_lengths holds ", len,
+               ", outside [1, Tk = ", g.Tk, "]");
+  return g;
 }
 
-// Keys row i attends to: 0 .. n - 1 (top-left causal mask, or all Tk).
-int64_t keys_seen(const Dims& g, bool causal, int64_t i) {
-  return causal ? std::min(i + 1, g.Tk) : g.Tk;
+// Keys row i of batch b attends to: 0 .. n - 1 (top-left causal mask, or all Tk; then at most
+// the row's key length).
+int64_t keys_seen(const Dims& g, bool causal, int64_t b, int64_t i) {
+  const int64_t n = causal ? std::min(i + 1, g.Tk) : g.Tk;
+  return g.lengths.empty() ? n : std::min(n, g.lengths[size_t(b)]);
 }
 
 // p[j] = softmax over j < n of scale * q_i . k_j, in float64; returns the row's logsumexp.
@@ -77,8 +86,7 @@ double softmax_row(const Strided4<T>& q, const Strided4<T>& k, const Dims& g, in
 
 template <typename T, typename S>
 void forward_kernel(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& out0,
-                    const Tensor& stats0, bool causal, double scale) {
-  Dims g = dims_of(q0, v0);
+                    const Tensor& stats0, const Dims& g, bool causal, double scale) {
   auto q = strided4<T>(q0), k = strided4<T>(k0), v = strided4<T>(v0), out = strided4<T>(out0);
   auto stats = strided4<S>(stats0);
   parallel_for(0, g.B * g.H, 1, [&](int64_t begin, int64_t end) {
@@ -86,7 +94,7 @@ void forward_kernel(const Tensor& q0, const Tensor& k0, const Tensor& v0, const 
     for (int64_t bh = begin; bh < end; ++bh) {
       int64_t b = bh / g.H, h = bh % g.H;
       for (int64_t i = 0; i < g.Tq; ++i) {
-        int64_t n = keys_seen(g, causal, i);
+        int64_t n = keys_seen(g, causal, b, i);
         stats.set(b, h, i, 0, softmax_row(q, k, g, b, h, i, n, scale, p));
         for (int64_t e = 0; e < g.Dv; ++e) {
           double acc = 0;
@@ -116,7 +124,7 @@ void backward_head(const BackwardViews<T>& a, const Dims& g, int64_t b, int64_t 
   const int64_t hk = g.kv_head(h);
   std::vector<double> p(size_t(g.Tk)), dp(size_t(g.Tk)), dq_row(size_t(g.D));
   for (int64_t i = 0; i < g.Tq; ++i) {
-    int64_t n = keys_seen(g, causal, i);
+    int64_t n = keys_seen(g, causal, b, i);
     softmax_row(a.q, a.k, g, b, h, i, n, scale, p);
     double row = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -143,8 +151,7 @@ void backward_head(const BackwardViews<T>& a, const Dims& g, int64_t b, int64_t 
 // sums over the group, added in a fixed order.
 template <typename T>
 void backward_kernel(const Tensor& go0, const Tensor& q0, const Tensor& k0, const Tensor& v0,
-                     const SdpaGrads& gr, bool causal, double scale) {
-  Dims g = dims_of(q0, v0);
+                     const SdpaGrads& gr, const Dims& g, bool causal, double scale) {
   const BackwardViews<T> a{strided4<T>(go0), strided4<T>(q0), strided4<T>(k0), strided4<T>(v0),
                            strided4<T>(gr.dq)};
   auto dk = strided4<T>(gr.dk), dv = strided4<T>(gr.dv);
@@ -170,25 +177,28 @@ DType stats_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32;
 }  // namespace
 
 TensorPair CpuBackend::sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                    double scale) {
+                                    double scale, const Tensor& key_lengths) {
   check_sdpa_inputs("sdpa_forward", q, k, v);
-  Dims g = dims_of(q, v);
+  check_sdpa_key_lengths("sdpa_forward", q, key_lengths);
+  Dims g = dims_of(q, v, key_lengths);
   Tensor out = empty_bthd(g.B, g.H, g.Tq, g.Dv, q.dtype());
   Tensor stats = empty({g.B, g.H, g.Tq, 1}, {.dtype = stats_dtype(q.dtype())});
   if (out.numel() == 0) return {out, stats};
   LOOM_CHECK(g.Tk > 0, "sdpa_forward: k ", k.shape(), " has no keys to attend to");
   LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_forward", [&] {
     using S = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    forward_kernel<scalar_t, S>(q, k, v, out, stats, causal, scale);
+    forward_kernel<scalar_t, S>(q, k, v, out, stats, g, causal, scale);
   });
   return {out, stats};
 }
 
 SdpaGrads CpuBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& stats,
-                                    bool causal, double scale, const SdpaGrads& into) {
+                                    bool causal, double scale, const SdpaGrads& into,
+                                    const Tensor& key_lengths) {
   check_sdpa_inputs("sdpa_backward", q, k, v);
-  Dims g = dims_of(q, v);
+  check_sdpa_key_lengths("sdpa_backward", q, key_lengths);
+  Dims g = dims_of(q, v, key_lengths);
   Shape out_shape{g.B, g.H, g.Tq, g.Dv};
   LOOM_CHECK(
       grad_out.shape() == out_shape && out.shape() == out_shape && grad_out.dtype() == q.dtype(),
@@ -201,8 +211,9 @@ SdpaGrads CpuBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, con
                                    : SdpaGrads{empty_bthd(g.B, g.H, g.Tq, g.D, q.dtype()),
                                                empty_bthd(g.B, g.Hkv, g.Tk, g.D, q.dtype()),
                                                empty_bthd(g.B, g.Hkv, g.Tk, g.Dv, q.dtype())};
-  LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_backward",
-                         [&] { backward_kernel<scalar_t>(grad_out, q, k, v, gr, causal, scale); });
+  LOOM_DISPATCH_FLOATING(q.dtype(), "sdpa_backward", [&] {
+    backward_kernel<scalar_t>(grad_out, q, k, v, gr, g, causal, scale);
+  });
   return gr;
 }
 

@@ -3,7 +3,8 @@
 // the layouts cuDNN reads in place or the copies it needs, and the outputs; the graphs themselves
 // are in kernels/cuda/attention/cudnn_sdpa.cpp (Note [Flash attention through cuDNN] in
 // kernels/cuda/attention/cudnn_sdpa.h). k and v may have fewer heads than q (grouped-query
-// attention): cuDNN reads them as they are and writes dk and dv with their heads. Leaves out:
+// attention): cuDNN reads them as they are and writes dk and dv with their heads; key lengths
+// become cuDNN's padding mask. Leaves out:
 // float32 and float64 (the attention op runs its composite there) and dropout. In a build without
 // cuDNN's frontend headers both methods raise an error that says how to install them.
 #include <atomic>
@@ -20,8 +21,10 @@ namespace loom::cuda {
 
 namespace {
 
-void check_fused(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+void check_fused(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& key_lengths) {
   check_sdpa_inputs(op, q, k, v);
+  check_sdpa_key_lengths(op, q, key_lengths);
   std::string why = sdpa_fused_unsupported(q, k, v);
   LOOM_CHECK(why.empty(), op, " on CUDA: ", why, "; got q ", describe(q), ", k ", k.shape(), ", v ",
              v.shape(), " (the attention op runs its composite for such inputs)");
@@ -35,6 +38,17 @@ Tensor readable(const Tensor& x) {
   bool ok = x.stride(3) == 1 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
   for (int d = 0; d < 3; ++d) ok = ok && x.stride(d) > 0 && x.stride(d) % 8 == 0;
   return ok ? x : raw::contiguous(x);
+}
+
+// The padding mask's inputs from key lengths (B) (Note [Flash attention through cuDNN]):
+// seq_kv the lengths as (B, 1, 1, 1) int32, seq_q Tq for every row. Nothing without lengths.
+void set_key_lengths(SdpaTensors& t, const Tensor& key_lengths) {
+  if (!key_lengths.defined()) return;
+  const int64_t B = t.q.size(0), Tq = t.q.size(2);
+  Tensor lengths = raw::contiguous(raw::cast(key_lengths, DType::I32));  // (B)
+  t.seq_kv = make_view(lengths, {B, 1, 1, 1}, {1, 1, 1, 1}, 0);
+  t.seq_q = empty({B, 1, 1, 1}, {.dtype = DType::I32, .device = t.q.device()});
+  t.seq_q.fill_(double(Tq));
 }
 
 // Runs one direction with the tensors as given; if no engine takes their layouts, once more with
@@ -70,27 +84,29 @@ void set_sdpa_deterministic(bool on) { deterministic_flag().store(on); }
 bool sdpa_deterministic() { return deterministic_flag().load(std::memory_order_relaxed); }
 
 TensorPair CudaBackend::sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                     double scale) {
-  check_fused("sdpa_forward", q, k, v);
+                                     double scale, const Tensor& key_lengths) {
+  check_fused("sdpa_forward", q, k, v, key_lengths);
 #ifdef LOOM_WITH_CUDNN_SDPA
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   Tensor out = empty_attention_layout(B, H, Tq, D, {.dtype = q.dtype(), .device = q.device()});
   Tensor stats = empty({B, H, Tq, 1}, {.dtype = DType::F32, .device = q.device()});
   if (out.numel() == 0) return {out, stats};
   LOOM_CHECK(Tk > 0, "sdpa_forward: k ", k.shape(), " has no keys to attend to");
-  SdpaTensors t{readable(q), readable(k), readable(v), out, stats, {}, {}, {}, {}};
+  SdpaTensors t{readable(q), readable(k), readable(v), out, stats, {}, {}, {}, {}, {}, {}};
+  set_key_lengths(t, key_lengths);
   run_or_retry_contiguous("sdpa_forward", t, causal, scale, run_sdpa_forward);
   return {out, stats};
 #else
-  (void)causal, (void)scale;
+  (void)causal, (void)scale, (void)key_lengths;
   LOOM_FAIL("sdpa_forward on CUDA: ", sdpa_fused_unsupported(q, k, v));
 #endif
 }
 
 SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& out, const Tensor& stats,
-                                     bool causal, double scale, const SdpaGrads& into) {
-  check_fused("sdpa_backward", q, k, v);
+                                     bool causal, double scale, const SdpaGrads& into,
+                                     const Tensor& key_lengths) {
+  check_fused("sdpa_backward", q, k, v, key_lengths);
   check_sdpa_into("sdpa_backward", into, q, k, v);
 #ifdef LOOM_WITH_CUDNN_SDPA
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
@@ -121,11 +137,14 @@ SdpaGrads CudaBackend::sdpa_backward(const Tensor& grad_out, const Tensor& q, co
                 readable(grad_out),
                 g.dq,
                 g.dk,
-                g.dv};
+                g.dv,
+                {},
+                {}};
+  set_key_lengths(t, key_lengths);
   run_or_retry_contiguous("sdpa_backward", t, causal, scale, run_sdpa_backward);
   return g;
 #else
-  (void)grad_out, (void)out, (void)stats, (void)causal, (void)scale, (void)into;
+  (void)grad_out, (void)out, (void)stats, (void)causal, (void)scale, (void)into, (void)key_lengths;
   LOOM_FAIL("sdpa_backward on CUDA: ", sdpa_fused_unsupported(q, k, v));
 #endif
 }

@@ -31,7 +31,7 @@ namespace fe = cudnn_frontend;
 using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // The unique ids that bind the graphs' tensors to pointers at execution.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKV };
 
 fe::DataType_t fe_dtype(DType t) {
   LOOM_CHECK(t == DType::F16 || t == DType::BF16, "cuDNN flash attention: dtype ", dtype_name(t),
@@ -54,6 +54,7 @@ TensorAttr input(fe::graph::Graph& g, const char* name, int64_t uid, const Tenso
                .set_dim(dims_of(t))
                .set_stride(strides_of(t));
   if (t.dtype() == DType::F32) a.set_data_type(fe::DataType_t::FLOAT);
+  if (t.dtype() == DType::I32) a.set_data_type(fe::DataType_t::INT32);
   return g.tensor(a);
 }
 
@@ -61,6 +62,15 @@ TensorAttr input(fe::graph::Graph& g, const char* name, int64_t uid, const Tenso
 void output(const TensorAttr& a, int64_t uid, const Tensor& t) {
   a->set_output(true).set_uid(uid).set_dim(dims_of(t)).set_stride(strides_of(t));
   if (t.dtype() == DType::F32) a->set_data_type(fe::DataType_t::FLOAT);
+}
+
+// The padding mask's inputs (Note [Flash attention through cuDNN]), when t has key lengths.
+template <typename Attributes>
+void set_padding(fe::graph::Graph& g, const SdpaTensors& t, Attributes& opts) {
+  if (!t.seq_kv.defined()) return;
+  opts.set_padding_mask(true)
+      .set_seq_len_q(input(g, "seq_q", kSeqQ, t.seq_q))
+      .set_seq_len_kv(input(g, "seq_kv", kSeqKV, t.seq_kv));
 }
 
 std::shared_ptr<fe::graph::Graph> new_graph(DType dt) {
@@ -80,6 +90,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const SdpaTensors& t, bool causa
                   .set_attn_scale(scale);
   if (causal)
     opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  set_padding(*g, t, opts);
   auto [o, stats] =
       g->sdpa(input(*g, "q", kQ, t.q), input(*g, "k", kK, t.k), input(*g, "v", kV, t.v), opts);
   output(o, kO, t.out);
@@ -97,6 +108,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const SdpaTensors& t, bool caus
                   .set_deterministic_algorithm(deterministic);
   if (causal)
     opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  set_padding(*g, t, opts);
   auto [dq, dk, dv] =
       g->sdpa_backward(input(*g, "q", kQ, t.q), input(*g, "k", kK, t.k), input(*g, "v", kV, t.v),
                        input(*g, "o", kO, t.out), input(*g, "dO", kDO, t.grad_out),
@@ -139,7 +151,8 @@ BuiltGraph build(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t h) {
 }
 
 // Everything a graph depends on: direction (with the backward's algorithm), device, dtype, causal,
-// the scale's float bits, the sizes and the strides of every tensor but stats (always contiguous).
+// the padding mask's presence, the scale's float bits, the sizes and the strides of every tensor
+// but stats and the lengths (always contiguous).
 using SdpaKey = PlanKeyOf<48>;
 
 SdpaKey key_of(bool backward, bool deterministic, const SdpaTensors& t, bool causal, float scale) {
@@ -150,7 +163,7 @@ SdpaKey key_of(bool backward, bool deterministic, const SdpaTensors& t, bool cau
   k[i++] = backward + 2 * deterministic;
   k[i++] = t.q.device().index;
   k[i++] = int64_t(t.q.dtype());
-  k[i++] = causal;
+  k[i++] = causal + 2 * t.seq_kv.defined();
   k[i++] = scale_bits;
   for (int64_t s : {t.q.size(0), t.q.size(1), t.k.size(1), t.q.size(2), t.k.size(2), t.q.size(3)})
     k[i++] = s;
@@ -180,11 +193,11 @@ std::string run(bool backward, const SdpaTensors& t, bool causal, double scale) 
     auto g = backward ? backward_graph(t, causal, s, deterministic) : forward_graph(t, causal, s);
     it = cache.emplace(key, build(std::move(g), h)).first;
     if (plan_log())
-      std::fprintf(stderr, "sdpa graph: %s%s q %s k %s v %s%s: %s, workspace %ld bytes\n",
+      std::fprintf(stderr, "sdpa graph: %s%s q %s k %s v %s%s%s: %s, workspace %ld bytes\n",
                    backward ? "backward" : "forward", deterministic ? " (deterministic)" : "",
                    describe(t.q).c_str(), str(t.k.shape()).c_str(), str(t.v.shape()).c_str(),
-                   causal ? " causal" : "", it->second.graph ? "built" : it->second.why.c_str(),
-                   long(it->second.workspace));
+                   causal ? " causal" : "", t.seq_kv.defined() ? " padded" : "",
+                   it->second.graph ? "built" : it->second.why.c_str(), long(it->second.workspace));
   }
   const BuiltGraph& b = it->second;
   if (!b.graph) return b.why.empty() ? std::string("no engine") : b.why;
@@ -194,6 +207,10 @@ std::string run(bool backward, const SdpaTensors& t, bool causal, double scale) 
                                           {kV, t.v.data_ptr()},
                                           {kO, t.out.data_ptr()},
                                           {kStats, t.stats.data_ptr()}};
+  if (t.seq_kv.defined()) {
+    pack.emplace(kSeqQ, t.seq_q.data_ptr());
+    pack.emplace(kSeqKV, t.seq_kv.data_ptr());
+  }
   if (backward) {
     pack.emplace(kDO, t.grad_out.data_ptr());
     pack.emplace(kDQ, t.dq.data_ptr());

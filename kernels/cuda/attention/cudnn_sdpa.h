@@ -2,7 +2,7 @@
 // frontend: what kernels/cuda/attention/cuda_attention.cpp calls once it has checked and laid out
 // the tensors. cudnn_sdpa.cpp is compiled only when CMake found the frontend's headers
 // (LOOM_WITH_CUDNN_SDPA); without them sdpa_graph_count() is 0 and nothing else is called.
-// Leaves out: dropout, attention bias and masks other than causal, Dv != D.
+// Leaves out: dropout, attention bias, masks other than causal and padding, Dv != D.
 #pragma once
 
 #include <cstddef>
@@ -35,11 +35,17 @@ namespace loom::cuda {
 // k and v may have Hkv heads dividing q's H (grouped-query attention, Note [Grouped-query
 // attention] in autograd/ops/attention.cpp): cuDNN's SDPA graphs take the head counts from the
 // tensors' dims, and its backward sums dk and dv over each group of query heads itself.
+// Key lengths (Note [Key lengths] in autograd/ops/attention.cpp) are cuDNN's padding mask: the
+// graph takes seq_len_q and seq_len_kv, (B, 1, 1, 1) int32 each; seq_len_q is Tq for every row
+// (every query keeps its output, as the composite's do) and seq_len_kv the row's key lengths. A
+// graph with the mask is its own key; the lengths' values are read at execution, so one graph
+// serves every batch of that shape (and a CUDA graph's replays, with the lengths updated in place).
 struct SdpaTensors {
-  Tensor q, k, v;     // (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, D)
-  Tensor out, stats;  // (B, H, Tq, D), (B, H, Tq, 1) float32 contiguous
-  Tensor grad_out;    // backward only: (B, H, Tq, D)
-  Tensor dq, dk, dv;  // backward only: q's, k's and v's shapes
+  Tensor q, k, v;        // (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, D)
+  Tensor out, stats;     // (B, H, Tq, D), (B, H, Tq, 1) float32 contiguous
+  Tensor grad_out;       // backward only: (B, H, Tq, D)
+  Tensor dq, dk, dv;     // backward only: q's, k's and v's shapes
+  Tensor seq_q, seq_kv;  // the padding mask: (B, 1, 1, 1) int32 contiguous each, or undefined
 };
 
 // Runs the forward graph, writing t.out and t.stats, or the backward graph, writing t.dq, t.dk and
@@ -62,8 +68,6 @@ size_t sdpa_graph_count();
 // against 272 MiB. So the default is cuDNN's default, whose memory grows with T only, and
 // LOOM_SDPA_DETERMINISTIC=1 in the environment (read once) or set_sdpa_deterministic(true) asks for
 // bit-reproducible gradients at that memory cost.
-void set_sdpa_deterministic(bool on);
-bool sdpa_deterministic();
 void set_sdpa_deterministic(bool on);
 bool sdpa_deterministic();
 
