@@ -5,7 +5,8 @@
 // already on the device; warm up, then time `steps` steps, `repeats` times, and
 // report the median, min and max ms/step, the peak device memory and the time from process start
 // to the end of the first step. Strict fp32 (TF32 off), or --amp bf16 (autocast, float32 master
-// weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler). --cuda-graph
+// weights; the dtype column says bf16) or --amp fp16 (autocast and a GradScaler), or --amp fp8
+// (bf16 autocast, and every Linear but the first and last in FP8: docs/fp8.md). --cuda-graph
 // replays the whole step (zero-grad, forward, backward, optimizer) as one graph (see
 // train/step_runner.h). Under autocast on CUDA the convolutions run channels-last (docs/amp.md);
 // --channels-last off keeps them NCHW, as the libtorch twin's are. --optimizer-in-backward updates
@@ -28,6 +29,7 @@
 //   ./build/benchmarks/bench_train                       # every workload on the default device
 //   ./build/benchmarks/bench_train --workload mlp --device cpu --steps 10 --repeats 3
 //   ./build/benchmarks/bench_train --workload wide --amp bf16
+//   ./build/benchmarks/bench_train --workload gpt --amp fp8    # against --amp bf16: docs/fp8.md
 //   ./build/benchmarks/bench_train --workload gpt --amp bf16   # GPT-2 124M, B 16, T 1024
 //   ./build/benchmarks/bench_train --workload resnet50 --amp bf16   # channels-last, batch 64
 #include <CLI/CLI.hpp>
@@ -42,6 +44,7 @@
 #include "core/cuda/available.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/bert.h"
+#include "nn/fp8.h"
 #include "nn/fuse.h"
 #include "nn/gpt.h"
 #include "nn/init.h"
@@ -201,8 +204,10 @@ Result run(const Workload& w, Device dev, int warmup, int steps, int repeats, co
   if (!w.make) runner.set_grad_clip(1.0);
   amp::GradScaler scaler(amp::GradScalerOptions{.enabled = amp_mode == "fp16"});
   if (amp_mode != "off")
-    runner.set_amp(amp_mode == "bf16" ? DType::BF16 : DType::F16,
+    runner.set_amp(amp_mode == "fp16" ? DType::F16 : DType::BF16,
                    scaler.is_enabled() ? &scaler : nullptr);
+  if (amp_mode == "fp8")  // the Linears' products in FP8 (nn/fp8.h), to stderr: stdout is the table
+    std::fprintf(stderr, "%s\n", nn::fp8_summary(nn::convert_to_fp8(*s.model)).c_str());
   runner.set_optimizer_in_backward(o.in_backward);
   auto step = [&] { runner.step(s.x, s.y); };
   step();
@@ -281,8 +286,10 @@ void add_bench_flags(CLI::App& app, BenchFlags& f) {
       ->check(train::int_range(1, 10000));
   app.add_flag("--cuda-graph", f.graph,
                "replay the whole step as one CUDA graph (zero-grad, forward, backward, optimizer)");
-  app.add_option("--amp", f.amp_mode, "mixed precision: off (strict fp32), bf16 or fp16 (autocast)")
-      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+  app.add_option("--amp", f.amp_mode,
+                 "mixed precision: off (strict fp32), bf16 or fp16 (autocast), or fp8 (bf16 "
+                 "autocast and the Linears in FP8, docs/fp8.md)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16", "fp8"}));
   app.add_option("--channels-last", f.channels_last,
                  "on (default) or off: autocast's channels-last convolutions on CUDA")
       ->check(CLI::IsMember({"on", "off"}));

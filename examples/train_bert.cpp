@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
     train::BertTask bert = train::make_bert_task(b.model);  // the masked LM or the classifier
     std::shared_ptr<nn::Module> model = bert.net;
     train::RunSetup setup(cfg);
-    TaskData data = load_task_data(cfg, setup, b);  // (B, 3, T) rows, sharded by rank
+    TaskData data = load_task_data(cfg, setup, b);      // (B, 3, T) rows, sharded by rank
+    train::convert_for_amp(*model, cfg, setup.main());  // --amp fp8: FP8 Linears (docs/fp8.md)
     model->to(setup.device);
     auto parallel =  // DDP, or ZeRO / FSDP with --zero (docs/parallelism.md)
         distributed::parallelize(model, train::parallel_plan(cfg), setup.pg, [&](nn::Module& m) {
@@ -200,7 +201,6 @@ int main(int argc, char** argv) {
     train::Run run(cfg, setup, {*parallel, data.train(), scaler, &sched},
                    run_plan(bert, b, cfg, data.train_examples()));
     run.log().set_accuracy_name(data.mlm ? "masked-token accuracy" : "accuracy");
-
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it.
     auto forward_backward = [&](const train::MicroBatch& mb) {  // mb.x (b, 3, T), mb.y labels
       amp::Autocast autocast(amp_dtype);

@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     train::ClassifierData data(cfg, setup, f.augment ? augmentation() : nullptr);  // by rank
     const auto fused = nn::fuse(*model);  // BatchNorm2d + ReLU (+ MaxPool2d(2)) as one op
     if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    train::convert_for_amp(*model, cfg, setup.main());  // --amp fp8: FP8 Linears (docs/fp8.md)
     model->to(setup.device);
     model->train();
     // DDP, or ZeRO with --zero (docs/ddp.md), with the arch's optimizer.

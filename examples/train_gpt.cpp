@@ -1,9 +1,10 @@
 // train_gpt: trains a language model on a text, next-token prediction: GPT-2's architecture
 // (nn/gpt.h) or, with --arch llama, Llama's (nn/llama.h); on the GPU if there is one, else on the
 // CPU. Prints train and validation loss, tokens/s and MFU; checkpoints with exact resume,
-// TensorBoard, --amp bf16, --cuda-graph, --grad-accum, LoRA (--lora-rank), Hugging Face folders
-// in and out (--init-from, --save-hf), any tokenizer (--tokenizer), and unchanged under loomrun
-// with DDP, ZeRO (--zero), tensor parallel (--tp, --sequence-parallel) or pipeline stages (--pp).
+// TensorBoard, --amp bf16 (or fp8: docs/fp8.md), --cuda-graph, --grad-accum, LoRA (--lora-rank),
+// Hugging Face folders in and out (--init-from, --save-hf), any tokenizer (--tokenizer), and
+// unchanged under loomrun with DDP, ZeRO (--zero), tensor parallel (--tp, --sequence-parallel) or
+// pipeline stages (--pp).
 // --sample N then prints N tokens generated from --prompt (KV cache: nn/gpt_sample.h).
 // --plan-only prints the memory per rank of every parallel layout and exits (docs/parallelism.md).
 //
@@ -252,6 +253,7 @@ int main(int argc, char** argv) {
     lm.set_activation_checkpointing(g.activation_checkpointing);
     train::RunSetup setup(cfg);
     fuse_unless_split(*model, cfg, setup);
+    train::convert_for_amp(*model, cfg, setup.main());  // --amp fp8: FP8 Linears (docs/fp8.md)
     train::TokenData data(cfg, setup, g.data);  // windows (B, T) of token ids, sharded by rank
     model->to(setup.device);
     // DDP, ZeRO / FSDP with --zero, the blocks split with --tp (docs/parallelism.md); AdamW over
@@ -275,7 +277,7 @@ int main(int argc, char** argv) {
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it
     // (train::accumulate, train::CudaGraphStep), as in examples/train_mlp.cpp.
     auto forward_backward = [&](const train::MicroBatch& mb) {  // mb.x, mb.y: (b, T) token ids
-      amp::Autocast autocast(amp_dtype);             // --amp bf16: the matrix products in bf16
+      amp::Autocast autocast(amp_dtype);  // --amp bf16 (and fp8): the matrix products in bf16
       Tensor loss = mb.share(net.loss(mb.x, mb.y));  // forward, head and cross-entropy as one op
       mb.forward_done();
       scaler.scale(loss).backward();

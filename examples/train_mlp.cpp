@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     train::ClassifierData data(cfg, setup);  // images (N, 1, 28, 28), labels (N); sharded by rank
     const auto fused = nn::fuse(*model);     // each Linear + ReLU runs as one op (nn/fuse.h)
     if (setup.main()) std::printf("%s\n", nn::fusion_summary(fused).c_str());
+    train::convert_for_amp(*model, cfg, setup.main());  // --amp fp8: FP8 Linears (docs/fp8.md)
     model->to(setup.device);
     model->train();
     // The replicas: rank 0's weights everywhere, gradients averaged over ranks (docs/ddp.md);

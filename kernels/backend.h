@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/fp8.h"
 #include "kernels/functors.h"
 #include "kernels/params.h"
 

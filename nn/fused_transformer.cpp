@@ -44,8 +44,10 @@ LinearGELULinear::LinearGELULinear(std::shared_ptr<MLP> m)
 
 Tensor LinearGELULinear::forward(const Tensor& x) {  // (B, T, C) -> (B, T, hidden) -> (B, T, C)
   // Anomaly mode names each op; low-rank adapters (nn/lora.h) add to the products, which
-  // gelu_mlp does not see: both run the plain MLP.
-  if (autograd::is_anomaly_enabled() || c_fc->lora_A || c_proj->lora_A) return (*mlp)(x);
+  // gelu_mlp does not see, and FP8 Linears (nn/fp8.h) run products gelu_mlp does not have: all
+  // run the plain MLP.
+  if (autograd::is_anomaly_enabled() || c_fc->lora_A || c_proj->lora_A || c_fc->fp8 || c_proj->fp8)
+    return (*mlp)(x);
   LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == c_fc->in_features,
              "LinearGELULinear(in_features=", c_fc->in_features, "): input ",
              x.defined() ? describe(x) : std::string("undefined"), " should end in ",

@@ -49,6 +49,9 @@ class Linear : public Module {
   // and forward adds lora_scale * lora_B(lora_A(dropout(x, lora_dropout))). Null without.
   std::shared_ptr<Linear> lora_A, lora_B;
   double lora_scale = 0.0, lora_dropout = 0.0;
+  // The three products in FP8 (fp8_linear, docs/fp8.md): set by nn::convert_to_fp8 (nn/fp8.h),
+  // shown as "fp8=tensorwise" when the model is printed.
+  bool fp8 = false;
   // Adds the two adapters (rank r, scale alpha / r) and removes them again (nn/lora.cpp).
   void add_lora(int64_t rank, double alpha, double dropout);
   void remove_lora();

@@ -1,9 +1,11 @@
-// Linear: y = x W^T + b through loom::linear, with PyTorch's default initialisation.
+// Linear: y = x W^T + b through loom::linear (loom::fp8_linear once nn::convert_to_fp8 has marked
+// it), with PyTorch's default initialisation.
 // Leaves out: factory options for dtype and device (use Module::to after construction).
 #include <cmath>
 
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/factory.h"
+#include "autograd/ops/fp8_linear.h"
 #include "autograd/ops/linalg.h"
 #include "nn/init.h"
 #include "nn/layers.h"
@@ -51,22 +53,36 @@ void Linear::reset_parameters() {
 
 Tensor Linear::forward(const Tensor& x) { return forward(x, LinearActivation::None); }
 
+namespace {
+
+// act(fp8_linear(x)): the FP8 product has no activation epilogue, so the activation is its own op.
+Tensor fp8_forward(const Linear& l, const Tensor& x, LinearActivation act) {
+  Tensor y = fp8_linear(x, l.weight, l.bias);
+  if (act == LinearActivation::Relu) return relu(y);
+  if (act == LinearActivation::GeluTanh) return gelu_tanh(y);
+  return y;
+}
+
+}  // namespace
+
 Tensor Linear::forward(const Tensor& x, LinearActivation act) {
   LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features,
              "Linear(in_features=", in_features, "): input ",
              x.defined() ? describe(x) : std::string("undefined"), " should end in ", in_features,
              " features");
-  if (!lora_A) return linear(x, weight, bias, act);
+  if (!lora_A) return fp8 ? fp8_forward(*this, x, act) : linear(x, weight, bias, act);
   LOOM_CHECK(act == LinearActivation::None, "Linear(in_features=", in_features,
              "): low-rank adapters add after the product, so a fused activation cannot follow; "
              "apply LoRA to the plain model (before nn::fuse)");
-  return linear(x, weight, bias) + lora_delta(*this, x);  // Note [LoRA] in nn/lora.h
+  // Note [LoRA] in nn/lora.h
+  return (fp8 ? fp8_linear(x, weight, bias) : linear(x, weight, bias)) + lora_delta(*this, x);
 }
 
 std::string Linear::extra_repr() const {
   return str("in_features=", in_features, ", out_features=", out_features,
              ", bias=", bias.defined() ? "true" : "false",
-             lora_A ? str(", lora_rank=", lora_A->out_features, ", lora_scale=", lora_scale) : "");
+             lora_A ? str(", lora_rank=", lora_A->out_features, ", lora_scale=", lora_scale) : "",
+             fp8 ? ", fp8=tensorwise" : "");
 }
 
 }  // namespace loom::nn

@@ -168,8 +168,9 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--pp-schedule", c.pp_schedule, "the pipeline's schedule: 1f1b or gpipe")
       ->check(CLI::IsMember({"1f1b", "gpipe"}));
   app.add_option("--amp", c.amp,
-                 "mixed precision: off, bf16 (autocast) or fp16 (autocast and loss scaling)")
-      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+                 "mixed precision: off, bf16 (autocast), fp16 (autocast and loss scaling) or fp8 "
+                 "(bf16 autocast, and the Linears' products in FP8: docs/fp8.md)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16", "fp8"}));
 }
 
 }  // namespace loom::train

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 
 #include "core/dtype.h"
+#include "nn/fp8.h"
 
 namespace loom::train {
 
@@ -34,10 +36,11 @@ struct TrainConfig {
   int64_t log_every = 20;   // read the loss back from the device every N steps
   bool allow_nonfinite =
       false;  // keep going when the loss is nan/inf (default: stop with an error)
-  int64_t checkpoint_every = 0;        // also save every N steps, mid-epoch (0 = per epoch only)
-  bool profile = false;                // print this process's step-time breakdown at the end
-  std::string amp = "off";             // off, bf16 (autocast), fp16 (autocast + GradScaler)
-  bool detect_anomaly = false;         // the first NaN/Inf in forward or backward is an error
+  int64_t checkpoint_every = 0;  // also save every N steps, mid-epoch (0 = per epoch only)
+  bool profile = false;          // print this process's step-time breakdown at the end
+  std::string amp = "off";       // off, bf16 (autocast), fp16 (autocast + GradScaler), fp8 (bf16
+                                 // autocast + FP8 Linears: convert_for_amp)
+  bool detect_anomaly = false;   // the first NaN/Inf in forward or backward is an error
   bool recompute_activations = false;  // Note [Recomputed activations] (autograd/recompute.h)
   int zero = 0;  // 0 = DDP; 1 = optimizer state sharded over the processes; 2 = and gradients;
                  // 3 = and parameters (FSDP)
@@ -50,10 +53,20 @@ struct TrainConfig {
   bool max_steps_reached(int64_t step) const { return max_steps > 0 && step >= max_steps; }
 };
 
-// The dtype --amp runs the step's autocast region in: bfloat16, float16, or none (off).
+// The dtype --amp runs the step's autocast region in: bfloat16 (bf16, and fp8 around its FP8
+// Linears), float16, or none (off).
 inline std::optional<DType> autocast_dtype(const TrainConfig& cfg) {
   if (cfg.amp == "off") return std::nullopt;
-  return cfg.amp == "bf16" ? DType::BF16 : DType::F16;
+  return cfg.amp == "fp16" ? DType::F16 : DType::BF16;
+}
+
+// --amp fp8: the model's Linears made to run in FP8 (nn::convert_to_fp8, docs/fp8.md), before
+// DDP, on every process; `print` (the main process) prints what was converted. Any other --amp
+// changes nothing.
+inline void convert_for_amp(nn::Module& model, const TrainConfig& cfg, bool print) {
+  if (cfg.amp != "fp8") return;
+  const std::string summary = nn::fp8_summary(nn::convert_to_fp8(model));
+  if (print) std::printf("%s\n", summary.c_str());
 }
 
 }  // namespace loom::train

@@ -15,6 +15,7 @@
 //   cpu_index.cpp        index_select, index_add, dropout
 //   cpu_optim.cpp        adam_step, sgd_step
 //   cpu_amp.cpp          amp_unscale_, amp_update_scale_ (the GradScaler's kernels)
+//   cpu_fp8.cpp          fp8_amax, fp8_quantize, fp8_mm (FP8 emulated: the CUDA kernels' oracle)
 //   cpu_attention.cpp    sdpa_forward, sdpa_backward (naive float64 loops: CUDA's twin)
 //   cpu_rms_norm.cpp     rms_norm, rms_norm_backward (Llama's norm)
 //   cpu_rope.cpp         rope (rotary position embedding, and its inverse for the backward)

@@ -8,7 +8,9 @@
 //                 (reduce, max_dim), cuda_index.cu (index_select, index_add, dropout), cuda_amp.cu
 //                 (amp_unscale_, amp_update_scale_: the GradScaler's kernels), cuda_swiglu.cu
 //                 (swiglu_backward)
-//   matmul/       cuda_linalg.cpp (mm, bmm, linear through cuBLASLt: lt_matmul.cpp)
+//   matmul/       cuda_linalg.cpp (mm, bmm, linear through cuBLASLt: lt_matmul.cpp),
+//                 cuda_fp8_mm.cpp (fp8_mm: the scaled FP8 product)
+//   fp8/          cuda_fp8.cu (fp8_amax, fp8_quantize: the tensorwise FP8 cast)
 //   norm/         cuda_layer_norm.cu (+ the row-in-registers fast path, cuda_layer_norm_rows.cu),
 //                 cuda_rms_norm.cu (+ its fast path, cuda_rms_norm_rows.cu), cuda_batch_norm.cu
 //                 (channels-last passes: cuda_batch_norm_cl.cu; batch_norm_relu_max_pool2:

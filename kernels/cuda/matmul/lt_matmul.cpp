@@ -1,6 +1,6 @@
 // cuBLASLt matmuls with a plan cache (see lt_matmul.h).
 // Leaves out: autotuning among several heuristic results (cuBLASLt's first choice is used, as
-// PyTorch does); FP8 and integer products.
+// PyTorch does); integer products; FP8 outputs (FP8 inputs only, Note [FP8 products]).
 #include "kernels/cuda/matmul/lt_matmul.h"
 
 #include <array>
@@ -33,7 +33,7 @@ namespace {
 // its mutex just before the launch (cuBLASLt reads descriptors on the host during cublasLtMatmul
 // only).
 
-constexpr int kKeyLen = 28;
+constexpr int kKeyLen = 31;
 using PlanKey = PlanKeyOf<kKeyLen>;
 
 struct Plan {
@@ -66,6 +66,10 @@ PlanCache& plan_cache() {
 }
 
 cudaDataType_t lt_dtype(DType t) { return library_types(t, "matmul on CUDA").cuda; }
+
+cudaDataType_t lt_fp8_dtype(Fp8Format f) {
+  return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
 
 cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
   switch (e) {
@@ -101,8 +105,15 @@ bool has_aux(LtEpilogue e) {
          e == LtEpilogue::DGeluTanh;
 }
 
-// The bias and aux pointers of this call on the plan's descriptor (under the plan's mutex).
+// The bias, aux and FP8 scale pointers of this call on the plan's descriptor (under the plan's
+// mutex).
 void set_pointers(cublasLtMatmulDesc_t op, const LtMatmulArgs& x) {
+  if (x.fp8) {
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                     &x.fp8->a_scale, sizeof(x.fp8->a_scale)));
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                     &x.fp8->b_scale, sizeof(x.fp8->b_scale)));
+  }
   if (has_bias(x.epilogue))
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias,
                                                      sizeof(x.bias)));
@@ -154,13 +165,20 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
   cublasLtEpilogue_t epi = lt_epilogue(x.epilogue);
   LOOM_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (x.fp8) {
+    int8_t fast = x.fp8->fast_accum ? 1 : 0;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                     &fast, sizeof(fast)));
+  }
   // The heuristic reads the bias and aux pointers' alignment; their types default to D's.
   set_pointers(plan->op, x);
   if (has_aux(x.epilogue))
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                      &x.ld_aux, sizeof(x.ld_aux)));
-  plan->a = make_layout(type, x.a.rows, x.a.cols, x.a.ld, x.batch, x.a.batch_stride);
-  plan->b = make_layout(type, x.b.rows, x.b.cols, x.b.ld, x.batch, x.b.batch_stride);
+  const cudaDataType_t type_a = x.fp8 ? lt_fp8_dtype(x.fp8->a) : type;
+  const cudaDataType_t type_b = x.fp8 ? lt_fp8_dtype(x.fp8->b) : type;
+  plan->a = make_layout(type_a, x.a.rows, x.a.cols, x.a.ld, x.batch, x.a.batch_stride);
+  plan->b = make_layout(type_b, x.b.rows, x.b.cols, x.b.ld, x.batch, x.b.batch_stride);
   plan->d = make_layout(lt_dtype(x.d_dtype.value_or(x.dtype)), x.m, x.n, x.ldd, x.batch,
                         x.batch_stride_d);
 
@@ -185,11 +203,12 @@ std::unique_ptr<Plan> make_plan(const LtMatmulArgs& x, bool tf32) {
                                         plan->d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    plan->unsupported =
-        str("matmul on CUDA: cuBLASLt found no algorithm for ", dtype_name(x.dtype), " m=", x.m,
-            " n=", x.n, " k=", x.k, " batch=", x.batch, " (opA ", x.a.transpose ? "T" : "N",
-            ", opB ", x.b.transpose ? "T" : "N", ", lda ", x.a.ld, ", ldb ", x.b.ld, ", ldd ",
-            x.ldd, ", epilogue ", int(x.epilogue), "): ", cublasGetStatusName(st));
+    plan->unsupported = str(
+        "matmul on CUDA: cuBLASLt found no algorithm for ",
+        x.fp8 ? str(fp8_name(x.fp8->a), " x ", fp8_name(x.fp8->b), " -> ") : std::string(),
+        dtype_name(x.dtype), " m=", x.m, " n=", x.n, " k=", x.k, " batch=", x.batch, " (opA ",
+        x.a.transpose ? "T" : "N", ", opB ", x.b.transpose ? "T" : "N", ", lda ", x.a.ld, ", ldb ",
+        x.b.ld, ", ldd ", x.ldd, ", epilogue ", int(x.epilogue), "): ", cublasGetStatusName(st));
     return plan;
   }
   plan->algo = result.algo;
@@ -226,7 +245,10 @@ PlanKey key_of(const LtMatmulArgs& x, bool tf32) {
                  bias ? alignment_of(bias) : 0,
                  has_aux(x.epilogue) ? alignment_of(x.aux) : 0,
                  has_aux(x.epilogue) ? x.ld_aux : 0,
-                 x.accumulate};
+                 x.accumulate,
+                 x.fp8 ? int64_t(x.fp8->a) : -1,
+                 x.fp8 ? int64_t(x.fp8->b) : -1,
+                 x.fp8 && x.fp8->fast_accum};
 }
 
 // The cached plan for x (made at the first call with its key); plan->unsupported says whether
@@ -261,7 +283,7 @@ void launch(Plan& plan, const LtMatmulArgs& x) {
   cudaStream_t stream = current_stream(x.device);
 
   std::unique_lock<std::mutex> pointer_lock(plan.mu, std::defer_lock);
-  if (has_bias(x.epilogue) || has_aux(x.epilogue)) {
+  if (has_bias(x.epilogue) || has_aux(x.epilogue) || x.fp8) {
     pointer_lock.lock();
     set_pointers(plan.op, x);
   }
@@ -272,7 +294,7 @@ void launch(Plan& plan, const LtMatmulArgs& x) {
 
 // Launches the product, or returns why cuBLASLt has no algorithm for it (empty when launched).
 const std::string& launch_if_supported(const LtMatmulArgs& x) {
-  const bool tf32 = x.dtype == DType::F32 && allow_tf32();
+  const bool tf32 = x.dtype == DType::F32 && allow_tf32() && !x.fp8;
   DeviceGuard guard(x.device);
   Plan& plan = plan_for(x, tf32);
   if (plan.unsupported.empty()) launch(plan, x);

@@ -1,6 +1,7 @@
 // One cuBLASLt matrix product, D = op(A) op(B) (+ bias, activation), in cuBLAS's column-major
 // terms, with its plan (descriptors and the chosen algorithm) cached per shape, layout, dtype and
 // math mode. cuda_linalg.cpp turns loom's row-major tensors into these arguments.
+// FP8 products (LtFp8) are the same call with A and B in FP8 and their dequantising scales.
 // Leaves out: tensors, shape checks and copies (the callers' job); beta other than 0 (D is
 // overwritten) or 1 (LtMatmulArgs::accumulate: D += the product).
 #pragma once
@@ -9,6 +10,7 @@
 #include <optional>
 
 #include "core/dtype.h"
+#include "kernels/fp8.h"
 
 namespace loom::cuda {
 
@@ -38,6 +40,24 @@ struct LtOperand {
   int64_t batch_stride = 0;  // elements between consecutive matrices (ignored when batch == 1)
 };
 
+// Note [FP8 products]
+// With LtMatmulArgs::fp8 set, A and B hold FP8 codes (CUDA_R_8F_E4M3 or CUDA_R_8F_E5M2, not both
+// E5M2) and cuBLASLt computes D = a_scale * b_scale * op(A) op(B) (+ bias) in float32, where
+// a_scale and b_scale are device pointers to one float each (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+// B_SCALE_POINTER: the inverse of the scales the codes were made with). `dtype` is then D's and the
+// bias's type (bfloat16 or float32), never TF32. On Hopper the FP8 kernels take only the "TN"
+// layout: A transposed, B not (both stored K-major), with k and the leading dimensions multiples
+// of 16 and 16-byte aligned pointers; the caller arranges that
+// (kernels/cuda/matmul/cuda_fp8_mm.cpp). fast_accum turns on CUBLASLT_MATMUL_DESC_FAST_ACCUM
+// (Hopper's FP8 accumulation without the periodic promotion to full float32: faster, a little less
+// precise).
+struct LtFp8 {
+  Fp8Format a = Fp8Format::E4M3, b = Fp8Format::E4M3;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool fast_accum = false;
+};
+
 struct LtMatmulArgs {
   int device = 0;
   DType dtype = DType::F32;      // of A, B and the bias
@@ -52,7 +72,8 @@ struct LtMatmulArgs {
   void* aux = nullptr;  // m x n like D, leading dimension ld_aux (a multiple of 8): written by
                         // the *Aux epilogues, read by DGeluTanh
   int64_t ld_aux = 0;
-  bool accumulate = false;  // D += the product (beta 1, C = D) instead of D = the product
+  bool accumulate = false;   // D += the product (beta 1, C = D) instead of D = the product
+  std::optional<LtFp8> fp8;  // A and B in FP8 (Note [FP8 products])
 };
 
 // Launches the product on the current stream of args.device. Float32 follows allow_tf32()
