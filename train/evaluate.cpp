@@ -75,8 +75,8 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
 Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
                                distributed::ProcessGroup& pg, Device dev) {
   return evaluate(
-      model.eval_module(), [&model](const Tensor& x) { return model.eval_forward(x); }, loader,
-      pg, dev, model.eval_forwards_are_collectives());
+      model.eval_module(), [&model](const Tensor& x) { return model.eval_forward(x); }, loader, pg,
+      dev, model.eval_forwards_are_collectives());
 }
 
 Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,

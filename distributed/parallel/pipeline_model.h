@@ -30,10 +30,10 @@ namespace loom::distributed {
 // optimizer's numbering is the whole one, but their memory is gone and reading one is an error
 // naming the stage. What stays: the first stage's embedding (and GPT's positions), the stage's
 // blocks, the last stage's final norm and head (a tied head on the first and the last), and every
-// buffer. memory() counts what stays. Saving, each stage makes its tensors whole (over tp) and sends
-// them to the pipeline's first rank under the whole model's names; loading, each stage takes its
-// own tensors out of the whole state_dict. Sampling or exporting after training builds the whole
-// model from that gathered state_dict on rank 0 (examples/train_gpt.cpp), as after --tp.
+// buffer. memory() counts what stays. Saving, each stage makes its tensors whole (over tp) and
+// sends them to the pipeline's first rank under the whole model's names; loading, each stage takes
+// its own tensors out of the whole state_dict. Sampling or exporting after training builds the
+// whole model from that gathered state_dict on rank 0 (examples/train_gpt.cpp), as after --tp.
 class PipelineModel : public ParallelModel {
  public:
   // `whole_opt` is the program's optimizer over the whole model (never stepped: its groups and

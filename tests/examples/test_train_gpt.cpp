@@ -321,8 +321,8 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
 // them under 1F1B, GPipe too), and --pp 2 --tp 2 on four: the weights of one process with
 // --grad-accum 2, each stage's rank holding less than the whole model, the validation losses of
 // the forward-only pipeline those of one process (to the printed 4 decimals), a sample after the
-// pp 2 run (the whole model rebuilt on rank 0); a pp 2 x tp 2 checkpoint finishes as one process,
-// one process's as pp 2 x tp 2.
+// pp 2 run (the whole model rebuilt on rank 0); a pp 2 and a pp 2 x tp 2 checkpoint finish as one
+// process, one process's as pp 2 and as pp 2 x tp 2.
 TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
@@ -346,6 +346,8 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(val_pp[i], val_one[i], 1.5e-4) << b.output;
   const double whole = parameters_mib(a.output, 0);  // exact bytes: test_pipeline_model.cpp
   for (int r = 0; r < 2; ++r) EXPECT_LT(parameters_mib(b.output, r), whole * 0.9) << b.output;
+  // Each stage's tensors gathered on rank 0 into the whole layout, and taken back out of it.
+  expect_resumes_across_layouts(dir, text, common, one, two, "--pp 2", 2);
   Outcome g = run_cmd(gpt(2, text, common + gpipe.string() + " --pp 2 --pp-schedule gpipe"));
   ASSERT_EQ(g.status, 0) << g.output;
   EXPECT_LE(max_weight_difference(one / last, gpipe / last), 1e-5);

@@ -27,9 +27,9 @@
 #include <string>
 
 #include "../test_job.h"
+#include "autograd/ops/ops.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
-#include "autograd/ops/ops.h"
 #include "distributed/mesh/device_mesh.h"
 #include "distributed/parallel/parallelize.h"
 #include "distributed/pipeline/schedule.h"
@@ -179,10 +179,9 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
   DeviceMesh mesh({{"pp", pp}, {"dp", 1}, {"tp", tp}});
   const int64_t expected = stage_bytes(kind, tp, mesh.group("tp"), mesh.coordinate("pp"), pp);
   auto ref = make_model(kind), model = make_model(kind);
-  auto parallel = parallelize(model, {.tp = tp, .pp = pp}, distributed::world(),
-                              [](nn::Module& m) {
-                                return std::make_unique<optim::AdamW>(m.parameters(), adamw());
-                              });
+  auto parallel = parallelize(model, {.tp = tp, .pp = pp}, distributed::world(), [](nn::Module& m) {
+    return std::make_unique<optim::AdamW>(m.parameters(), adamw());
+  });
   optim::AdamW ref_opt(ref->parameters(), adamw());
   for (int s = 0; s < 3; ++s) {
     auto [x, y] = batch(s, 0, kBatch);
@@ -199,7 +198,8 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
       refused = e.what();
     }
   data::DataLoader loader = eval_windows();
-  train::Evaluation got = train::evaluate_classifier(*parallel, loader, *distributed::world(), kCPU);
+  train::Evaluation got =
+      train::evaluate_classifier(*parallel, loader, *distributed::world(), kCPU);
   train::Evaluation want = train::evaluate_classifier(*ref, loader, *distributed::world(), kCPU);
   const double eval_diff =
       std::max(std::abs(got.loss - want.loss), std::abs(got.accuracy - want.accuracy));
@@ -208,8 +208,7 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
   if (mesh.coordinate("pp") == 0) {
     if (whole.size() != expected_sd.size()) return std::cout << "state dict size\n", 1;
     for (size_t i = 0; i < whole.size(); ++i)
-      weight_diff =
-          std::max(weight_diff, max(abs(whole[i].second - expected_sd[i].second)).item());
+      weight_diff = std::max(weight_diff, max(abs(whole[i].second - expected_sd[i].second)).item());
   }
   std::cout << "rank " << job.rank << " stage " << mesh.coordinate("pp") << " bytes " << held
             << " expected " << expected << " eval loss " << got.loss << " diff " << eval_diff
