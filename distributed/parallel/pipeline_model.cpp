@@ -51,7 +51,7 @@ std::vector<std::vector<Tensor>> stage_groups(const optim::Optimizer& whole,
 PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
                              std::unique_ptr<optim::Optimizer> whole_opt,
                              std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp)
+                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp, int zero)
     : model_(std::move(model)),
       whole_opt_(std::move(whole_opt)),
       pp_(std::move(pp)),
@@ -64,6 +64,10 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
   if (tp_) shares_ = tensor_shares(*model_);
   stage_ = std::make_unique<PipelineStage>(*model_, pp_->rank(), S);
   opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, *stage_));
+  if (zero > 0) {  // Note [ZeRO over a pipeline stage]
+    shards_ = std::make_unique<StageShards>(opt_->all_params(), dp_, zero);
+    zero_ = std::make_unique<ZeroOptimizer>(*shards_, *opt_);
+  }
   set_model_share();
   release_other_stages();
 }
@@ -96,30 +100,39 @@ void PipelineModel::set_model_share() {
   const bool whole_here = !tp_ || tp_->rank() == 0;
   ProcessGroup* pp_group = pp_.get();
   ProcessGroup* tp_group = tp_.get();
-  opt_->set_model_share({.counted =
-                             [head, split, whole_here](const Tensor& p) {
-                               if (head.defined() && p.is_same(head)) return false;
-                               return whole_here || split.count(p.impl()) > 0;
-                             },
-                         .sum =
-                             [pp_group, tp_group](Tensor& t) {
-                               pp_group->all_reduce(t, ReduceOp::Sum)->wait();
-                               if (tp_group) tp_group->all_reduce(t, ReduceOp::Sum)->wait();
-                             }});
+  optimizer().set_model_share({.counted =
+                                   [head, split, whole_here](const Tensor& p) {
+                                     if (head.defined() && p.is_same(head)) return false;
+                                     return whole_here || split.count(p.impl()) > 0;
+                                   },
+                               .sum =
+                                   [pp_group, tp_group](Tensor& t) {
+                                     pp_group->all_reduce(t, ReduceOp::Sum)->wait();
+                                     if (tp_group) tp_group->all_reduce(t, ReduceOp::Sum)->wait();
+                                   }});
 }
 
 std::string PipelineModel::describe() const {
   std::string s = "pipeline parallel over " + std::to_string(pp_->size()) + " stages (" +
                   (schedule_ == PipelineSchedule::GPipe ? "GPipe" : "1F1B") + ")";
   if (tp_) s += ", tensor parallel over " + std::to_string(tp_->size()) + " ranks";
-  if (dp_->size() > 1) s += ", copies: " + std::to_string(dp_->size()) + " averaged";
+  if (dp_->size() > 1)
+    s += ", copies: " + std::to_string(dp_->size()) +
+         (zero_ ? " with ZeRO-" + std::to_string(zero_->stage()) : std::string(" averaged"));
   return s;
+}
+
+optim::Optimizer& PipelineModel::optimizer() {
+  return zero_ ? static_cast<optim::Optimizer&>(*zero_) : *opt_;
 }
 
 Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches) {
   Tensor loss = pipeline_forward_backward(
       *stage_, x, y, *pp_, {.micro_batches = int(micro_batches), .schedule = schedule_});
-  if (dp_->size() > 1) {  // the copies' mean gradient, as DDP's
+  if (shards_) {  // ZeRO: the mean gradient's shards (Note [ZeRO over a pipeline stage])
+    shards_->reduce();
+    if (dp_->size() > 1) dp_->all_reduce(loss, ReduceOp::Avg)->wait();
+  } else if (dp_->size() > 1) {  // the copies' mean gradient, as DDP's
     autograd::NoGradGuard no_grad;
     for (const Tensor& p : stage_->parameters())
       if (Tensor g = p.grad(); g.defined()) dp_->all_reduce(g, ReduceOp::Avg)->wait();
@@ -211,16 +224,18 @@ void PipelineModel::load_model_state_dict(const nn::StateDict& whole, const Stat
 nn::StateDict PipelineModel::stage_optimizer_state(const nn::StateDict& local) {
   const std::vector<Tensor> mine = opt_->all_params();
   const auto whole = numbers(*whole_opt_);
+  const Device dev = stage_->head_weight().device();  // ZeRO's gathered state is on the host
   nn::StateDict out;
   for (const auto& [key, t] : local)
     if (auto k = state_key(key))
       out.emplace_back(
-          "state." + std::to_string(whole.at(mine.at(k->first).impl())) + "." + k->second, t);
+          "state." + std::to_string(whole.at(mine.at(k->first).impl())) + "." + k->second,
+          t.device() == dev ? t : t.to(dev));
   return tp_ ? whole_optimizer_state(*model_, *whole_opt_, std::move(out)) : out;
 }
 
 nn::StateDict PipelineModel::optimizer_state_dict() {
-  const nn::StateDict local = opt_->state_dict();
+  const nn::StateDict local = optimizer().state_dict();  // ZeRO: gathered over dp
   const nn::StateDict stage = stage_optimizer_state(local);
   std::map<std::string, Tensor> by_key(stage.begin(), stage.end());
   std::map<std::string, Tensor> kinds;  // each suffix ("exp_avg", "step") with an example
@@ -276,7 +291,7 @@ void PipelineModel::load_optimizer_state_dict(const nn::StateDict& whole_layout)
       mine.emplace_back(key, t);  // a hyper-parameter
     }
   }
-  opt_->load_state_dict(mine);
+  optimizer().load_state_dict(mine);  // ZeRO: each dp rank takes its slices
 }
 
 void PipelineModel::with_whole_model(const std::function<void()>& f) {
@@ -301,6 +316,11 @@ ParallelModel::Memory PipelineModel::memory() const {
     if (!seen.insert(p.impl()).second || p.storage()->released()) continue;
     m.parameters += int64_t(p.numel() * p.element_size());
     if (p.grad().defined()) m.gradients += int64_t(p.grad().numel() * p.grad().element_size());
+  }
+  if (zero_) {  // the shards of the gradients and of the state
+    const ZeroOptimizer::Memory z = zero_->memory();
+    m.gradients = z.gradients, m.optimizer_state = z.optimizer_state;
+    return m;
   }
   for (size_t i = 0; i < opt_->all_params().size(); ++i)
     for (const Tensor& b : opt_->state(i).buffers)

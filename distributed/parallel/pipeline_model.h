@@ -6,8 +6,9 @@
 // parameters (Note [A pipeline rank holds its stage]); its optimizer holds the stage's trainable
 // ones. Checkpoints are in the whole layout (Note [Whole-layout checkpoints]), gathered on each
 // pipeline's first rank. With a tp group the model's blocks are already split over it
-// (parallelize_tensor) and every sum and checkpoint also goes over tp.
-// Leaves out: ZeRO or FSDP together with pp, sequence parallel, mixed precision, CUDA graphs, the
+// (parallelize_tensor) and every sum and checkpoint also goes over tp. With ZeRO-1 or 2 the
+// stage's optimizer state is sharded over dp (Note [ZeRO over a pipeline stage]).
+// Leaves out: FSDP (ZeRO-3) together with pp, sequence parallel, mixed precision, CUDA graphs, the
 // whole model on one rank (with_whole_model refuses: gather a state_dict instead).
 #pragma once
 
@@ -15,10 +16,12 @@
 #include <unordered_map>
 
 #include "distributed/parallel/parallel_model.h"
+#include "distributed/parallel/stage_shards.h"
 #include "distributed/pipeline/pipeline_stage.h"
 #include "distributed/pipeline/schedule.h"
 #include "distributed/process_group/process_group.h"
 #include "distributed/tensor_parallel/tp_checkpoint.h"
+#include "distributed/zero/zero_optimizer.h"
 
 namespace loom::distributed {
 
@@ -39,10 +42,12 @@ class PipelineModel : public ParallelModel {
   // `whole_opt` is the program's optimizer over the whole model (never stepped: its groups and
   // numbering are the whole layout's); the stage's optimizer is made like it over this stage's
   // parameters. pp's rank is the stage; dp averages the gradients of the stage's copies; tp (null:
-  // none) is the group the blocks are split over.
+  // none) is the group the blocks are split over; zero (0, 1 or 2) shards the stage's gradients
+  // and optimizer state over dp (a ZeroOptimizer over the stage's optimizer).
   PipelineModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> whole_opt,
                 std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr);
+                PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr,
+                int zero = 0);
 
   bool pipelined() const override { return true; }
   // The step's forwards and backwards over every stage, the batch (B, T) cut into micro_batches;
@@ -55,7 +60,8 @@ class PipelineModel : public ParallelModel {
   // Note [Forward-only pipeline]: the logits on the last stage's ranks (tp rank 0 under tp: the
   // others compute the same), undefined on the other ranks. A collective over pp (and tp).
   Tensor eval_forward(const Tensor& x) override;
-  optim::Optimizer& optimizer() override { return *opt_; }
+  optim::Optimizer& optimizer() override;  // ZeRO's under zero 1 or 2, else the stage's
+  const optim::Optimizer& plain_optimizer() override { return *opt_; }
   std::string describe() const override;
 
   // The whole model's state on each pipeline's first rank (pp rank 0), empty on the others.
@@ -86,6 +92,8 @@ class PipelineModel : public ParallelModel {
   std::unique_ptr<PipelineStage> stage_;
   std::unordered_map<const TensorImpl*, int> owner_;  // each parameter's stage (a tied one: 0)
   std::unordered_map<const TensorImpl*, TensorShare> shares_;  // under tp: the split parameters
+  std::unique_ptr<StageShards> shards_;  // zero 1 or 2: the gradients' shards over dp
+  std::unique_ptr<ZeroOptimizer> zero_;  // over opt_, stepping this rank's shards
 };
 
 }  // namespace loom::distributed

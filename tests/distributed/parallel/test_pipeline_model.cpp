@@ -3,8 +3,10 @@
 // AdamW steps against one process training the same float64 model, each rank holds exactly the
 // bytes of its stage's parameters (the others released: reading one is an error naming the
 // stage), evaluation as a forward-only pipeline gives one process's loss and accuracy (1e-9), and
-// the whole state_dict gathered on the first stage's rank is one process's (1e-7). GPT (a tied
-// head on both ends) in 2 stages, Llama in 2 stages of 2 tensor-parallel ranks each.
+// the whole state_dict and optimizer state gathered on the first stage's rank are one process's
+// (1e-7), the clip at 0.5 in every step. GPT (a tied head on both ends) in 2 stages, Llama in 2
+// stages of 2 tensor-parallel ranks each, and pp 2 x dp 2 with ZeRO-1 (GPT) and ZeRO-2 (Llama)
+// over the copies of each stage (the optimizer state halved).
 #include <gtest/gtest.h>
 
 #include "../spawn.h"
@@ -26,6 +28,14 @@ TEST(PipelineModelGloo, GptInTwoStagesHoldsItsStageAndEvaluatesAsOneProcess) {
 
 TEST(PipelineModelGloo, LlamaInTwoStagesOfTwoTensorParallelRanks) {
   expect_model_mode({"model", "llama", "tp=2"}, 4);
+}
+
+TEST(PipelineModelGloo, GptInTwoStagesWithZeroOneOverTwoCopies) {
+  expect_model_mode({"model", "gpt", "dp=2", "zero=1"}, 4);
+}
+
+TEST(PipelineModelGloo, LlamaInTwoStagesWithZeroTwoOverTwoCopies) {
+  expect_model_mode({"model", "llama", "dp=2", "zero=2"}, 4);
 }
 #endif
 
