@@ -198,6 +198,7 @@ void after_training(train::LanguageModel& lm, distributed::ParallelModel& parall
     nn::StateDict sd = parallel.model_state_dict();  // gathered over tp and pp (a collective)
     if (!setup.main()) return;
     train::LanguageModel plain = train::make_language_model(g.lm);
+    if (g.lora.rank > 0) nn::apply_lora(*plain.net, g.lora);  // the gathered adapters' places
     plain.net->to(setup.device);
     plain.net->load_state_dict(sd);
     return finish(plain);

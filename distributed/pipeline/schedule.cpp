@@ -60,7 +60,8 @@ class StageStep {
   Tensor finish() {
     for (auto& w : sends_) w->wait();
     sends_.clear(), sent_.clear();
-    if (st_.ties_head()) sum_tied_gradient();
+    // A frozen tied matrix (LoRA's base) has no gradient; every stage sees the same flag.
+    if (st_.ties_head() && st_.head_weight().requires_grad()) sum_tied_gradient();
     Tensor loss =
         loss_.defined()
             ? contiguous(loss_)
