@@ -145,12 +145,16 @@ template Tensor from_vector(const std::vector<bool>&, const Shape&, bool);
 
 void released_storage_error(const Tensor& t) {
   const std::string name = t.name(), by = t.storage()->released_by;
+  // FSDP's units ("FSDP unit 'h.0' ...") are gathered again on use; other releasers (a pipeline
+  // stage's rank dropping the other stages' parameters) say in `by` why the data is gone.
+  const bool fsdp = by.empty() || by.rfind("FSDP", 0) == 0;
   LOOM_FAIL("the data of ", name.empty() ? std::string("a tensor") : "\"" + name + "\"", " (",
             describe(t), ") was released", by.empty() ? "" : " by " + by,
-            ": it is a parameter sharded by FullyShardedDataParallel (or a view of one), which "
-            "exists only while its unit runs. Call the model through its FSDP wrapper (or the "
-            "unit through operator() / call_hooked), or gather the parameters first "
-            "(FullyShardedDataParallel::full_params)");
+            fsdp ? ": it is a parameter sharded by FullyShardedDataParallel (or a view of one), "
+                   "which exists only while its unit runs. Call the model through its FSDP "
+                   "wrapper (or the unit through operator() / call_hooked), or gather the "
+                   "parameters first (FullyShardedDataParallel::full_params)"
+                 : "");
 }
 
 std::string describe(const Tensor& t) {

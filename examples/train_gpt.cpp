@@ -181,7 +181,8 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const CLI::App& app, G
 }
 
 // After the run: --sample, --save-adapter (the adapters as PEFT writes them), --save-hf (merged).
-// Under --tp the model is split over the ranks: rank 0 builds it whole from the gathered weights.
+// Under --tp or --pp the model is split over the ranks: rank 0 builds it whole from the gathered
+// weights.
 void after_training(train::LanguageModel& lm, distributed::ParallelModel& parallel,
                     const GptFlags& g, const train::RunSetup& setup,
                     const data::Tokenizer& tokenizer, bool split) {
@@ -195,9 +196,10 @@ void after_training(train::LanguageModel& lm, distributed::ParallelModel& parall
     }
   };
   if (split) {
-    nn::StateDict sd = parallel.model_state_dict();  // gathered over tp (a collective)
+    nn::StateDict sd = parallel.model_state_dict();  // gathered over tp and pp (a collective)
     if (!setup.main()) return;
     train::LanguageModel plain = train::make_language_model(g.lm);
+    if (g.lora.rank > 0) nn::apply_lora(*plain.net, g.lora);  // the gathered adapters' places
     plain.net->to(setup.device);
     plain.net->load_state_dict(sd);
     return finish(plain);
@@ -306,7 +308,7 @@ int main(int argc, char** argv) {
       if (!run.end_interval()) break;
       if (!run.evaluated(train::evaluate_classifier(*parallel, *data.val, setup))) break;
     }
-    after_training(lm, *parallel, g, setup, *tokenizer, cfg.tp > 1);
+    after_training(lm, *parallel, g, setup, *tokenizer, cfg.tp > 1 || cfg.pp > 1);
     return run.finish();
   });
 }

@@ -1,6 +1,7 @@
 // Sharded classifier evaluation. See evaluate.h.
 #include "train/evaluate.h"
 
+#include <functional>
 #include <vector>
 
 #include "autograd/ops/ops.h"
@@ -29,9 +30,14 @@ void keep_in_step(nn::Module& model, distributed::ProcessGroup& pg, int64_t batc
 }
 }  // namespace
 
-Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
-                               distributed::ProcessGroup& pg, Device dev,
-                               bool forwards_are_collectives) {
+namespace {
+
+// The loop of both overloads: `forward` gives a batch's logits, or an undefined tensor on a rank
+// whose answers another rank counts (a pipeline's stages before the last); `model` is put in eval
+// mode around it.
+Evaluation evaluate(nn::Module& model, const std::function<Tensor(const Tensor&)>& forward,
+                    data::DataLoader& loader, distributed::ProcessGroup& pg, Device dev,
+                    bool forwards_are_collectives) {
   double start = steady_seconds();
   NoGradGuard no_grad;
   model.eval();
@@ -40,11 +46,12 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
   int64_t n = 0, batches = 0;
   Tensor last;  // a batch to run again, uncounted, while other ranks still evaluate (ZeRO-3)
   for (auto& b : loader) {
-    Tensor logits = model(b.data);  // (N, classes), or (N, T, classes) against target (N, T)
+    Tensor logits = forward(b.data);  // (N, classes), or (N, T, classes) against target (N, T)
+    ++batches, last = b.data;
+    if (!logits.defined()) continue;  // counted on another rank
     loss_sum = loss_sum + classification_loss(logits, b.target, Reduction::Sum).to(kF64);
     correct = correct + eq(argmax(logits, -1), b.target).to(kF64).sum();
     n += b.target.numel();
-    ++batches, last = b.data;
   }
   if (forwards_are_collectives) keep_in_step(model, pg, batches, last, dev);
   model.train();
@@ -55,10 +62,26 @@ Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
   return {h[0] / h[2], h[1] / h[2], steady_seconds() - start};
 }
 
+}  // namespace
+
+Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
+                               distributed::ProcessGroup& pg, Device dev,
+                               bool forwards_are_collectives) {
+  return evaluate(
+      model, [&model](const Tensor& x) { return model(x); }, loader, pg, dev,
+      forwards_are_collectives);
+}
+
+Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
+                               distributed::ProcessGroup& pg, Device dev) {
+  return evaluate(
+      model.eval_module(), [&model](const Tensor& x) { return model.eval_forward(x); }, loader, pg,
+      dev, model.eval_forwards_are_collectives());
+}
+
 Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
                                const RunSetup& setup) {
-  return evaluate_classifier(model.eval_module(), loader, *setup.pg, setup.device,
-                             model.eval_forwards_are_collectives());
+  return evaluate_classifier(model, loader, *setup.pg, setup.device);
 }
 
 }  // namespace loom::train

@@ -33,8 +33,12 @@ struct Evaluation {
 Evaluation evaluate_classifier(nn::Module& model, data::DataLoader& loader,
                                distributed::ProcessGroup& pg, Device device,
                                bool forwards_are_collectives = false);
-// The same for a program's model as parallelize spread it (its eval_module(), on the run's
-// device).
+// The same for a program's model as parallelize spread it: its eval_forward() (under --pp a
+// forward-only pipeline whose last stage counts the answers: Note [Forward-only pipeline] in
+// distributed/pipeline/schedule.h), the sums over `pg` (every rank of the job).
+Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
+                               distributed::ProcessGroup& pg, Device device);
+// On the run's process group and device.
 Evaluation evaluate_classifier(distributed::ParallelModel& model, data::DataLoader& loader,
                                const RunSetup& setup);
 

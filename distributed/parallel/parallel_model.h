@@ -21,7 +21,8 @@ namespace loom::distributed {
 // to make its optimizer, and from then on sees only this interface:
 //   train_module()  what the training step calls (forward, loss): the model, or the wrapper whose
 //                   backward reduces the gradients (DDP, FSDP);
-//   eval_module()   what evaluation calls (the model, or FSDP's wrapper, which gathers);
+//   eval_module()   what evaluation calls (the model, or FSDP's wrapper, which gathers), through
+//                   eval_forward() (a pipeline's forward-only pass over its stages);
 //   optimizer()     what steps (the program's optimizer, or ZeRO's over it);
 //   no_sync()       held around all but the last micro-batch of an accumulated step;
 //   finish_gradients()  after the step's last backward (sequence parallel's sums over tp);
@@ -39,6 +40,11 @@ class ParallelModel {
   // forward), every rank must run as many forwards (Note [Sharded evaluation] in train/evaluate.h).
   virtual nn::Module& eval_module() { return train_module(); }
   virtual bool eval_forwards_are_collectives() const { return false; }
+  // Evaluation's forward of a batch x (no gradients; eval_module() in eval mode): the logits, or
+  // an undefined tensor on a rank whose answers another rank counts (a pipeline's stages before the
+  // last: Note [Forward-only pipeline] in distributed/pipeline/schedule.h). The ranks of one
+  // data-parallel replica call it with the same batches.
+  virtual Tensor eval_forward(const Tensor& x) { return eval_module()(x); }
   virtual optim::Optimizer& optimizer() = 0;
   // The optimizer the program made, over this rank's parameters: it numbers the parameters of the
   // optimizer's state dicts ("state.<i>.exp_avg"), also where ZeRO steps in its place.

@@ -32,10 +32,10 @@ std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
 void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
   LOOM_CHECK(plan.zero >= 0 && plan.zero <= 3, "parallelize: --zero ", plan.zero,
              " is not a ZeRO stage (0, 1, 2 or 3)");
-  LOOM_CHECK(plan.pp == 1 || (plan.zero == 0 && !plan.sequence_parallel), "parallelize: --pp ",
+  LOOM_CHECK(plan.pp == 1 || (plan.zero < 3 && !plan.sequence_parallel), "parallelize: --pp ",
              plan.pp, " with --zero ", plan.zero,
              plan.sequence_parallel ? " and sequence parallel" : "",
-             ": a pipeline runs with plain data parallel copies (--zero 0) and without sequence "
+             ": a pipeline's copies run with --zero 0, 1 or 2 (not FSDP) and without sequence "
              "parallel for now");
   LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
              "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
@@ -58,7 +58,7 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
     if (plan.tp > 1) parallelize_tensor(*model, mesh.group("tp"));
     return std::make_unique<PipelineModel>(model, make_optimizer(*model), mesh.group("pp"),
                                            mesh.group("dp"), plan.pp_schedule,
-                                           plan.tp > 1 ? mesh.group("tp") : nullptr);
+                                           plan.tp > 1 ? mesh.group("tp") : nullptr, plan.zero);
   }
   if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
   DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));

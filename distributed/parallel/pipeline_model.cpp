@@ -51,7 +51,7 @@ std::vector<std::vector<Tensor>> stage_groups(const optim::Optimizer& whole,
 PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
                              std::unique_ptr<optim::Optimizer> whole_opt,
                              std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp)
+                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp, int zero)
     : model_(std::move(model)),
       whole_opt_(std::move(whole_opt)),
       pp_(std::move(pp)),
@@ -59,11 +59,35 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
       tp_(std::move(tp)),
       schedule_(schedule) {
   const int S = pp_->size();
-  for (int s = S - 1; s >= 0; --s)  // downwards: a parameter two stages list (tied) ends at 0
-    for (const Tensor& p : PipelineStage(*model_, s, S).parameters()) owner_[p.impl()] = s;
+  for (int s = S - 1; s >= 0; --s)  // downwards: a parameter two stages hold (tied) ends at 0
+    for (const Tensor& p : PipelineStage(*model_, s, S).held()) owner_[p.impl()] = s;
+  if (tp_) shares_ = tensor_shares(*model_);
   stage_ = std::make_unique<PipelineStage>(*model_, pp_->rank(), S);
   opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, *stage_));
+  if (zero > 0) {  // Note [ZeRO over a pipeline stage]
+    shards_ = std::make_unique<StageShards>(opt_->all_params(), dp_, zero);
+    zero_ = std::make_unique<ZeroOptimizer>(*shards_, *opt_);
+  }
   set_model_share();
+  release_other_stages();
+}
+
+// Note [A pipeline rank holds its stage]
+void PipelineModel::release_other_stages() {
+  std::unordered_set<const Storage*> kept;
+  for (const Tensor& p : stage_->held()) kept.insert(p.storage().get());
+  const std::string who = "pipeline stage " + std::to_string(stage_->stage()) + " of " +
+                          std::to_string(stage_->stages()) + " (blocks [" +
+                          std::to_string(stage_->first_block()) + ", " +
+                          std::to_string(stage_->end_block()) +
+                          ")): a parameter of another stage, not held on this rank (the whole "
+                          "model is its state_dict, gathered: PipelineModel::model_state_dict)";
+  for (const Tensor& p : model_->parameters()) {
+    Storage& s = *p.storage();
+    if (kept.count(&s) || s.released()) continue;
+    s.released_by = who;
+    s.release();
+  }
 }
 
 // Each stage counts its own parameters, the tied head on the first stage only, and under tp the
@@ -76,30 +100,39 @@ void PipelineModel::set_model_share() {
   const bool whole_here = !tp_ || tp_->rank() == 0;
   ProcessGroup* pp_group = pp_.get();
   ProcessGroup* tp_group = tp_.get();
-  opt_->set_model_share({.counted =
-                             [head, split, whole_here](const Tensor& p) {
-                               if (head.defined() && p.is_same(head)) return false;
-                               return whole_here || split.count(p.impl()) > 0;
-                             },
-                         .sum =
-                             [pp_group, tp_group](Tensor& t) {
-                               pp_group->all_reduce(t, ReduceOp::Sum)->wait();
-                               if (tp_group) tp_group->all_reduce(t, ReduceOp::Sum)->wait();
-                             }});
+  optimizer().set_model_share({.counted =
+                                   [head, split, whole_here](const Tensor& p) {
+                                     if (head.defined() && p.is_same(head)) return false;
+                                     return whole_here || split.count(p.impl()) > 0;
+                                   },
+                               .sum =
+                                   [pp_group, tp_group](Tensor& t) {
+                                     pp_group->all_reduce(t, ReduceOp::Sum)->wait();
+                                     if (tp_group) tp_group->all_reduce(t, ReduceOp::Sum)->wait();
+                                   }});
 }
 
 std::string PipelineModel::describe() const {
   std::string s = "pipeline parallel over " + std::to_string(pp_->size()) + " stages (" +
                   (schedule_ == PipelineSchedule::GPipe ? "GPipe" : "1F1B") + ")";
   if (tp_) s += ", tensor parallel over " + std::to_string(tp_->size()) + " ranks";
-  if (dp_->size() > 1) s += ", copies: " + std::to_string(dp_->size()) + " averaged";
+  if (dp_->size() > 1)
+    s += ", copies: " + std::to_string(dp_->size()) +
+         (zero_ ? " with ZeRO-" + std::to_string(zero_->stage()) : std::string(" averaged"));
   return s;
+}
+
+optim::Optimizer& PipelineModel::optimizer() {
+  return zero_ ? static_cast<optim::Optimizer&>(*zero_) : *opt_;
 }
 
 Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches) {
   Tensor loss = pipeline_forward_backward(
       *stage_, x, y, *pp_, {.micro_batches = int(micro_batches), .schedule = schedule_});
-  if (dp_->size() > 1) {  // the copies' mean gradient, as DDP's
+  if (shards_) {  // ZeRO: the mean gradient's shards (Note [ZeRO over a pipeline stage])
+    shards_->reduce();
+    if (dp_->size() > 1) dp_->all_reduce(loss, ReduceOp::Avg)->wait();
+  } else if (dp_->size() > 1) {  // the copies' mean gradient, as DDP's
     autograd::NoGradGuard no_grad;
     for (const Tensor& p : stage_->parameters())
       if (Tensor g = p.grad(); g.defined()) dp_->all_reduce(g, ReduceOp::Avg)->wait();
@@ -108,66 +141,134 @@ Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t
   return loss;
 }
 
-void PipelineModel::refresh_whole_model() {
-  autograd::NoGradGuard no_grad;
-  for (const auto& [name, p] : model_->named_parameters()) {
-    Tensor t = p;  // a handle: broadcast writes the parameter itself
-    pp_->broadcast(t, owner_.at(p.impl()))->wait();
+Tensor PipelineModel::eval_forward(const Tensor& x) {
+  Tensor logits = pipeline_forward(*stage_, x, *pp_);
+  return tp_ && tp_->rank() != 0 ? Tensor() : logits;  // tp: every rank has the same logits
+}
+
+Shape PipelineModel::whole_shape(const Tensor& p) const {
+  Shape shape = p.shape();
+  if (auto it = shares_.find(p.impl()); it != shares_.end())
+    shape[size_t(it->second.dim)] = it->second.whole;
+  return shape;
+}
+
+Tensor PipelineModel::to_first_stage(const Tensor& mine, int owner, const Tensor& like,
+                                     const Shape& shape, int tag) {
+  const int here = pp_->rank();
+  if (owner == here && here == 0) return mine;
+  if (owner == here) {
+    Tensor c = contiguous(mine);
+    pp_->send(c, 0, tag)->wait();
+    return Tensor();
   }
+  if (here != 0) return Tensor();
+  Tensor t = empty(shape, {.dtype = like.dtype(), .device = like.device()});
+  pp_->recv(t, owner, tag)->wait();
+  return t;
 }
 
-nn::Module& PipelineModel::eval_module() {
-  refresh_whole_model();  // every rank evaluates the whole model as one process does
-  return *model_;
-}
-
+// Note [A pipeline rank holds its stage]: each tensor made whole over tp by its stage and sent to
+// the pipeline's first rank, in the whole state_dict's order (its index the message's tag).
 nn::StateDict PipelineModel::model_state_dict() {
-  refresh_whole_model();
-  return tp_ ? whole_state_dict(*model_) : model_->state_dict();  // tp: gathered over it
+  autograd::NoGradGuard no_grad;
+  std::unordered_map<std::string, Tensor> params;
+  for (const auto& [name, p] : model_->named_parameters()) params.emplace(name, p);
+  const int here = pp_->rank();
+  nn::StateDict out;
+  int tag = 0;
+  for (const auto& [name, t] : model_->state_dict()) {
+    auto it = params.find(name);
+    if (it == params.end()) {  // a buffer: every stage holds it
+      if (here == 0) out.emplace_back(name, t);
+      continue;
+    }
+    const Tensor& p = it->second;
+    auto owner = owner_.find(p.impl());
+    LOOM_CHECK(owner != owner_.end(), "pipeline checkpoint: no stage holds '", name, "'");
+    Tensor mine;
+    if (owner->second == here) {
+      auto share = shares_.find(p.impl());
+      mine = share == shares_.end() ? t : gather_share(t, share->second);
+    }
+    Tensor whole = to_first_stage(mine, owner->second, t, whole_shape(p), tag++);
+    if (here == 0) out.emplace_back(name, whole);
+  }
+  return out;
 }
 
 void PipelineModel::load_model_state_dict(const nn::StateDict& whole, const StateCheck& check) {
-  if (check) check(model_->state_dict());
-  // Every rank holds the whole model object (under tp, its share of each split tensor).
-  model_->load_state_dict(tp_ ? share_of_state_dict(*model_, whole) : whole);
+  const nn::StateDict names = model_->state_dict();
+  if (check) check(names);
+  std::unordered_set<std::string> all, held;  // held: this stage's tensors and the buffers
+  for (const auto& [name, t] : names) {
+    all.insert(name);
+    if (!t.storage()->released()) held.insert(name);
+  }
+  nn::StateDict mine;
+  for (const auto& [name, t] : whole) {
+    LOOM_CHECK(all.count(name), "pipeline: the state dict's '", name, "' is not a tensor of ",
+               model_->type_name());
+    if (held.count(name)) mine.emplace_back(name, t);
+  }
+  for (const std::string& name : held)
+    LOOM_CHECK(nn::find(mine, name) != nullptr, "pipeline: the state dict has no '", name,
+               "', which stage ", stage_->stage(), " of ", stage_->stages(), " holds");
+  model_->load_state_dict(tp_ ? share_of_state_dict(*model_, mine) : mine, /*strict=*/false);
 }
 
 // Note [Whole-layout checkpoints], for a pipeline: the whole optimizer numbers the whole model's
 // parameters (whole_opt_, never stepped), each stage's optimizer its own. Saving, every parameter's
 // state is broadcast over pp from its stage under the whole number; the groups' hyper-parameters
 // are the stage's (the schedule sets its learning rate), their parameter lists the whole's.
-nn::StateDict PipelineModel::optimizer_state_dict() {
-  const nn::StateDict mine = opt_->state_dict();
-  std::map<std::string, Tensor> by_key(mine.begin(), mine.end());
-  std::map<std::string, Tensor> kinds;  // each suffix ("exp_avg", "step") with an example
-  for (const auto& [key, t] : mine)
-    if (auto k = state_key(key)) kinds.emplace(k->second, t);
-  const auto local = numbers(*opt_);
-  const std::vector<Tensor> params = whole_opt_->all_params();
+nn::StateDict PipelineModel::stage_optimizer_state(const nn::StateDict& local) {
+  const std::vector<Tensor> mine = opt_->all_params();
+  const auto whole = numbers(*whole_opt_);
+  const Device dev = stage_->head_weight().device();  // ZeRO's gathered state is on the host
   nn::StateDict out;
+  for (const auto& [key, t] : local)
+    if (auto k = state_key(key))
+      out.emplace_back(
+          "state." + std::to_string(whole.at(mine.at(k->first).impl())) + "." + k->second,
+          t.device() == dev ? t : t.to(dev));
+  return tp_ ? whole_optimizer_state(*model_, *whole_opt_, std::move(out)) : out;
+}
+
+nn::StateDict PipelineModel::optimizer_state_dict() {
+  const nn::StateDict local = optimizer().state_dict();  // ZeRO: gathered over dp
+  const nn::StateDict stage = stage_optimizer_state(local);
+  std::map<std::string, Tensor> by_key(stage.begin(), stage.end());
+  std::map<std::string, Tensor> kinds;  // each suffix ("exp_avg", "step") with an example
+  for (const auto& [key, t] : stage)
+    if (auto k = state_key(key)) kinds.emplace(k->second, t);
+  const std::vector<Tensor> params = whole_opt_->all_params();
+  const int here = pp_->rank();
+  nn::StateDict out;
+  int tag = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const int owner = owner_.at(params[i].impl());
     for (const auto& [suffix, example] : kinds) {
-      Tensor t;
-      if (owner == pp_->rank()) {
-        auto it = by_key.find("state." + std::to_string(local.at(params[i].impl())) + "." + suffix);
+      const std::string key = "state." + std::to_string(i) + "." + suffix;
+      Tensor mine;
+      if (owner == here) {
+        auto it = by_key.find(key);
         LOOM_CHECK(it != by_key.end(), "pipeline checkpoint: stage ", owner, " has no '", suffix,
                    "' state for parameter ", i, " (", loom::describe(params[i]), ")");
-        t = contiguous(it->second).clone();
-      } else {
-        const Shape shape = example.dim() == 0 ? Shape{} : params[i].shape();
-        t = empty(shape, {.dtype = example.dtype(), .device = example.device()});
+        mine = it->second;
       }
-      pp_->broadcast(t, owner)->wait();
-      out.emplace_back("state." + std::to_string(i) + "." + suffix, t);
+      const Shape shape = example.dim() == 0 ? Shape{} : whole_shape(params[i]);
+      Tensor t = to_first_stage(mine, owner, example, shape, tag++);
+      if (here == 0) out.emplace_back(key, t);
     }
   }
+  if (here != 0) return {};
+  std::map<std::string, Tensor> groups(local.begin(), local.end());
   for (const auto& [key, t] : whole_opt_->state_dict())  // the groups
     if (!state_key(key)) {
       const bool list = key.size() > 7 && key.compare(key.size() - 7, 7, ".params") == 0;
-      out.emplace_back(key, list ? t : by_key.at(key));
+      out.emplace_back(key, list ? t : groups.at(key));
     }
-  return tp_ ? whole_optimizer_state(*model_, *whole_opt_, std::move(out)) : out;
+  return out;
 }
 
 void PipelineModel::load_optimizer_state_dict(const nn::StateDict& whole_layout) {
@@ -190,12 +291,14 @@ void PipelineModel::load_optimizer_state_dict(const nn::StateDict& whole_layout)
       mine.emplace_back(key, t);  // a hyper-parameter
     }
   }
-  opt_->load_state_dict(mine);
+  optimizer().load_state_dict(mine);  // ZeRO: each dp rank takes its slices
 }
 
 void PipelineModel::with_whole_model(const std::function<void()>& f) {
-  refresh_whole_model();
-  f();
+  (void)f;
+  LOOM_FAIL("pipeline parallel: rank ", pp_->rank(), " of the ", pp_->size(),
+            " stages holds only its stage's parameters and the model is never whole on one; "
+            "gather its state_dict (the whole layout) into a plain model to sample or export it");
 }
 
 void PipelineModel::check_capturable(const char* what) const {
@@ -204,11 +307,20 @@ void PipelineModel::check_capturable(const char* what) const {
             "which a CUDA graph does not capture; leave --pp out or the graph");
 }
 
+// What this rank really holds (Note [A pipeline rank holds its stage]): the parameters whose
+// storage is not released, their gradients, the stage optimizer's state.
 ParallelModel::Memory PipelineModel::memory() const {
   Memory m;
-  for (const Tensor& p : stage_->parameters()) {
+  std::unordered_set<const TensorImpl*> seen;
+  for (const Tensor& p : model_->parameters()) {
+    if (!seen.insert(p.impl()).second || p.storage()->released()) continue;
     m.parameters += int64_t(p.numel() * p.element_size());
     if (p.grad().defined()) m.gradients += int64_t(p.grad().numel() * p.grad().element_size());
+  }
+  if (zero_) {  // the shards of the gradients and of the state
+    const ZeroOptimizer::Memory z = zero_->memory();
+    m.gradients = z.gradients, m.optimizer_state = z.optimizer_state;
+    return m;
   }
   for (size_t i = 0; i < opt_->all_params().size(); ++i)
     for (const Tensor& b : opt_->state(i).buffers)

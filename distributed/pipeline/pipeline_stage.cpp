@@ -14,10 +14,12 @@ PipelineStage::PipelineStage(nn::Module& model, int stage, int stages)
   if (auto* g = dynamic_cast<nn::GPT*>(&model)) {
     embed_ = [g](const Tensor& idx) { return g->embed(idx, 0); };
     blocks_ = g->h.get(), final_norm_ = g->ln_f.get(), head_weight_ = g->lm_head->weight;
+    head_ = g->lm_head.get();
     embedding_ = g, tied_ = true;  // the first stage lists wte and wpe (see parameters())
   } else if (auto* l = dynamic_cast<nn::Llama*>(&model)) {
     embed_ = [l](const Tensor& idx) { return l->embed(idx, 0); };
     blocks_ = l->layers.get(), final_norm_ = l->norm.get(), head_weight_ = l->lm_head->weight;
+    head_ = l->lm_head.get();
     embedding_ = l->embed_tokens.get(), tied_ = l->config.tie_embeddings;
   } else {
     LOOM_FAIL("PipelineStage: cuts GPT and Llama models, not ", model.type_name());
@@ -49,11 +51,21 @@ Tensor PipelineStage::loss(const Tensor& hidden, const Tensor& targets) {
   return linear_cross_entropy(hidden, head_weight_, targets, Reduction::Mean, 0.0, -1);
 }
 
-std::vector<Tensor> PipelineStage::parameters() const {
+Tensor PipelineStage::logits(const Tensor& hidden) {
+  LOOM_CHECK(is_last(), "PipelineStage::logits: stage ", stage_, " of ", stages_,
+             " is not the last; only the last stage has the head");
+  return (*head_)(hidden);
+}
+
+std::vector<Tensor> PipelineStage::parameters() const { return listed(true); }
+
+std::vector<Tensor> PipelineStage::held() const { return listed(false); }
+
+std::vector<Tensor> PipelineStage::listed(bool trainable_only) const {
   std::vector<Tensor> out;
-  auto add = [&out](const nn::Module& m) {
+  auto add = [&out, trainable_only](const nn::Module& m) {
     for (const Tensor& p : m.parameters())
-      if (p.requires_grad()) out.push_back(p);
+      if (p.requires_grad() || !trainable_only) out.push_back(p);
   };
   if (is_first()) {
     if (auto* g = dynamic_cast<const nn::GPT*>(embedding_))

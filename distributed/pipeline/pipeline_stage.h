@@ -22,7 +22,9 @@ namespace loom::distributed {
 // and on the last stage: each keeps its own gradient of it, and the schedule sums the two before
 // the optimizer steps (Megatron's embedding group), so the copies stay equal. Every rank builds
 // the whole model from the same seed and computes only with its stage's parameters; the others
-// are never touched (parameters() lists the stage's, for the optimizer).
+// are never touched (parameters() lists the stage's, for the optimizer; held() every tensor the
+// stage computes with, frozen ones too: what a pipeline rank keeps, Note [A pipeline rank holds its
+// stage] in distributed/parallel/pipeline_model.h).
 class PipelineStage {
  public:
   // Stage `stage` of `stages` of `model` (a GPT or a Llama, plain or tensor-parallel).
@@ -41,9 +43,13 @@ class PipelineStage {
   // The last stage: the mean cross-entropy of forward's output against targets (b, T) (-1
   // ignored), the head and the loss as one op.
   Tensor loss(const Tensor& hidden, const Tensor& targets);
+  // The last stage: the head's logits (b, T, V) of forward's output (b, T, C), for evaluation.
+  Tensor logits(const Tensor& hidden);
 
   // The parameters this stage computes with (the tied matrix on the first and the last stage).
   std::vector<Tensor> parameters() const;
+  // Every parameter of the stage's modules, those that do not train (LoRA's base) too.
+  std::vector<Tensor> held() const;
   // Whether the head is the embedding's matrix and the first and last stage differ (both hold it:
   // the schedule sums its two gradients over the stages, the middle ones adding zeros).
   bool ties_head() const { return tied_ && stages_ > 1; }
@@ -54,12 +60,15 @@ class PipelineStage {
   int64_t hidden_size() const;
 
  private:
+  std::vector<Tensor> listed(bool trainable_only) const;
+
   int stage_, stages_;
   int64_t begin_ = 0, end_ = 0;
   std::function<Tensor(const Tensor&)> embed_;  // ids -> hidden
   nn::TransformerStack* blocks_ = nullptr;
   nn::Module* final_norm_ = nullptr;
   nn::Module* embedding_ = nullptr;  // the modules whose parameters the first stage lists
+  nn::Module* head_ = nullptr;       // the head's Linear: (b, T, C) -> (b, T, V)
   Tensor head_weight_;               // (V, C)
   bool tied_ = false;
 };

@@ -1,6 +1,7 @@
 // GPipe and 1F1B (distributed/pipeline/schedule.h, Note [Pipeline schedules]): the micro-batches'
 // forwards and backwards on one stage with the sends and receives between stages, the tied head's
-// gradients summed, the loss broadcast, and the clip over every stage.
+// gradients summed, the loss broadcast, evaluation's forward-only pass, and the clip over every
+// stage.
 #include "distributed/pipeline/schedule.h"
 
 #include <vector>
@@ -59,7 +60,8 @@ class StageStep {
   Tensor finish() {
     for (auto& w : sends_) w->wait();
     sends_.clear(), sent_.clear();
-    if (st_.ties_head()) sum_tied_gradient();
+    // A frozen tied matrix (LoRA's base) has no gradient; every stage sees the same flag.
+    if (st_.ties_head() && st_.head_weight().requires_grad()) sum_tied_gradient();
     Tensor loss =
         loss_.defined()
             ? contiguous(loss_)
@@ -125,6 +127,27 @@ Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Te
     for (int m = M - warmup; m < M; ++m) step.backward(m);
   }
   return step.finish();
+}
+
+Tensor pipeline_forward(PipelineStage& stage, const Tensor& x, ProcessGroup& pp) {
+  LOOM_CHECK(pp.size() == stage.stages() && pp.rank() == stage.stage(), "pipeline_forward: stage ",
+             stage.stage(), " of ", stage.stages(), " on rank ", pp.rank(), " of a group of ",
+             pp.size(), " (the pipeline group's ranks are the stages)");
+  LOOM_CHECK(x.defined() && x.dim() == 2, "pipeline_forward: ids (b, T) expected on stage ",
+             stage.stage(), ", got ", x.defined() ? describe(x) : std::string("(undefined)"));
+  autograd::NoGradGuard no_grad;
+  Tensor in = x;
+  if (!stage.is_first()) {  // (b, T, C) from the stage before
+    const Tensor& w = stage.head_weight();
+    in = empty({x.size(0), x.size(1), stage.hidden_size()},
+               {.dtype = w.dtype(), .device = w.device()});
+    pp.recv(in, stage.stage() - 1, kForwardTag)->wait();
+  }
+  Tensor out = stage.forward(in);
+  if (stage.is_last()) return stage.logits(out);
+  out = contiguous(out);
+  pp.send(out, stage.stage() + 1, kForwardTag)->wait();  // received: the next stage is free
+  return Tensor();
 }
 
 double pipeline_bubble(int stages, int micro_batches) {

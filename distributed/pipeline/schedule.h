@@ -2,8 +2,9 @@
 // pipeline group, the batch cut into micro-batches whose activations go forward and whose
 // gradients come back with the group's send and recv: GPipe (every forward, then every backward)
 // and 1F1B (one forward, one backward in the steady state: at most S micro-batches in flight on
-// the first stage instead of M). Then the clip over the whole model. Leaves out: interleaved
-// 1F1B (virtual stages), zero-bubble schedules, overlapping the sends with compute.
+// the first stage instead of M); evaluation's forward-only pass over the stages; the clip over the
+// whole model. Leaves out: interleaved 1F1B (virtual stages), zero-bubble schedules, overlapping
+// the training step's sends with compute.
 #pragma once
 
 #include "distributed/pipeline/pipeline_stage.h"
@@ -38,6 +39,21 @@ struct PipelineOptions {
 // the batch's mean loss on every stage (the last broadcasts it), 0-d.
 Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Tensor& y,
                                  ProcessGroup& pp, const PipelineOptions& options);
+
+// Note [Forward-only pipeline]
+// Evaluation runs the stages forward only, without autograd: each evaluation batch is a micro-batch
+// flowing from stage to stage, the first stage embedding the ids, every stage but the last sending
+// its output (b, T, C) on, the last computing the head's logits (b, T, V). A stage returns once the
+// next stage has received its output, which that stage does when it is done with the batch before:
+// stage s computes batch i while stage s + 1 computes batch i - 1, so the pipe fills and drains
+// once per evaluation, not once per batch. Every stage passes the same batch x (the stages of one
+// pipeline read the same windows: they are one data-parallel replica), for its shape. The messages
+// carry the tag kForwardTag, apart from the training step's 2 m and 2 m + 1.
+constexpr int kForwardTag = 1 << 20;
+
+// One evaluation batch's forward on this stage: x (b, T) ids. Returns the logits (b, T, V) on the
+// last stage, an undefined tensor on the others. `pp`'s rank must be the stage's index.
+Tensor pipeline_forward(PipelineStage& stage, const Tensor& x, ProcessGroup& pp);
 
 // (S - 1) / (M + S - 1): the fraction of a step each stage idles in either schedule.
 double pipeline_bubble(int stages, int micro_batches);

@@ -319,8 +319,10 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
 
 // --pp 2 on two Gloo processes (the 2 blocks cut into 2 stages, the step's 2 micro-batches through
 // them under 1F1B, GPipe too), and --pp 2 --tp 2 on four: the weights of one process with
-// --grad-accum 2, each stage's rank holding less than the whole model; a pp 2 x tp 2 checkpoint
-// finishes as one process, one process's as pp 2 x tp 2.
+// --grad-accum 2, each stage's rank holding less than the whole model, the validation losses of
+// the forward-only pipeline those of one process (to the printed 4 decimals), a sample after the
+// pp 2 run (the whole model rebuilt on rank 0); a pp 2 and a pp 2 x tp 2 checkpoint finish as one
+// process, one process's as pp 2 and as pp 2 x tp 2; pp 2 x dp 2 with ZeRO-2 likewise.
 TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
@@ -331,14 +333,21 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
   std::string common = "--max-steps 10 --eval-every 5 --grad-accum 2 --checkpoint-dir ";
   Outcome a = run_cmd(gpt(1, text, common + one.string()));
   ASSERT_EQ(a.status, 0) << a.output;
-  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --pp 2"));
+  Outcome b = run_cmd(gpt(2, text, common + two.string() + " --pp 2 --sample 16"));
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_NE(b.output.find("parallel: pipeline parallel over 2 stages (1F1B)"), std::string::npos)
       << b.output;
+  EXPECT_NE(b.output.find("--- sample (16 tokens"), std::string::npos) << b.output;
   const fs::path last = "ckpt-00000010.safetensors";
   EXPECT_LE(max_weight_difference(one / last, two / last), 1e-5);
-  const double whole = parameters_mib(a.output, 0);
+  const std::vector<double> val_one = losses(a.output, "val"), val_pp = losses(b.output, "val");
+  ASSERT_EQ(val_one.size(), 2u) << a.output;
+  ASSERT_EQ(val_pp.size(), 2u) << b.output;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(val_pp[i], val_one[i], 1.5e-4) << b.output;
+  const double whole = parameters_mib(a.output, 0);  // exact bytes: test_pipeline_model.cpp
   for (int r = 0; r < 2; ++r) EXPECT_LT(parameters_mib(b.output, r), whole * 0.9) << b.output;
+  // Each stage's tensors gathered on rank 0 into the whole layout, and taken back out of it.
+  expect_resumes_across_layouts(dir, text, common, one, two, "--pp 2", 2);
   Outcome g = run_cmd(gpt(2, text, common + gpipe.string() + " --pp 2 --pp-schedule gpipe"));
   ASSERT_EQ(g.status, 0) << g.output;
   EXPECT_LE(max_weight_difference(one / last, gpipe / last), 1e-5);
@@ -349,6 +358,14 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
       << c.output;
   EXPECT_LE(max_weight_difference(one / last, both / last), 1e-5);
   expect_resumes_across_layouts(dir, text, common, one, both, "--pp 2 --tp 2", 4);
+  // ZeRO-2 over the dp pairs of pp 2 x dp 2: each stage's optimizer state halved, gathered over dp
+  // and pp into the whole layout; its checkpoint finishes as one process, one process's as it.
+  const fs::path zero = dir / "zero";
+  Outcome z = run_cmd(gpt(4, text, common + zero.string() + " --pp 2 --zero 2"));
+  ASSERT_EQ(z.status, 0) << z.output;
+  EXPECT_NE(z.output.find("2 stages (1F1B), copies: 2 with ZeRO-2"), std::string::npos) << z.output;
+  EXPECT_LE(max_weight_difference(one / last, zero / last), 1e-5);
+  expect_resumes_across_layouts(dir, text, common, one, zero, "--pp 2 --zero 2", 4);
   fs::remove_all(dir);
 }
 

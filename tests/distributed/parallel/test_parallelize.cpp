@@ -113,8 +113,8 @@ TEST(Parallelize, CaptureRefusalsAndBadPlansNameTheFlags) {
                      {"parallelize: --zero 4 is not a ZeRO stage"});
   test::expect_error([] { parallelize(tiny_gpt(), {.tp = 2}, one_rank(), adamw()); },
                      {"parallelize: --tp 2 x --pp 1 does not divide the 1 processes"});
-  test::expect_error([] { parallelize(tiny_gpt(), {.zero = 1, .pp = 2}, one_rank(), adamw()); },
-                     {"--pp 2 with --zero 1", "a pipeline runs with plain data parallel copies"});
+  test::expect_error([] { parallelize(tiny_gpt(), {.zero = 3, .pp = 2}, one_rank(), adamw()); },
+                     {"--pp 2 with --zero 3", "a pipeline's copies run with --zero 0, 1 or 2"});
   test::expect_error(
       [] { parallelize(tiny_gpt(), {.sequence_parallel = true}, one_rank(), adamw()); },
       {"--sequence-parallel", "needs --tp 2 or more"});

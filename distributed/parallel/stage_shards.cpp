@@ -1,0 +1,74 @@
+// StageShards: see distributed/parallel/stage_shards.h (Note [ZeRO over a pipeline stage]).
+#include "distributed/parallel/stage_shards.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/ops.h"
+#include "core/error.h"
+
+namespace loom::distributed {
+
+namespace {
+constexpr size_t kFirstBucketBytes = size_t(1) << 20, kBucketBytes = size_t(25) << 20;  // DDP's
+}  // namespace
+
+StageShards::StageShards(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> dp, int stage)
+    : params_(std::move(params)), dp_(std::move(dp)), stage_(stage) {
+  LOOM_CHECK(stage_ == 1 || stage_ == 2, "StageShards: ZeRO stage ", stage_,
+             " (a pipeline's copies shard with --zero 1 or 2)");
+  LOOM_CHECK(!params_.empty(), "StageShards: the stage has no parameter to optimize");
+  autograd::NoGradGuard no_grad;
+  std::vector<ParamLayout> layout;
+  std::vector<size_t> order;  // reverse registration order, as DDP's first buckets
+  for (size_t i = 0; i < params_.size(); ++i) {
+    layout.push_back({params_[i].numel(), params_[i].dtype(), params_[i].device()});
+    order.push_back(params_.size() - 1 - i);
+  }
+  buckets_ = make_buckets(params_,
+                          compute_bucket_assignment(layout, order, kFirstBucketBytes, kBucketBytes),
+                          std::nullopt, dp_->size());
+  for (Bucket& b : buckets_) {  // (numel / N,) shards; the flat buffers only during reduce()
+    const Tensor& first = params_[b.params.front()];
+    b.shard = zeros({b.numel / dp_->size()}, {.dtype = first.dtype(), .device = first.device()});
+    b.flat = Tensor(), b.views.clear();
+  }
+}
+
+void StageShards::reduce() {
+  autograd::NoGradGuard no_grad;
+  const int n = dp_->size();
+  for (Bucket& b : buckets_) {
+    const Tensor& first = params_[b.params.front()];
+    Tensor flat = zeros({b.numel}, {.dtype = first.dtype(), .device = first.device()});
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = params_[b.params[k]];
+      if (Tensor g = p.grad(); g.defined())
+        slice(flat, 0, b.offsets[k], b.offsets[k] + p.numel()).copy_(reshape(g, {p.numel()}));
+    }
+    if (n > 1) flat.mul_(1.0 / double(n));
+    Tensor mine = fresh_ ? b.shard : zeros_like(b.shard);
+    dp_->reduce_scatter(mine, flat, ReduceOp::Sum)->wait();
+    if (!fresh_) b.shard.add_(mine);
+  }
+  for (const Tensor& p : params_) {
+    Tensor handle = p;
+    handle.set_grad(Tensor());  // this rank's unreduced gradient: nothing may read it
+  }
+  fresh_ = false;
+  if (ready_) ready_();
+}
+
+int64_t StageShards::gradient_bytes() const {
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += int64_t(b.shard.numel() * b.shard.element_size());
+  for (const Tensor& p : params_)
+    if (p.grad().defined()) bytes += int64_t(p.grad().numel() * p.grad().element_size());
+  return bytes;
+}
+
+int64_t StageShards::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& p : params_) bytes += int64_t(p.numel() * p.element_size());
+  return bytes;
+}
+
+}  // namespace loom::distributed

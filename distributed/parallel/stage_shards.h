@@ -1,0 +1,54 @@
+// StageShards: ZeRO-1 and ZeRO-2 over the data-parallel copies of one pipeline stage. The stage's
+// gradients, complete once the schedule has run every micro-batch, are mean-reduce-scattered over
+// dp into bucket shards, the ShardedBuckets a ZeroOptimizer steps (Note [ZeRO stages] in
+// distributed/zero/zero_optimizer.h). Leaves out: the schedule (distributed/pipeline), the
+// optimizer (distributed/zero), reducing during backward (DDP's Reducer does; a pipeline's step
+// is many backwards whose tied head is summed over the stages only after the last).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "distributed/buckets/sharded_buckets.h"
+
+namespace loom::distributed {
+
+// Note [ZeRO over a pipeline stage]
+// DDP's ZeRO reduces each bucket during backward. A pipeline step is M backwards per stage, after
+// which the tied head's two gradients are summed over the stages; only then is the stage's gradient
+// whole. So the reduction waits for the schedule: each bucket (the stage's parameters laid out as
+// DDP lays them out, padded to N equal shards over the N dp ranks) is copied from the .grad into a
+// flat buffer, scaled by 1/N and SUM-reduce-scattered, the .grad released, and the ZeroOptimizer
+// steps its shard and all-gathers the parameters. Within the step the full-size gradient exists
+// (the micro-batches add into it), so under a pipeline ZeRO-1 and ZeRO-2 hold the same memory: the
+// gradient shards and the optimizer state's 1/N between steps, the whole gradient during a step.
+class StageShards : public ShardedBuckets {
+ public:
+  // `params`: the stage's parameters the optimizer steps (every dp rank lists the same ones, in
+  // the same order); `stage`: 1 or 2 (which the ZeroOptimizer names).
+  StageShards(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> dp, int stage);
+
+  // After the schedule: every bucket's mean gradient over dp into this rank's shard (added to it
+  // until zero_shards()), the parameters' .grad released. A collective over dp.
+  void reduce();
+
+  int zero_stage() const override { return stage_; }
+  ProcessGroup& shard_group() const override { return *dp_; }
+  const std::vector<Tensor>& params() const override { return params_; }
+  const std::vector<Bucket>& buckets() const override { return buckets_; }
+  void set_shards_ready_hook(std::function<void()> f) override { ready_ = std::move(f); }
+  void zero_shards() override { fresh_ = true; }
+  int64_t gradient_bytes() const override;   // the shards, and any .grad alive now
+  int64_t parameter_bytes() const override;  // the stage's parameters (whole on every dp rank)
+
+ private:
+  std::vector<Tensor> params_;
+  std::shared_ptr<ProcessGroup> dp_;
+  int stage_;
+  std::vector<Bucket> buckets_;  // flat buffers released: only the shards live between steps
+  std::function<void()> ready_;
+  bool fresh_ = true;
+};
+
+}  // namespace loom::distributed
