@@ -4,8 +4,12 @@
 # where the CUDA tests would only skip themselves; LOOM_CUDA=ON or LOOM_CUDA_ARCHITECTURES
 # compiles the CUDA sources anyway (CI does, .ci/run). The last line counts passed, failed and
 # skipped tests apart (ctest's own summary counts skipped as passed; see scripts/test_summary.py);
-# the exit status is non-zero when a test failed.
+# the exit status is non-zero when a test failed. OpenMP's threads sleep while they wait
+# (OMP_WAIT_POLICY=passive, unless set): with ctest running two tests at once on two cores, its
+# default spin-wait made the small program tests 10 to 30 times slower (docs/ci.md); the threads
+# and their synchronisation are the same.
 set -euo pipefail
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$(dirname "$0")"
 root=$(pwd)
 scripts/install-deps.sh
