@@ -94,7 +94,9 @@ TEST(Fp8, EveryFiniteCodeRoundTrips) {
   for (Fp8Format f : {E4M3, E5M2})
     for (int c = 0; c < 256; ++c) {
       const float v = fp8_decode(uint8_t(c), f);
-      if (std::isfinite(v)) EXPECT_EQ(fp8_encode(v, f), c) << fp8_name(f) << " code " << c;
+      if (std::isfinite(v)) {
+        EXPECT_EQ(fp8_encode(v, f), c) << fp8_name(f) << " code " << c;
+      }
     }
 }
 
