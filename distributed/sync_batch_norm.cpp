@@ -3,29 +3,13 @@
 // themselves (nn/batch_norm_sync.cpp).
 #include "distributed/sync_batch_norm.h"
 
-#include "autograd/function.h"
+#include "distributed/collective_grad.h"
 #include "nn/fused.h"
 
 namespace loom::distributed {
 
-namespace {
-
-// A copy of t (clone is always contiguous) summed in place over the group; waits for it (Gloo: on
-// the host; NCCL: the compute stream waits).
-Tensor summed_copy(const Tensor& t, ProcessGroup& group) {
-  Tensor out = t.detach().clone();
-  group.all_reduce(out, ReduceOp::Sum)->wait();
-  return out;
-}
-
-}  // namespace
-
 Tensor all_reduce_sum(const Tensor& t, ProcessGroup& group) {
-  Tensor out = summed_copy(t, group);
-  if (!autograd::any_requires_grad({t})) return out;
-  ProcessGroup* g = &group;  // the caller keeps the group alive until backward has run
-  return record("all_reduce_sum", out, {t},
-                [g](const Tensor& grad) -> Grads { return {summed_copy(grad, *g)}; });
+  return with_group_backward("all_reduce_sum", t, summed_copy(t, group), group, summed_copy);
 }
 
 ProcessGroupSum::ProcessGroupSum(std::shared_ptr<ProcessGroup> group) : group_(std::move(group)) {

@@ -1,5 +1,5 @@
-// GPT-2 (nn/gpt.h): its sizes, its init, and the model as the plain composition of embeddings,
-// the transformer stack (nn/transformer.h), the final norm and the tied head.
+// GPT-2 (nn/gpt.h): its sizes, its init, its embeddings and the parts it composes: the transformer
+// stack (nn/transformer.h), the final norm and the tied head (the forwards: nn/decoder_lm.cpp).
 // Leaves out: generation (nn/gpt_sample.cpp) and the training loop (examples/train_gpt.cpp).
 #include "nn/gpt.h"
 
@@ -52,7 +52,7 @@ TransformerConfig GPTConfig::block_config() const {
 
 // ---------------------------------------------------------------- GPT
 
-GPT::GPT(GPTConfig cfg) : CausalLM("GPT"), config(cfg) {
+GPT::GPT(GPTConfig cfg) : DecoderLM("GPT"), config(cfg) {
   config.check();
   const TransformerConfig block = cfg.block_config();
   wte = register_module("wte", make<Embedding>(cfg.vocab_size, cfg.n_embd));
@@ -79,54 +79,15 @@ void GPT::init_weights() {
 }
 
 Tensor GPT::embed(const Tensor& idx, int64_t start) {
-  LOOM_CHECK(idx.dim() == 2 && idx.dtype() == kI64, "GPT: input ", describe(idx),
-             " should be (B, T) int64 token ids");
-  int64_t T = idx.size(1);
-  LOOM_CHECK(start + T <= config.block_size, "GPT: ", start + T,
-             " positions exceed the context of ", config.block_size, " (block_size)");
-  Tensor pos =
-      arange(double(start), double(start + T), 1.0, {.dtype = kI64, .device = idx.device()});
+  check_positions(idx, start, "block_size");
+  Tensor pos = arange(double(start), double(start + idx.size(1)), 1.0,
+                      {.dtype = kI64, .device = idx.device()});
   return drop->forward(wte->forward(idx) + wpe->forward(pos));  // (B, T, C) + (T, C)
 }
 
-Tensor GPT::embed(const Tensor& idx, const Tensor& positions, int64_t last) {
-  LOOM_CHECK(idx.dim() == 2 && idx.dtype() == kI64, "GPT: input ", describe(idx),
-             " should be (B, T) int64 token ids");
-  LOOM_CHECK(last < config.block_size, "GPT: ", last + 1, " positions exceed the context of ",
-             config.block_size, " (block_size)");
-  return drop->forward(wte->forward(idx) + wpe->forward(positions));  // (B, T, C) + (T, C)
-}
-
-Tensor GPT::forward(const Tensor& idx) {
-  return lm_head(hidden(idx));  // (B, T, V)
-}
-
-Tensor GPT::hidden(const Tensor& idx) {
-  return h->forward(embed(idx, 0), *ln_f);  // ln_f(h.{L-1}(... h.0(x))): (B, T, C)
-}
-
-Tensor GPT::forward(const Tensor& idx, KVCache& cache) {
-  Tensor x = h->forward(embed(idx, cache.length), *ln_f, cache);
-  cache.length += idx.size(1);
-  return lm_head(x);
-}
-
-// Note [Static KV cache] in nn/transformer.h.
-Tensor GPT::forward(const Tensor& idx, StaticKVCache& cache) {
-  LOOM_CHECK(idx.dim() == 2, "GPT: input ", describe(idx), " should be (B, T) int64 token ids");
-  const int64_t T = idx.size(1);
-  cache.begin(idx.size(0), T, idx.device());
-  Tensor x = h->forward(embed(idx, cache.positions, cache.length + T - 1), *ln_f, cache);
-  cache.advance(T);
-  return lm_head(x);
-}
-
-// The head and the loss as one op (Note [The classifier in one node] in autograd/ops/linalg.cpp):
-// the logits never leave it.
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
-  LOOM_CHECK(targets.shape() == idx.shape(), "GPT::loss: targets ", describe(targets),
-             " should have the input's shape ", idx.shape());
-  return linear_cross_entropy(hidden(idx), lm_head->weight, targets, Reduction::Mean, 0.0, -1);
+Tensor GPT::embed_static(const Tensor& idx, const StaticKVCache& cache) {
+  check_positions(idx, cache.length, "block_size");
+  return drop->forward(wte->forward(idx) + wpe->forward(cache.positions));  // (B, T, C) + (T, C)
 }
 
 int64_t GPT::num_parameters(bool include_position_table) const {
@@ -136,10 +97,8 @@ int64_t GPT::num_parameters(bool include_position_table) const {
 }
 
 double GPT::flops_per_token(int64_t T) const {
-  double N = double(num_parameters(false));
-  double L = double(config.n_layer), H = double(config.n_head);
-  double D = double(config.n_embd / config.n_head);
-  return 6.0 * N + 12.0 * L * H * D * double(T);
+  return decoder_flops_per_token(num_parameters(false), config.n_layer, config.n_head,
+                                 config.n_embd / config.n_head, T);
 }
 
 }  // namespace loom::nn

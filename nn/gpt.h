@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/causal_lm.h"
+#include "nn/decoder_lm.h"
 #include "nn/layers.h"
 #include "nn/transformer.h"
 
@@ -42,24 +42,14 @@ struct GPTConfig {
 // parameters() and state_dict() list it once, under wte.weight; its gradient is the sum of the two
 // uses (autograd accumulates both into the one .grad); an optimizer updates it once, and DDP
 // reduces it once. Saving, loading and to() see one tensor.
-class GPT : public CausalLM {
+class GPT : public DecoderLM {
  public:
   explicit GPT(GPTConfig cfg);
-  // idx: (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size).
-  Tensor forward(const Tensor& idx) override;
-  // The same from position cache.length on, appending to the cache (nn/gpt_sample.h).
-  Tensor forward(const Tensor& idx, KVCache& cache) override;
-  // The same with a static cache: wpe's rows at the cache's device positions.
-  Tensor forward(const Tensor& idx, StaticKVCache& cache) override;
+  // DecoderLM's forwards (T <= block_size), loss and hidden; a static cache's forward takes wpe's
+  // rows at the cache's device positions.
   int64_t vocab_size() const override { return config.vocab_size; }
   int64_t max_context() const override { return config.block_size; }
   Device device() const override { return wte->weight.device(); }
-  // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored),
-  // the head and the loss as one op (linear_cross_entropy).
-  bool has_loss() const override { return true; }
-  Tensor loss(const Tensor& idx, const Tensor& targets) override;
-  // forward(idx) without the head: ln_f's output (B, T, C).
-  Tensor hidden(const Tensor& idx);
 
   // GPT-2's init: every Linear and Embedding weight ~ N(0, 0.02), biases 0, LayerNorms 1 and 0,
   // and the residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
@@ -86,10 +76,15 @@ class GPT : public CausalLM {
 
   // The token and position embeddings: (B, T) ids -> (B, T, C), positions from start (what a
   // pipeline's first stage runs before its blocks, distributed/pipeline/pipeline_stage.h).
-  Tensor embed(const Tensor& idx, int64_t start);
-  // The same at `positions` (T) int64 on idx's device (a static cache's), the last of them
-  // `last` (checked on the host against block_size).
-  Tensor embed(const Tensor& idx, const Tensor& positions, int64_t last);
+  Tensor embed(const Tensor& idx, int64_t start) override;
+
+ protected:
+  // The same at the cache's positions (T) int64 on idx's device, the last of them checked on the
+  // host against block_size.
+  Tensor embed_static(const Tensor& idx, const StaticKVCache& cache) override;
+  TransformerStack& stack() override { return *h; }
+  Module& final_norm() override { return *ln_f; }
+  Linear& head() override { return *lm_head; }
 };
 
 }  // namespace loom::nn

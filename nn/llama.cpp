@@ -1,6 +1,6 @@
 // Llama (nn/llama.h): its presets and checks, its parameter shapes counted without allocating,
-// and the model as the plain composition of the embedding, the transformer stack
-// (nn/transformer.h), the final RMSNorm and the head.
+// and the parts it composes: the embedding, the transformer stack (nn/transformer.h), the final
+// RMSNorm and the head (the forwards: nn/decoder_lm.cpp).
 // Leaves out: Hugging Face folders (nn/hf_llama.cpp) and generation (nn/gpt_sample.cpp).
 #include "nn/llama.h"
 
@@ -103,7 +103,7 @@ int64_t LlamaConfig::num_parameters() const {
 
 // ---------------------------------------------------------------- Llama
 
-Llama::Llama(LlamaConfig cfg) : CausalLM("Llama"), config(std::move(cfg)) {
+Llama::Llama(LlamaConfig cfg) : DecoderLM("Llama"), config(std::move(cfg)) {
   config.check();
   const TransformerConfig block = config.block_config();
   embed_tokens = register_module("embed_tokens", make<Embedding>(config.vocab_size, config.dim));
@@ -124,37 +124,13 @@ void Llama::init_weights() {
 }
 
 Tensor Llama::embed(const Tensor& idx, int64_t start) {
-  LOOM_CHECK(idx.dim() == 2 && idx.dtype() == kI64, "Llama: input ", describe(idx),
-             " should be (B, T) int64 token ids");
-  LOOM_CHECK(start + idx.size(1) <= config.max_seq_len, "Llama: ", start + idx.size(1),
-             " positions exceed the context of ", config.max_seq_len, " (max_seq_len)");
+  check_positions(idx, start, "max_seq_len");
   return embed_tokens->forward(idx);  // (B, T, C); positions are rotary, inside attention
 }
 
-Tensor Llama::hidden(const Tensor& idx) { return layers->forward(embed(idx, 0), *norm); }
-
-Tensor Llama::forward(const Tensor& idx) { return lm_head(hidden(idx)); }  // (B, T, V)
-
-Tensor Llama::forward(const Tensor& idx, KVCache& cache) {
-  Tensor x = layers->forward(embed(idx, cache.length), *norm, cache);
-  cache.length += idx.size(1);
-  return lm_head(x);
-}
-
-// Note [Static KV cache] in nn/transformer.h.
-Tensor Llama::forward(const Tensor& idx, StaticKVCache& cache) {
-  LOOM_CHECK(idx.dim() == 2, "Llama: input ", describe(idx), " should be (B, T) int64 token ids");
-  const int64_t T = idx.size(1);
-  cache.begin(idx.size(0), T, idx.device());
-  Tensor x = layers->forward(embed(idx, cache.length), *norm, cache);
-  cache.advance(T);
-  return lm_head(x);
-}
-
-Tensor Llama::loss(const Tensor& idx, const Tensor& targets) {
-  LOOM_CHECK(targets.shape() == idx.shape(), "Llama::loss: targets ", describe(targets),
-             " should have the input's shape ", idx.shape());
-  return linear_cross_entropy(hidden(idx), lm_head->weight, targets, Reduction::Mean, 0.0, -1);
+// The rotary angles at the cache's device positions are the attention's (Note [Static KV cache]).
+Tensor Llama::embed_static(const Tensor& idx, const StaticKVCache& cache) {
+  return embed(idx, cache.length);
 }
 
 int64_t Llama::num_parameters() const {
@@ -165,10 +141,8 @@ int64_t Llama::num_parameters() const {
 
 double Llama::flops_per_token(int64_t T) const {
   const bool untied = !config.tie_embeddings;
-  double N = double(num_parameters() - (untied ? embed_tokens->weight.numel() : 0));
-  double L = double(config.n_layers), H = double(config.n_heads);
-  double D = double(config.dim / config.n_heads);
-  return 6.0 * N + 12.0 * L * H * D * double(T);
+  return decoder_flops_per_token(num_parameters() - (untied ? embed_tokens->weight.numel() : 0),
+                                 config.n_layers, config.n_heads, config.dim / config.n_heads, T);
 }
 
 }  // namespace loom::nn

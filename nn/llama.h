@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "nn/causal_lm.h"
+#include "nn/decoder_lm.h"
 #include "nn/layers.h"
 #include "nn/transformer.h"
 
@@ -53,22 +53,11 @@ struct LlamaConfig {
   int64_t num_parameters() const;  // the sum of parameter_shapes()
 };
 
-class Llama : public CausalLM {
+class Llama : public DecoderLM {
  public:
   explicit Llama(LlamaConfig cfg);
-  // idx: (B, T) int64 token ids, T <= max_seq_len -> logits (B, T, vocab_size).
-  Tensor forward(const Tensor& idx) override;
-  // The same from position cache.length on (the rotary offset), appending to the cache.
-  Tensor forward(const Tensor& idx, KVCache& cache) override;
-  // The same with a static cache: rotary angles at the cache's device positions.
-  Tensor forward(const Tensor& idx, StaticKVCache& cache) override;
-  // Mean cross-entropy of forward(idx) against targets (B, T) int64 (entries -1 are ignored),
-  // the head and the loss as one op (linear_cross_entropy).
-  bool has_loss() const override { return true; }
-  Tensor loss(const Tensor& idx, const Tensor& targets) override;
-  // forward(idx) without the head: the final norm's output (B, T, C).
-  Tensor hidden(const Tensor& idx);
-
+  // DecoderLM's forwards (T <= max_seq_len; the rotary offset from a cache's length), loss and
+  // hidden.
   int64_t vocab_size() const override { return config.vocab_size; }
   int64_t max_context() const override { return config.max_seq_len; }
   Device device() const override { return embed_tokens->weight.device(); }
@@ -91,7 +80,13 @@ class Llama : public CausalLM {
 
   // The token embedding: (B, T) ids -> (B, T, C), checking positions [start, start + T) fit the
   // context (what a pipeline's first stage runs before its blocks).
-  Tensor embed(const Tensor& idx, int64_t start);
+  Tensor embed(const Tensor& idx, int64_t start) override;
+
+ protected:
+  Tensor embed_static(const Tensor& idx, const StaticKVCache& cache) override;
+  TransformerStack& stack() override { return *layers; }
+  Module& final_norm() override { return *norm; }
+  Linear& head() override { return *lm_head; }
 };
 
 }  // namespace loom::nn

@@ -247,46 +247,35 @@ TransformerBlock::TransformerBlock(std::string type_name, std::shared_ptr<Module
 }
 
 // Note [Post-norm] for the second pair of lines.
-Tensor TransformerBlock::forward(const Tensor& x_in) {
+template <typename Attend>
+Tensor TransformerBlock::around(const Tensor& x_in, const Attend& attend) {
   if (!norm_first) {
-    Tensor x = ln_1(x_in + attn(x_in));  // (B, T, C)
+    Tensor x = ln_1(x_in + attend(x_in));  // (B, T, C)
     return ln_2(x + mlp(x));
   }
-  Tensor x = x_in + attn(ln_1(x_in));  // (B, T, C)
+  Tensor x = x_in + attend(ln_1(x_in));  // (B, T, C)
   return x + mlp(ln_2(x));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x_in) {
+  return around(x_in, [&](const Tensor& h) { return attn(h); });
 }
 
 // attn with key lengths, through its forward hooks as attn(x) would be (Note [Forward hooks] in
 // nn/module.h).
 Tensor TransformerBlock::forward(const Tensor& x_in, const Tensor& key_lengths) {
   if (!key_lengths.defined()) return forward(x_in);
-  auto attend = [&](const Tensor& h) {
+  return around(x_in, [&](const Tensor& h) {
     return attn->call_hooked([&] { return std::vector<Tensor>{attn->forward(h, key_lengths)}; })[0];
-  };
-  if (!norm_first) {
-    Tensor x = ln_1(x_in + attend(x_in));
-    return ln_2(x + mlp(x));
-  }
-  Tensor x = x_in + attend(ln_1(x_in));
-  return x + mlp(ln_2(x));
+  });
 }
 
 Tensor TransformerBlock::forward(const Tensor& x_in, KVCache& cache, size_t layer) {
-  if (!norm_first) {
-    Tensor x = ln_1(x_in + attn->forward(x_in, cache, layer));
-    return ln_2(x + mlp(x));
-  }
-  Tensor x = x_in + attn->forward(ln_1(x_in), cache, layer);
-  return x + mlp(ln_2(x));
+  return around(x_in, [&](const Tensor& h) { return attn->forward(h, cache, layer); });
 }
 
 Tensor TransformerBlock::forward(const Tensor& x_in, StaticKVCache& cache, size_t layer) {
-  if (!norm_first) {
-    Tensor x = ln_1(x_in + attn->forward(x_in, cache, layer));
-    return ln_2(x + mlp(x));
-  }
-  Tensor x = x_in + attn->forward(ln_1(x_in), cache, layer);
-  return x + mlp(ln_2(x));
+  return around(x_in, [&](const Tensor& h) { return attn->forward(h, cache, layer); });
 }
 
 // ---------------------------------------------------------------- stack

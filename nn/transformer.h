@@ -234,6 +234,11 @@ class TransformerBlock : public Module {
   TransformerBlock(std::string type_name, std::shared_ptr<Module> ln_1,
                    std::shared_ptr<SelfAttention> attn, std::shared_ptr<Module> ln_2,
                    std::shared_ptr<Module> mlp);
+
+ private:
+  // The block around attend(h) (one of attn's forwards): pre-norm or post-norm, the MLP after.
+  template <typename Attend>
+  Tensor around(const Tensor& x_in, const Attend& attend);
 };
 
 // n blocks, children "0", "1", ... (a Sequential of TransformerBlocks), and the model's final

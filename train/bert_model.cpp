@@ -2,6 +2,7 @@
 #include "train/bert_model.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "autograd/ops/ops.h"
@@ -21,37 +22,6 @@ BertRows bert_rows(const Tensor& rows, bool trim) {
     ids = ids.slice(1, 0, longest), types = types.slice(1, 0, longest);
   }
   return {ids.contiguous(), types.contiguous(), lengths};
-}
-
-MaskedLMOnRows::MaskedLMOnRows(std::shared_ptr<nn::BertForMaskedLM> m, bool trim_rows)
-    : nn::Module("MaskedLMOnRows"), model(m), trim(trim_rows) {
-  register_module("mlm", m);
-}
-
-Tensor MaskedLMOnRows::forward(const Tensor& rows) {
-  BertRows r = bert_rows(rows, trim);
-  return model->forward(r.ids, r.token_types, r.lengths);
-}
-
-Tensor MaskedLMOnRows::loss(const Tensor& rows, const Tensor& labels) {
-  BertRows r = bert_rows(rows, trim);
-  return model->loss(r.ids, r.token_types, r.lengths, labels.slice(1, 0, r.ids.size(1)));
-}
-
-ClassifierOnRows::ClassifierOnRows(std::shared_ptr<nn::BertForSequenceClassification> m,
-                                   bool trim_rows)
-    : nn::Module("ClassifierOnRows"), model(m), trim(trim_rows) {
-  register_module("classifier", m);
-}
-
-Tensor ClassifierOnRows::forward(const Tensor& rows) {
-  BertRows r = bert_rows(rows, trim);
-  return model->forward(r.ids, r.token_types, r.lengths);
-}
-
-Tensor ClassifierOnRows::loss(const Tensor& rows, const Tensor& labels) {
-  BertRows r = bert_rows(rows, trim);
-  return model->loss(r.ids, r.token_types, r.lengths, labels);
 }
 
 namespace {
@@ -101,8 +71,45 @@ double flops_per_token(const nn::BertConfig& c, int64_t seq_len, bool mlm) {
   return f;
 }
 
-std::string title_of(const nn::BertConfig& c, const std::string& what, int64_t params) {
-  return str("BERT ", c.n_layers, "x", c.hidden, ", ", what, " (", params, " parameters)");
+// A BertForMaskedLM or BertForSequenceClassification over rows (Note [BERT rows]): forward ->
+// its logits, (B, T', V) or (B, num_labels); loss(rows, labels) its mean cross-entropy, a masked
+// LM's labels (B, T) (-100 where nothing is masked, data::kIgnoreIndex) cut to the T' kept, a
+// classifier's (B) as they are. Registered as "mlm" or "classifier".
+template <typename Model>
+class OnRows final : public nn::Module {
+ public:
+  static constexpr bool kMlm = std::is_same_v<Model, nn::BertForMaskedLM>;
+
+  OnRows(std::shared_ptr<Model> m, bool trim_rows)
+      : nn::Module(kMlm ? "MaskedLMOnRows" : "ClassifierOnRows"), model(m), trim(trim_rows) {
+    register_module(kMlm ? "mlm" : "classifier", m);
+  }
+  Tensor forward(const Tensor& rows) override {
+    BertRows r = bert_rows(rows, trim);
+    return model->forward(r.ids, r.token_types, r.lengths);
+  }
+  bool has_loss() const override { return true; }
+  Tensor loss(const Tensor& rows, const Tensor& labels) override {
+    BertRows r = bert_rows(rows, trim);
+    return model->loss(r.ids, r.token_types, r.lengths,
+                       kMlm ? labels.slice(1, 0, r.ids.size(1)) : labels);
+  }
+
+  std::shared_ptr<Model> model;
+  bool trim;
+};
+
+// m over rows, with its title ("BERT 4x128, masked LM (1234567 parameters)"), FLOPs and writer.
+template <typename Model>
+BertTask task_of(std::shared_ptr<Model> m, const BertSpec& s, const std::string& what) {
+  const nn::BertConfig& c = m->bert->config;
+  int64_t params = 0;
+  for (const Tensor& p : m->parameters()) params += p.numel();
+  return {
+      .net = std::make_shared<OnRows<Model>>(m, s.trim),
+      .title = str("BERT ", c.n_layers, "x", c.hidden, ", ", what, " (", params, " parameters)"),
+      .flops_per_token = flops_per_token(c, s.seq_len, OnRows<Model>::kMlm),
+      .save_hf = [m](const std::string& dir) { nn::save_hf_bert(*m, dir); }};
 }
 
 BertTask masked_lm(const BertSpec& s) {
@@ -113,13 +120,7 @@ BertTask masked_lm(const BertSpec& s) {
     m = from_folder(s, [&] { return nn::load_hf_bert_for_masked_lm(s.init_from); });
     check_folder_fits(m->bert->config, s);
   }
-  const nn::BertConfig& c = m->bert->config;
-  int64_t params = 0;
-  for (const Tensor& p : m->parameters()) params += p.numel();
-  return {.net = std::make_shared<MaskedLMOnRows>(m, s.trim),
-          .title = title_of(c, "masked LM", params),
-          .flops_per_token = flops_per_token(c, s.seq_len, true),
-          .save_hf = [m](const std::string& dir) { nn::save_hf_bert(*m, dir); }};
+  return task_of(m, s, "masked LM");
 }
 
 // From a folder: its encoder (any head left out: an MLM folder has no pooler or classifier), a
@@ -136,13 +137,7 @@ BertTask classifier(const BertSpec& s) {
     m = std::make_shared<nn::BertForSequenceClassification>(c, s.num_labels);
     m->bert->load_state_dict(encoder->state_dict(), /*strict=*/false);
   }
-  const nn::BertConfig& c = m->bert->config;
-  int64_t params = 0;
-  for (const Tensor& p : m->parameters()) params += p.numel();
-  return {.net = std::make_shared<ClassifierOnRows>(m, s.trim),
-          .title = title_of(c, s.task + " classifier", params),
-          .flops_per_token = flops_per_token(c, s.seq_len, false),
-          .save_hf = [m](const std::string& dir) { nn::save_hf_bert(*m, dir); }};
+  return task_of(m, s, s.task + " classifier");
 }
 
 }  // namespace

@@ -33,30 +33,6 @@ struct BertRows {
 };
 BertRows bert_rows(const Tensor& rows, bool trim);
 
-// BertForMaskedLM over rows: forward -> logits (B, T', V); loss(rows, labels (B, T)) the mean
-// cross-entropy over the positions whose label is not -100 (data::kIgnoreIndex).
-class MaskedLMOnRows final : public nn::Module {
- public:
-  MaskedLMOnRows(std::shared_ptr<nn::BertForMaskedLM> model, bool trim);
-  Tensor forward(const Tensor& rows) override;
-  bool has_loss() const override { return true; }
-  Tensor loss(const Tensor& rows, const Tensor& labels) override;
-  std::shared_ptr<nn::BertForMaskedLM> model;
-  bool trim;
-};
-
-// BertForSequenceClassification over rows: forward -> logits (B, num_labels); loss(rows, labels
-// (B)) the mean cross-entropy.
-class ClassifierOnRows final : public nn::Module {
- public:
-  ClassifierOnRows(std::shared_ptr<nn::BertForSequenceClassification> model, bool trim);
-  Tensor forward(const Tensor& rows) override;
-  bool has_loss() const override { return true; }
-  Tensor loss(const Tensor& rows, const Tensor& labels) override;
-  std::shared_ptr<nn::BertForSequenceClassification> model;
-  bool trim;
-};
-
 struct BertSpec {
   std::string task = "mlm";     // mlm, or a classification task (testament)
   std::string preset = "mini";  // tiny, mini, bert-base, bert-large
@@ -69,7 +45,7 @@ struct BertSpec {
 };
 
 struct BertTask {
-  std::shared_ptr<nn::Module> net;  // MaskedLMOnRows or ClassifierOnRows
+  std::shared_ptr<nn::Module> net;  // the model over rows (Note [BERT rows])
   std::string title;                // "BERT 4x128, masked LM (1234567 parameters)"
   double flops_per_token = 0;       // training FLOPs per token at seq_len
   std::function<void(const std::string&)> save_hf;

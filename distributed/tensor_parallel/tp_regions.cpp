@@ -4,20 +4,13 @@
 // out: overlapping the collectives with compute.
 #include "distributed/tensor_parallel/tp_regions.h"
 
-#include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
+#include "distributed/collective_grad.h"
 
 namespace loom::distributed {
 
 namespace {
-
-// A contiguous copy of t summed over the group (waits for it).
-Tensor summed(const Tensor& t, ProcessGroup& group) {
-  Tensor out = t.detach().clone();
-  group.all_reduce(out, ReduceOp::Sum)->wait();
-  return out;
-}
 
 void check_sequence(const char* op, const Tensor& x, ProcessGroup& tp) {
   LOOM_CHECK(x.dim() >= 2, op, ": ", describe(x),
@@ -64,52 +57,39 @@ Tensor my_positions(const Tensor& x, ProcessGroup& group, const char* op) {
 }  // namespace
 
 Tensor copy_to_tensor_parallel(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = x.detach();  // the same values: an alias with its own autograd node
-  if (!autograd::any_requires_grad({x})) return out;
-  ProcessGroup* g = &tp;  // the caller keeps the group alive until backward has run
-  return record("copy_to_tensor_parallel", out, {x},
-                [g](const Tensor& grad) -> Grads { return {summed(grad, *g)}; });
+  // The same values: an alias with its own autograd node.
+  return with_group_backward("copy_to_tensor_parallel", x, x.detach(), tp, summed_copy);
 }
 
 Tensor reduce_from_tensor_parallel(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = summed(x, tp);
-  if (!autograd::any_requires_grad({x})) return out;
-  return record("reduce_from_tensor_parallel", out, {x},
-                [](const Tensor& grad) -> Grads { return {grad}; });
+  return with_group_backward("reduce_from_tensor_parallel", x, summed_copy(x, tp), tp,
+                             [](const Tensor& grad, ProcessGroup&) { return grad; });
 }
 
 Tensor all_gather_sequence(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = gathered_along_t(x, tp);
-  if (!autograd::any_requires_grad({x})) return out;
-  ProcessGroup* g = &tp;  // the caller keeps the group alive until backward has run
-  return record("all_gather_sequence", out, {x}, [g](const Tensor& grad) -> Grads {
-    return {reduce_scattered_along_t(grad, *g, "all_gather_sequence backward")};
-  });
+  return with_group_backward("all_gather_sequence", x, gathered_along_t(x, tp), tp,
+                             [](const Tensor& grad, ProcessGroup& g) {
+                               return reduce_scattered_along_t(grad, g,
+                                                               "all_gather_sequence backward");
+                             });
 }
 
 Tensor reduce_scatter_sequence(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = reduce_scattered_along_t(x, tp, "reduce_scatter_sequence");
-  if (!autograd::any_requires_grad({x})) return out;
-  ProcessGroup* g = &tp;
-  return record("reduce_scatter_sequence", out, {x},
-                [g](const Tensor& grad) -> Grads { return {gathered_along_t(grad, *g)}; });
+  return with_group_backward("reduce_scatter_sequence", x,
+                             reduce_scattered_along_t(x, tp, "reduce_scatter_sequence"), tp,
+                             gathered_along_t);
 }
 
 Tensor split_sequence(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = my_positions(x, tp, "split_sequence");
-  if (!autograd::any_requires_grad({x})) return out;
-  ProcessGroup* g = &tp;
-  return record("split_sequence", out, {x},
-                [g](const Tensor& grad) -> Grads { return {gathered_along_t(grad, *g)}; });
+  return with_group_backward("split_sequence", x, my_positions(x, tp, "split_sequence"), tp,
+                             gathered_along_t);
 }
 
 Tensor gather_sequence(const Tensor& x, ProcessGroup& tp) {
-  Tensor out = gathered_along_t(x, tp);
-  if (!autograd::any_requires_grad({x})) return out;
-  ProcessGroup* g = &tp;
-  return record("gather_sequence", out, {x}, [g](const Tensor& grad) -> Grads {
-    return {my_positions(grad, *g, "gather_sequence backward")};
-  });
+  return with_group_backward("gather_sequence", x, gathered_along_t(x, tp), tp,
+                             [](const Tensor& grad, ProcessGroup& g) {
+                               return my_positions(grad, g, "gather_sequence backward");
+                             });
 }
 
 }  // namespace loom::distributed

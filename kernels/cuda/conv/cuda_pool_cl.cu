@@ -7,6 +7,8 @@
 // general kernels take those), and NCHW tensors.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
@@ -125,51 +127,50 @@ __global__ void max_pool2d_backward_cl_vec_kernel(const T* __restrict__ gy,
   reinterpret_cast<VT*>(gx)[i * Cv + cv] = out;
 }
 
-// Whether every tensor is channels-last, 16-byte aligned, with C a multiple of the vector.
-template <typename T>
-bool vectors_apply(int64_t C, std::initializer_list<const Tensor*> ts) {
-  constexpr int V = int(16 / sizeof(T));
-  if (use_naive_kernels() || C % V != 0) return false;
-  for (const Tensor* t : ts)
-    if (!raw::is_channels_last(*t) || !aligned_to(t->data_ptr(), 16)) return false;
-  return true;
+// Calls launch(T{}, V, l, stream) for t's dtype T, V = 16 bytes / sizeof(T), when every tensor of
+// ts is channels-last and 16-byte aligned, C is a multiple of V and the grid l over `pixels`
+// pixels of C / V vectors fits; whether it did (else the general kernels take the op).
+template <typename Launch>
+bool launch_vectors(const char* op, const Tensor& t, int64_t C, int64_t pixels,
+                    std::initializer_list<const Tensor*> ts, const Launch& launch) {
+  if (use_naive_kernels()) return false;
+  for (const Tensor* u : ts)
+    if (!raw::is_channels_last(*u) || !aligned_to(u->data_ptr(), 16)) return false;
+  bool ran = false;
+  LOOM_DISPATCH_FLOATING(t.dtype(), op, [&] {
+    using T = scalar_t;
+    constexpr int V = int(16 / sizeof(T));
+    VecLaunch l;
+    if (C % V != 0 || !vec_launch(pixels, C / V, l)) return;
+    launch(T{}, std::integral_constant<int, V>{}, l, current_stream(t.device().index));
+    ran = true;
+  });
+  return ran;
 }
 
 }  // namespace
 
 bool max_pool2d_cl_vectors(const Tensor& x, const Tensor& y, const Tensor& idx, const PoolGeom& g) {
-  bool ran = false;
-  LOOM_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
-    using T = scalar_t;
-    constexpr int V = int(16 / sizeof(T));
-    const int64_t C = x.size(1), pixels = x.size(0) * g.P * g.Q;
-    VecLaunch l;
-    if (!vectors_apply<T>(C, {&x, &y, &idx}) || !vec_launch(pixels, C / V, l)) return;
-    const int dev = x.device().index;
-    max_pool2d_cl_vec_kernel<T, V><<<l.grid, l.block, 0, current_stream(dev)>>>(
-        x.data<T>(), y.data<T>(), idx.data<int64_t>(), g, C / V, pixels);
-    LOOM_CUDA_CHECK_LAUNCH("max_pool2d_cl_vec_kernel");
-    ran = true;
-  });
-  return ran;
+  const int64_t C = x.size(1), pixels = x.size(0) * g.P * g.Q;
+  return launch_vectors("max_pool2d", x, C, pixels, {&x, &y, &idx},
+                        [&](auto t, auto V, const VecLaunch& l, cudaStream_t stream) {
+                          using T = decltype(t);
+                          max_pool2d_cl_vec_kernel<T, V><<<l.grid, l.block, 0, stream>>>(
+                              x.data<T>(), y.data<T>(), idx.data<int64_t>(), g, C / V, pixels);
+                          LOOM_CUDA_CHECK_LAUNCH("max_pool2d_cl_vec_kernel");
+                        });
 }
 
 bool max_pool2d_backward_cl_vectors(const Tensor& gy, const Tensor& idx, const Tensor& gx,
                                     const PoolGeom& g) {
-  bool ran = false;
-  LOOM_DISPATCH_FLOATING(gy.dtype(), "max_pool2d_backward", [&] {
-    using T = scalar_t;
-    constexpr int V = int(16 / sizeof(T));
-    const int64_t C = gx.size(1), pixels = gx.size(0) * g.H * g.W;
-    VecLaunch l;
-    if (!vectors_apply<T>(C, {&gy, &idx, &gx}) || !vec_launch(pixels, C / V, l)) return;
-    const int dev = gy.device().index;
-    max_pool2d_backward_cl_vec_kernel<T, V><<<l.grid, l.block, 0, current_stream(dev)>>>(
-        gy.data<T>(), idx.data<int64_t>(), gx.data<T>(), g, C / V, pixels);
-    LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_cl_vec_kernel");
-    ran = true;
-  });
-  return ran;
+  const int64_t C = gx.size(1), pixels = gx.size(0) * g.H * g.W;
+  return launch_vectors("max_pool2d_backward", gy, C, pixels, {&gy, &idx, &gx},
+                        [&](auto t, auto V, const VecLaunch& l, cudaStream_t stream) {
+                          using T = decltype(t);
+                          max_pool2d_backward_cl_vec_kernel<T, V><<<l.grid, l.block, 0, stream>>>(
+                              gy.data<T>(), idx.data<int64_t>(), gx.data<T>(), g, C / V, pixels);
+                          LOOM_CUDA_CHECK_LAUNCH("max_pool2d_backward_cl_vec_kernel");
+                        });
 }
 
 }  // namespace loom::cuda
