@@ -22,24 +22,14 @@
 #include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/raw_ops.h"
+#include "support/cuda_attention.h"
 #include "support/errors.h"
-#include "support/nn_kernels_support.h"
 
 using loom::test::expect_error;
 using namespace loom;
 using namespace loom::testing;
 
 namespace {
-
-// The fused path's availability, asked as the attention op asks it.
-std::string fused_missing() {
-  Tensor probe = empty({1, 1, 8, 64}, {.dtype = kBF16, .device = gpu()});
-  return sdpa_fused_unsupported(probe, probe, probe);
-}
-
-#define SKIP_WITHOUT_FUSED_SDPA()                                    \
-  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
-  if (std::string why = fused_missing(); !why.empty()) GTEST_SKIP() << why
 
 Backend& gpu_be() { return cuda::cuda_backend(); }
 
@@ -51,8 +41,6 @@ struct SdpaAlgorithm {
   ~SdpaAlgorithm() { cuda::set_sdpa_deterministic(before); }
 };
 Backend& cpu_be() { return cpu::cpu_backend(); }
-
-Tensor f32_on_cpu(const Tensor& t) { return raw::contiguous(raw::cast(t.to(kCPU), kF32)); }
 
 // Note [Attention bounds]
 // The CPU twin runs on the same rounded inputs in float32 storage with float64 sums, so what it
@@ -294,7 +282,7 @@ TEST(CudaAttentionShapes, ErrorsNameTheLimit) {
 // In a build without the frontend headers the methods say how to get them.
 TEST(CudaAttentionShapes, WithoutTheFrontendTheErrorSaysHowToInstallIt) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  if (fused_missing().empty()) GTEST_SKIP() << "this loom has the fused path";
+  if (fused_sdpa_missing().empty()) GTEST_SKIP() << "this loom has the fused path";
   Tensor q = empty({1, 2, 8, 64}, {.dtype = kBF16, .device = gpu()});
   expect_error([&] { gpu_be().sdpa_forward(q, q, q, false, 1.0); },
                {"sdpa_forward", "install-deps.sh"});

@@ -16,44 +16,12 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/raw_ops.h"
-#include "support/nn_kernels_support.h"
+#include "support/cuda_attention.h"
 
 using namespace loom;
 using namespace loom::testing;
 
 namespace {
-
-std::string fused_missing() {
-  Tensor probe = empty({1, 1, 8, 64}, {.dtype = kBF16, .device = gpu()});
-  return sdpa_fused_unsupported(probe, probe, probe);
-}
-
-#define SKIP_WITHOUT_FUSED_SDPA()                                    \
-  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
-  if (std::string why = fused_missing(); !why.empty()) GTEST_SKIP() << why
-
-Tensor f32_on_cpu(const Tensor& t) { return raw::contiguous(raw::cast(t.to(kCPU), kF32)); }
-
-// |got - want| <= c u (max|want| + 1) with u the dtype's unit roundoff (2^-8 bfloat16, 2^-11
-// float16): c = 2 forward, 8 backward, as Note [Attention bounds] in
-// tests/kernels/cuda/attention/test_cuda_attention.cpp argues for the multi-head case (a group's
-// dk and dv add H / Hkv such sums, so they get that factor more).
-::testing::AssertionResult within(const Tensor& want, const Tensor& got, DType dt, double c) {
-  const double u = dt == kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  if (want.shape() != got.shape())
-    return ::testing::AssertionFailure()
-           << "shape " << str(got.shape()) << ", want " << str(want.shape());
-  std::vector<double> w = host(raw::cast(want, kF64)), g = host(raw::cast(got.to(kCPU), kF64));
-  double max_ref = 0, worst = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(w[i]));
-    const double e = std::fabs(g[i] - w[i]);
-    if (!(e <= worst)) worst = e;
-  }
-  const double bound = c * u * (max_ref + 1);
-  if (worst <= bound) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "error " << worst << " > bound " << bound;
-}
 
 struct GqaCase {
   DType dt;
@@ -82,11 +50,11 @@ TEST_P(CudaAttentionGqa, MatchesTheCpuTwin) {
   auto [out_ref, stats_ref] = cpu.sdpa_forward(qc, kc, vc, causal, scale);
   SdpaGrads ref = cpu.sdpa_backward(f32_on_cpu(go), qc, kc, vc, out_ref, stats_ref, causal, scale);
   const double group = double(H / Hkv);
-  EXPECT_TRUE(within(out_ref, out, dt, 2)) << "out";
-  EXPECT_TRUE(within(stats_ref, stats, dt, 2)) << "stats";
-  EXPECT_TRUE(within(ref.dq, g.dq, dt, 8)) << "dq";
-  EXPECT_TRUE(within(ref.dk, g.dk, dt, 8 * group)) << "dk";
-  EXPECT_TRUE(within(ref.dv, g.dv, dt, 8 * group)) << "dv";
+  EXPECT_TRUE(within_attention_bound(out_ref, out, dt, 2)) << "out";
+  EXPECT_TRUE(within_attention_bound(stats_ref, stats, dt, 2)) << "stats";
+  EXPECT_TRUE(within_attention_bound(ref.dq, g.dq, dt, 8)) << "dq";
+  EXPECT_TRUE(within_attention_bound(ref.dk, g.dk, dt, 8 * group)) << "dk";
+  EXPECT_TRUE(within_attention_bound(ref.dv, g.dv, dt, 8 * group)) << "dv";
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, CudaAttentionGqa,
@@ -116,7 +84,7 @@ TEST(CudaAttentionGqaOp, FusedOpMatchesTheCpuComposite) {
   auto got = grads(gpu(), kBF16), want = grads(kCPU, kF64);
   const char* names[] = {"out", "dq", "dk", "dv"};
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(within(want[i], got[i], kBF16, i == 0 ? 2 : 32)) << names[i];
+    EXPECT_TRUE(within_attention_bound(want[i], got[i], kBF16, i == 0 ? 2 : 32)) << names[i];
 }
 
 }  // namespace

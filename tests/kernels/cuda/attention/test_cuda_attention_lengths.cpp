@@ -19,43 +19,12 @@
 #include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/raw_ops.h"
-#include "support/nn_kernels_support.h"
+#include "support/cuda_attention.h"
 
 using namespace loom;
 using namespace loom::testing;
 
 namespace {
-
-std::string fused_missing() {
-  Tensor probe = empty({1, 1, 8, 64}, {.dtype = kBF16, .device = gpu()});
-  return sdpa_fused_unsupported(probe, probe, probe);
-}
-
-#define SKIP_WITHOUT_FUSED_SDPA()                                    \
-  if (!loom::cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
-  if (std::string why = fused_missing(); !why.empty()) GTEST_SKIP() << why
-
-Tensor f32_on_cpu(const Tensor& t) { return raw::contiguous(raw::cast(t.to(kCPU), kF32)); }
-
-// |got - want| <= c u (max|want| + 1), u = 2^-8 (bfloat16): Note [Attention bounds] in
-// tests/kernels/cuda/attention/test_cuda_attention.cpp (c = 2 forward, 8 backward, times the
-// group size for dk and dv).
-::testing::AssertionResult within(const Tensor& want, const Tensor& got, double c) {
-  const double u = std::ldexp(1.0, -8);
-  if (want.shape() != got.shape())
-    return ::testing::AssertionFailure()
-           << "shape " << str(got.shape()) << ", want " << str(want.shape());
-  std::vector<double> w = host(raw::cast(want, kF64)), g = host(raw::cast(got.to(kCPU), kF64));
-  double max_ref = 0, worst = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(w[i]));
-    const double e = std::fabs(g[i] - w[i]);
-    if (!(e <= worst)) worst = e;
-  }
-  const double bound = c * u * (max_ref + 1);
-  if (worst <= bound) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "error " << worst << " > bound " << bound;
-}
 
 Tensor lengths_tensor(const std::vector<int64_t>& len, Device d) {
   Tensor t = empty({int64_t(len.size())}, {.dtype = kI64});
@@ -91,11 +60,11 @@ TEST_P(CudaAttentionLengths, MatchesTheCpuTwin) {
   SdpaGrads ref = cpu.sdpa_backward(f32_on_cpu(go), qc, kc, vc, out_ref, stats_ref, c.causal, scale,
                                     {}, len_cpu);
   const double group = double(c.H / c.Hkv);
-  EXPECT_TRUE(within(out_ref, out, 2)) << "out";
-  EXPECT_TRUE(within(stats_ref, stats, 2)) << "stats";
-  EXPECT_TRUE(within(ref.dq, g.dq, 8)) << "dq";
-  EXPECT_TRUE(within(ref.dk, g.dk, 8 * group)) << "dk";
-  EXPECT_TRUE(within(ref.dv, g.dv, 8 * group)) << "dv";
+  EXPECT_TRUE(within_attention_bound(out_ref, out, kBF16, 2)) << "out";
+  EXPECT_TRUE(within_attention_bound(stats_ref, stats, kBF16, 2)) << "stats";
+  EXPECT_TRUE(within_attention_bound(ref.dq, g.dq, kBF16, 8)) << "dq";
+  EXPECT_TRUE(within_attention_bound(ref.dk, g.dk, kBF16, 8 * group)) << "dk";
+  EXPECT_TRUE(within_attention_bound(ref.dv, g.dv, kBF16, 8 * group)) << "dv";
   // Padded keys get no gradient: exact zeros.
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = c.lengths[size_t(b)];
@@ -136,7 +105,7 @@ TEST(CudaAttentionLengthsOp, NewLengthsInPlaceUseTheSameGraph) {
                     .sdpa_forward(f32_on_cpu(q), f32_on_cpu(k), f32_on_cpu(v), false, 0.125,
                                   lengths_tensor({70, 1}, kCPU))
                     .first;
-  EXPECT_TRUE(within(want, out, 2));
+  EXPECT_TRUE(within_attention_bound(want, out, kBF16, 2));
 }
 
 // The op with autograd on the GPU (bfloat16, key lengths: the fused path, one new graph per
@@ -158,7 +127,7 @@ TEST(CudaAttentionLengthsOp, FusedOpMatchesTheCpuComposite) {
   auto want = grads(kCPU, kF64);
   const char* names[] = {"out", "dq", "dk", "dv"};
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(within(want[i], got[i], i == 0 ? 2 : 32)) << names[i];
+    EXPECT_TRUE(within_attention_bound(want[i], got[i], kBF16, i == 0 ? 2 : 32)) << names[i];
 }
 
 }  // namespace
