@@ -292,6 +292,8 @@ std::string sdpa_fused_unsupported(const Tensor& q, const Tensor& k, const Tenso
   else if (q.size(3) < 8 || q.size(3) > 128 || q.size(3) % 8 != 0)
     why << "head size D = " << q.size(3)
         << " (cuDNN's flash attention needs 8 <= D <= 128 and D % 8 == 0)";
+  else if (q.size(2) == 1 && k.size(2) == 1)
+    why << "one query and one key (cuDNN's SDPA graphs refuse Tq = Tk = 1: a one-token prompt)";
 #ifndef LOOM_WITH_CUDNN_SDPA
   else
     why << "this loom was built without cuDNN's frontend headers (" << kSdpaInstallHint << ")";

@@ -197,7 +197,8 @@ Tensor empty_attention_layout(int64_t B, int64_t H, int64_t T, int64_t D, Option
 // Why CUDA's fused attention (Backend::sdpa_forward and sdpa_backward on a GPU, Note [Flash
 // attention through cuDNN] in kernels/cuda/attention/cudnn_sdpa.h) cannot take q, k, v, in words
 // that name the values; empty when it can: CUDA tensors of float16 or bfloat16, D = Dv, 8 <= D <=
-// 128 and D % 8 == 0, in a loom built with cuDNN's frontend headers. The attention op runs its
+// 128 and D % 8 == 0, not both Tq and Tk 1 (cuDNN refuses that graph), in a loom built with
+// cuDNN's frontend headers. The attention op runs its
 // composite where this is not empty (the CPU backend's methods take any floating input: the naive
 // twin).
 std::string sdpa_fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v);

@@ -4,7 +4,8 @@
 // lengths, grouped heads, one query over a static cache's slots); exact zeros in dk and dv at
 // padded keys; new lengths written in place into the same tensor give the new answer from the same
 // cached graph (what a CUDA-graph decode step relies on); and the attention op with autograd on the
-// GPU taking the fused path with lengths, against the CPU composite in float64. Skipped without a
+// GPU taking the fused path with lengths, against the CPU composite in float64; one query and one
+// key (which cuDNN refuses) through the composite. Skipped without a
 // GPU or without cuDNN's frontend headers.
 #ifdef LOOM_WITH_CUDA
 
@@ -30,6 +31,13 @@ Tensor lengths_tensor(const std::vector<int64_t>& len, Device d) {
   Tensor t = empty({int64_t(len.size())}, {.dtype = kI64});
   std::copy(len.begin(), len.end(), t.data<int64_t>());
   return t.to(d);
+}
+
+// v (B, Hkv, T, D) -> (B, Hkv * n, T, D), each head n times in a row (query head h reads head h /
+// n).
+Tensor repeat_interleave_heads(const Tensor& v, int64_t n) {
+  const int64_t B = v.size(0), Hkv = v.size(1), T = v.size(2), D = v.size(3);
+  return reshape(expand(unsqueeze(v, 2), {B, Hkv, n, T, D}), {B, Hkv * n, T, D});
 }
 
 struct LengthsCase {
@@ -128,6 +136,19 @@ TEST(CudaAttentionLengthsOp, FusedOpMatchesTheCpuComposite) {
   const char* names[] = {"out", "dq", "dk", "dv"};
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_TRUE(within_attention_bound(want[i], got[i], kBF16, i == 0 ? 2 : 32)) << names[i];
+}
+
+// cuDNN refuses Tq = Tk = 1 (a one-token prompt's attention): the op asks and runs its composite,
+// whose softmax over one key is 1, so the output is v itself.
+TEST(CudaAttentionLengthsOp, OneQueryAndOneKeyRunTheComposite) {
+  SKIP_WITHOUT_FUSED_SDPA();
+  Tensor q = random_tensor({2, 4, 1, 64}, kBF16, 12, gpu()),
+         k = random_tensor({2, 2, 1, 64}, kBF16, 13, gpu()),
+         v = random_tensor({2, 2, 1, 64}, kBF16, 14, gpu());
+  EXPECT_NE(sdpa_fused_unsupported(q, k, v).find("one query and one key"), std::string::npos);
+  Tensor y = scaled_dot_product_attention(q, k, v, true);
+  Tensor want = repeat_interleave_heads(v, 2);
+  EXPECT_EQ(max(abs(to(y, kF32) - to(want, kF32))).item(), 0.0);
 }
 
 }  // namespace
