@@ -1,14 +1,16 @@
 // BucketReduction: the part of the Reducer (distributed/ddp/reducer.h) that differs between DDP
 // and ZeRO stages 1 and 2: how the buckets are allocated and kept, how a ready gradient gets into
 // its bucket, the collective a complete bucket starts, and what is left once it is done. Two
-// kinds: AllReduceBuckets (distributed/ddp/all_reduce_buckets.h: every rank gets the bucket's
-// whole mean gradient) and ShardedReduceBuckets (distributed/ddp/sharded_reduce_buckets.h: rank r
-// gets its shard of it). Leaves out: everything the kinds share, which the Reducer does once
+// kinds: AllReduceBuckets, DDP's, below (every rank gets the bucket's whole mean gradient; with a
+// communication dtype the all-reduce runs on a rounded copy, bf16 or f16, that is copied back),
+// and ShardedReduceBuckets (distributed/ddp/sharded_reduce_buckets.h: rank r gets its shard of
+// it). Leaves out: everything the kinds share, which the Reducer does once
 // (hooks, readiness, launching in bucket order, the end of backward), and which parameters share
 // a bucket (distributed/buckets/bucket_layout.h).
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -74,6 +76,23 @@ class BucketReduction {
   static void wait(Bucket& b);
 
   ProcessGroup& pg_;
+};
+
+// DDP's kind: each bucket scaled by 1/N and SUM-all-reduced.
+class AllReduceBuckets : public BucketReduction {
+ public:
+  // comm_dtype: when set and not a bucket's own dtype, that bucket is all-reduced in it.
+  AllReduceBuckets(ProcessGroup& pg, std::optional<DType> comm_dtype)
+      : BucketReduction(pg), comm_dtype_(comm_dtype) {}
+
+  std::vector<Bucket> allocate(const std::vector<Tensor>& params,
+                               const std::vector<std::vector<size_t>>& assignment) override;
+  void launch(Bucket& b) override;
+  void finish(Bucket& b) override;
+  void shadow(std::vector<Bucket>& buckets) override;
+
+ private:
+  std::optional<DType> comm_dtype_;
 };
 
 }  // namespace loom::distributed

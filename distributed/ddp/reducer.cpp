@@ -1,5 +1,5 @@
 // DDP's reducer: hooks, bucket launches, the end of backward. See distributed/ddp/reducer.h; what
-// a bucket's reduction does is distributed/ddp/all_reduce_buckets.cpp (DDP) or
+// a bucket's reduction does is distributed/ddp/bucket_reduction.cpp (DDP) or
 // distributed/ddp/sharded_reduce_buckets.cpp (ZeRO).
 #include "distributed/ddp/reducer.h"
 
@@ -12,7 +12,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops/factory.h"
-#include "distributed/ddp/all_reduce_buckets.h"
+#include "distributed/ddp/bucket_reduction.h"
 #include "distributed/ddp/sharded_reduce_buckets.h"
 
 namespace loom::distributed {
