@@ -117,7 +117,8 @@ train::RunPlan run_plan(const train::BertTask& bert, const BertFlags& b,
           .eval_every = b.eval_every,
           .samples_per_step = tokens_per_step,
           .flops_per_step = bert.flops_per_token * double(tokens_per_step),
-          .peak_tflops = b.peak_tflops};
+          .peak_tflops = b.peak_tflops,
+          .accuracy_name = b.model.task == "mlm" ? "masked-token accuracy" : "accuracy"};
 }
 
 // The data of --task: the packed and masked text, or the labelled verses.
@@ -200,7 +201,6 @@ int main(int argc, char** argv) {
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
     train::Run run(cfg, setup, {*parallel, data.train(), scaler, &sched},
                    run_plan(bert, b, cfg, data.train_examples()));
-    run.log().set_accuracy_name(data.mlm ? "masked-token accuracy" : "accuracy");
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it.
     auto forward_backward = [&](const train::MicroBatch& mb) {  // mb.x (b, 3, T), mb.y labels
       amp::Autocast autocast(amp_dtype);
@@ -231,11 +231,7 @@ int main(int argc, char** argv) {
       if (!run.end_interval()) break;
       last = data.mlm ? train::evaluate_masked_lm(*parallel, data.val(), setup)
                       : train::evaluate_classifier(*parallel, data.val(), setup);
-      if (setup.main())
-        std::printf("  %s %.4f\n", data.mlm ? "masked-token accuracy" : "val accuracy",
-                    last.accuracy);
-      run.log().scalar("val/accuracy", last.accuracy, run.step());
-      if (!run.evaluated(last)) break;
+      if (!run.evaluated(last)) break;  // prints the validation line and its accuracy
     }
     report_baseline(data, b, setup, last, cfg.seed);
     if (!b.save_hf.empty())  // ZeRO-3: the model gathered (a collective)

@@ -24,6 +24,7 @@ Run::Run(TrainConfig& cfg, const RunSetup& setup, RunParts parts, RunPlan plan)
   if (plan_.eval_every > 0)  // --max-steps rules: as many epochs as its steps cross
     cfg_.epochs = std::max(cfg_.epochs, (total_ + per_epoch - 1) / per_epoch);
   step_ = ckpt_.resume();  // 0, or where the newest checkpoint stopped
+  if (!plan_.accuracy_name.empty()) log_.set_accuracy_name(plan_.accuracy_name);
   log_.start(plan_.title, plan_.train_examples);
   if (setup.world > 1 && setup.main())  // "DDP over 2 processes", "tensor parallel over 2 ..."
     std::printf("parallel: %s\n", parts_.model.describe().c_str());
@@ -131,8 +132,11 @@ void Run::report_validation(const Evaluation& val) {
         long(step_), p.mean_loss(), val.loss, rate, p.ms_per_step(),
         100.0 * rate * flops_per_sample / (plan_.peak_tflops * 1e12),
         parts_.model.optimizer().lr());
+  if (setup_.main() && !plan_.accuracy_name.empty())
+    std::printf("  val %s %.4f\n", plan_.accuracy_name.c_str(), val.accuracy);
   log_.validated(val);
   log_.scalar("val/loss", val.loss, step_);
+  if (!plan_.accuracy_name.empty()) log_.scalar("val/accuracy", val.accuracy, step_);
   log_.scalar("train/tokens_per_second", rate, step_);
 }
 

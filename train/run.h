@@ -50,6 +50,10 @@ struct RunPlan {
   int64_t samples_per_step = 0;  // tokens (or examples) a step takes, all ranks (0: --batch-size)
   double flops_per_step = 0;     // for the MFU column of an interval's line (0: none)
   double peak_tflops = 0;        // the device's peak, for MFU
+  // Set ("masked-token accuracy"): each validation line is followed by "  val <name> A" and the
+  // scalar val/accuracy, and the final line names it. Empty: no accuracy at each validation, and
+  // the final line's "next-token accuracy".
+  std::string accuracy_name{};
 };
 
 // The steps a run takes in all: --max-steps, else --epochs times the loader's batches.
