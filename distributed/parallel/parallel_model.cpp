@@ -20,8 +20,9 @@ ParallelModel::Memory plain_memory(nn::Module& model, const optim::Optimizer& op
   return m;
 }
 
-Tensor ParallelModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches) {
-  (void)x, (void)y, (void)micro_batches;
+Tensor ParallelModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
+                                       std::optional<DType> autocast) {
+  (void)x, (void)y, (void)micro_batches, (void)autocast;
   LOOM_FAIL("forward_backward: ", describe(),
             " is not pipelined; run forward and backward of train_module()");
 }

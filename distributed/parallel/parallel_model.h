@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "nn/module.h"
@@ -51,9 +52,11 @@ class ParallelModel {
   virtual const optim::Optimizer& plain_optimizer() { return optimizer(); }
   // Pipeline parallel: the step's forwards and backwards run as a schedule over the stages, not
   // as train_module()'s forward and a backward; a program whose model is pipelined() calls
-  // forward_backward for the whole step, whose micro-batches are the schedule's.
+  // forward_backward for the whole step, whose micro-batches are the schedule's, with the
+  // forwards under `autocast` (bf16: --amp bf16) and the backwards without.
   virtual bool pipelined() const { return false; }
-  virtual Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches);
+  virtual Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
+                                  std::optional<DType> autocast = std::nullopt);
   // "one process", "DDP over 2 processes", "tp 2 x dp 2 (DDP)": for the run's opening line.
   virtual std::string describe() const = 0;
 

@@ -52,7 +52,8 @@ class PipelineModel : public ParallelModel {
   bool pipelined() const override { return true; }
   // The step's forwards and backwards over every stage, the batch (B, T) cut into micro_batches;
   // the stage's gradients averaged over dp. Returns the batch's mean loss on every rank.
-  Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches) override;
+  Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
+                          std::optional<DType> autocast) override;
 
   nn::Module& train_module() override { return *model_; }  // not what a pipelined step calls
   // The model with only this stage's parameters (for eval() and train()); its forward is refused.

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "autograd/amp/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
 
@@ -16,8 +17,9 @@ namespace {
 // One stage's step: what each micro-batch keeps between its forward and its backward.
 class StageStep {
  public:
-  StageStep(PipelineStage& st, const Tensor& x, const Tensor& y, ProcessGroup& pp, int M)
-      : st_(st), x_(x), y_(y), pp_(pp), M_(M), kept_(size_t(M)) {
+  StageStep(PipelineStage& st, const Tensor& x, const Tensor& y, ProcessGroup& pp, int M,
+            std::optional<DType> autocast)
+      : st_(st), x_(x), y_(y), pp_(pp), M_(M), autocast_(autocast), kept_(size_t(M)) {
     const Tensor& rows = x.defined() ? x : y;  // the shapes, on a middle stage too
     LOOM_CHECK(rows.defined() && rows.dim() == 2 && rows.size(0) % M == 0, "pipeline: ", M,
                " micro-batches do not divide the batch ",
@@ -34,12 +36,13 @@ class StageStep {
       pp_.recv(k.in, st_.stage() - 1, 2 * m)->wait();
       k.in.requires_grad_(true);
     }
+    amp::Autocast scope(autocast_);
     k.out = st_.forward(k.in);
     if (st_.is_last()) {
       k.out = st_.loss(k.out, slice(y_, 0, m * b_, (m + 1) * b_)) / double(M_);
       loss_ = loss_.defined() ? loss_ + k.out.detach() : k.out.detach();
-    } else {
-      send(k.out.detach(), st_.stage() + 1, 2 * m);
+    } else {  // in the activations' dtype (the residual stream's: float32 under autocast too)
+      send(to(k.out.detach(), activation_dtype()), st_.stage() + 1, 2 * m);
     }
   }
 
@@ -50,7 +53,7 @@ class StageStep {
     } else {
       Tensor grad = activation();
       pp_.recv(grad, st_.stage() + 1, 2 * m + 1)->wait();
-      k.out.backward(grad);
+      k.out.backward(to(grad, k.out.dtype()));
     }
     if (!st_.is_first()) send(k.in.grad(), st_.stage() - 1, 2 * m + 1);
     k = Kept{};  // this micro-batch's activations go
@@ -75,6 +78,7 @@ class StageStep {
     Tensor in, out;
   };
 
+  DType activation_dtype() const { return st_.head_weight().dtype(); }
   Tensor activation() const {
     const Tensor& w = st_.head_weight();
     return empty({b_, T_, st_.hidden_size()}, {.dtype = w.dtype(), .device = w.device()});
@@ -100,6 +104,7 @@ class StageStep {
   const Tensor& y_;
   ProcessGroup& pp_;
   int M_;
+  std::optional<DType> autocast_;
   int64_t b_ = 0, T_ = 0;
   std::vector<Kept> kept_;
   std::vector<Tensor> sent_;
@@ -116,7 +121,7 @@ Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Te
              pp.size(), " (the pipeline group's ranks are the stages)");
   LOOM_CHECK(o.micro_batches >= 1, "pipeline: micro_batches ", o.micro_batches);
   const int M = o.micro_batches, S = stage.stages(), s = stage.stage();
-  StageStep step(stage, x, y, pp, M);
+  StageStep step(stage, x, y, pp, M, o.autocast);
   if (o.schedule == PipelineSchedule::GPipe) {
     for (int m = 0; m < M; ++m) step.forward(m);
     for (int m = 0; m < M; ++m) step.backward(m);

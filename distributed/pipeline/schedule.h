@@ -7,6 +7,9 @@
 // the training step's sends with compute.
 #pragma once
 
+#include <optional>
+
+#include "core/dtype.h"
 #include "distributed/pipeline/pipeline_stage.h"
 #include "distributed/process_group/process_group.h"
 
@@ -17,6 +20,10 @@ enum class PipelineSchedule { GPipe, OneFOneB };
 struct PipelineOptions {
   int micro_batches = 1;  // M: the batch's rows split evenly (an error when M does not divide them)
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  // Mixed precision: each stage's forward (and the last stage's loss) runs under this autocast
+  // dtype (bf16); the backwards run with autocast off, as the engine's always do. The activations
+  // and their gradients travel between stages in the head weight's dtype (the float32 master's).
+  std::optional<DType> autocast{};
 };
 
 // Note [Pipeline schedules]
