@@ -84,8 +84,12 @@ Tensor CudaBackend::fp8_mm(const Fp8Operand& a, const Fp8Operand& b, const Tenso
   args.b = k_major(a.bits, false);
   args.d = out.data_ptr();
   args.ldd = N;
-  args.epilogue = bias.defined() ? LtEpilogue::Bias : LtEpilogue::None;
-  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  // cuBLASLt's FP8 kernels take a bias in bfloat16 (or float16) only; its default bias type is
+  // D's, and with a float32 D the epilogue wrote garbage (seen on an H200). A float32 output gets
+  // its float32 bias added after the product instead: exact, one pass over (M, N).
+  const bool bias_in_epilogue = bias.defined() && out_dtype != DType::F32;
+  args.epilogue = bias_in_epilogue ? LtEpilogue::Bias : LtEpilogue::None;
+  args.bias = bias_in_epilogue ? bias.data_ptr() : nullptr;
   args.fp8 = LtFp8{.a = b.format,
                    .b = a.format,
                    .a_scale = b.inv_scale.data<float>(),
@@ -93,6 +97,7 @@ Tensor CudaBackend::fp8_mm(const Fp8Operand& a, const Fp8Operand& b, const Tenso
                    .fast_accum = fast_accum};
   DeviceGuard guard(dev);
   lt_matmul(args);
+  if (bias.defined() && !bias_in_epilogue) binary_(BinaryOp::Add, out, bias);  // (N) over rows
   return out;
 }
 
