@@ -108,17 +108,20 @@ std::shared_ptr<const data::WordPieceTokenizer> load_wordpiece(const std::string
   return wp;
 }
 
-// How the run is reported: the model's name, tokens per step, MFU's FLOPs and peak.
+// How the run is reported: the model's name, its data in tokens (mlm) or verses (testament), MFU's
+// FLOPs and peak.
 train::RunPlan run_plan(const train::BertTask& bert, const BertFlags& b,
                         const train::TrainConfig& cfg, int64_t train_examples) {
   const int64_t tokens_per_step = cfg.batch_size * b.data.seq_len;
+  const bool mlm = b.model.task == "mlm";
   return {.title = bert.title,
           .train_examples = train_examples,
+          .unit = mlm ? "tokens" : "examples",
           .eval_every = b.eval_every,
-          .samples_per_step = tokens_per_step,
+          .samples_per_step = mlm ? tokens_per_step : cfg.batch_size,
           .flops_per_step = bert.flops_per_token * double(tokens_per_step),
           .peak_tflops = b.peak_tflops,
-          .accuracy_name = b.model.task == "mlm" ? "masked-token accuracy" : "accuracy"};
+          .accuracy_name = mlm ? "masked-token accuracy" : "accuracy"};
 }
 
 // The data of --task: the packed and masked text, or the labelled verses.

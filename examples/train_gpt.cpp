@@ -150,6 +150,7 @@ train::RunPlan run_plan(const train::LanguageModel& lm, const GptFlags& g,
   const int64_t tokens_per_step = cfg.batch_size * g.data.seq_len;
   return {.title = lm.title,
           .train_examples = train_tokens,
+          .unit = "tokens",
           .eval_every = g.eval_every,
           .samples_per_step = tokens_per_step,
           .flops_per_step = lm.flops_per_token(g.data.seq_len) * double(tokens_per_step),

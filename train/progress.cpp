@@ -63,7 +63,8 @@ std::string EpochProgress::status_line() const {
   double t = seconds();
   double eta = (done_ > 0 && total_ > done_) ? t / double(done_) * double(total_ - done_) : 0.0;
   std::string head = format("epoch %lld/%lld", (long long)epoch_, (long long)epochs_);
-  std::string tail = format("  loss %.4f  %.0f samples/s  ", mean_loss(), samples_per_second());
+  std::string tail =
+      format("  loss %.4f  %.0f %s  ", mean_loss(), samples_per_second(), opt_.rate_unit);
   tail += done_ >= total_ ? "time " + format_duration(t) : "ETA " + format_duration(eta);
   if (bar_) {
     int w = opt_.bar_width;

@@ -25,6 +25,7 @@ struct ProgressOptions {
   double line_every = 0.1;      // Lines: a line each time this fraction of the epoch is done
   double redraw_secs = 0.1;     // Bar: redraw at most this often (and at the last step)
   int bar_width = 30;
+  const char* rate_unit = "samples/s";  // "tok/s" where a step's samples are tokens
 };
 
 // "0:07", "3:05", "1:02:03" (hours only when needed).

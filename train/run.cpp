@@ -25,7 +25,7 @@ Run::Run(TrainConfig& cfg, const RunSetup& setup, RunParts parts, RunPlan plan)
     cfg_.epochs = std::max(cfg_.epochs, (total_ + per_epoch - 1) / per_epoch);
   step_ = ckpt_.resume();  // 0, or where the newest checkpoint stopped
   if (!plan_.accuracy_name.empty()) log_.set_accuracy_name(plan_.accuracy_name);
-  log_.start(plan_.title, plan_.train_examples);
+  log_.start(plan_.title, plan_.train_examples, plan_.unit);
   if (setup.world > 1 && setup.main())  // "DDP over 2 processes", "tensor parallel over 2 ..."
     std::printf("parallel: %s\n", parts_.model.describe().c_str());
   if (cfg.detect_anomaly) anomaly_.emplace(true);
@@ -41,21 +41,25 @@ Accumulation Run::accumulation() const {
   return {.k = cfg_.grad_accum, .model = &parts_.model, .profiler = profiler_.get()};
 }
 
+ProgressOptions Run::progress_options() const {
+  ProgressOptions o = setup_.progress_options();
+  if (std::string(plan_.unit) == "tokens") o.rate_unit = "tok/s";
+  return o;
+}
+
 bool Run::next_interval() {
   if (window_.stop_signal()) return false;
   if (plan_.eval_every == 0) {  // an epoch; the loader moves on when its batches end
     epoch_ = parts_.loader.epoch();
     if (epoch_ >= cfg_.epochs) return false;
-    progress_.emplace(epoch_ + 1, cfg_.epochs, parts_.loader.batches_left(),
-                      setup_.progress_options());
+    progress_.emplace(epoch_ + 1, cfg_.epochs, parts_.loader.batches_left(), progress_options());
     return true;
   }
   if (step_ >= total_) return false;
   in_interval_ = 0;
   interval_steps_ = std::min(plan_.eval_every, total_ - step_);
   const int64_t n = plan_.eval_every;
-  progress_.emplace(step_ / n + 1, (total_ + n - 1) / n, interval_steps_,
-                    setup_.progress_options());
+  progress_.emplace(step_ / n + 1, (total_ + n - 1) / n, interval_steps_, progress_options());
   return true;
 }
 
@@ -125,19 +129,20 @@ void Run::report_validation(const Evaluation& val) {
   const EpochProgress& p = *progress_;
   const double rate = p.samples_per_second();
   const double flops_per_sample = plan_.flops_per_step / double(plan_.samples_per_step);
+  const bool tokens = std::string(plan_.unit) == "tokens";
   if (setup_.main())
     std::printf(
-        "step %ld | train loss %.4f | val loss %.4f | %.0f tok/s | %.2f ms/step | "
+        "step %ld | train loss %.4f | val loss %.4f | %.0f %s | %.2f ms/step | "
         "MFU %.1f%% | lr %.3g\n",
-        long(step_), p.mean_loss(), val.loss, rate, p.ms_per_step(),
-        100.0 * rate * flops_per_sample / (plan_.peak_tflops * 1e12),
+        long(step_), p.mean_loss(), val.loss, rate, tokens ? "tok/s" : "examples/s",
+        p.ms_per_step(), 100.0 * rate * flops_per_sample / (plan_.peak_tflops * 1e12),
         parts_.model.optimizer().lr());
   if (setup_.main() && !plan_.accuracy_name.empty())
     std::printf("  val %s %.4f\n", plan_.accuracy_name.c_str(), val.accuracy);
   log_.validated(val);
   log_.scalar("val/loss", val.loss, step_);
   if (!plan_.accuracy_name.empty()) log_.scalar("val/accuracy", val.accuracy, step_);
-  log_.scalar("train/tokens_per_second", rate, step_);
+  log_.scalar(tokens ? "train/tokens_per_second" : "train/samples_per_second", rate, step_);
 }
 
 int Run::finish() { return log_.finish(step_, profiler_.get()); }

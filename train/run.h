@@ -43,7 +43,10 @@ struct RunParts {
 // How the run is cut and reported.
 struct RunPlan {
   std::string title;           // "GPT 4x128 (818944 parameters)", for the opening line
-  int64_t train_examples = 0;  // the training set's size (examples, or tokens)
+  int64_t train_examples = 0;  // the training set's size, in `unit`
+  // What train_examples and samples_per_step count: "examples", or "tokens" (a language model:
+  // the opening line says tokens and the progress lines tok/s).
+  const char* unit = "examples";
   // 0: an interval is an epoch (a classifier: evaluate at each epoch's end); N: an interval is N
   // steps over --max-steps (or the epochs' batches) in all (a language model's validation).
   int64_t eval_every = 0;
@@ -91,6 +94,7 @@ class Run {
  private:
   bool interval_done() const;
   void report_validation(const Evaluation& eval);
+  ProgressOptions progress_options() const;  // the setup's, with the plan's rate unit
 
   TrainConfig& cfg_;
   const RunSetup& setup_;

@@ -26,16 +26,16 @@ RunLog::RunLog(const TrainConfig& cfg, const RunSetup& run) : cfg_(cfg), run_(ru
   if (run.main() && !cfg.log_dir.empty()) tb_ = std::make_unique<SummaryWriter>(cfg.log_dir);
 }
 
-void RunLog::start(const std::string& model_name, int64_t train_examples) {
+void RunLog::start(const std::string& model_name, int64_t train_examples, const char* unit) {
   if (!run_.main()) return;
   const int world = run_.world;
   std::printf(
-      "training %s on %s%s: %ld examples, batch %ld%s%s, %s lr %g%s\n", model_name.c_str(),
+      "training %s on %s%s: %ld %s, batch %ld%s%s, %s lr %g%s\n", model_name.c_str(),
       run_.device.str().c_str(),
       world > 1
           ? (" x " + std::to_string(world) + " processes (" + run_.pg->backend() + ")").c_str()
           : "",
-      long(train_examples), long(cfg_.batch_size),
+      long(train_examples), unit, long(cfg_.batch_size),
       world > 1 ? (" (" + std::to_string(run_.local_batch) +
                    (cfg_.tp * cfg_.pp == 1 ? " per process)" : " per data-parallel replica)"))
                       .c_str()

@@ -52,7 +52,7 @@ class RunLog {
 
   // "training Sequential on cpu: 60000 examples, batch 128, adam lr 0.001" (with the processes,
   // the per-process batch and the AMP mode when they apply).
-  void start(const std::string& model_name, int64_t train_examples);
+  void start(const std::string& model_name, int64_t train_examples, const char* unit = "examples");
   // One TensorBoard point (rank 0). Note [Log write failures]: a write that fails (a full disk)
   // is reported once and logging stops, while training goes on.
   void scalar(const std::string& tag, double value, int64_t step);

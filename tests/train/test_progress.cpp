@@ -53,6 +53,22 @@ TEST(Progress, PlainLinesEveryTenthOfTheEpoch) {
   EXPECT_EQ(out.str().find('\r'), std::string::npos);
 }
 
+TEST(Progress, TheRateInTheUnitItIsGiven) {
+  double now = 0;
+  std::ostringstream out;
+  {
+    EpochProgress p(1, 1, 1,
+                    {.style = ProgressStyle::Lines,
+                     .out = &out,
+                     .clock = [&] { return now; },
+                     .rate_unit = "tok/s"});
+    now += 2;
+    p.step(1.0, 4096);  // a language model's step: 4096 tokens
+  }
+  EXPECT_EQ(lines(out.str()).at(0),
+            "epoch 1/1  step 1/1 (100%)  loss 1.0000  2048 tok/s  time 0:02");
+}
+
 TEST(Progress, PlainLinesWhenStepsDoNotDivideEvenly) {
   double now = 0;
   std::ostringstream out;
