@@ -142,6 +142,11 @@ class Tensor {
   Tensor& mul_(const Tensor& o);
   Tensor& mul_(double s);
   Tensor& div_(double s);
+  // this[..., index[k], ...] = src[..., k, ...] along dim (index: 1-d int64 on this device; src:
+  // this shape with dim replaced by the index length, this dtype). With the index on the GPU no
+  // value is read back, so a CUDA graph can replay it with a new index (the static KV cache's
+  // slot).
+  Tensor& index_copy_(int64_t dim, const Tensor& index, const Tensor& src);
 
  private:
   void check_dtype_for_data(DType want) const;

@@ -66,12 +66,10 @@ void StaticKVCache::begin(int64_t B, int64_t T, Device device) {
              ", the input on ", device, " (one cache per model and device)");
   if (T > 1) {
     positions = position + arange(0, double(T), 1, {.dtype = kI64, .device = device});  // (T)
-    slot = key_lengths = Tensor();  // a prompt writes slots [0, T) and attends causally
+    key_lengths = Tensor();  // a prompt writes slots [0, T) and attends causally
     return;
   }
-  positions = position;  // (1)
-  Tensor slots = arange(0, double(max_len), 1, {.dtype = kI64, .device = device});
-  slot = eq(slots, position).view({1, 1, max_len, 1});
+  positions = position;                                   // (1)
   key_lengths = contiguous(expand(position + 1.0, {B}));  // (B): keys [0, position]
 }
 
@@ -192,8 +190,8 @@ Tensor SelfAttention::forward(const Tensor& x, StaticKVCache& cache, size_t laye
     slice(v, 2, 0, T).copy_(qkv[2]);
     return attend(qkv[0], qkv[1], qkv[2], /*is_causal=*/true);
   }
-  k.copy_(where(cache.slot, qkv[1], k));  // (B, H_kv, max_len, D): slot `position` replaced
-  v.copy_(where(cache.slot, qkv[2], v));
+  k.index_copy_(2, cache.position, qkv[1]);  // (B, H_kv, max_len, D) <- (B, H_kv, 1, D) at slot
+  v.index_copy_(2, cache.position, qkv[2]);  // `position`, read on the device
   return attend(qkv[0], k, v, /*is_causal=*/false, cache.key_lengths);
 }
 

@@ -34,13 +34,13 @@ struct KVCache {
 // host that length + T <= max_len and computes from `position`, on the device:
 //   positions (T) = position + [0, T): GPT's wpe rows, Llama's rotary angles (loom::rope with a
 //     positions tensor), never a host int, so each step's kernels take the same arguments;
-//   slot (1, 1, max_len, 1) bool = (arange(max_len) == position): where a one-token step writes;
 //   key_lengths (B) = position + 1: the keys a one-token step attends to.
 // Then each layer's attention (SelfAttention::forward with the cache):
 // - a prompt (length 0, any T): causal attention over the prompt's own keys, as KVCache's; they
 //   are copied into slots [0, T) (an eager step: the slice is a host int, never captured);
-// - one token (length >= 1): k = copy of where(slot, k_new, k) into the buffer (the buffer keeps
-//   its address), v the same, and attention over all max_len slots with key_lengths (Note [Key
+// - one token (length >= 1): k_new written into slot `position` of the buffer by index_copy_
+//   (the index read on the device: one slot's bytes, the buffer keeps its address), v the same,
+//   and attention over all max_len slots with key_lengths (Note [Key
 //   lengths] in autograd/ops/attention.cpp): slots >= position + 1 get weight exactly 0. Their
 //   contents (zeros, or a previous sequence's keys) are finite, so they add exact zeros.
 // Last the forward calls advance(T): position += T on the device, length += T on the host.
@@ -48,17 +48,16 @@ struct KVCache {
 // step nn::GraphDecoder captures (nn/graph_decode.h). In float64 on the CPU the logits are
 // KVCache's (held to 1e-12; measured bit for bit: the masked keys add exact zeros):
 // tests/nn/test_transformer_static_cache.cpp.
-// Costs left: the slot write reads and writes the whole buffer (loom has no in-place indexed
-// write, index_copy_, yet; it would write one slot), and attention reads every max_len slot (in
-// bf16 or f16 on CUDA cuDNN's fused attention with the lengths as its padding mask, grouped heads
-// read in place; elsewhere the composite). A step's cache traffic is O(max_len), not O(length).
+// Cost left: attention reads every max_len slot (in bf16 or f16 on CUDA cuDNN's fused attention
+// with the lengths as its padding mask, grouped heads read in place; elsewhere the composite). The
+// slot write was a where() over the whole buffer until index_copy_ (2026-12-05).
 // Inference only: the forward refuses to run with gradients enabled.
 struct StaticKVCache {
   explicit StaticKVCache(int64_t max_len = 0) : max_len(max_len) {}
 
   // Before a forward of (B, T) tokens on `device`: the checks (length + T <= max_len, an error
   // naming the three numbers; one token unless length is 0; no gradients), then positions, and
-  // for one token slot and key_lengths.
+  // for one token key_lengths.
   void begin(int64_t B, int64_t T, Device device);
   // After it: position += T (on the device: a captured step advances it at each replay) and
   // length += T.
@@ -72,7 +71,6 @@ struct StaticKVCache {
   int64_t length = 0;        // positions written: position's value, as the host counts it
   // Set by begin for the forward that follows (Note [Static KV cache]).
   Tensor positions;    // (T) int64
-  Tensor slot;         // (1, 1, max_len, 1) bool, one-token forwards only
   Tensor key_lengths;  // (B) int64, one-token forwards only
 };
 

@@ -68,4 +68,17 @@ Tensor& Tensor::mul_(double s) {
 
 Tensor& Tensor::div_(double s) { return mul_(1.0 / s); }
 
+Tensor& Tensor::index_copy_(int64_t dim, const Tensor& index, const Tensor& src) {
+  check_inplace("index_copy_", *this);
+  detail::check_defined("index_copy_", src, "source");
+  detail::check_defined("index_copy_", index, "index");
+  LOOM_CHECK(src.dtype() == dtype() && src.device() == device() && index.device() == device(),
+             "index_copy_: ", describe(*this), ", its index ", describe(index), " and source ",
+             describe(src), " must share the device (and the source its dtype)");
+  LOOM_CHECK(is_contiguous(), "index_copy_: ", describe(*this), " must be contiguous");
+  backend_for(device()).index_copy_(*this, dim, index, src);
+  bump_version();
+  return *this;
+}
+
 }  // namespace loom

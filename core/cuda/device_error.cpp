@@ -20,6 +20,8 @@ const char* op_label(int op) {
       return "index_select: index";
     case DeviceOp::IndexAdd:
       return "index_add: index";
+    case DeviceOp::IndexCopy:
+      return "index_copy_: index";
     case DeviceOp::NllLoss:
       return "nll_loss: target";
     case DeviceOp::NllLossBackward:

@@ -20,6 +20,7 @@ enum class DeviceOp : int {
   None = 0,
   IndexSelect,
   IndexAdd,
+  IndexCopy,
   NllLoss,
   NllLossBackward,
   CrossEntropy,  // the nll_loss kernels, called by cross_entropy: the error names the user's op

@@ -1,6 +1,6 @@
-// CPU indexing kernels: index_select and its adjoint index_add (repeated indices accumulate),
-// embedding's deterministic backward, and dropout, whose mask is drawn from Philox exactly as the
-// CUDA kernel draws it.
+// CPU indexing kernels: index_select, index_copy_, index_select's adjoint index_add (repeated
+// indices accumulate), embedding's deterministic backward, and dropout, whose mask is drawn from
+// Philox exactly as the CUDA kernel draws it.
 // Leaves out: gather/scatter with an index tensor per element, and negative (wrapped) indices.
 #include <algorithm>
 #include <cstring>
@@ -57,6 +57,27 @@ Tensor CpuBackend::index_select(const Tensor& x, int64_t dim, const Tensor& inde
                  }
                });
   return out;
+}
+
+// dst: (..., n, ...) contiguous, index: (K), src: (..., K, ...): each (outer, k) run of `inner`
+// elements of src copied to run index[k] of dst.
+void CpuBackend::index_copy_(const Tensor& dst, int64_t dim, const Tensor& index,
+                             const Tensor& src) {
+  dim = wrap_dim("index_copy_", dim, dst.dim());
+  std::vector<int64_t> idx = read_index("index_copy_", index, dim, dst.size(dim));
+  Shape want = dst.shape();
+  want[size_t(dim)] = int64_t(idx.size());
+  LOOM_CHECK(src.shape() == want, "index_copy_: source ", describe(src), " does not match ", want,
+             " (", describe(dst), " with dim ", dim, " replaced by the index length)");
+  Tensor sc = raw::contiguous(src);
+  DimSplit s = split_at(dst.shape(), dim);
+  const int64_t K = int64_t(idx.size());
+  const size_t run = size_t(s.inner) * dst.element_size();
+  const char* from = static_cast<const char*>(sc.data_ptr());
+  char* to = static_cast<char*>(dst.data_ptr());
+  for (int64_t o = 0; o < s.outer; ++o)  // in k order, so a repeated index keeps its last row
+    for (int64_t k = 0; k < K; ++k)
+      std::memcpy(to + size_t(o * s.n + idx[size_t(k)]) * run, from + size_t(o * K + k) * run, run);
 }
 
 // Note [index_add without races]

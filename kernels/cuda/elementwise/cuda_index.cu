@@ -1,7 +1,7 @@
-// CUDA indexing kernels: index_select, its adjoint index_add (atomic adds, so repeated indices
-// accumulate), embedding's deterministic backward (a radix sort of the ids, then one ordered sum
-// per row), and dropout, whose mask comes from the same Philox draws as the CPU's (see
-// Note [Dropout mask] in kernels/cpu/cpu_index.cpp): the same seed gives the same mask.
+// CUDA indexing kernels: index_select, index_copy_, index_select's adjoint index_add (atomic adds,
+// so repeated indices accumulate), embedding's deterministic backward (a radix sort of the ids,
+// then one ordered sum per row), and dropout, whose mask comes from the same Philox draws as the
+// CPU's (see Note [Dropout mask] in kernels/cpu/cpu_index.cpp): the same seed gives the same mask.
 // index_select moves elements as opaque words of their size (one kernel per size, not per dtype).
 // Leaves out: a deterministic index_add for any dim (embedding_backward is the one for rows).
 #include <cuda_bf16.h>
@@ -52,6 +52,17 @@ __global__ void __launch_bounds__(kBlockSize)
                         int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
   for_each_indexed(index, is, outer, n, K, inner, DeviceOp::IndexSelect, err,
                    [&](int64_t e, int64_t at) { out[e] = at < 0 ? W(0) : x[at]; });
+}
+
+// dst: (outer, n, inner) at the K indices <- src: (outer, K, inner).
+template <typename W>
+__global__ void __launch_bounds__(kBlockSize)
+    index_copy_kernel(const W* src, W* dst, const int64_t* index, int64_t is, int64_t outer,
+                      int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
+  for_each_indexed(index, is, outer, n, K, inner, DeviceOp::IndexCopy, err,
+                   [&](int64_t e, int64_t at) {
+                     if (at >= 0) dst[at] = src[e];
+                   });
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -162,6 +173,22 @@ void check_index(const char* op, const Tensor& index, Device d) {
   LOOM_CHECK(index.device() == d, op, ": index ", describe(index), " is not on ", d);
 }
 
+// Calls launch with a word type of `size` bytes (1, 2, 4 or 8): the index kernels move elements
+// as opaque words, one kernel per size rather than per dtype.
+template <typename F>
+void by_word_size(size_t size, F launch) {
+  switch (size) {
+    case 1:
+      return launch(uint8_t{});
+    case 2:
+      return launch(uint16_t{});
+    case 4:
+      return launch(uint32_t{});
+    default:
+      return launch(uint64_t{});
+  }
+}
+
 }  // namespace
 
 // x: (..., n, ...) with n at `dim`, index: (K) int64 -> (..., K, ...)
@@ -183,22 +210,35 @@ Tensor CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& ind
         static_cast<const W*>(xc.data_ptr()), static_cast<W*>(out.data_ptr()),
         index.data<int64_t>(), index.stride(0), s.outer, s.n, K, s.inner, device_error_slot(dev));
   };
-  switch (x.element_size()) {
-    case 1:
-      launch(uint8_t{});
-      break;
-    case 2:
-      launch(uint16_t{});
-      break;
-    case 4:
-      launch(uint32_t{});
-      break;
-    default:
-      launch(uint64_t{});
-      break;
-  }
+  by_word_size(x.element_size(), launch);
   LOOM_CUDA_CHECK_LAUNCH("index_select_kernel");
   return out;
+}
+
+// dst: (..., n, ...) contiguous, index: (K) int64 on the device, src: (..., K, ...). The index is
+// read by the kernel only (Note [Errors found on the device]): capturable with a changing index.
+void CudaBackend::index_copy_(const Tensor& dst, int64_t dim, const Tensor& index,
+                              const Tensor& src) {
+  dim = wrap_dim("index_copy_", dim, dst.dim());
+  check_index("index_copy_", index, dst.device());
+  Shape want = dst.shape();
+  want[size_t(dim)] = index.size(0);
+  LOOM_CHECK(src.shape() == want, "index_copy_: source ", describe(src), " does not match ", want,
+             " (", describe(dst), " with dim ", dim, " replaced by the index length)");
+  if (src.numel() == 0) return;
+  Tensor sc = raw::contiguous(src);
+  DimSplit s = split_at(dst.shape(), dim);
+  const int dev = dst.device().index;
+  DeviceGuard g(dev);
+  auto launch = [&](auto word) {
+    using W = decltype(word);
+    index_copy_kernel<W><<<grid_for(sc.numel(), dev), kBlockSize, 0, current_stream(dev)>>>(
+        static_cast<const W*>(sc.data_ptr()), static_cast<W*>(dst.data_ptr()),
+        index.data<int64_t>(), index.stride(0), s.outer, s.n, index.size(0), s.inner,
+        device_error_slot(dev));
+  };
+  by_word_size(dst.element_size(), launch);
+  LOOM_CUDA_CHECK_LAUNCH("index_copy_kernel");
 }
 
 // src: (..., K, ...), index: (K) int64 -> zeros(shape) with out[..., index[k], ...] += src[..., k,
