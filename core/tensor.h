@@ -221,6 +221,12 @@ inline void* Tensor::data_ptr() const {
   return static_cast<char*>(s.ptr()) + impl_->offset() * int64_t(element_size());
 }
 
+// t.data<T>(), or nullptr where t is undefined (an optional operand: a norm's weight, a residual).
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 // ---- core constructors ----
 // An uninitialised contiguous tensor.
 Tensor empty(const Shape& shape, Options opt = {});

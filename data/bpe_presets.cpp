@@ -2,6 +2,8 @@
 // 0.14) and Llama 3's (the tokenizer module of meta-llama/llama3), character for character.
 #include "data/bpe_presets.h"
 
+#include <array>
+
 #include "core/error.h"
 
 namespace loom::data {
@@ -18,6 +20,18 @@ constexpr std::string_view kO200k =
     R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Each preset's name (first) and the other names parse_bpe_preset takes for it.
+struct PresetNames {
+  BpePreset preset;
+  std::array<std::string_view, 3> names;
+};
+constexpr PresetNames kPresetNames[] = {
+    {BpePreset::kR50k, {"r50k_base", "r50k", "gpt2"}},
+    {BpePreset::kCl100k, {"cl100k_base", "cl100k"}},
+    {BpePreset::kO200k, {"o200k_base", "o200k"}},
+    {BpePreset::kLlama3, {"llama3"}},
+};
 
 // Llama 3's special tokens (the tokenizer module of meta-llama/llama3): ten named, the rest
 // reserved, 256 in all, numbered from the end of the ranks.
@@ -41,25 +55,16 @@ std::vector<std::pair<std::string, int32_t>> llama3_specials(int32_t base) {
 }  // namespace
 
 BpePreset parse_bpe_preset(std::string_view name) {
-  if (name == "r50k_base" || name == "r50k" || name == "gpt2") return BpePreset::kR50k;
-  if (name == "cl100k_base" || name == "cl100k") return BpePreset::kCl100k;
-  if (name == "o200k_base" || name == "o200k") return BpePreset::kO200k;
-  if (name == "llama3") return BpePreset::kLlama3;
+  for (const PresetNames& p : kPresetNames)
+    for (std::string_view n : p.names)
+      if (!n.empty() && n == name) return p.preset;
   LOOM_FAIL("BPE preset \"", name,
             "\" is not one of r50k_base (gpt2), cl100k_base, o200k_base, llama3");
 }
 
 std::string_view bpe_preset_name(BpePreset preset) {
-  switch (preset) {
-    case BpePreset::kR50k:
-      return "r50k_base";
-    case BpePreset::kCl100k:
-      return "cl100k_base";
-    case BpePreset::kO200k:
-      return "o200k_base";
-    case BpePreset::kLlama3:
-      return "llama3";
-  }
+  for (const PresetNames& p : kPresetNames)
+    if (p.preset == preset) return p.names[0];
   return "?";
 }
 

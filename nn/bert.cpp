@@ -41,16 +41,15 @@ void BertConfig::check() const {
              "BertConfig: classifier_dropout ", classifier_dropout, " is not in [0, 1)");
 }
 
+// Where BERT's block differs from GPT-2's (TransformerConfig's default, LayerNorm and GELU MLP
+// with biases): post-norm, not causal, exact-erf GELU of width intermediate.
 TransformerConfig BertConfig::block_config() const {
   return TransformerConfig{.n_embd = hidden,
                            .n_head = n_heads,
                            .causal = false,
                            .norm_first = false,
-                           .bias = true,
                            .dropout = dropout,
-                           .norm = NormKind::LayerNorm,
                            .norm_eps = norm_eps,
-                           .mlp = MLPKind::GELU,
                            .gelu_approximate = "none",
                            .mlp_hidden = intermediate};
 }

@@ -38,16 +38,10 @@ void GPTConfig::check() const {
   LOOM_CHECK(dropout >= 0.0 && dropout < 1.0, "GPTConfig: dropout ", dropout, " is not in [0, 1)");
 }
 
+// GPT-2's block is TransformerConfig's default: causal, pre-norm, LayerNorm (eps 1e-5), the
+// tanh-GELU MLP of width 4 C.
 TransformerConfig GPTConfig::block_config() const {
-  return TransformerConfig{.n_embd = n_embd,
-                           .n_head = n_head,
-                           .causal = true,
-                           .bias = bias,
-                           .dropout = dropout,
-                           .norm = NormKind::LayerNorm,
-                           .norm_eps = 1e-5,
-                           .mlp = MLPKind::GELU,
-                           .gelu_approximate = "tanh"};
+  return TransformerConfig{.n_embd = n_embd, .n_head = n_head, .bias = bias, .dropout = dropout};
 }
 
 // ---------------------------------------------------------------- GPT

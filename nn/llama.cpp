@@ -61,13 +61,13 @@ RopeConfig LlamaConfig::rope() const {
       .theta = rope_theta, .max_position_embeddings = max_seq_len, .llama3 = rope_llama3};
 }
 
+// Where Llama's block differs from GPT-2's (TransformerConfig's default: causal, pre-norm, no
+// dropout): grouped-query attention, no biases, RMSNorm, the SwiGLU MLP, rotary positions.
 TransformerConfig LlamaConfig::block_config() const {
   return TransformerConfig{.n_embd = dim,
                            .n_head = n_heads,
                            .n_kv_head = n_kv_heads,
-                           .causal = true,
                            .bias = false,
-                           .dropout = 0.0,
                            .norm = NormKind::RMSNorm,
                            .norm_eps = norm_eps,
                            .mlp = MLPKind::SwiGLU,

@@ -98,7 +98,8 @@ enum class NormKind { LayerNorm, RMSNorm };
 enum class MLPKind { GELU, SwiGLU };
 enum class Positions { Absolute, Rotary };
 
-// One block's sizes and kinds. GPTConfig::block_config and ViTConfig::block_config make them.
+// One block's sizes and kinds. The defaults are GPT-2's block; GPTConfig::block_config,
+// ViTConfig's, BertConfig's and LlamaConfig's make them, each setting what differs.
 struct TransformerConfig {
   int64_t n_embd = 768;    // C
   int64_t n_head = 12;     // H; each head has D = C / H channels

@@ -29,15 +29,13 @@ int64_t ViTConfig::num_patches() const {
   return side * side;
 }
 
+// GPT-2's block (TransformerConfig's default) without the causal mask, with exact-erf GELU.
 TransformerConfig ViTConfig::block_config() const {
   return TransformerConfig{.n_embd = n_embd,
                            .n_head = n_head,
                            .causal = false,
-                           .bias = true,
                            .dropout = dropout,
-                           .norm = NormKind::LayerNorm,
                            .norm_eps = ln_eps,
-                           .mlp = MLPKind::GELU,
                            .gelu_approximate = "none"};
 }
 

@@ -10,13 +10,33 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "train/train_config.h"
 
 namespace loom::train {
+
+// The whole of s read as an int64_t (std::stoll) or a double (std::stod); none when it does not
+// start with one or has anything after it.
+template <typename T>
+std::optional<T> parse_whole(const std::string& s) {
+  size_t used = 0;
+  T v = 0;
+  try {
+    if constexpr (std::is_integral_v<T>)
+      v = std::stoll(s, &used);
+    else
+      v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used == 0 || used != s.size()) return std::nullopt;
+  return v;
+}
 
 // Accepts an integer in [lo, hi]; refuses anything else with "expected an integer in [lo, hi],
 // got <value>". CLI11 puts the flag's name in front.
@@ -25,14 +45,8 @@ inline CLI::Validator int_range(int64_t lo, int64_t hi) {
   desc << "[" << lo << ", " << hi << "]";
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {
-        int64_t v = 0;
-        size_t used = 0;
-        try {
-          v = std::stoll(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size() || v < lo || v > hi)
+        const std::optional<int64_t> v = parse_whole<int64_t>(s);
+        if (!v || *v < lo || *v > hi)
           return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                  "], got '" + s + "'";
         return {};
@@ -47,16 +61,10 @@ inline CLI::Validator real_range(double lo, double hi, bool open_lo = false) {
   std::string range = desc.str();
   return CLI::Validator(
       [lo, hi, open_lo, range](std::string& s) -> std::string {
-        double v = 0;
-        size_t used = 0;
-        try {
-          v = std::stod(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size() || !std::isfinite(v))
+        const std::optional<double> v = parse_whole<double>(s);
+        if (!v || !std::isfinite(*v))
           return "expected a finite number in " + range + ", got '" + s + "'";
-        if (v > hi || v < lo || (open_lo && v == lo))
+        if (*v > hi || *v < lo || (open_lo && *v == lo))
           return "expected a number in " + range + ", got '" + s + "'";
         return {};
       },

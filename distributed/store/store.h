@@ -20,16 +20,13 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // set, get, add, compare_set, wait, check, delete_key, num_keys (store_methods.inc says what
-  // each does).
+  // set, get, add, compare_set, wait, check, delete_key, num_keys, clone (store_methods.inc says
+  // what each does).
 #define LOOM_STORE_METHOD(R, name, params) virtual R name params = 0;
 #include "distributed/store/store_methods.inc"
 #undef LOOM_STORE_METHOD
   Bytes get(const std::string& key) { return get(key, timeout_); }
   void wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
-  // A new handle on the same store with its own connection, for another thread (a blocked get
-  // on one connection must not hold up, e.g., the collective log's writer).
-  virtual std::shared_ptr<Store> clone() const = 0;
 
   void set_timeout(Millis t) { timeout_ = t; }
   Millis timeout() const { return timeout_; }
@@ -57,7 +54,6 @@ class PrefixStore : public Store {
 #define LOOM_STORE_METHOD(R, name, params) R name params override;
 #include "distributed/store/store_methods.inc"
 #undef LOOM_STORE_METHOD
-  std::shared_ptr<Store> clone() const override;
 
   using Store::get;
   using Store::set;

@@ -62,7 +62,6 @@ class TCPStore : public Store {
 #define LOOM_STORE_METHOD(R, name, params) R name params override;
 #include "distributed/store/store_methods.inc"
 #undef LOOM_STORE_METHOD
-  std::shared_ptr<Store> clone() const override;
   using Store::get;
   using Store::set;
   using Store::wait;

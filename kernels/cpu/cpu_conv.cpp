@@ -274,10 +274,11 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const ConvGeom& g) {
 }
 
 // Runs kernel<float or double>(a, b, out) on contiguous copies of a and b; half precision goes
-// through float32 and is rounded once at the end.
+// through float32 and is rounded once at the end. terms: how many products each output element
+// sums; with none (an empty channel or batch dimension) the output is zeros and kernel is not run.
 template <typename K>
 Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& out_shape,
-                 const K& kernel) {
+                 int64_t terms, const K& kernel) {
   DType dt = a.dtype();
   LOOM_CHECK(is_floating(dt), op, ": dtype ", dtype_name(dt),
              " is not supported (expected a floating type)");
@@ -285,10 +286,16 @@ Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& 
   Tensor ac = raw::contiguous(raw::cast(a, compute)), bc = raw::contiguous(raw::cast(b, compute));
   Tensor out = empty(out_shape, {.dtype = compute});
   if (out.numel() == 0) return raw::cast(out, dt);
+  auto run = [&](const auto* ap, const auto* bp, auto* outp) {
+    if (terms == 0)
+      std::fill(outp, outp + out.numel(), 0);
+    else
+      kernel(ap, bp, outp);
+  };
   if (compute == DType::F64)
-    kernel(ac.data<double>(), bc.data<double>(), out.data<double>());
+    run(ac.data<double>(), bc.data<double>(), out.data<double>());
   else
-    kernel(ac.data<float>(), bc.data<float>(), out.data<float>());
+    run(ac.data<float>(), bc.data<float>(), out.data<float>());
   return raw::cast(out, dt);
 }
 
@@ -296,37 +303,24 @@ Tensor run_float(const char* op, const Tensor& a, const Tensor& b, const Shape& 
 
 Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   ConvGeom g = conv_geom(x.shape(), w.shape(), p);
-  return run_float("conv2d", x, w, {g.N, g.K, g.P, g.Q},
-                   [&](const auto* xp, const auto* wp, auto* yp) {
-                     if (g.Cg * g.R * g.S == 0)
-                       std::fill(yp, yp + g.N * g.K * g.P * g.Q, 0);
-                     else
-                       conv_forward(xp, wp, yp, g);
-                   });
+  return run_float("conv2d", x, w, {g.N, g.K, g.P, g.Q}, g.Cg * g.R * g.S,
+                   [&](const auto* xp, const auto* wp, auto* yp) { conv_forward(xp, wp, yp, g); });
 }
 
 Tensor CpuBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w,
                                          const Shape& x_shape, const Conv2dParams& p) {
   ConvGeom g = conv_geom(x_shape, w.shape(), p);
-  return run_float("conv2d_backward_input", grad_y, w, x_shape,
-                   [&](const auto* gyp, const auto* wp, auto* gxp) {
-                     if (g.K * g.P * g.Q == 0)
-                       std::fill(gxp, gxp + numel(x_shape), 0);
-                     else
-                       conv_backward_input(gyp, wp, gxp, g);
-                   });
+  return run_float(
+      "conv2d_backward_input", grad_y, w, x_shape, g.K * g.P * g.Q,
+      [&](const auto* gyp, const auto* wp, auto* gxp) { conv_backward_input(gyp, wp, gxp, g); });
 }
 
 Tensor CpuBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x,
                                           const Shape& w_shape, const Conv2dParams& p) {
   ConvGeom g = conv_geom(x.shape(), w_shape, p);
-  return run_float("conv2d_backward_weight", grad_y, x, w_shape,
-                   [&](const auto* gyp, const auto* xp, auto* gwp) {
-                     if (g.N * g.P * g.Q == 0)
-                       std::fill(gwp, gwp + numel(w_shape), 0);
-                     else
-                       conv_backward_weight(gyp, xp, gwp, g);
-                   });
+  return run_float(
+      "conv2d_backward_weight", grad_y, x, w_shape, g.N * g.P * g.Q,
+      [&](const auto* gyp, const auto* xp, auto* gwp) { conv_backward_weight(gyp, xp, gwp, g); });
 }
 
 }  // namespace loom::cpu

@@ -86,11 +86,6 @@ void layer_norm_param_grads(const T* dy, const T* x, const T* mean, const T* rst
   }
 }
 
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 }  // namespace
 
 // x: (M, N) contiguous f32/f64; extras: residual (M, N), y's dtype -> y, mean, rstd (, sum)

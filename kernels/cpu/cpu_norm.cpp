@@ -204,8 +204,8 @@ Tensor normalise(const Tensor& x, const std::vector<double>& w, const std::vecto
   Tensor y = empty(x.shape(), {.dtype = x.dtype()});
   const Tensor r = residual.defined() ? raw::contiguous(residual) : Tensor();
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
-    affine_per_channel(x.data<scalar_t>(), r.defined() ? r.data<scalar_t>() : nullptr,
-                       y.data<scalar_t>(), g, mean, scale, b, relu);
+    affine_per_channel(x.data<scalar_t>(), data_or_null<scalar_t>(r), y.data<scalar_t>(), g, mean,
+                       scale, b, relu);
   });
   return y;
 }
@@ -281,8 +281,7 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tenso
   BatchNormGrads out;
   out.grad_input = empty(x.shape(), {.dtype = x.dtype()});
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
-    batch_norm_backward_kernel(gy.data<scalar_t>(), x.data<scalar_t>(),
-                               ry.defined() ? ry.data<scalar_t>() : nullptr,
+    batch_norm_backward_kernel(gy.data<scalar_t>(), x.data<scalar_t>(), data_or_null<scalar_t>(ry),
                                out.grad_input.data<scalar_t>(), g, w, mean, invstd, db, dw);
   });
   if (weight.defined()) {

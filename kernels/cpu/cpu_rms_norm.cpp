@@ -93,11 +93,6 @@ void with_rms_norm_types(const Tensor& x, const Tensor& w, const F& f) {
   });
 }
 
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 int64_t row_grain(int64_t N) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(N, 1)); }
 
 }  // namespace

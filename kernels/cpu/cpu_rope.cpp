@@ -73,7 +73,7 @@ Tensor CpuBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
                    x.size(3),
                    strides4(x),
                    strides4(y),
-                   positions.defined() ? positions.data<int64_t>() : nullptr,
+                   data_or_null<int64_t>(positions),
                    offset,
                    inverse ? -1.0 : 1.0};
   const int64_t rows = g.B * g.H * g.T;

@@ -146,18 +146,17 @@ void Adam::step() {
         vs.push_back(st.buffers[1]);
         if (o.amsgrad) vmaxs.push_back(st.buffers[2]);
       }
-      AdamStepParams hp;
-      hp.lr = o.lr;
-      hp.beta1 = o.betas.first;
-      hp.beta2 = o.betas.second;
-      hp.eps = o.eps;
-      hp.weight_decay = o.weight_decay;
-      hp.decoupled_weight_decay = decoupled_;
-      hp.amsgrad = o.amsgrad;
-      hp.step = state_of(bucket.index[0]).step;
-      hp.on_device = on_device;
-      hp.grad_scale = grad_scale;
-      adam_step_(ps, gs, ms, vs, vmaxs, hp);
+      adam_step_(ps, gs, ms, vs, vmaxs,
+                 {.lr = o.lr,
+                  .beta1 = o.betas.first,
+                  .beta2 = o.betas.second,
+                  .eps = o.eps,
+                  .weight_decay = o.weight_decay,
+                  .decoupled_weight_decay = decoupled_,
+                  .amsgrad = o.amsgrad,
+                  .step = state_of(bucket.index[0]).step,
+                  .on_device = on_device,
+                  .grad_scale = grad_scale});
     }
   }
 }

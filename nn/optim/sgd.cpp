@@ -117,15 +117,14 @@ void SGD::step() {
           bufs.push_back(st.buffers[0]);
         }
       }
-      SgdStepParams hp;
-      hp.lr = o.lr;
-      hp.momentum = o.momentum;
-      hp.dampening = o.dampening;
-      hp.weight_decay = o.weight_decay;
-      hp.nesterov = o.nesterov;
-      hp.first_step = first;
-      hp.on_device = on_device;
-      sgd_step_(ps, gs, bufs, hp);
+      sgd_step_(ps, gs, bufs,
+                {.lr = o.lr,
+                 .momentum = o.momentum,
+                 .dampening = o.dampening,
+                 .weight_decay = o.weight_decay,
+                 .nesterov = o.nesterov,
+                 .first_step = first,
+                 .on_device = on_device});
     }
   }
 }

@@ -106,7 +106,7 @@ RopeGeom geom_of(const Tensor& x, const Tensor& y, const Tensor& cos, const Tens
              cos.size(0),
              {x.stride(0), x.stride(1), x.stride(2), x.stride(3)},
              {y.stride(0), y.stride(1), y.stride(2), y.stride(3)},
-             positions.defined() ? positions.data<int64_t>() : nullptr,
+             data_or_null<int64_t>(positions),
              offset,
              inverse ? -1 : 1,
              device_error_slot(x.device().index)};

@@ -352,8 +352,8 @@ Tensor CudaBackend::nll_loss_backward(const Tensor& grad, const Tensor& logp, co
   LOOM_DISPATCH_FLOATING(logp.dtype(), "nll_loss_backward", [&] {
     nll_loss_backward_kernel<scalar_t><<<grid_for(N * C, dev), kBlockSize, 0, s>>>(
         gc.data<scalar_t>(), gs, target.data<int64_t>(), target.stride(0), N, C, ignore_index,
-        scale.defined() ? scale.data<double>() : nullptr, out.data<scalar_t>(),
-        device_error_slot(dev), loss_device_op(op, true));
+        data_or_null<double>(scale), out.data<scalar_t>(), device_error_slot(dev),
+        loss_device_op(op, true));
   });
   LOOM_CUDA_CHECK_LAUNCH("nll_loss_backward_kernel");
   return out;

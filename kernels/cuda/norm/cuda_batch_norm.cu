@@ -441,7 +441,7 @@ Tensor apply_coefficients(const Tensor& x, const Tensor& residual0, const Tensor
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    const T* rp = residual.defined() ? residual.data<T>() : nullptr;
+    const T* rp = data_or_null<T>(residual);
     with_vec_width<T>(vec_width_for<T>(g.L, {x.data_ptr(), rp, y.data_ptr()}), [&](auto V) {
       bn_apply_kernel<T, V><<<walk_blocks(x.numel() / V, x.device().index), kThreads, 0, stream>>>(
           x.data<T>(), rp, y.data<T>(), static_cast<const A*>(mean.data_ptr()),

@@ -324,7 +324,7 @@ void bn_apply_cl(const Tensor& x, const Tensor& residual, const Tensor& y, const
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    const T* rp = residual.defined() ? residual.data<T>() : nullptr;
+    const T* rp = data_or_null<T>(residual);
     with_vec_width<T>(vec_width_for<T>(x.size(1), {x.data_ptr(), rp, y.data_ptr()}), [&](auto V) {
       const int64_t total = x.numel() / V, Cv = x.size(1) / V;
       bn_apply_cl_kernel<T, V><<<walk_blocks(total, x.device().index), kThreads, 0, stream>>>(
@@ -341,7 +341,7 @@ NormSums bn_backward_partials_cl(const Tensor& gy, const Tensor& x, const Tensor
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    const T* ryp = relu_y.defined() ? relu_y.data<T>() : nullptr;
+    const T* ryp = data_or_null<T>(relu_y);
     with_vec_width<T>(vec_width_for<T>(x.size(1), {gy.data_ptr(), x.data_ptr(), ryp}), [&](auto V) {
       ClLaunch l = cl_launch<T>(x, V);
       out.S = l.S;
@@ -365,7 +365,7 @@ void bn_backward_apply_cl(const Tensor& gy, const Tensor& x, const Tensor& relu_
   LOOM_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
-    const T* ryp = relu_y.defined() ? relu_y.data<T>() : nullptr;
+    const T* ryp = data_or_null<T>(relu_y);
     const int width =
         vec_width_for<T>(x.size(1), {gy.data_ptr(), x.data_ptr(), ryp, gx.data_ptr()});
     with_vec_width<T>(width, [&](auto V) {

@@ -166,11 +166,6 @@ void check_input(const char* op, const Tensor& x) {
       ": x ", describe(x), " should be (M, N) contiguous float32 or float64");
 }
 
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 // f(tag) with tag a value of the C++ type of `d` among T (x's type), BFloat16 and Half: the types
 // a residual, a fused cast's y or its gradient may have.
 template <typename T, typename F>
@@ -211,7 +206,7 @@ LayerNormOut CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Ten
         using Y = decltype(yt);
         layer_norm_forward_kernel<T, R, Y>
             <<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
-                x.data<T>(), ptr_or_null<R>(res), ptr_or_null<T>(w), ptr_or_null<T>(b),
+                x.data<T>(), data_or_null<R>(res), data_or_null<T>(w), data_or_null<T>(b),
                 res.defined() ? out.sum.data<T>() : nullptr, out.y.data<Y>(), out.mean.data<T>(),
                 out.rstd.data<T>(), M, N, eps);
       });
@@ -240,8 +235,8 @@ void finish_column_sums(const Tensor& pw, const Tensor& pb, LayerNormGrads& r, i
                         int64_t N, cudaStream_t s) {
   layer_norm_param_finish_kernel<T>
       <<<unsigned((N + kWarpSize - 1) / kWarpSize), kRowsPerBlock * kWarpSize, 0, s>>>(
-          pw.data<T>(), pb.data<T>(), r.grad_weight.defined() ? r.grad_weight.data<T>() : nullptr,
-          r.grad_bias.defined() ? r.grad_bias.data<T>() : nullptr, rows, N);
+          pw.data<T>(), pb.data<T>(), data_or_null<T>(r.grad_weight), data_or_null<T>(r.grad_bias),
+          rows, N);
 }
 
 // The general backward: dx (with the extras), then the column sums in two stages (Note [Layer
@@ -259,9 +254,9 @@ void backward(const BackwardArgs& a) {
   if (M > 0)
     layer_norm_dx_kernel<T, Y, L>
         <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
-            a.dy.data<Y>(), a.x.data<T>(), ptr_or_null<T>(a.w), a.mean.data<T>(), a.rstd.data<T>(),
-            ptr_or_null<T>(a.add), r.grad_input.data<T>(),
-            r.grad_input_low.defined() ? r.grad_input_low.data<L>() : nullptr, M, N);
+            a.dy.data<Y>(), a.x.data<T>(), data_or_null<T>(a.w), a.mean.data<T>(), a.rstd.data<T>(),
+            data_or_null<T>(a.add), r.grad_input.data<T>(), data_or_null<L>(r.grad_input_low), M,
+            N);
   if (sums && M > 0)
     layer_norm_param_partials_kernel<T, Y>
         <<<dim3(unsigned((N + kWarpSize - 1) / kWarpSize), unsigned(chunks)),

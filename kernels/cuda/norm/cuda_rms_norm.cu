@@ -124,11 +124,6 @@ void with_types(const Tensor& x, DType w_dtype, const char* op, const F& f) {
   });
 }
 
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 // grad_weight's second stage over `rows` partial rows of A (float for the fast path's).
 template <typename A>
 void finish_weight_grad(const Tensor& part, int64_t rows, Tensor& dw, cudaStream_t s) {
@@ -159,7 +154,7 @@ RmsNormOut CudaBackend::rms_norm(const Tensor& x, const Tensor& w, double eps) {
     using W = decltype(wt);
     using A = decltype(at);
     rms_norm_forward_kernel<X, W, A><<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
-        x.data<X>(), ptr_or_null<W>(w), out.y.data<W>(), out.rstd.data<A>(), M, N, eps);
+        x.data<X>(), data_or_null<W>(w), out.y.data<W>(), out.rstd.data<A>(), M, N, eps);
   });
   LOOM_CUDA_CHECK_LAUNCH("rms_norm_forward_kernel");
   return out;
@@ -191,7 +186,7 @@ RmsNormGrads CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, c
     if (M > 0)
       rms_norm_dx_kernel<X, W, A>
           <<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
-              dy.data<W>(), x.data<X>(), ptr_or_null<W>(w), rstd.data<A>(), r.grad_input.data<X>(),
+              dy.data<W>(), x.data<X>(), data_or_null<W>(w), rstd.data<A>(), r.grad_input.data<X>(),
               M, N);
     if (!need_weight) return;
     part = empty({std::max<int64_t>(chunks, 1), N},

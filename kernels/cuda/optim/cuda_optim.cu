@@ -185,7 +185,7 @@ void adam_launch(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const std::vector<Tensor>& vmax, const AdamStepParams& hp) {
   const auto math = AdamMath<T>::make(hp);
   const DeviceScalars ds = device_scalars(hp.on_device);
-  const T* grad_scale = hp.grad_scale.defined() ? hp.grad_scale.data<T>() : nullptr;
+  const T* grad_scale = data_or_null<T>(hp.grad_scale);
   launch_step<OptimTable<T, 5>>(
       {&params, &grads, &m, &v, hp.amsgrad ? &vmax : &kNoTensors}, ds, "adam_step",
       [&](const OptimTable<T, 5>& tab, unsigned grid, cudaStream_t s) {
