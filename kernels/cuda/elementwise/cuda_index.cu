@@ -45,24 +45,20 @@ __device__ __forceinline__ void for_each_indexed(const int64_t* index, int64_t i
   }
 }
 
-// out: (outer, K, inner) <- x: (outer, n, inner) at the K indices.
-template <typename W>
+// The index kernels that move elements: index_select gathers, out (outer, K, inner) <- x (outer,
+// n, inner) at the K indices (0 where an index is out of range); index_copy_ scatters, dst (outer,
+// n, inner) at the K indices <- src (outer, K, inner). `from` and `to` are those two sides.
+template <typename W, bool kScatter>
 __global__ void __launch_bounds__(kBlockSize)
-    index_select_kernel(const W* x, W* out, const int64_t* index, int64_t is, int64_t outer,
-                        int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
-  for_each_indexed(index, is, outer, n, K, inner, DeviceOp::IndexSelect, err,
-                   [&](int64_t e, int64_t at) { out[e] = at < 0 ? W(0) : x[at]; });
-}
-
-// dst: (outer, n, inner) at the K indices <- src: (outer, K, inner).
-template <typename W>
-__global__ void __launch_bounds__(kBlockSize)
-    index_copy_kernel(const W* src, W* dst, const int64_t* index, int64_t is, int64_t outer,
+    index_move_kernel(const W* from, W* to, const int64_t* index, int64_t is, int64_t outer,
                       int64_t n, int64_t K, int64_t inner, DeviceErrorSlot* err) {
-  for_each_indexed(index, is, outer, n, K, inner, DeviceOp::IndexCopy, err,
-                   [&](int64_t e, int64_t at) {
-                     if (at >= 0) dst[at] = src[e];
-                   });
+  const DeviceOp op = kScatter ? DeviceOp::IndexCopy : DeviceOp::IndexSelect;
+  for_each_indexed(index, is, outer, n, K, inner, op, err, [&](int64_t e, int64_t at) {
+    if (!kScatter)
+      to[e] = at < 0 ? W(0) : from[at];
+    else if (at >= 0)
+      to[at] = from[e];
+  });
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -173,20 +169,36 @@ void check_index(const char* op, const Tensor& index, Device d) {
   LOOM_CHECK(index.device() == d, op, ": index ", describe(index), " is not on ", d);
 }
 
-// Calls launch with a word type of `size` bytes (1, 2, 4 or 8): the index kernels move elements
-// as opaque words, one kernel per size rather than per dtype.
-template <typename F>
-void by_word_size(size_t size, F launch) {
-  switch (size) {
+// One index_move_kernel over the (outer, K, inner) side's elements, its word type of the element
+// size: the elements move as opaque words (one kernel per size, not per dtype).
+template <bool kScatter>
+void launch_index_move(const Tensor& from, const Tensor& to, const Tensor& index, DimSplit s,
+                       int64_t K) {
+  const int dev = to.device().index;
+  DeviceGuard g(dev);
+  auto launch = [&](auto word) {
+    using W = decltype(word);
+    index_move_kernel<W, kScatter>
+        <<<grid_for(s.outer * K * s.inner, dev), kBlockSize, 0, current_stream(dev)>>>(
+            static_cast<const W*>(from.data_ptr()), static_cast<W*>(to.data_ptr()),
+            index.data<int64_t>(), index.stride(0), s.outer, s.n, K, s.inner,
+            device_error_slot(dev));
+  };
+  switch (to.element_size()) {
     case 1:
-      return launch(uint8_t{});
+      launch(uint8_t{});
+      break;
     case 2:
-      return launch(uint16_t{});
+      launch(uint16_t{});
+      break;
     case 4:
-      return launch(uint32_t{});
+      launch(uint32_t{});
+      break;
     default:
-      return launch(uint64_t{});
+      launch(uint64_t{});
+      break;
   }
+  LOOM_CUDA_CHECK_LAUNCH(kScatter ? "index_copy_ kernel" : "index_select kernel");
 }
 
 }  // namespace
@@ -200,18 +212,7 @@ Tensor CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& ind
   out_shape[size_t(dim)] = K;
   Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() == 0) return out;
-  Tensor xc = raw::contiguous(x);
-  DimSplit s = split_at(x.shape(), dim);
-  const int dev = x.device().index;
-  DeviceGuard g(dev);
-  auto launch = [&](auto word) {
-    using W = decltype(word);
-    index_select_kernel<W><<<grid_for(out.numel(), dev), kBlockSize, 0, current_stream(dev)>>>(
-        static_cast<const W*>(xc.data_ptr()), static_cast<W*>(out.data_ptr()),
-        index.data<int64_t>(), index.stride(0), s.outer, s.n, K, s.inner, device_error_slot(dev));
-  };
-  by_word_size(x.element_size(), launch);
-  LOOM_CUDA_CHECK_LAUNCH("index_select_kernel");
+  launch_index_move<false>(raw::contiguous(x), out, index, split_at(x.shape(), dim), K);
   return out;
 }
 
@@ -226,19 +227,8 @@ void CudaBackend::index_copy_(const Tensor& dst, int64_t dim, const Tensor& inde
   LOOM_CHECK(src.shape() == want, "index_copy_: source ", describe(src), " does not match ", want,
              " (", describe(dst), " with dim ", dim, " replaced by the index length)");
   if (src.numel() == 0) return;
-  Tensor sc = raw::contiguous(src);
-  DimSplit s = split_at(dst.shape(), dim);
-  const int dev = dst.device().index;
-  DeviceGuard g(dev);
-  auto launch = [&](auto word) {
-    using W = decltype(word);
-    index_copy_kernel<W><<<grid_for(sc.numel(), dev), kBlockSize, 0, current_stream(dev)>>>(
-        static_cast<const W*>(sc.data_ptr()), static_cast<W*>(dst.data_ptr()),
-        index.data<int64_t>(), index.stride(0), s.outer, s.n, index.size(0), s.inner,
-        device_error_slot(dev));
-  };
-  by_word_size(dst.element_size(), launch);
-  LOOM_CUDA_CHECK_LAUNCH("index_copy_kernel");
+  launch_index_move<true>(raw::contiguous(src), dst, index, split_at(dst.shape(), dim),
+                          index.size(0));
 }
 
 // src: (..., K, ...), index: (K) int64 -> zeros(shape) with out[..., index[k], ...] += src[..., k,
