@@ -75,14 +75,14 @@ case "$mode" in
     fi
     rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
     # Note [ccache and the consumer's folder]
-    # Ninja runs every compile in the top build folder, and ccache with base_dir set (this
-    # machine's /work, CI's checkout) rewrites the absolute paths under it (the source file,
+    # Ninja runs every compile in the top build folder, and ccache with base_dir set (on the
+    # development machine, /work) rewrites the absolute paths under it (the source file,
     # -I<checkout>, cuDNN's -isystem) relative to that folder before it hashes the command. Built
-    # in WORK/consumer inside BUILD (as CI did until 2026-12-05) every loom file read
-    # "../../../core/x.cpp" where BUILD's compile had read "../core/x.cpp": a different command,
-    # so ccache compiled all of loom again (243 objects, 360 s on 2 cores). So the consumer's
-    # build folder is WORK itself, and a WORK in the same folder as BUILD sees the checkout by
-    # the same relative path.
+    # in WORK/consumer inside BUILD (as CI did until 2026-12-05) every loom file's path began
+    # with three "../" where BUILD's compile had one: a different command, so ccache compiled all
+    # of loom again (243 objects, 360 s on 2 cores). So the consumer's build folder is WORK
+    # itself, and a WORK in the same folder as BUILD reaches the checkout by the same relative
+    # path.
     if [ -n "${2:-}" ]; then
       build_parent=$(cd "$2/.." && pwd)
       if [ "$(dirname "$work")" != "$build_parent" ]; then
