@@ -74,10 +74,20 @@ fresh_logs() {
   mkdir -p "$root/$1/sanitizer-logs"
 }
 
-# Records a stage's time for .ci/run's table (when it asks: LOOM_STAGE_TIMES names the file).
-stage_time() {  # name seconds
-  [ -n "${LOOM_STAGE_TIMES:-}" ] && printf '%s\t%d\n' "$1" "$2" >> "$LOOM_STAGE_TIMES"
+# Records a stage's wall time and CPU seconds for .ci/run's table (when it asks:
+# LOOM_STAGE_TIMES names the file).
+stage_time() {  # name seconds [CPU seconds]
+  [ -n "${LOOM_STAGE_TIMES:-}" ] && printf '%s\t%d\t%s\n' "$1" "$2" "${3:-}" >> "$LOOM_STAGE_TIMES"
   return 0
+}
+# The CPU seconds (user + system) of this script's finished children so far.
+cpu_seconds() {
+  local stat
+  stat=$(cat /proc/$$/stat 2>/dev/null) || { echo 0; return; }
+  stat=${stat##*) }  # the fields after the command's name
+  # shellcheck disable=SC2086
+  set -- $stat
+  echo $(( (${14} + ${15}) / $(getconf CLK_TCK) ))  # cutime, cstime
 }
 
 # Runs test binaries whole, $jobs at a time (each a process of its own, as ctest -j runs tests of
@@ -154,13 +164,13 @@ case $what in asan | tsan | all) ;; *) echo "sanitize.sh: unknown mode '$what' (
 
 rc=0
 if [ "$what" = asan ] || [ "$what" = all ]; then
-  t0=$(date +%s)
+  t0=$(date +%s) c0=$(cpu_seconds)
   echo "== ASan+UBSan: build (build-asan)"
   configure build-asan address,undefined -DLOOM_FUZZ=ON
   # shellcheck disable=SC2086
   cmake --build build-asan -j"$jobs" --target $ASAN_TARGETS ||
-    { stage_time "ASan+UBSan build (failed)" $(( $(date +%s) - t0 )); exit 1; }
-  t1=$(date +%s)
+    { stage_time "ASan+UBSan build (failed)" $(( $(date +%s) - t0 )) $(( $(cpu_seconds) - c0 )); exit 1; }
+  t1=$(date +%s) c1=$(cpu_seconds)
   echo "== ASan+UBSan: tests"
   fresh_logs build-asan
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1:log_path=$root/build-asan/sanitizer-logs/asan
@@ -169,18 +179,18 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
   GTEST_FILTER="${ASAN_GTEST_FILTER:-*}" run_binaries_whole build-asan "ASan+UBSan" ${ASAN_BINARIES:-} ||
     rc=1
   check_logs build-asan || rc=1
-  stage_time "ASan+UBSan build" $((t1 - t0))
-  stage_time "ASan+UBSan tests" $(( $(date +%s) - t1 ))
+  stage_time "ASan+UBSan build" $((t1 - t0)) $((c1 - c0))
+  stage_time "ASan+UBSan tests" $(( $(date +%s) - t1 )) $(( $(cpu_seconds) - c1 ))
   echo "== ASan+UBSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
 fi
 if [ "$what" = tsan ] || [ "$what" = all ]; then
-  t0=$(date +%s)
+  t0=$(date +%s) c0=$(cpu_seconds)
   echo "== TSan: build (build-tsan)"
   configure build-tsan thread
   # shellcheck disable=SC2086
   cmake --build build-tsan -j"$jobs" --target $TSAN_TARGETS ||
-    { stage_time "TSan build (failed)" $(( $(date +%s) - t0 )); exit 1; }
-  t1=$(date +%s)
+    { stage_time "TSan build (failed)" $(( $(date +%s) - t0 )) $(( $(cpu_seconds) - c0 )); exit 1; }
+  t1=$(date +%s) c1=$(cpu_seconds)
   echo "== TSan: tests"
   # OpenMP: clang's libomp with its TSan tool (libarcher) so that TSan sees OpenMP's barriers.
   archer=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -1 || true)
@@ -195,8 +205,8 @@ if [ "$what" = tsan ] || [ "$what" = all ]; then
   echo "== TSan: the peer-failure tests (scripts/sanitizers/tsan-peer-failure.supp added)"
   run_ctest build-tsan "$TSAN_PEER_FAILURE_TESTS" "" || rc=1
   check_logs build-tsan || rc=1
-  stage_time "TSan build" $((t1 - t0))
-  stage_time "TSan tests" $(( $(date +%s) - t1 ))
+  stage_time "TSan build" $((t1 - t0)) $((c1 - c0))
+  stage_time "TSan tests" $(( $(date +%s) - t1 )) $(( $(cpu_seconds) - c1 ))
   echo "== TSan: build $((t1 - t0)) s, tests $(( $(date +%s) - t1 )) s"
 fi
 exit $rc

@@ -5,9 +5,11 @@
 #   test_package.sh install BUILD WORK   cmake --install BUILD into WORK/prefix, then the consumer
 #                                        with find_package(loom 0.2) (ctest runs this one)
 #   test_package.sh subdirectory WORK [BUILD]   the consumer with loom's sources added by
-#                                        add_subdirectory, a library-only loom build: with BUILD's
-#                                        settings (ccache serves it from BUILD's compile), else
-#                                        CPU-only at -O0 (CI runs this one)
+#                                        add_subdirectory, a library-only loom build, built in WORK
+#                                        itself: with BUILD's settings (ccache serves it from
+#                                        BUILD's compile when WORK is beside BUILD, e.g.
+#                                        build-package-subdirectory next to build), else CPU-only
+#                                        at -O0 (CI runs this one)
 #   test_package.sh deb BUILD WORK       cpack's .deb of BUILD, installed with dpkg -i (root), the
 #                                        consumer built against /usr, then the package removed (CI)
 # Leaves out: the .tar.gz (the same files as the install prefix) and running on a GPU.
@@ -42,16 +44,16 @@ subdirectory_settings() {
   done
 }
 
-# build_consumer WORK [cmake args...]: configure, build and run the consumer in WORK/consumer.
+# build_consumer WORK DIR [cmake args...]: configure and build the consumer in DIR (logs in WORK),
+# then run it.
 build_consumer() {
-  local work=$1; shift
-  rm -rf "$work/consumer"
-  cmake -S "$here/consumer" -B "$work/consumer" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+  local work=$1 dir=$2; shift 2
+  cmake -S "$here/consumer" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
         "${launcher[@]}" "$@" >"$work/consumer-configure.log" 2>&1 \
     || { cat "$work/consumer-configure.log"; echo "test_package: configuring the consumer failed"; return 1; }
-  cmake --build "$work/consumer" -j"$(nproc)" >"$work/consumer-build.log" 2>&1 \
+  cmake --build "$dir" -j"$(nproc)" >"$work/consumer-build.log" 2>&1 \
     || { tail -50 "$work/consumer-build.log"; echo "test_package: building the consumer failed"; return 1; }
-  "$work/consumer/consumer" "$work"
+  "$dir/consumer" "$work"
 }
 
 case "$mode" in
@@ -64,7 +66,7 @@ case "$mode" in
       echo "test_package: the installed package names the source or build folder (above)"; exit 1
     fi
     [ -f "$work/prefix/include/loom/loom.h" ] || { echo "test_package: no include/loom/loom.h"; exit 1; }
-    build_consumer "$work" -DCMAKE_PREFIX_PATH="$work/prefix"
+    build_consumer "$work" "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix"
     ;;
   subdirectory)
     work=${1:?subdirectory: a work folder}
@@ -72,9 +74,25 @@ case "$mode" in
       echo "test_package: $2 is not a configured build folder (no CMakeCache.txt)"; exit 1
     fi
     rm -rf "$work"; mkdir -p "$work"; work=$(cd "$work" && pwd)
+    # Note [ccache and the consumer's folder]
+    # Ninja runs every compile in the top build folder, and ccache with base_dir set (on the
+    # development machine, /work) rewrites the absolute paths under it (the source file,
+    # -I<checkout>, cuDNN's -isystem) relative to that folder before it hashes the command. Built
+    # in WORK/consumer inside BUILD (as CI did until 2026-12-05) every loom file's path began
+    # with three "../" where BUILD's compile had one: a different command, so ccache compiled all
+    # of loom again (243 objects, 360 s on 2 cores). So the consumer's build folder is WORK
+    # itself, and a WORK in the same folder as BUILD reaches the checkout by the same relative
+    # path.
+    if [ -n "${2:-}" ]; then
+      build_parent=$(cd "$2/.." && pwd)
+      if [ "$(dirname "$work")" != "$build_parent" ]; then
+        echo "test_package: note: $work is not beside $2, so ccache (with base_dir) will not serve" \
+             "loom's objects from that build's compile"
+      fi
+    fi
     # The library alone must configure without the programs' dependencies.
     mapfile -t settings < <(subdirectory_settings "${2:-}")
-    build_consumer "$work" -DLOOM_SOURCE_DIR="$repo" "${settings[@]}" \
+    build_consumer "$work" "$work" -DLOOM_SOURCE_DIR="$repo" "${settings[@]}" \
       -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON \
       -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON
     ;;
@@ -89,7 +107,7 @@ case "$mode" in
     dpkg -i "$deb"
     trap 'dpkg -r libloom-dev >/dev/null' EXIT
     [ -f /usr/lib/cmake/loom/loomConfig.cmake ] || { echo "test_package: the .deb has no /usr/lib/cmake/loom"; exit 1; }
-    build_consumer "$work"
+    build_consumer "$work" "$work/consumer"
     ;;
   *) echo "test_package: unknown mode $mode (install, subdirectory, deb)"; exit 2 ;;
 esac
