@@ -204,6 +204,10 @@ int main(int argc, char** argv) {
     amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});       // loss scaling for float16
     train::Run run(cfg, setup, {*parallel, data.train(), scaler, &sched},
                    run_plan(bert, b, cfg, data.train_examples()));
+    auto evaluate = [&] {  // this rank's share of the validation set; the sums all-reduced
+      return data.mlm ? train::evaluate_masked_lm(*parallel, data.val(), setup)
+                      : train::evaluate_classifier(*parallel, data.val(), setup);
+    };
     // One training step, as a PyTorch program writes it; --grad-accum and --cuda-graph wrap it.
     auto forward_backward = [&](const train::MicroBatch& mb) {  // mb.x (b, 3, T), mb.y labels
       amp::Autocast autocast(amp_dtype);
@@ -224,7 +228,6 @@ int main(int argc, char** argv) {
         },
         cfg.cuda_graph, opt, parallel.get(), cfg.grad_accum);
 
-    train::Evaluation last;
     while (run.next_interval()) {  // --eval-every steps
       while (auto batch = run.next_batch()) {
         Tensor loss = step(batch->data, batch->target);  // rows (B/N, 3, T), labels
@@ -232,11 +235,9 @@ int main(int argc, char** argv) {
         if (!run.after_step(loss)) break;
       }
       if (!run.end_interval()) break;
-      last = data.mlm ? train::evaluate_masked_lm(*parallel, data.val(), setup)
-                      : train::evaluate_classifier(*parallel, data.val(), setup);
-      if (!run.evaluated(last)) break;  // prints the validation line and its accuracy
+      if (!run.evaluated(evaluate())) break;  // prints the validation line and its accuracy
     }
-    report_baseline(data, b, setup, last, cfg.seed);
+    report_baseline(data, b, setup, run.last_evaluation(), cfg.seed);
     if (!b.save_hf.empty())  // ZeRO-3: the model gathered (a collective)
       parallel->with_whole_model([&] {
         if (setup.main()) bert.save_hf(b.save_hf);

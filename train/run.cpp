@@ -111,6 +111,7 @@ bool Run::end_interval() {
 }
 
 bool Run::evaluated(const Evaluation& eval) {
+  last_eval_ = eval;
   if (plan_.eval_every > 0) {
     report_validation(eval);
     ckpt_.save_here(step_);

@@ -83,6 +83,8 @@ class Run {
   // Reports the interval's evaluation (summary line, TensorBoard) and saves; false when a signal
   // arrived during the evaluation (then this checkpoint is the last).
   bool evaluated(const Evaluation& eval);
+  // The last evaluation evaluated() was given (zeros before the first).
+  const Evaluation& last_evaluation() const { return last_eval_; }
   // Prints the profile and the final line; returns the program's exit status.
   int finish();
 
@@ -108,6 +110,7 @@ class Run {
   std::unique_ptr<StepProfiler> profiler_;
   std::optional<MemoryProbe> memory_;  // until the first step's report
   std::optional<EpochProgress> progress_;
+  Evaluation last_eval_{};
 };
 
 }  // namespace loom::train
