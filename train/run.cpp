@@ -43,7 +43,7 @@ Accumulation Run::accumulation() const {
 
 ProgressOptions Run::progress_options() const {
   ProgressOptions o = setup_.progress_options();
-  if (std::string(plan_.unit) == "tokens") o.rate_unit = "tok/s";
+  if (plan_.counts_tokens()) o.rate_unit = "tok/s";
   return o;
 }
 
@@ -130,7 +130,7 @@ void Run::report_validation(const Evaluation& val) {
   const EpochProgress& p = *progress_;
   const double rate = p.samples_per_second();
   const double flops_per_sample = plan_.flops_per_step / double(plan_.samples_per_step);
-  const bool tokens = std::string(plan_.unit) == "tokens";
+  const bool tokens = plan_.counts_tokens();
   if (setup_.main())
     std::printf(
         "step %ld | train loss %.4f | val loss %.4f | %.0f %s | %.2f ms/step | "

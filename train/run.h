@@ -57,6 +57,8 @@ struct RunPlan {
   // scalar val/accuracy, and the final line names it. Empty: no accuracy at each validation, and
   // the final line's "next-token accuracy".
   std::string accuracy_name{};
+
+  bool counts_tokens() const { return std::string(unit) == "tokens"; }
 };
 
 // The steps a run takes in all: --max-steps, else --epochs times the loader's batches.
