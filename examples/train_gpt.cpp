@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
         [&](const Tensor& x, const Tensor& y) {
           opt.zero_grad();
           Tensor loss = parallel->pipelined()  // --pp: the stages' schedule runs the micro-batches
-                            ? parallel->forward_backward(x, y, cfg.grad_accum, amp_dtype)
+                            ? parallel->forward_backward(x, y, cfg.grad_accum, amp_dtype, &scaler)
                             : train::accumulate(x, y, run.accumulation(), forward_backward);
           scaler.unscale_(opt);  // fp16: the true gradients, for the clip
           if (g.grad_clip > 0) opt.clip_grad_norm_in_step(g.grad_clip);  // in AdamW's update

@@ -90,8 +90,8 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world, const std::s
   LOOM_CHECK(cfg.tp >= 1 && cfg.pp >= 1 && world % (cfg.tp * cfg.pp) == 0, "--tp ", cfg.tp,
              " x --pp ", cfg.pp, " does not divide the ", world, " processes");
   LOOM_CHECK(
-      cfg.pp == 1 || ((cfg.amp == "off" || cfg.amp == "bf16") && !cfg.cuda_graph), "--pp ", cfg.pp,
-      ": a pipeline runs with --amp off or bf16 and without --cuda-graph for now (got --amp ",
+      cfg.pp == 1 || (cfg.amp != "fp8" && !cfg.cuda_graph), "--pp ", cfg.pp,
+      ": a pipeline runs with --amp off, bf16 or fp16 and without --cuda-graph for now (got --amp ",
       cfg.amp, cfg.cuda_graph ? ", --cuda-graph" : "", ")");
   const int replicas = world / (cfg.tp * cfg.pp);  // the processes that read different data
   const std::string readers = cfg.tp * cfg.pp == 1 ? " processes" : " data-parallel replicas";

@@ -21,8 +21,8 @@ ParallelModel::Memory plain_memory(nn::Module& model, const optim::Optimizer& op
 }
 
 Tensor ParallelModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
-                                       std::optional<DType> autocast) {
-  (void)x, (void)y, (void)micro_batches, (void)autocast;
+                                       std::optional<DType> autocast, amp::GradScaler* scaler) {
+  (void)x, (void)y, (void)micro_batches, (void)autocast, (void)scaler;
   LOOM_FAIL("forward_backward: ", describe(),
             " is not pipelined; run forward and backward of train_module()");
 }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "nn/amp/grad_scaler.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 #include "nn/state_dict.h"
@@ -53,10 +54,12 @@ class ParallelModel {
   // Pipeline parallel: the step's forwards and backwards run as a schedule over the stages, not
   // as train_module()'s forward and a backward; a program whose model is pipelined() calls
   // forward_backward for the whole step, whose micro-batches are the schedule's, with the
-  // forwards under `autocast` (bf16: --amp bf16) and the backwards without.
+  // forwards under `autocast` (--amp bf16 or fp16) and the backwards without, the loss scaled by
+  // `scaler` (--amp fp16; null: unscaled).
   virtual bool pipelined() const { return false; }
   virtual Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
-                                  std::optional<DType> autocast = std::nullopt);
+                                  std::optional<DType> autocast = std::nullopt,
+                                  amp::GradScaler* scaler = nullptr);
   // "one process", "DDP over 2 processes", "tp 2 x dp 2 (DDP)": for the run's opening line.
   virtual std::string describe() const = 0;
 

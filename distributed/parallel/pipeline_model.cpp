@@ -127,10 +127,12 @@ optim::Optimizer& PipelineModel::optimizer() {
 }
 
 Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
-                                       std::optional<DType> autocast) {
-  Tensor loss = pipeline_forward_backward(
-      *stage_, x, y, *pp_,
-      {.micro_batches = int(micro_batches), .schedule = schedule_, .autocast = autocast});
+                                       std::optional<DType> autocast, amp::GradScaler* scaler) {
+  Tensor loss = pipeline_forward_backward(*stage_, x, y, *pp_,
+                                          {.micro_batches = int(micro_batches),
+                                           .schedule = schedule_,
+                                           .autocast = autocast,
+                                           .scaler = scaler});
   if (shards_) {  // ZeRO: the mean gradient's shards (Note [ZeRO over a pipeline stage])
     shards_->reduce();
     if (dp_->size() > 1) dp_->all_reduce(loss, ReduceOp::Avg)->wait();

@@ -8,7 +8,7 @@
 // pipeline's first rank. With a tp group the model's blocks are already split over it
 // (parallelize_tensor) and every sum and checkpoint also goes over tp. With ZeRO-1 or 2 the
 // stage's optimizer state is sharded over dp (Note [ZeRO over a pipeline stage]).
-// Leaves out: FSDP (ZeRO-3) together with pp, sequence parallel, mixed precision, CUDA graphs, the
+// Leaves out: FSDP (ZeRO-3) together with pp, sequence parallel, --amp fp8, CUDA graphs, the
 // whole model on one rank (with_whole_model refuses: gather a state_dict instead).
 #pragma once
 
@@ -53,7 +53,7 @@ class PipelineModel : public ParallelModel {
   // The step's forwards and backwards over every stage, the batch (B, T) cut into micro_batches;
   // the stage's gradients averaged over dp. Returns the batch's mean loss on every rank.
   Tensor forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
-                          std::optional<DType> autocast) override;
+                          std::optional<DType> autocast, amp::GradScaler* scaler) override;
 
   nn::Module& train_module() override { return *model_; }  // not what a pipelined step calls
   // The model with only this stage's parameters (for eval() and train()); its forward is refused.

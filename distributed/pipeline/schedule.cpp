@@ -18,8 +18,15 @@ namespace {
 class StageStep {
  public:
   StageStep(PipelineStage& st, const Tensor& x, const Tensor& y, ProcessGroup& pp, int M,
-            std::optional<DType> autocast)
-      : st_(st), x_(x), y_(y), pp_(pp), M_(M), autocast_(autocast), kept_(size_t(M)) {
+            std::optional<DType> autocast, amp::GradScaler* scaler)
+      : st_(st),
+        x_(x),
+        y_(y),
+        pp_(pp),
+        M_(M),
+        autocast_(autocast),
+        scaler_(scaler),
+        kept_(size_t(M)) {
     const Tensor& rows = x.defined() ? x : y;  // the shapes, on a middle stage too
     LOOM_CHECK(rows.defined() && rows.dim() == 2 && rows.size(0) % M == 0, "pipeline: ", M,
                " micro-batches do not divide the batch ",
@@ -49,7 +56,7 @@ class StageStep {
   void backward(int m) {
     Kept& k = kept_[size_t(m)];
     if (st_.is_last()) {
-      k.out.backward();
+      (scaler_ ? scaler_->scale(k.out) : k.out).backward();  // fp16: the loss scaled
     } else {
       Tensor grad = activation();
       pp_.recv(grad, st_.stage() + 1, 2 * m + 1)->wait();
@@ -105,6 +112,7 @@ class StageStep {
   ProcessGroup& pp_;
   int M_;
   std::optional<DType> autocast_;
+  amp::GradScaler* scaler_;
   int64_t b_ = 0, T_ = 0;
   std::vector<Kept> kept_;
   std::vector<Tensor> sent_;
@@ -121,7 +129,10 @@ Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Te
              pp.size(), " (the pipeline group's ranks are the stages)");
   LOOM_CHECK(o.micro_batches >= 1, "pipeline: micro_batches ", o.micro_batches);
   const int M = o.micro_batches, S = stage.stages(), s = stage.stage();
-  StageStep step(stage, x, y, pp, M, o.autocast);
+  amp::GradScaler* scaler = o.scaler && o.scaler->is_enabled() ? o.scaler : nullptr;
+  if (scaler)
+    scaler->place_state(stage.head_weight().device());  // Note [Loss scaling over a pipeline]
+  StageStep step(stage, x, y, pp, M, o.autocast, scaler);
   if (o.schedule == PipelineSchedule::GPipe) {
     for (int m = 0; m < M; ++m) step.forward(m);
     for (int m = 0; m < M; ++m) step.backward(m);

@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "distributed/pipeline/pipeline_stage.h"
 #include "distributed/process_group/process_group.h"
+#include "nn/amp/grad_scaler.h"
 
 namespace loom::distributed {
 
@@ -24,7 +25,20 @@ struct PipelineOptions {
   // dtype (bf16); the backwards run with autocast off, as the engine's always do. The activations
   // and their gradients travel between stages in the head weight's dtype (the float32 master's).
   std::optional<DType> autocast{};
+  // fp16: the last stage scales each micro-batch's loss by the scaler's scale before its backward,
+  // so every stage's gradients arrive scaled (the gradients sent between stages too); each stage's
+  // scaler gets its state on the stage's device, for its own unscale_ (Note [Loss scaling over a
+  // pipeline]). Null or disabled: no scaling.
+  amp::GradScaler* scaler = nullptr;
 };
+
+// Note [Loss scaling over a pipeline]
+// Under --amp fp16 every rank has a GradScaler with the same options and state. Only the last
+// stage computes a loss, so only its scaler's scale() runs; the scale reaches the other stages
+// inside the gradients they receive. Each stage's unscale_ divides its own gradients by its own
+// copy of the scale (equal on every rank: the same start, the same updates) and its inf/NaN flag is
+// summed over the stages (and tp, and ZeRO's dp) by the optimizer's sum_over_shards, so every rank
+// skips or takes the same step and moves its scale the same way.
 
 // Note [Pipeline schedules]
 // With S stages and M micro-batches, stage s runs micro-batch m's forward once it has received

@@ -23,7 +23,7 @@ GradScaler::GradScaler(GradScalerOptions o) : options_(o), pending_scale_(o.init
              "GradScaler: growth_interval must be in [1, 2^31), got ", o.growth_interval);
 }
 
-void GradScaler::ensure_state(const Device& device) {
+void GradScaler::place_state(const Device& device) {
   if (scale_.defined()) {
     LOOM_CHECK(scale_.device() == device, "GradScaler: its state is on ", scale_.device(),
                " but this loss is on ", device, " (one scaler per device)");
@@ -38,7 +38,7 @@ void GradScaler::ensure_state(const Device& device) {
 Tensor GradScaler::scale(const Tensor& loss) {
   LOOM_CHECK(loss.defined(), "GradScaler::scale: the loss is undefined");
   if (!options_.enabled) return loss;
-  ensure_state(loss.device());
+  place_state(loss.device());
   Tensor s = reshape(scale_, {});
   if (loss.dtype() != DType::F32) s = to(s, loss.dtype());
   return loss * s;

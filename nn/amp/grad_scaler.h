@@ -69,9 +69,12 @@ class GradScaler {
   // Restores what state_dict() saved; the Error names every missing entry.
   void load_state_dict(const nn::StateDict& sd);
 
- private:
-  void ensure_state(const Device& device);
+  // Puts the state on `device`, as the first scale() does (an error if it is on another device):
+  // for a rank that unscales gradients but scales no loss of its own (a pipeline's stages before
+  // the last: Note [Loss scaling over a pipeline] in distributed/pipeline/schedule.h).
+  void place_state(const Device& device);
 
+ private:
   GradScalerOptions options_;
   Tensor scale_;           // float32 (1)
   Tensor growth_tracker_;  // int32 (1)

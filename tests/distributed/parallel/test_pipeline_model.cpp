@@ -6,7 +6,9 @@
 // the whole state_dict and optimizer state gathered on the first stage's rank are one process's
 // (1e-7), the clip at 0.5 in every step. GPT (a tied head on both ends) in 2 stages, Llama in 2
 // stages of 2 tensor-parallel ranks each, and pp 2 x dp 2 with ZeRO-1 (GPT) and ZeRO-2 (Llama)
-// over the copies of each stage (the optimizer state halved).
+// over the copies of each stage (the optimizer state halved). Loss scaling (fp16's GradScaler)
+// through pp_tool's scaler mode: every stage's gradients scaled, an inf on one stage skipping the
+// step on both.
 #include <gtest/gtest.h>
 
 #include "../spawn.h"
@@ -36,6 +38,10 @@ TEST(PipelineModelGloo, GptInTwoStagesWithZeroOneOverTwoCopies) {
 
 TEST(PipelineModelGloo, LlamaInTwoStagesWithZeroTwoOverTwoCopies) {
   expect_model_mode({"model", "llama", "dp=2", "zero=2"}, 4);
+}
+
+TEST(PipelineModelGloo, LossScalingScalesEveryStageAndAnInfOnOneStageSkipsTheStepOnAll) {
+  expect_model_mode({"scaler", "gpt"}, 2);
 }
 #endif
 

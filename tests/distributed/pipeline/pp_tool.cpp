@@ -1,4 +1,4 @@
-// A worker the pipeline tests start N times (RANK, WORLD_SIZE, ... set; Gloo). Two modes:
+// A worker the pipeline tests start N times (RANK, WORLD_SIZE, ... set; Gloo). Three modes:
 //   train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [schedule=gpipe|1f1b] [clip=X] [sp=1]
 // builds the model (4 blocks) in float64 on every rank from one seed, twice: a reference that
 // trains alone on the whole batch of 8 rows, and a copy cut into pipeline stages over the mesh's
@@ -21,6 +21,8 @@
 // last one short) gives the reference's loss and accuracy within 1e-9, and that the gathered
 // model_state_dict and optimizer_state_dict on the pipeline's first rank are the reference's
 // (1e-7). Prints "stage S bytes B ... weight diff W" and exits 0, 1 or 3 as above.
+//   scaler <gpt|llama>
+// one pipeline over every rank, one step with and without a GradScaler (scaler_mode's comment).
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -36,6 +38,7 @@
 #include "distributed/parallel/parallelize.h"
 #include "distributed/pipeline/schedule.h"
 #include "distributed/tensor_parallel/tensor_parallel.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/clip.h"
 #include "nn/gpt.h"
 #include "nn/llama.h"
@@ -256,18 +259,58 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
              : 1;
 }
 
+// Loss scaling over the stages (Note [Loss scaling over a pipeline] in
+// distributed/pipeline/schedule.h): the step with a GradScaler at 1024 gives every stage's
+// gradients exactly 1024 times the unscaled step's; then, with an inf planted in the first stage's
+// gradients only, every stage's scaler skips the step (its parameters stay) and halves its scale.
+int scaler_mode(const std::string& kind) {
+  test::TestJob job = test::join_test_job();
+  auto model = make_model(kind);
+  auto parallel = parallelize(model, {.pp = job.world}, distributed::world(), [](nn::Module& m) {
+    return std::make_unique<optim::AdamW>(m.parameters(), adamw());
+  });
+  optim::Optimizer& opt = parallel->optimizer();
+  auto [x, y] = batch(0, 0, kBatch);
+  const std::vector<Tensor> params = opt.all_params();  // the stage's
+  std::vector<Tensor> plain;
+  parallel->forward_backward(x, y, 2);
+  for (const Tensor& p : params) plain.push_back(clone(p.grad()));
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  opt.zero_grad();
+  parallel->forward_backward(x, y, 2, std::nullopt, &scaler);
+  double scaled_diff = 0;
+  std::vector<Tensor> before;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    scaled_diff = std::max(scaled_diff, max(abs(params[i].grad() - plain[i] * 1024.0)).item());
+    before.push_back(clone(params[i]));
+  }
+  if (job.rank == 0) params[0].grad().fill_(INFINITY);
+  const bool stepped = scaler.step(opt);
+  scaler.update();
+  double moved = 0;
+  for (size_t i = 0; i < before.size(); ++i)
+    moved = std::max(moved, max(abs(params[i] - before[i])).item());
+  std::cout << "rank " << job.rank << ": " << plain.size() << " gradients, scaled diff "
+            << scaled_diff << ", stepped " << stepped << ", moved " << moved << ", scale "
+            << scaler.get_scale() << "\n";
+  return !plain.empty() && scaled_diff == 0 && !stepped && moved == 0 && scaler.get_scale() == 512.0
+             ? 0
+             : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 2 ? argv[1] : "";
-  if ((mode != "train" || argc < 4) && mode != "model") {
+  if ((mode != "train" || argc < 4) && mode != "model" && mode != "scaler") {
     std::cerr << "usage: pp_tool train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [sp=1] "
                  "[schedule=gpipe|1f1b] [clip=X]\n       pp_tool model <gpt|llama> [tp=N] [dp=N] "
-                 "[zero=1|2]\n";
+                 "[zero=1|2]\n       pp_tool scaler <gpt|llama>\n";
     return 2;
   }
   try {
     if (mode == "model") return model_mode(argv[2], keys(argc, argv, 3));
+    if (mode == "scaler") return scaler_mode(argv[2]);
     return train_mode(argv[2], std::atoi(argv[3]), keys(argc, argv, 4));
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << "\n";
