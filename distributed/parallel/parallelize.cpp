@@ -32,11 +32,8 @@ std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
 void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
   LOOM_CHECK(plan.zero >= 0 && plan.zero <= 3, "parallelize: --zero ", plan.zero,
              " is not a ZeRO stage (0, 1, 2 or 3)");
-  LOOM_CHECK(plan.pp == 1 || (plan.zero < 3 && !plan.sequence_parallel), "parallelize: --pp ",
-             plan.pp, " with --zero ", plan.zero,
-             plan.sequence_parallel ? " and sequence parallel" : "",
-             ": a pipeline's copies run with --zero 0, 1 or 2 (not FSDP) and without sequence "
-             "parallel for now");
+  LOOM_CHECK(plan.pp == 1 || plan.zero < 3, "parallelize: --pp ", plan.pp, " with --zero ",
+             plan.zero, ": a pipeline's copies run with --zero 0, 1 or 2 (not FSDP) for now");
   LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
              "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
              "it needs --tp 2 or more");
@@ -55,7 +52,8 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
   check_plan(plan, *world);
   if (plan.pp > 1) {  // tp first (the stages hold split blocks), then the cut
     DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, plan.pp));
-    if (plan.tp > 1) parallelize_tensor(*model, mesh.group("tp"));
+    if (plan.tp > 1)
+      parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = plan.sequence_parallel});
     return std::make_unique<PipelineModel>(model, make_optimizer(*model), mesh.group("pp"),
                                            mesh.group("dp"), plan.pp_schedule,
                                            plan.tp > 1 ? mesh.group("tp") : nullptr, plan.zero);

@@ -3,8 +3,8 @@
 // {pp, dp, tp}: tensor parallel splits the transformer blocks over tp ranks, pipeline parallel
 // cuts the stack of blocks into stages over pp ranks, and the data-parallel copies along dp are
 // kept in step by DDP, ZeRO-1/2 (DDP and a sharded optimizer), FSDP (ZeRO-3) or, for a pipeline,
-// its gradients averaged or sharded (ZeRO-1/2). Leaves out: FSDP together with pp, sequence
-// parallel in a pipeline, and the vocabulary split.
+// its gradients averaged or sharded (ZeRO-1/2). Leaves out: FSDP together with pp and the
+// vocabulary split.
 #pragma once
 
 #include <functional>
@@ -39,9 +39,10 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(nn::Module
 // Every process calls parallelize with the same plan, after building the model with the same
 // seed and moving it to its device, and before anything trains:
 //   1. the mesh {pp, dp, tp} over `world` (errors name the world size, tp and pp);
-//      pp > 1: the blocks split over tp when tp > 1, the stages cut (PipelineModel), the
-//      optimizer made over the whole model and remade over this stage's parameters (zero 1, 2:
-//      a ZeroOptimizer over it, sharded over dp), the other stages' parameters released; done;
+//      pp > 1: the blocks split over tp when tp > 1 (sequence parallel too), the stages cut
+//      (PipelineModel), the optimizer made over the whole model and remade over this stage's
+//      parameters (zero 1, 2: a ZeroOptimizer over it, sharded over dp), the other stages'
+//      parameters released; done;
 //   2. tp > 1: the blocks split over the tp group (parallelize_tensor; with sequence_parallel the
 //      stack runs on T/tp positions per rank);
 //   3. the optimizer made by make_optimizer over what is left;

@@ -115,7 +115,10 @@ void PipelineModel::set_model_share() {
 std::string PipelineModel::describe() const {
   std::string s = "pipeline parallel over " + std::to_string(pp_->size()) + " stages (" +
                   (schedule_ == PipelineSchedule::GPipe ? "GPipe" : "1F1B") + ")";
-  if (tp_) s += ", tensor parallel over " + std::to_string(tp_->size()) + " ranks";
+  if (tp_)
+    s += std::string(stage_->sequence_parallel() ? ", tensor and sequence parallel"
+                                                 : ", tensor parallel") +
+         " over " + std::to_string(tp_->size()) + " ranks";
   if (dp_->size() > 1)
     s += ", copies: " + std::to_string(dp_->size()) +
          (zero_ ? " with ZeRO-" + std::to_string(zero_->stage()) : std::string(" averaged"));

@@ -8,7 +8,7 @@
 // pipeline's first rank. With a tp group the model's blocks are already split over it
 // (parallelize_tensor) and every sum and checkpoint also goes over tp. With ZeRO-1 or 2 the
 // stage's optimizer state is sharded over dp (Note [ZeRO over a pipeline stage]).
-// Leaves out: FSDP (ZeRO-3) together with pp, sequence parallel, --amp fp8, CUDA graphs, the
+// Leaves out: FSDP (ZeRO-3) together with pp, --amp fp8, CUDA graphs, the
 // whole model on one rank (with_whole_model refuses: gather a state_dict instead).
 #pragma once
 

@@ -2,8 +2,11 @@
 // Llama is cut, and each stage's forward, loss and parameters. Leaves out: the schedules.
 #include "distributed/pipeline/pipeline_stage.h"
 
+#include <unordered_set>
+
 #include "autograd/ops/ops.h"
 #include "distributed/tensor_parallel/sequence_parallel.h"
+#include "distributed/tensor_parallel/tp_regions.h"
 #include "nn/gpt.h"
 #include "nn/llama.h"
 
@@ -24,12 +27,6 @@ PipelineStage::PipelineStage(nn::Module& model, int stage, int stages)
   } else {
     LOOM_FAIL("PipelineStage: cuts GPT and Llama models, not ", model.type_name());
   }
-  // The stage runs the blocks one by one, past the stack's split and gather along T.
-  LOOM_CHECK(
-      dynamic_cast<SequenceParallelStack*>(blocks_) == nullptr,
-      "PipelineStage: ", model.type_name(),
-      "'s blocks are sequence parallel; cut the stages first, or leave sequence parallel out "
-      "of a pipeline");
   const int64_t L = int64_t(blocks_->size());
   LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages, "PipelineStage: stage ", stage, " of ",
              stages);
@@ -37,11 +34,21 @@ PipelineStage::PipelineStage(nn::Module& model, int stage, int stages)
              " does not divide the ", L, " blocks of ", model.type_name(),
              " (each stage takes L / pp of them)");
   begin_ = stage * L / stages, end_ = (stage + 1) * L / stages;
+  // The stage runs the blocks one by one, so it splits and gathers along T itself.
+  sp_ = dynamic_cast<SequenceParallelStack*>(blocks_);
+  if (sp_) {
+    std::unordered_set<const TensorImpl*> mine;
+    for (const Tensor& p : held()) mine.insert(p.impl());
+    for (const Tensor& p : sequence_parallel_parameters(model))
+      if (mine.count(p.impl())) sp_params_.push_back(p);
+  }
 }
 
 Tensor PipelineStage::forward(const Tensor& in) {
-  Tensor h = is_first() ? embed_(in) : in;
+  Tensor h = is_first() ? embed_(in) : in;   // (b, T, C)
+  if (sp_) h = split_sequence(h, *sp_->tp);  // (b, T / tp, C): this rank's positions
   for (int64_t i = begin_; i < end_; ++i) h = (*blocks_->block(size_t(i)))(h);
+  if (sp_) h = gather_sequence(h, *sp_->tp);  // (b, T, C) on every tp rank
   return is_last() ? (*final_norm_)(h) : h;
 }
 
@@ -83,5 +90,9 @@ std::vector<Tensor> PipelineStage::listed(bool trainable_only) const {
 }
 
 int64_t PipelineStage::hidden_size() const { return head_weight_.size(1); }
+
+void PipelineStage::sync_sequence_parallel_grads() {
+  if (sp_) distributed::sync_sequence_parallel_grads(sp_params_, *sp_->tp);
+}
 
 }  // namespace loom::distributed

@@ -25,6 +25,14 @@ namespace loom::distributed {
 // are never touched (parameters() lists the stage's, for the optimizer; held() every tensor the
 // stage computes with, frozen ones too: what a pipeline rank keeps, Note [A pipeline rank holds its
 // stage] in distributed/parallel/pipeline_model.h).
+// Under sequence parallel (the blocks a SequenceParallelStack, Note [Sequence parallel] in
+// distributed/tensor_parallel/sequence_parallel.h) a stage splits the sequence over tp before its
+// blocks and gathers it after them, as the stack's own forward does around all of them: the whole
+// (b, T, C) travels between stages (each tp rank sends it to its counterpart), and after the
+// backwards the schedule sums the stage's norms' partial gradients over tp
+// (sync_sequence_parallel_grads). Megatron sends only the rank's T / tp positions: not done here.
+class SequenceParallelStack;
+
 class PipelineStage {
  public:
   // Stage `stage` of `stages` of `model` (a GPT or a Llama, plain or tensor-parallel).
@@ -59,6 +67,11 @@ class PipelineStage {
   // device.
   int64_t hidden_size() const;
 
+  bool sequence_parallel() const { return sp_ != nullptr; }
+  // Sums the partial gradients of the stage's sequence-parallel parameters (its blocks' norms and
+  // row-parallel biases) over tp; nothing without sequence parallel. A collective over tp.
+  void sync_sequence_parallel_grads();
+
  private:
   std::vector<Tensor> listed(bool trainable_only) const;
 
@@ -71,6 +84,8 @@ class PipelineStage {
   nn::Module* head_ = nullptr;       // the head's Linear: (b, T, C) -> (b, T, V)
   Tensor head_weight_;               // (V, C)
   bool tied_ = false;
+  SequenceParallelStack* sp_ = nullptr;  // the blocks, when sequence parallel
+  std::vector<Tensor> sp_params_;        // the stage's share of sequence_parallel_parameters
 };
 
 }  // namespace loom::distributed

@@ -66,12 +66,14 @@ class StageStep {
     k = Kept{};  // this micro-batch's activations go
   }
 
-  // Waits for the sends, sums a tied head's gradients, and broadcasts the loss from the last stage.
+  // Waits for the sends, sums a tied head's gradients (over pp) and the sequence-parallel norms'
+  // (over tp), and broadcasts the loss from the last stage.
   Tensor finish() {
     for (auto& w : sends_) w->wait();
     sends_.clear(), sent_.clear();
     // A frozen tied matrix (LoRA's base) has no gradient; every stage sees the same flag.
     if (st_.ties_head() && st_.head_weight().requires_grad()) sum_tied_gradient();
+    st_.sync_sequence_parallel_grads();  // the norms' partial gradients, summed over tp
     Tensor loss =
         loss_.defined()
             ? contiguous(loss_)

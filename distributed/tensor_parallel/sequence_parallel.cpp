@@ -150,9 +150,13 @@ std::vector<Tensor> sequence_parallel_parameters(const nn::Module& model) {
 }
 
 void sync_sequence_parallel_grads(nn::Module& model, ProcessGroup& tp) {
+  sync_sequence_parallel_grads(sequence_parallel_parameters(model), tp);
+}
+
+void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& tp) {
   autograd::NoGradGuard no_grad;
   std::vector<Tensor> grads, flat;
-  for (const Tensor& p : sequence_parallel_parameters(model)) {
+  for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     grads.push_back(g);

@@ -106,5 +106,7 @@ std::vector<Tensor> sequence_parallel_parameters(const nn::Module& model);
 // before clip_grad_norm_tensor_parallel_ and the optimizer. Nothing to do without sequence
 // parallel. Parameters without a gradient are skipped (every rank runs the same graph).
 void sync_sequence_parallel_grads(nn::Module& model, ProcessGroup& tp);
+// The same over a list of them (a pipeline stage's: PipelineStage::sync_sequence_parallel_grads).
+void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& tp);
 
 }  // namespace loom::distributed

@@ -322,7 +322,8 @@ TEST(TrainGpt, TensorParallelEqualsOneProcessAndResumesAcrossLayouts) {
 // --grad-accum 2, each stage's rank holding less than the whole model, the validation losses of
 // the forward-only pipeline those of one process (to the printed 4 decimals), a sample after the
 // pp 2 run (the whole model rebuilt on rank 0); a pp 2 and a pp 2 x tp 2 checkpoint finish as one
-// process, one process's as pp 2 and as pp 2 x tp 2; pp 2 x dp 2 with ZeRO-2 likewise.
+// process, one process's as pp 2 and as pp 2 x tp 2; pp 2 x tp 2 with --sequence-parallel ends at
+// the same weights; pp 2 x dp 2 with ZeRO-2 likewise.
 TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
@@ -358,6 +359,15 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
       << c.output;
   EXPECT_LE(max_weight_difference(one / last, both / last), 1e-5);
   expect_resumes_across_layouts(dir, text, common, one, both, "--pp 2 --tp 2", 4);
+  // With --sequence-parallel each stage splits the sequence over its tp pair (the clip counting
+  // the norms, summed over tp, once).
+  const fs::path sp = dir / "sp";
+  Outcome d = run_cmd(gpt(4, text, common + sp.string() + " --pp 2 --tp 2 --sequence-parallel"));
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("2 stages (1F1B), tensor and sequence parallel over 2 ranks"),
+            std::string::npos)
+      << d.output;
+  EXPECT_LE(max_weight_difference(one / last, sp / last), 1e-5);
   // ZeRO-2 over the dp pairs of pp 2 x dp 2: each stage's optimizer state halved, gathered over dp
   // and pp into the whole layout; its checkpoint finishes as one process, one process's as it.
   const fs::path zero = dir / "zero";
