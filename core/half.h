@@ -3,32 +3,18 @@
 // convert back (see kernels/functors.h: acc_t).
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 
 #include "core/macros.h"
 
 namespace loom {
 
 namespace detail {
-LOOM_HOST_DEVICE inline uint32_t f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-LOOM_HOST_DEVICE inline float bits_f32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+// The bits of a float32 and back: std::bit_cast, a constexpr host function that device code may
+// call (--expt-relaxed-constexpr; the same instructions as __float_as_uint / __uint_as_float).
+LOOM_HOST_DEVICE inline uint32_t f32_bits(float f) { return std::bit_cast<uint32_t>(f); }
+LOOM_HOST_DEVICE inline float bits_f32(uint32_t u) { return std::bit_cast<float>(u); }
 }  // namespace detail
 
 // bfloat16: the top 16 bits of a float32, rounded to nearest even.

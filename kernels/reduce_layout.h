@@ -1,6 +1,7 @@
 // How both backends lay out a reduction: the result's shape, and a permutation that puts the
 // kept dims first and the reduced dims last, so the input reads as (outer, inner) rows; the
-// argument checks of reduce and max_dim, and the name of a reduction in error messages.
+// argument checks of reduce and max_dim, the name of a reduction in error messages, and reduce's
+// result tensor.
 // Leaves out: the kernels (kernels/cpu/cpu_reduce.cpp, kernels/cuda/elementwise/cuda_reduce.cu).
 #pragma once
 
@@ -12,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
+#include "kernels/backend.h"
 #include "kernels/params.h"
 
 namespace loom {
@@ -76,6 +78,14 @@ inline ReduceLayout checked_reduce_layout(ReduceOp op, const Shape& shape, DType
 // What a sum or mean over zero elements gives (as PyTorch): 0 and NaN.
 inline double empty_reduction_value(ReduceOp op) {
   return op == ReduceOp::Mean ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+}
+
+// reduce's result for input x laid out as L, on x's device; when there is nothing to reduce
+// (L.inner == 0) it is already final, filled with empty_reduction_value by be.
+inline Tensor reduce_result(Backend& be, ReduceOp op, const Tensor& x, const ReduceLayout& L) {
+  Tensor out = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
+  if (L.inner == 0) be.fill_(out, empty_reduction_value(op));
+  return out;
 }
 
 // max_dim(x, dim, keepdim)'s layout (dim: wrapped), after checking that dim is not empty.

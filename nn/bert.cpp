@@ -188,7 +188,7 @@ Tensor Bert::pool(const Tensor& hidden) {
 
 // ---------------------------------------------------------------- heads
 
-BertForMaskedLM::BertForMaskedLM(BertConfig cfg) : Module("BertForMaskedLM") {
+BertForMaskedLM::BertForMaskedLM(BertConfig cfg) : BertWithHead("BertForMaskedLM") {
   bert = register_module("bert", make<Bert>(std::move(cfg), /*pooler=*/false));
   const BertConfig& c = bert->config;
   transform = register_module("transform", make<Linear>(c.hidden, c.hidden));
@@ -201,8 +201,6 @@ BertForMaskedLM::BertForMaskedLM(BertConfig cfg) : Module("BertForMaskedLM") {
   init::normal_(transform->weight, 0.0, 0.02);
   init::zeros_(transform->bias);
 }
-
-Tensor BertForMaskedLM::forward(const Tensor& ids) { return forward(ids, Tensor(), Tensor()); }
 
 // (B, T) -> hidden (B, T, C) -> transform (B, T, C) -> logits (B, T, V), the decoder tied.
 Tensor BertForMaskedLM::forward(const Tensor& ids, const Tensor& types, const Tensor& lengths) {
@@ -221,7 +219,7 @@ Tensor BertForMaskedLM::loss(const Tensor& ids, const Tensor& types, const Tenso
 }
 
 BertForSequenceClassification::BertForSequenceClassification(BertConfig cfg, int64_t labels)
-    : Module("BertForSequenceClassification"), num_labels(labels) {
+    : BertWithHead("BertForSequenceClassification"), num_labels(labels) {
   LOOM_CHECK(num_labels > 0, "BertForSequenceClassification: num_labels ", num_labels,
              " must be positive");
   bert = register_module("bert", make<Bert>(std::move(cfg), /*pooler=*/true));
@@ -230,10 +228,6 @@ BertForSequenceClassification::BertForSequenceClassification(BertConfig cfg, int
   autograd::NoGradGuard no_grad;
   init::normal_(classifier->weight, 0.0, 0.02);
   init::zeros_(classifier->bias);
-}
-
-Tensor BertForSequenceClassification::forward(const Tensor& ids) {
-  return forward(ids, Tensor(), Tensor());
 }
 
 // (B, T) -> pooled (B, C) -> logits (B, K).

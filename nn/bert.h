@@ -87,27 +87,42 @@ class Bert : public Module {
   Tensor embed(const Tensor& input_ids, const Tensor& token_type_ids);  // -> (B, T, C)
 };
 
-// BertForMaskedLM: a Bert without pooler and the MLM head; the decoder matrix IS
-// bert.word_embeddings.weight (Note [Tied embedding] in nn/gpt.h), its bias mlm_bias.
-class BertForMaskedLM : public Module {
+// What the heads below share: a Bert (bert.*) under a task head, whose forward and loss take
+// token types and lengths as Bert::forward; forward(input_ids) and loss(input_ids, labels), the
+// model's own loss for a training step (train::StepRunner, bench_train's bert-base workload), are
+// those with token types 0 and no padding.
+class BertWithHead : public Module {
  public:
-  explicit BertForMaskedLM(BertConfig cfg);
-  // input_ids (B, T) -> logits (B, T, vocab_size) (token types 0, no padding).
-  Tensor forward(const Tensor& input_ids) override;
-  // The same with token types and lengths (as Bert::forward) -> (B, T, vocab_size).
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths);
-  // Mean cross-entropy of the logits against labels (B, T) int64, entries -100 ignored
-  // (transformers' convention: only the masked positions carry labels).
-  Tensor loss(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths,
-              const Tensor& labels);
-  // The same with token types 0 and no padding: the model's own loss for a training step
-  // (train::StepRunner, bench_train's bert-base workload).
+  using Module::Module;
+  virtual Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids,
+                         const Tensor& lengths) = 0;
+  virtual Tensor loss(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths,
+                      const Tensor& labels) = 0;
+  Tensor forward(const Tensor& input_ids) override {
+    return forward(input_ids, Tensor(), Tensor());
+  }
   bool has_loss() const override { return true; }
   Tensor loss(const Tensor& input_ids, const Tensor& labels) override {
     return loss(input_ids, Tensor(), Tensor(), labels);
   }
 
   ModuleHolder<Bert> bert;
+};
+
+// BertForMaskedLM: a Bert without pooler and the MLM head; the decoder matrix IS
+// bert.word_embeddings.weight (Note [Tied embedding] in nn/gpt.h), its bias mlm_bias.
+class BertForMaskedLM : public BertWithHead {
+ public:
+  using BertWithHead::forward, BertWithHead::loss;
+  explicit BertForMaskedLM(BertConfig cfg);
+  // input_ids (B, T), token types and lengths (as Bert::forward) -> logits (B, T, vocab_size).
+  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids,
+                 const Tensor& lengths) override;
+  // Mean cross-entropy of the logits against labels (B, T) int64, entries -100 ignored
+  // (transformers' convention: only the masked positions carry labels).
+  Tensor loss(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths,
+              const Tensor& labels) override;
+
   ModuleHolder<Linear> transform;  // C -> C, then GELU and transform_norm
   ModuleHolder<GELU> transform_act;
   ModuleHolder<LayerNorm> transform_norm;
@@ -115,23 +130,18 @@ class BertForMaskedLM : public Module {
 };
 
 // BertForSequenceClassification: a Bert with its pooler, dropout and a Linear C -> num_labels.
-class BertForSequenceClassification : public Module {
+class BertForSequenceClassification : public BertWithHead {
  public:
+  using BertWithHead::forward, BertWithHead::loss;
   BertForSequenceClassification(BertConfig cfg, int64_t num_labels);
-  // input_ids (B, T) -> logits (B, num_labels) (token types 0, no padding).
-  Tensor forward(const Tensor& input_ids) override;
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths);
+  // input_ids (B, T), token types and lengths -> logits (B, num_labels).
+  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids,
+                 const Tensor& lengths) override;
   // Mean cross-entropy of the logits against labels (B) int64 (single-label classification).
   Tensor loss(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& lengths,
-              const Tensor& labels);
-  // The same with token types 0 and no padding (Module::loss for a training step).
-  bool has_loss() const override { return true; }
-  Tensor loss(const Tensor& input_ids, const Tensor& labels) override {
-    return loss(input_ids, Tensor(), Tensor(), labels);
-  }
+              const Tensor& labels) override;
 
   int64_t num_labels;
-  ModuleHolder<Bert> bert;
   ModuleHolder<Dropout> dropout;
   ModuleHolder<Linear> classifier;
 };

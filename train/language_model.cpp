@@ -36,27 +36,27 @@ nn::LlamaConfig llama_config(const LanguageModelSpec& s) {
   return c;
 }
 
-LanguageModel wrap(std::shared_ptr<nn::GPT> m) {
-  return {m,
-          str("GPT ", m->config.n_layer, "x", m->config.n_embd, " (", m->num_parameters(),
-              " parameters)"),
-          [m](int64_t T) { return m->flops_per_token(T); },
-          [m](bool on) { m->set_activation_checkpointing(on); },
-          [m](const std::string& dir) { nn::save_hf_gpt2(*m, dir); },
-          [m](const std::string& dir, const nn::LoRAOptions& o) {
-            nn::save_peft_adapter(*m, nn::hf_gpt2_tensor_map(m->config), o, dir);
-          }};
-}
+// What LanguageModel needs of each architecture beside the model: its name and sizes for the
+// title, its Hugging Face writer, and its tensors' Hugging Face names (for PEFT's adapters).
+std::string title(const nn::GPT& m) { return str("GPT ", m.config.n_layer, "x", m.config.n_embd); }
+void save_hf(const nn::GPT& m, const std::string& dir) { nn::save_hf_gpt2(m, dir); }
+nn::HfTensorMap hf_tensor_map(const nn::GPT& m) { return nn::hf_gpt2_tensor_map(m.config); }
 
-LanguageModel wrap(std::shared_ptr<nn::Llama> m) {
+std::string title(const nn::Llama& m) {
+  return str("Llama ", m.config.n_layers, "x", m.config.dim);
+}
+void save_hf(const nn::Llama& m, const std::string& dir) { nn::save_hf_llama(m, dir); }
+nn::HfTensorMap hf_tensor_map(const nn::Llama& m) { return nn::hf_llama_tensor_map(m.config); }
+
+template <typename Model>  // nn::GPT or nn::Llama
+LanguageModel wrap(std::shared_ptr<Model> m) {
   return {m,
-          str("Llama ", m->config.n_layers, "x", m->config.dim, " (", m->num_parameters(),
-              " parameters)"),
+          str(title(*m), " (", m->num_parameters(), " parameters)"),
           [m](int64_t T) { return m->flops_per_token(T); },
           [m](bool on) { m->set_activation_checkpointing(on); },
-          [m](const std::string& dir) { nn::save_hf_llama(*m, dir); },
+          [m](const std::string& dir) { save_hf(*m, dir); },
           [m](const std::string& dir, const nn::LoRAOptions& o) {
-            nn::save_peft_adapter(*m, nn::hf_llama_tensor_map(m->config), o, dir);
+            nn::save_peft_adapter(*m, hf_tensor_map(*m), o, dir);
           }};
 }
 

@@ -78,22 +78,17 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t rows, int64_t cols) {
 
 Tensor CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
                           bool keepdim) {
-  const char* name = reduce_name(op);
   const ReduceLayout L = checked_reduce_layout(op, x.shape(), x.dtype(), dims_in, keepdim);
-  const int64_t outer = L.outer, inner = L.inner;
-  Tensor out = empty(L.out_shape, {.dtype = x.dtype()});
-  if (inner == 0) {
-    fill_(out, empty_reduction_value(op));
-    return out;
-  }
-  LOOM_DISPATCH_NUMERIC(x.dtype(), name, [&] {
+  Tensor out = reduce_result(*this, op, x, L);
+  if (L.inner == 0) return out;
+  LOOM_DISPATCH_NUMERIC(x.dtype(), reduce_name(op), [&] {
     // Column case: the reduced dims lead and x is contiguous.
-    if (L.reduced_dims_lead && x.is_contiguous() && outer > 1) {
-      reduce_cols<scalar_t>(op, x.data<scalar_t>(), out.data<scalar_t>(), inner, outer);
+    if (L.reduced_dims_lead && x.is_contiguous() && L.outer > 1) {
+      reduce_cols<scalar_t>(op, x.data<scalar_t>(), out.data<scalar_t>(), L.inner, L.outer);
       return;
     }
     Tensor xc = raw::contiguous(raw::permute(x, L.perm));
-    reduce_rows<scalar_t>(op, xc.data<scalar_t>(), out.data<scalar_t>(), outer, inner);
+    reduce_rows<scalar_t>(op, xc.data<scalar_t>(), out.data<scalar_t>(), L.outer, L.inner);
   });
   return out;
 }

@@ -27,7 +27,8 @@ AdamOptions from_adamw(const AdamWOptions& w) {
 }
 }  // namespace
 
-Adam::Adam(std::string name, bool decoupled) : Optimizer(std::move(name)), decoupled_(decoupled) {}
+Adam::Adam(std::string name, bool decoupled)
+    : OptimizerWithOptions(std::move(name)), decoupled_(decoupled) {}
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam("Adam", false) {
   add_param_group(std::move(params), options);
@@ -35,13 +36,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam("Adam", false
 
 void Adam::add_param_group(std::vector<Tensor> params, AdamOptions options) {
   check_options(name().c_str(), options);
-  add_group_params(std::move(params));
-  options_.push_back(options);
-}
-
-AdamOptions& Adam::options(size_t group) {
-  params(group);
-  return options_[group];
+  add_group(std::move(params), options);
 }
 
 std::unique_ptr<Optimizer> Adam::make_like(std::vector<std::vector<Tensor>> groups) const {
@@ -59,24 +54,6 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : Adam("AdamW", t
 
 void AdamW::add_param_group(std::vector<Tensor> params, AdamWOptions options) {
   Adam::add_param_group(std::move(params), from_adamw(options));
-}
-
-// Adam's hyper-parameters as its state dict names them, in order, each with its options field.
-constexpr auto kAdamFields = [](auto& o, const auto& f) {
-  f("lr", o.lr);
-  f("beta1", o.betas.first);
-  f("beta2", o.betas.second);
-  f("eps", o.eps);
-  f("weight_decay", o.weight_decay);
-  f("amsgrad", o.amsgrad);
-};
-
-std::vector<std::pair<std::string, double>> Adam::hyper_parameters(size_t g) const {
-  return hyper_parameter_values(options_[g], kAdamFields);
-}
-
-void Adam::set_hyper_parameter(size_t g, const std::string& name, double v) {
-  set_hyper_parameter_field(options_[g], kAdamFields, this->name(), name, v);
 }
 
 std::vector<std::string> Adam::buffer_names(size_t g) const {

@@ -21,6 +21,15 @@ struct AdamOptions {
   // Update float32/float64 contiguous parameters with one Backend::adam_step per (device, dtype,
   // step); false: the composite tensor-op version (the fused kernel's test oracle). Not saved.
   bool fused = true;
+  // The hyper-parameters as the state dict names them, in order: f(name, field) for each.
+  static constexpr auto fields = [](auto& o, const auto& f) {
+    f("lr", o.lr);
+    f("beta1", o.betas.first);
+    f("beta2", o.betas.second);
+    f("eps", o.eps);
+    f("weight_decay", o.weight_decay);
+    f("amsgrad", o.amsgrad);
+  };
 };
 
 // AdamW's options: the same fields, weight decay 1e-2 by default (as PyTorch).
@@ -34,28 +43,23 @@ struct AdamWOptions {
 };
 
 // State per parameter: "step", "exp_avg", "exp_avg_sq" (and "max_exp_avg_sq" with amsgrad).
-class Adam : public Optimizer {
+class Adam : public OptimizerWithOptions<AdamOptions> {
  public:
   explicit Adam(std::vector<Tensor> params, AdamOptions options = {});
   void add_param_group(std::vector<Tensor> params, AdamOptions options);
   void step() override;
-  AdamOptions& options(size_t group = 0);
   std::unique_ptr<Optimizer> make_like(std::vector<std::vector<Tensor>> groups) const override;
 
  protected:
   Adam(std::string name, bool decoupled_weight_decay);
-  std::vector<std::pair<std::string, double>> hyper_parameters(size_t group) const override;
-  void set_hyper_parameter(size_t group, const std::string& name, double value) override;
   std::vector<std::string> buffer_names(size_t group) const override;
   bool counts_steps() const override { return true; }
-  bool fused(size_t group) const override { return options_[group].fused; }
   bool applies_grad_scale() const override { return true; }
 
  private:
   // grad_scale: undefined, or the clip's coefficient (Note [Clipping inside the update]).
   void step_composite(size_t index, const AdamOptions& o, const Tensor& grad_scale);
   bool decoupled_;
-  std::vector<AdamOptions> options_;
 };
 
 class AdamW : public Adam {

@@ -1,7 +1,8 @@
 // Optimizer: the base of SGD, Adam and AdamW. It holds parameter groups, per-parameter state
 // (a step count and buffers such as exp_avg), zero_grad, learning-rate access for schedulers,
 // and a flat, ordered state_dict ("state.3.exp_avg", "state.3.step", "param_groups.0.lr", as
-// 0-d float64 tensors for numbers) that safetensors can hold.
+// 0-d float64 tensors for numbers) that safetensors can hold. OptimizerWithOptions, between it
+// and them, keeps each group's options struct.
 // Leaves out: the update rules (nn/optim/sgd.cpp, adam.cpp) and closures (step(closure)).
 #pragma once
 
@@ -245,5 +246,35 @@ void set_hyper_parameter_field(Options& o, const Fields& fields, const std::stri
   });
   LOOM_CHECK(found, who, ": no hyper-parameter \"", name, "\"");
 }
+
+// An optimizer whose groups each have an Options struct (SGDOptions, AdamOptions): it keeps them
+// by group, reads and writes their hyper-parameters through Options::fields (the list of names
+// and fields the two functions above take), and takes `fused` from them.
+template <typename Options>
+class OptimizerWithOptions : public Optimizer {
+ public:
+  // A group's options, to read or change between steps.
+  Options& options(size_t group = 0) {
+    params(group);  // checks the group's number
+    return options_[group];
+  }
+
+ protected:
+  using Optimizer::Optimizer;
+  // Appends a group and its options (which the optimizer has checked).
+  void add_group(std::vector<Tensor> params, const Options& options) {
+    add_group_params(std::move(params));
+    options_.push_back(options);
+  }
+  std::vector<std::pair<std::string, double>> hyper_parameters(size_t group) const override {
+    return hyper_parameter_values(options_[group], Options::fields);
+  }
+  void set_hyper_parameter(size_t group, const std::string& name, double value) override {
+    set_hyper_parameter_field(options_[group], Options::fields, this->name(), name, value);
+  }
+  bool fused(size_t group) const override { return options_[group].fused; }
+
+  std::vector<Options> options_;  // by group
+};
 
 }  // namespace loom::optim

@@ -21,7 +21,7 @@ void check_options(const SGDOptions& o) {
 }
 }  // namespace
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer("SGD") {
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : OptimizerWithOptions("SGD") {
   add_param_group(std::move(params), options);
 }
 
@@ -36,30 +36,7 @@ std::unique_ptr<Optimizer> SGD::make_like(std::vector<std::vector<Tensor>> group
 
 void SGD::add_param_group(std::vector<Tensor> params, SGDOptions options) {
   check_options(options);
-  add_group_params(std::move(params));
-  options_.push_back(options);
-}
-
-SGDOptions& SGD::options(size_t group) {
-  params(group);
-  return options_[group];
-}
-
-// SGD's hyper-parameters as its state dict names them, in order, each with its options field.
-constexpr auto kSgdFields = [](auto& o, const auto& f) {
-  f("lr", o.lr);
-  f("momentum", o.momentum);
-  f("dampening", o.dampening);
-  f("weight_decay", o.weight_decay);
-  f("nesterov", o.nesterov);
-};
-
-std::vector<std::pair<std::string, double>> SGD::hyper_parameters(size_t g) const {
-  return hyper_parameter_values(options_[g], kSgdFields);
-}
-
-void SGD::set_hyper_parameter(size_t g, const std::string& name, double v) {
-  set_hyper_parameter_field(options_[g], kSgdFields, "SGD", name, v);
+  add_group(std::move(params), options);
 }
 
 std::vector<std::string> SGD::buffer_names(size_t g) const {

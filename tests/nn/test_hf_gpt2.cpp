@@ -5,6 +5,7 @@
 // transformers' own bytes back. The error cases are in test_hf_gpt2_errors.cpp.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "autograd/ops/ops.h"

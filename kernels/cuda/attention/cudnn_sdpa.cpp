@@ -64,9 +64,15 @@ void output(const TensorAttr& a, int64_t uid, const Tensor& t) {
   if (t.dtype() == DType::F32) a->set_data_type(fe::DataType_t::FLOAT);
 }
 
-// The padding mask's inputs (Note [Flash attention through cuDNN]), when t has key lengths.
+// What the forward's and the backward's attributes share: the node's name, the scale, the causal
+// mask (aligned top left) and, when t has key lengths, the padding mask's inputs
+// (Note [Flash attention through cuDNN]).
 template <typename Attributes>
-void set_padding(fe::graph::Graph& g, const SdpaTensors& t, Attributes& opts) {
+void set_shared(fe::graph::Graph& g, const SdpaTensors& t, const char* name, bool causal,
+                float scale, Attributes& opts) {
+  opts.set_name(name).set_attn_scale(scale);
+  if (causal)
+    opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   if (!t.seq_kv.defined()) return;
   opts.set_padding_mask(true)
       .set_seq_len_q(input(g, "seq_q", kSeqQ, t.seq_q))
@@ -84,13 +90,8 @@ std::shared_ptr<fe::graph::Graph> new_graph(DType dt) {
 // out, stats = sdpa(q, k, v) with the stats kept for the backward.
 std::shared_ptr<fe::graph::Graph> forward_graph(const SdpaTensors& t, bool causal, float scale) {
   auto g = new_graph(t.q.dtype());
-  auto opts = fe::graph::SDPA_attributes()
-                  .set_name("loom_sdpa")
-                  .set_generate_stats(true)
-                  .set_attn_scale(scale);
-  if (causal)
-    opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
-  set_padding(*g, t, opts);
+  auto opts = fe::graph::SDPA_attributes().set_generate_stats(true);
+  set_shared(*g, t, "loom_sdpa", causal, scale, opts);
   auto [o, stats] =
       g->sdpa(input(*g, "q", kQ, t.q), input(*g, "k", kK, t.k), input(*g, "v", kV, t.v), opts);
   output(o, kO, t.out);
@@ -102,13 +103,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const SdpaTensors& t, bool causa
 std::shared_ptr<fe::graph::Graph> backward_graph(const SdpaTensors& t, bool causal, float scale,
                                                  bool deterministic) {
   auto g = new_graph(t.q.dtype());
-  auto opts = fe::graph::SDPA_backward_attributes()
-                  .set_name("loom_sdpa_backward")
-                  .set_attn_scale(scale)
-                  .set_deterministic_algorithm(deterministic);
-  if (causal)
-    opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
-  set_padding(*g, t, opts);
+  auto opts = fe::graph::SDPA_backward_attributes().set_deterministic_algorithm(deterministic);
+  set_shared(*g, t, "loom_sdpa_backward", causal, scale, opts);
   auto [dq, dk, dv] =
       g->sdpa_backward(input(*g, "q", kQ, t.q), input(*g, "k", kK, t.k), input(*g, "v", kV, t.v),
                        input(*g, "o", kO, t.out), input(*g, "dO", kDO, t.grad_out),

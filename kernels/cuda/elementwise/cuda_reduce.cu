@@ -199,19 +199,14 @@ void reduce_cols(ReduceOp op, const T* x, T* out, int64_t R, int64_t C, int dev,
 // x: any shape, dims: sorted unique (empty = all) -> x's shape without dims (or 1s with keepdim)
 Tensor CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
                            bool keepdim) {
-  const char* name = reduce_name(op);
   const ReduceLayout L = checked_reduce_layout(op, x.shape(), x.dtype(), dims_in, keepdim);
+  Tensor out = reduce_result(*this, op, x, L);
+  if (L.inner == 0 || L.outer == 0) return out;
   const int64_t outer = L.outer, inner = L.inner;
-  Tensor out = empty(L.out_shape, {.dtype = x.dtype(), .device = x.device()});
-  if (inner == 0) {
-    fill_(out, empty_reduction_value(op));
-    return out;
-  }
-  if (outer == 0) return out;
   const int dev = x.device().index;
   DeviceGuard g(dev);
   cudaStream_t s = current_stream(dev);
-  LOOM_DISPATCH_NUMERIC(x.dtype(), name, [&] {
+  LOOM_DISPATCH_NUMERIC(x.dtype(), reduce_name(op), [&] {
     if (L.reduced_dims_lead && x.is_contiguous() && outer > 1 && !use_naive_kernels()) {
       reduce_cols<scalar_t>(op, x.data<scalar_t>(), out.data<scalar_t>(), inner, outer, dev, s);
       return;

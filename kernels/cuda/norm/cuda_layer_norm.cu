@@ -177,6 +177,16 @@ void with_io_type(DType d, const char* op, const F& f) {
             dtype_name(DTypeOf<T>::value), ", bfloat16 or float16)");
 }
 
+// f(tag) with tag a value of x's type: double for float64, else float (check_input allows only
+// these two).
+template <typename F>
+void with_x_type(DType d, const F& f) {
+  if (d == DType::F64)
+    f(double{});
+  else
+    f(float{});
+}
+
 }  // namespace
 
 // x: (M, N) contiguous f32/f64; extras: residual (M, N), y's dtype -> y, mean, rstd (, sum)
@@ -198,7 +208,7 @@ LayerNormOut CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Ten
   DeviceGuard g(dev);
   if (layer_norm_forward_rows(x, res, w, b, eps, out)) return out;
   const auto blocks = unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock);
-  auto run = [&](auto t) {
+  with_x_type(x.dtype(), [&](auto t) {
     using T = decltype(t);
     with_io_type<T>(res.defined() ? res.dtype() : x.dtype(), "layer_norm", [&](auto r) {
       using R = decltype(r);
@@ -211,11 +221,7 @@ LayerNormOut CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Ten
                 out.rstd.data<T>(), M, N, eps);
       });
     });
-  };
-  if (x.dtype() == DType::F64)
-    run(double{});
-  else
-    run(float{});
+  });
   LOOM_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
   return out;
 }
@@ -299,7 +305,7 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& 
     return r;
   }
   const BackwardArgs a{dy, x, w, mean, rstd, extras.grad_add, r, dev};
-  auto run = [&](auto t) {
+  with_x_type(x.dtype(), [&](auto t) {
     using T = decltype(t);
     with_io_type<T>(dy.dtype(), "layer_norm_backward", [&](auto yt) {
       using Y = decltype(yt);
@@ -309,11 +315,7 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& 
                         backward<T, Y, L>(a);
                       });
     });
-  };
-  if (x.dtype() == DType::F64)
-    run(double{});
-  else
-    run(float{});
+  });
   LOOM_CUDA_CHECK_LAUNCH("layer_norm_backward kernels");
   return r;
 }
