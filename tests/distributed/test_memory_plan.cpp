@@ -87,7 +87,11 @@ TEST(MemoryPlan, LayoutsThatDoNotDivideTheModelAreNamed) {
   test::expect_error([&] { plan_memory(m, {.tp = 3}); },
                      {"memory plan (llama): tp 3 does not divide the 32 heads"});
   test::expect_error([&] { plan_memory(m, {.pp = 3}); }, {"pp 3 does not divide the 32 layers"});
-  for (const Layout& l : layouts_for(m, 8, 1, 2048, false)) EXPECT_EQ(l.dp * l.tp * l.pp, 8);
+  for (const Layout& l : layouts_for(m, 8, 1, 2048, false)) {
+    EXPECT_EQ(l.dp * l.tp * l.pp, 8);
+    // What parallelize runs: FSDP without a pipeline, ZeRO-2 with one, nothing on one copy.
+    EXPECT_EQ(l.zero, l.dp == 1 ? 0 : l.zero == 0 ? 0 : l.pp > 1 ? 2 : 3) << l.pp << " " << l.zero;
+  }
   EXPECT_EQ(layouts_for(m, 8, 1, 2048, false).size(), 16u);
 }
 
