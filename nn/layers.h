@@ -235,19 +235,29 @@ class Dropout : public Module {
 
 // ---------------------------------------------------------------- pooling (nn/pooling.cpp)
 
+// What MaxPool2d and AvgPool2d share: the window (kernel_size; options, whose stride defaults to
+// the kernel size) checked on construction, and its repr. Options: MaxPool2dOptions or
+// AvgPool2dOptions (nn/pooling.cpp instantiates both).
+template <typename Options>
+class WindowPool2d : public Module {
+ public:
+  WindowPool2d(const char* name, IntPair kernel_size, Options options);
+  std::string extra_repr() const override;
+
+  IntPair kernel_size;
+  Options options;
+};
+
 struct MaxPool2dOptions {
   std::optional<IntPair> stride;  // default: the kernel size
   IntPair padding = 0;
 };
+extern template class WindowPool2d<MaxPool2dOptions>;
 
-class MaxPool2d : public Module {
+class MaxPool2d : public WindowPool2d<MaxPool2dOptions> {
  public:
   explicit MaxPool2d(IntPair kernel_size, MaxPool2dOptions options = {});
   Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-
-  IntPair kernel_size;
-  MaxPool2dOptions options;
 };
 
 struct AvgPool2dOptions {
@@ -255,15 +265,12 @@ struct AvgPool2dOptions {
   IntPair padding = 0;
   bool count_include_pad = true;
 };
+extern template class WindowPool2d<AvgPool2dOptions>;
 
-class AvgPool2d : public Module {
+class AvgPool2d : public WindowPool2d<AvgPool2dOptions> {
  public:
   explicit AvgPool2d(IntPair kernel_size, AvgPool2dOptions options = {});
   Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-
-  IntPair kernel_size;
-  AvgPool2dOptions options;
 };
 
 // (N, C, H, W) -> (N, C, OH, OW) with (OH, OW) = output_size.

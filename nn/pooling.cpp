@@ -12,27 +12,6 @@ void check_input(const char* name, const Tensor& x) {
              x.defined() ? describe(x) : std::string("an undefined tensor"));
 }
 
-// MaxPool2dOptions or AvgPool2dOptions o with the stride defaulted to the kernel size k (as
-// PyTorch), the window checked.
-template <typename Options>
-Options window_options(const char* name, IntPair k, Options o) {
-  if (!o.stride) o.stride = k;
-  const IntPair stride = *o.stride, pad = o.padding;
-  LOOM_CHECK(k.h > 0 && k.w > 0 && stride.h > 0 && stride.w > 0, name, ": kernel (", k.h, ", ", k.w,
-             ") and stride (", stride.h, ", ", stride.w, ") must be positive");
-  LOOM_CHECK(pad.h >= 0 && pad.w >= 0 && 2 * pad.h <= k.h && 2 * pad.w <= k.w, name, ": padding (",
-             pad.h, ", ", pad.w, ") must be non-negative and at most half the kernel (", k.h, ", ",
-             k.w, ")");
-  return o;
-}
-
-template <typename Options>
-std::string window_repr(IntPair k, const Options& o) {
-  const IntPair s = *o.stride, p = o.padding;
-  return str("kernel_size=(", k.h, ", ", k.w, "), stride=(", s.h, ", ", s.w, "), padding=(", p.h,
-             ", ", p.w, ")");
-}
-
 // The window of a pooling module, as the pooling ops take it.
 template <typename Options>
 Pool2dParams window_params(IntPair k, const Options& o) {
@@ -44,18 +23,37 @@ Pool2dParams window_params(IntPair k, const Options& o) {
 }
 }  // namespace
 
-MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt)
-    : Module("MaxPool2d"), kernel_size(k), options(window_options("MaxPool2d", k, opt)) {}
+// The window checked, its stride defaulted to the kernel size (as PyTorch).
+template <typename Options>
+WindowPool2d<Options>::WindowPool2d(const char* name, IntPair k, Options o)
+    : Module(name), kernel_size(k), options(o) {
+  if (!options.stride) options.stride = k;
+  const IntPair stride = *options.stride, pad = options.padding;
+  LOOM_CHECK(k.h > 0 && k.w > 0 && stride.h > 0 && stride.w > 0, name, ": kernel (", k.h, ", ", k.w,
+             ") and stride (", stride.h, ", ", stride.w, ") must be positive");
+  LOOM_CHECK(pad.h >= 0 && pad.w >= 0 && 2 * pad.h <= k.h && 2 * pad.w <= k.w, name, ": padding (",
+             pad.h, ", ", pad.w, ") must be non-negative and at most half the kernel (", k.h, ", ",
+             k.w, ")");
+}
+
+template <typename Options>
+std::string WindowPool2d<Options>::extra_repr() const {
+  const IntPair k = kernel_size, s = *options.stride, p = options.padding;
+  return str("kernel_size=(", k.h, ", ", k.w, "), stride=(", s.h, ", ", s.w, "), padding=(", p.h,
+             ", ", p.w, ")");
+}
+
+template class WindowPool2d<MaxPool2dOptions>;
+template class WindowPool2d<AvgPool2dOptions>;
+
+MaxPool2d::MaxPool2d(IntPair k, MaxPool2dOptions opt) : WindowPool2d("MaxPool2d", k, opt) {}
 
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_input("MaxPool2d", x);
   return max_pool2d(x, window_params(kernel_size, options));
 }
 
-std::string MaxPool2d::extra_repr() const { return window_repr(kernel_size, options); }
-
-AvgPool2d::AvgPool2d(IntPair k, AvgPool2dOptions opt)
-    : Module("AvgPool2d"), kernel_size(k), options(window_options("AvgPool2d", k, opt)) {}
+AvgPool2d::AvgPool2d(IntPair k, AvgPool2dOptions opt) : WindowPool2d("AvgPool2d", k, opt) {}
 
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_input("AvgPool2d", x);
@@ -63,8 +61,6 @@ Tensor AvgPool2d::forward(const Tensor& x) {
   p.count_include_pad = options.count_include_pad;
   return avg_pool2d(x, p);
 }
-
-std::string AvgPool2d::extra_repr() const { return window_repr(kernel_size, options); }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(IntPair out) : Module("AdaptiveAvgPool2d"), output_size(out) {
   LOOM_CHECK(out.h > 0 && out.w > 0, "AdaptiveAvgPool2d: output size (", out.h, ", ", out.w,

@@ -34,6 +34,21 @@ struct Walk {
   }
 };
 
+// The elementwise passes' walk (Note [Vector walks]) over x (N, C, Lv) read as vectors: calls
+// f(t, c) for each vector t this thread takes (grid-stride over the whole tensor), c its channel.
+template <typename F>
+__device__ __forceinline__ void for_each_channel_vector(int64_t N, int64_t C, int64_t Lv,
+                                                        const F& f) {
+  const int64_t total = N * C * Lv, step = int64_t(gridDim.x) * blockDim.x;
+  Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
+  int64_t c = w.a % C, dc = w.da % C;
+  while (w.t < total) {
+    f(w.t, c);
+    c += dc + (w.next(step, Lv) ? 1 : 0);
+    if (c >= C) c -= C;
+  }
+}
+
 // The widest vector width V (Note [Vector walks]) that divides L and to which every pointer (null:
 // absent) is aligned; 1 when none is.
 template <typename T>

@@ -158,25 +158,20 @@ __global__ void bn_apply_kernel(const T* __restrict__ x, const T* __restrict__ r
                                 const acc_t<T>* shift, NormGeom g, bool relu) {
   using A = acc_t<T>;
   using VT = Vec<T, V>;
-  const int64_t Lv = g.L / V, total = g.N * g.C * Lv, step = int64_t(gridDim.x) * blockDim.x;
   const VT *xv = reinterpret_cast<const VT*>(x), *rv = reinterpret_cast<const VT*>(residual);
   VT* yv = reinterpret_cast<VT*>(y);
-  Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
-  int64_t c = w.a % g.C, dc = w.da % g.C;
-  while (w.t < total) {
+  for_each_channel_vector(g.N, g.C, g.L / V, [&](int64_t t, int64_t c) {
     const A m = mean[c], a = scale[c], b = shift[c];
-    VT in = xv[w.t], out, res;
-    if (rv) res = rv[w.t];
+    VT in = xv[t], out, res;
+    if (rv) res = rv[t];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       A v = bn_pre(A(in.v[j]), m, a, b);
       if (rv) v += A(res.v[j]);
       out.v[j] = T(relu && !(v > A(0)) ? A(0) : v);
     }
-    yv[w.t] = out;
-    c += dc + (w.next(step, Lv) ? 1 : 0);
-    if (c >= g.C) c -= g.C;
-  }
+    yv[t] = out;
+  });
 }
 
 // The forward's scale and shift again from the weight, bias and saved invstd (batch_norm_apply):
@@ -239,24 +234,19 @@ __global__ void bn_backward_apply_kernel(const T* __restrict__ gy, const T* __re
                                          const acc_t<T>* off, const acc_t<T>* slope, NormGeom g) {
   using A = acc_t<T>;
   using VT = Vec<T, V>;
-  const int64_t Lv = g.L / V, total = g.N * g.C * Lv, step = int64_t(gridDim.x) * blockDim.x;
   const VT *xv = reinterpret_cast<const VT*>(x), *gv = reinterpret_cast<const VT*>(gy);
   VT* ov = reinterpret_cast<VT*>(gx);
-  Walk w(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step, Lv);
-  int64_t c = w.a % g.C, dc = w.da % g.C;
-  while (w.t < total) {
+  for_each_channel_vector(g.N, g.C, g.L / V, [&](int64_t t, int64_t c) {
     const A m = mean[c], kc = k[c], oc = off[c], sc = slope[c];
     const A ra = relu.on ? relu.scale(c) : A(0), rb = relu.on ? relu.shift(c) : A(0);
-    VT xs = xv[w.t], gs = gv[w.t], out;
+    VT xs = xv[t], gs = gv[t], out;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       A d = relu.on && !bn_relu_passes(xs.v[j], m, ra, rb) ? A(0) : A(gs.v[j]);
       out.v[j] = T(kc * (d - oc - (A(xs.v[j]) - m) * sc));
     }
-    ov[w.t] = out;
-    c += dc + (w.next(step, Lv) ? 1 : 0);
-    if (c >= g.C) c -= g.C;
-  }
+    ov[t] = out;
+  });
 }
 
 DType acc_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }

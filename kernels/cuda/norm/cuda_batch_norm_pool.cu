@@ -92,6 +92,21 @@ __device__ __forceinline__ int window_argmax(const T v[4], A mean, A scale, A sh
   return arg;
 }
 
+// The one-thread-per-output walk of the forward and the backward's apply pass: calls
+// f(o, at, v) for each output o this thread takes (grid-stride over total), at its position and
+// v the four cells of its window in x.
+template <typename T, int V, typename I, typename F>
+__device__ __forceinline__ void for_each_window(const T* __restrict__ x, I total,
+                                                const Pool2Geom<I>& g, const F& f) {
+  for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < total;
+       o += I(gridDim.x) * I(blockDim.x)) {
+    const Pool2Pos<I> at(o, g);
+    T v[4];
+    load_window<T, V>(x, at.plane, at.p, at.q, g, v);
+    f(o, at, v);
+  }
+}
+
 // x (N, C, H, W) -> out (N, C, P, Q): one thread per output.
 template <typename T, int V, typename I>
 __global__ void bn_relu_pool2_kernel(const T* __restrict__ x, T* __restrict__ out,
@@ -99,16 +114,12 @@ __global__ void bn_relu_pool2_kernel(const T* __restrict__ x, T* __restrict__ ou
                                      const acc_t<T>* __restrict__ scale,
                                      const acc_t<T>* __restrict__ shift, I total, Pool2Geom<I> g) {
   using A = acc_t<T>;
-  for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < total;
-       o += I(gridDim.x) * I(blockDim.x)) {
-    const Pool2Pos<I> at(o, g);
+  for_each_window<T, V>(x, total, g, [&](I o, const Pool2Pos<I>& at, const T* v) {
     const I c = at.c;
-    T v[4];
-    load_window<T, V>(x, at.plane, at.p, at.q, g, v);
     A best;
     window_argmax<T, A>(v, mean[c], scale[c], shift[c], best);
     out[o] = T(best);
-  }
+  });
 }
 
 // gout (N, C, P, Q), x -> partial sums (C, S) of dy and dy (x - mean), dy the gradient batch norm's
@@ -149,12 +160,8 @@ __global__ void bn_relu_pool2_backward_apply_kernel(
     const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ k,
     const acc_t<T>* __restrict__ off, const acc_t<T>* __restrict__ slope, I total, Pool2Geom<I> g) {
   using A = acc_t<T>;
-  for (I o = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); o < total;
-       o += I(gridDim.x) * I(blockDim.x)) {
-    const Pool2Pos<I> at(o, g);
+  for_each_window<T, V>(x, total, g, [&](I o, const Pool2Pos<I>& at, const T* v) {
     const I c = at.c;
-    T v[4];
-    load_window<T, V>(x, at.plane, at.p, at.q, g, v);
     const A m = mean[c];
     A best;
     const int arg = window_argmax<T, A>(v, m, r.scale(c), r.shift(c), best);
@@ -171,7 +178,7 @@ __global__ void bn_relu_pool2_backward_apply_kernel(
     } else {
       gp[top] = out[0], gp[top + 1] = out[1], gp[top + g.W] = out[2], gp[top + g.W + 1] = out[3];
     }
-  }
+  });
 }
 
 DType acc_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
