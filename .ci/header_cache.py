@@ -63,7 +63,6 @@ class HeaderCache:
         self.compiler = "\n".join([cxx_path, os.path.realpath(cxx_path), r.stdout, r.stderr])
         self.env = "\n".join(f"{v}={os.environ.get(v, '')}" for v in INCLUDE_ENV)
         self.scans, self.folders, self.systems = {}, {}, {}
-        self.hits = self.stored = 0
 
     def system_print(self, cmd):
         """The folder prints of the compiler's include search list for this command (its `-E -v`
@@ -171,14 +170,12 @@ class HeaderCache:
             os.utime(p)  # a hit keeps the entry from being pruned
         except OSError:
             pass
-        self.hits += 1
         return True
 
     def store(self, key):
         try:
             with open(os.path.join(self.path, key), "a"):
                 pass
-            self.stored += 1
         except OSError:
             pass
 
