@@ -23,6 +23,10 @@ option(LOOM_LIBTORCH "Build benchmarks/libtorch, the libtorch twin of bench_trai
 option(LOOM_OPENBLAS "Compute CPU matrix products with OpenBLAS when it is found (else Eigen)" ON)
 option(LOOM_NATIVE "Compile the CPU code for this machine's instruction set (-march=native)" ON)
 option(LOOM_WERROR "Treat warnings as errors" OFF)
+# LOOM_UNITY_BUILD: the library's .cpp files compiled in batches of LOOM_UNITY_BATCH, one
+# translation unit each (cmake/LoomUnity.cmake; the sanitizer builds of scripts/sanitize.sh).
+option(LOOM_UNITY_BUILD "Compile the library's .cpp files in batches (unity build)" OFF)
+set(LOOM_UNITY_BATCH 8 CACHE STRING "Files in one batch of the unity build")
 # LOOM_SANITIZE: build everything under sanitizers ("address,undefined" or "thread"; see
 # docs/reliability.md and scripts/sanitize.sh). LOOM_FUZZ: the libFuzzer harnesses of tests/fuzz
 # (clang only; best combined with LOOM_SANITIZE=address,undefined).

@@ -54,9 +54,11 @@ configure() {  # build folder, sanitizer list, extra cmake args...
   # from vectorising `omp simd` loops: cmake/LoomOptions.cmake turns that one warning off there.)
   # No OpenBLAS: its OpenMP build links GCC's OpenMP runtime, which must not meet clang's libomp
   # in one process, and its code is not instrumented; Eigen's GEMM (the reference) runs instead.
+  # The library compiles as a unity build, batches of 8 files (cmake/LoomUnity.cmake: each header
+  # parsed once a batch; the CPU it saves is in docs/ci.md); the tests and programs file by file.
   LOOM_BUILD_DIR=$dir LOOM_CUDA=OFF LOOM_CUDA_ARCHITECTURES="" LOOM_WERROR=ON scripts/configure.sh \
     -DLOOM_BUILD_BENCHMARKS=OFF -DLOOM_OPENBLAS=OFF -DLOOM_SANITIZE="$san" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" \
-    "$@" > /dev/null
+    -DLOOM_UNITY_BUILD=ON -DLOOM_UNITY_BATCH=8 "$@" > /dev/null
 }
 
 run_ctest() {  # build folder, include regex, exclude regex
