@@ -386,7 +386,11 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
 // blocks a pipeline runs). Under fp16 the last stage scales the loss and every stage unscales its
 // own gradients (Note [Loss scaling over a pipeline] in distributed/pipeline/schedule.h). Seen
 // failing: the stages' forwards in float32, 1.2e-3 (bf16); the loss left unscaled on the last
-// stage, 8.6e-3 (fp16). FP8 is refused, naming the flag.
+// stage, 8.6e-3 (fp16). FP8 is refused, naming the flag. The bound: 1e-5 for bf16; 5e-5 for fp16,
+// whose outputs round to 11 bits, so a float32 sum one ulp apart that straddles a rounding boundary
+// moves an element by 2^-11 of itself, and AdamW magnifies that near zero gradients: measured 7e-9
+// (GCC, OpenBLAS) but 1.1e-5 under clang's ASan build (Eigen's GEMM), where one process alone
+// differs by 8e-6 between 1 and 2 threads.
 void expect_pipeline_under_autocast_equals_one_process(const std::string& amp) {
   fs::path dir = temp_dir("pp_" + amp), one = dir / "one", two = dir / "two";
   std::string text = write_text(dir);
@@ -399,7 +403,7 @@ void expect_pipeline_under_autocast_equals_one_process(const std::string& amp) {
   Outcome b = run_cmd(gpt(2, text, common + two.string() + " --pp 2"));
   ASSERT_EQ(b.status, 0) << b.output;
   const fs::path last = "ckpt-00000006.safetensors";
-  EXPECT_LE(max_weight_difference(one / last, two / last), 1e-5) << amp;
+  EXPECT_LE(max_weight_difference(one / last, two / last), amp == "fp16" ? 5e-5 : 1e-5) << amp;
   const std::vector<double> la = losses(a.output, "train"), lb = losses(b.output, "train");
   ASSERT_EQ(la.size(), 1u) << a.output;
   ASSERT_EQ(lb.size(), 1u) << b.output;
