@@ -45,10 +45,10 @@ PipelineStage::PipelineStage(nn::Module& model, int stage, int stages)
 }
 
 Tensor PipelineStage::forward(const Tensor& in) {
-  Tensor h = is_first() ? embed_(in) : in;   // (b, T, C)
-  if (sp_) h = split_sequence(h, *sp_->tp);  // (b, T / tp, C): this rank's positions
+  Tensor h = is_first() ? embed_(in) : in;  // (b, T, C); under sequence parallel (b, T / tp, C)
+  if (sp_ && is_first()) h = split_sequence(h, *sp_->tp);  // this rank's positions
   for (int64_t i = begin_; i < end_; ++i) h = (*blocks_->block(size_t(i)))(h);
-  if (sp_) h = gather_sequence(h, *sp_->tp);  // (b, T, C) on every tp rank
+  if (sp_ && is_last()) h = gather_sequence(h, *sp_->tp);  // (b, T, C) on every tp rank
   return is_last() ? (*final_norm_)(h) : h;
 }
 
@@ -90,6 +90,10 @@ std::vector<Tensor> PipelineStage::listed(bool trainable_only) const {
 }
 
 int64_t PipelineStage::hidden_size() const { return head_weight_.size(1); }
+
+int64_t PipelineStage::boundary_length(int64_t T) const {
+  return sp_ ? T / sp_->tp->size() : T;  // split_sequence refuses a T that tp does not divide
+}
 
 void PipelineStage::sync_sequence_parallel_grads() {
   if (sp_) distributed::sync_sequence_parallel_grads(sp_params_, *sp_->tp);

@@ -26,11 +26,12 @@ namespace loom::distributed {
 // stage computes with, frozen ones too: what a pipeline rank keeps, Note [A pipeline rank holds its
 // stage] in distributed/parallel/pipeline_model.h).
 // Under sequence parallel (the blocks a SequenceParallelStack, Note [Sequence parallel] in
-// distributed/tensor_parallel/sequence_parallel.h) a stage splits the sequence over tp before its
-// blocks and gathers it after them, as the stack's own forward does around all of them: the whole
-// (b, T, C) travels between stages (each tp rank sends it to its counterpart), and after the
-// backwards the schedule sums the stage's norms' partial gradients over tp
-// (sync_sequence_parallel_grads). Megatron sends only the rank's T / tp positions: not done here.
+// distributed/tensor_parallel/sequence_parallel.h) the first stage splits the sequence over tp
+// after the embedding and the last gathers it before the final norm, as the stack's own forward
+// does around all of its blocks; in between each tp rank sends only its own T / tp positions to
+// its counterpart of the next stage (as Megatron does: the pp group joins ranks of one tp
+// coordinate, so the positions stay with their rank), and after the backwards the schedule sums
+// the stage's norms' partial gradients over tp (sync_sequence_parallel_grads).
 class SequenceParallelStack;
 
 class PipelineStage {
@@ -68,6 +69,9 @@ class PipelineStage {
   int64_t hidden_size() const;
 
   bool sequence_parallel() const { return sp_ != nullptr; }
+  // The positions of the (b, ., C) activation that crosses a stage boundary on this rank for a
+  // sequence of T: T, or T / tp under sequence parallel.
+  int64_t boundary_length(int64_t T) const;
   // Sums the partial gradients of the stage's sequence-parallel parameters (its blocks' norms and
   // row-parallel biases) over tp; nothing without sequence parallel. A collective over tp.
   void sync_sequence_parallel_grads();

@@ -90,7 +90,8 @@ class StageStep {
   DType activation_dtype() const { return st_.head_weight().dtype(); }
   Tensor activation() const {
     const Tensor& w = st_.head_weight();
-    return empty({b_, T_, st_.hidden_size()}, {.dtype = w.dtype(), .device = w.device()});
+    return empty({b_, st_.boundary_length(T_), st_.hidden_size()},
+                 {.dtype = w.dtype(), .device = w.device()});
   }
 
   void send(const Tensor& t, int dst, int tag) {
@@ -155,9 +156,9 @@ Tensor pipeline_forward(PipelineStage& stage, const Tensor& x, ProcessGroup& pp)
              stage.stage(), ", got ", x.defined() ? describe(x) : std::string("(undefined)"));
   autograd::NoGradGuard no_grad;
   Tensor in = x;
-  if (!stage.is_first()) {  // (b, T, C) from the stage before
+  if (!stage.is_first()) {  // (b, T, C) from the stage before (T / tp: sequence parallel)
     const Tensor& w = stage.head_weight();
-    in = empty({x.size(0), x.size(1), stage.hidden_size()},
+    in = empty({x.size(0), stage.boundary_length(x.size(1)), stage.hidden_size()},
                {.dtype = w.dtype(), .device = w.device()});
     pp.recv(in, stage.stage() - 1, kForwardTag)->wait();
   }

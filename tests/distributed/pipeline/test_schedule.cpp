@@ -55,8 +55,9 @@ TEST(PipelineGloo, APpThatDoesNotDivideTheBlocksIsRefusedByName) {
       << run.summary();
 }
 
-// Sequence parallel inside each stage (Note [Pipeline stages]): every stage splits the sequence
-// over tp before its blocks and gathers it after, and sums its norms' partial gradients over tp.
+// Sequence parallel over the stages (Note [Pipeline stages]): the first stage splits the sequence
+// over tp, each tp rank's T / tp positions go to its counterpart of the next stage, the last
+// gathers them, and each stage sums its norms' partial gradients over tp.
 // Seen failing (the largest weight difference): without the split and gather, every block on the
 // whole sequence, 0.16 (Llama) and 0.11 (GPT); without the sum over tp 0.073 and 0.10. Llama
 // (RMSNorm, no biases) and GPT (LayerNorm, the row-parallel biases).
