@@ -279,27 +279,20 @@ void add_bench_flags(CLI::App& app, BenchFlags& f) {
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "all", "gpt", "gpt-mini", "resnet50", "vit-b16",
                              "llama1b", "llama-tiny", "llama8b-lora", "llama-tiny-lora",
                              "bert-base", "bert-tiny"}));
-  app.add_option("--device", f.device, "cpu, cuda or cuda:N (default: cuda if present)");
+  train::add_device_flag(app, f.device);
   app.add_option("--warmup", f.warmup, "warm-up steps")->check(train::int_range(1, 1000000));
   app.add_option("--steps", f.steps, "timed steps per repeat")->check(train::int_range(1, 1000000));
   app.add_option("--repeats", f.repeats, "repeats (the median is reported)")
       ->check(train::int_range(1, 10000));
-  app.add_flag("--cuda-graph", f.graph,
-               "replay the whole step as one CUDA graph (zero-grad, forward, backward, optimizer)");
-  app.add_option("--amp", f.amp_mode,
-                 "mixed precision: off (strict fp32), bf16 or fp16 (autocast), or fp8 (bf16 "
-                 "autocast and the Linears in FP8, docs/fp8.md)")
-      ->check(CLI::IsMember({"off", "bf16", "fp16", "fp8"}));
+  train::add_cuda_graph_flag(app, f.graph);
+  train::add_amp_flag(app, f.amp_mode);
   app.add_option("--channels-last", f.channels_last,
                  "on (default) or off: autocast's channels-last convolutions on CUDA")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--optimizer-in-backward", f.in_backward,
                "update each parameter inside backward and free its gradient (lower peak memory)");
-  app.add_flag("--activation-checkpointing", f.checkpointing,
-               "the GPTs: recompute each transformer block in backward (lower peak memory)");
-  app.add_flag("--recompute-activations", f.recompute,
-               "rebuild batch norm + ReLU and GELU outputs in backward instead of keeping them "
-               "(Note [Recomputed activations]: lower peak memory, one elementwise pass each)");
+  train::add_activation_checkpointing_flag(app, f.checkpointing);
+  train::add_recompute_activations_flag(app, f.recompute);
   app.add_flag("--profile-timed", f.profile_timed,
                "a profiler's collection on for the timed steps only (cudaProfilerStart/Stop): "
                "run under `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` "

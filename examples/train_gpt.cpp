@@ -115,9 +115,7 @@ void add_gpt_flags(CLI::App& app, GptFlags& g) {
       ->check(train::real_range(0, 1));
   app.add_option("--grad-clip", g.grad_clip, "clip the global gradient norm (0: off)")
       ->check(train::real_range(0, 1e6));
-  app.add_flag("--activation-checkpointing", g.activation_checkpointing,
-               "keep only each block's input in forward and recompute the block in backward "
-               "(less memory, one more forward)");
+  train::add_activation_checkpointing_flag(app, g.activation_checkpointing);
   app.add_option("--init-from", g.lm.init_from,
                  "start from a Hugging Face GPT-2 or Llama folder (config.json and safetensors, "
                  "as transformers saves them): its architecture, sizes and weights");

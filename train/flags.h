@@ -1,9 +1,10 @@
 // The command-line flags of programs built on loom (CLI11): the flags every training program
 // shares (--device, --epochs, --batch-size, ...) filling a TrainConfig (train/train_config.h),
-// and the checking they use: numeric ranges with readable bounds, non-finite numbers refused,
-// defaults shown by --help, a bad flag answered with the message, the usage line and exit code 2.
-// Header-only, so that the loom library itself needs no CLI11. Leaves out: a program's own flags
-// (it adds them after these).
+// the few the training benchmark shares with them (--device, --cuda-graph, --amp, ...), one
+// function each, and the checking they use: numeric ranges with readable bounds, non-finite numbers
+// refused, defaults shown by --help, a bad flag answered with the message, the usage line and exit
+// code 2. Header-only, so that the loom library itself needs no CLI11. Leaves out: a program's own
+// flags (it adds them after these).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -102,11 +103,47 @@ inline int parse_flags(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
+// The flags that the training programs share with the training benchmark
+// (benchmarks/bench_train.cpp), defined once so that each means, and reads in --help, the same
+// in both.
+
+inline void add_device_flag(CLI::App& app, std::string& device) {
+  app.add_option("--device", device, "cpu, cuda or cuda:N (default: cuda if present)");
+}
+
+inline void add_cuda_graph_flag(CLI::App& app, bool& cuda_graph) {
+  app.add_flag("--cuda-graph", cuda_graph,
+               "capture the whole training step (zero-grad, forward, backward, optimizer) as one "
+               "CUDA graph and replay it");
+}
+
+inline void add_amp_flag(CLI::App& app, std::string& amp) {
+  app.add_option("--amp", amp,
+                 "mixed precision: off (strict fp32), bf16 (autocast), fp16 (autocast and loss "
+                 "scaling) or fp8 (bf16 autocast, and the Linears' products in FP8: docs/fp8.md)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16", "fp8"}));
+}
+
+inline void add_recompute_activations_flag(CLI::App& app, bool& recompute) {
+  app.add_flag(
+      "--recompute-activations", recompute,
+      "keep batch norm + ReLU and GELU outputs out of memory between forward and backward, "
+      "rebuilding them from their inputs in the backward (one elementwise pass each): a "
+      "lower peak for a little time (Note [Recomputed activations], docs/perf.md)");
+}
+
+// The transformer models' (GPT, Llama) activation checkpointing.
+inline void add_activation_checkpointing_flag(CLI::App& app, bool& checkpointing) {
+  app.add_flag("--activation-checkpointing", checkpointing,
+               "keep only each transformer block's input in forward and recompute the block in "
+               "backward (less memory, one more forward)");
+}
+
 // Adds the common flags to a CLI11 app and sets the app up so that --help shows defaults. Call it
 // before adding the program's own options.
 inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   configure_app(app);  // before any option: --help shows the defaults
-  app.add_option("--device", c.device, "cpu, cuda or cuda:N (default: cuda if present)");
+  add_device_flag(app, c.device);
   app.add_option("--epochs", c.epochs, "passes over the training set")
       ->check(int_range(1, 1000000));
   app.add_option("--batch-size", c.batch_size,
@@ -133,8 +170,7 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--keep-last", c.keep_last, "checkpoints to keep")->check(int_range(1, 1000000));
   app.add_flag("--resume", c.resume,
                "continue from the newest valid checkpoint in --checkpoint-dir (which must exist)");
-  app.add_flag("--cuda-graph", c.cuda_graph,
-               "capture the whole training step as a CUDA graph and replay it");
+  add_cuda_graph_flag(app, c.cuda_graph);
   app.add_option("--train-limit", c.train_limit, "train on the first N images only (0: all)")
       ->check(int_range(0, int64_t(1) << 40));
   app.add_option("--max-steps", c.max_steps, "stop after N steps in total (0: no limit)")
@@ -149,11 +185,7 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--detect-anomaly", c.detect_anomaly,
                "stop at the first NaN or Inf made in forward or backward, naming the op and the "
                "module whose forward made it (slow: reads every op's output back)");
-  app.add_flag(
-      "--recompute-activations", c.recompute_activations,
-      "keep batch norm + ReLU and GELU outputs out of memory between forward and backward, "
-      "rebuilding them from their inputs in the backward (one elementwise pass each): a "
-      "lower peak for a little time (docs/perf.md)");
+  add_recompute_activations_flag(app, c.recompute_activations);
   app.add_flag("--profile", c.profile,
                "print each process's step-time breakdown (data, forward, backward, exposed "
                "all-reduce, optimizer)");
@@ -175,10 +207,7 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(int_range(1, 1024));
   app.add_option("--pp-schedule", c.pp_schedule, "the pipeline's schedule: 1f1b or gpipe")
       ->check(CLI::IsMember({"1f1b", "gpipe"}));
-  app.add_option("--amp", c.amp,
-                 "mixed precision: off, bf16 (autocast), fp16 (autocast and loss scaling) or fp8 "
-                 "(bf16 autocast, and the Linears' products in FP8: docs/fp8.md)")
-      ->check(CLI::IsMember({"off", "bf16", "fp16", "fp8"}));
+  add_amp_flag(app, c.amp);
 }
 
 }  // namespace loom::train
