@@ -205,8 +205,14 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "pipeline parallel: cut the transformer blocks into this many stages, one per "
                  "process, the step's --grad-accum micro-batches flowing through them")
       ->check(int_range(1, 1024));
-  app.add_option("--pp-schedule", c.pp_schedule, "the pipeline's schedule: 1f1b or gpipe")
-      ->check(CLI::IsMember({"1f1b", "gpipe"}));
+  app.add_option("--pp-schedule", c.pp_schedule,
+                 "the pipeline's schedule: 1f1b, gpipe or interleaved (1F1B over "
+                 "--pp-virtual-stages chunks per process)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved"}));
+  app.add_option("--pp-virtual-stages", c.pp_virtual_stages,
+                 "with --pp-schedule interleaved: the blocks cut into pp x this many chunks, "
+                 "chunk c on process c mod pp (Megatron's virtual pipeline stages; 2 or more)")
+      ->check(int_range(1, 1024));
   add_amp_flag(app, c.amp);
 }
 

@@ -63,6 +63,25 @@ ProcessGroupScope::~ProcessGroupScope() {
 namespace {
 
 // Flags that do not fit together or with this job; run once the device and world are known.
+// --pp-schedule interleaved and --pp-virtual-stages (Note [Interleaved 1F1B] in
+// distributed/pipeline/interleaved_schedule.h): V >= 2 chunks per process, the micro-batches in
+// groups of --pp; the other schedules one stage per process.
+void check_pipeline_schedule(const TrainConfig& cfg) {
+  if (cfg.pp_schedule != "interleaved") {
+    LOOM_CHECK(cfg.pp_virtual_stages == 1, "--pp-virtual-stages ", cfg.pp_virtual_stages,
+               " needs --pp-schedule interleaved (got --pp-schedule ", cfg.pp_schedule,
+               ", which runs one stage per process)");
+    return;
+  }
+  LOOM_CHECK(cfg.pp >= 2 && cfg.pp_virtual_stages >= 2,
+             "--pp-schedule interleaved needs --pp 2 or more and --pp-virtual-stages 2 or more "
+             "(got --pp ",
+             cfg.pp, ", --pp-virtual-stages ", cfg.pp_virtual_stages, ")");
+  LOOM_CHECK(cfg.grad_accum % cfg.pp == 0, "--pp-schedule interleaved runs the micro-batches in ",
+             "groups of --pp: --grad-accum ", cfg.grad_accum, " is not a multiple of --pp ",
+             cfg.pp);
+}
+
 void check_run_flags(const TrainConfig& cfg, Device dev, int world, const std::string& backend) {
   LOOM_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   // Before the device check: on the CPU the reason that matters is the backend's.
@@ -93,6 +112,7 @@ void check_run_flags(const TrainConfig& cfg, Device dev, int world, const std::s
       cfg.pp == 1 || (cfg.amp != "fp8" && !cfg.cuda_graph), "--pp ", cfg.pp,
       ": a pipeline runs with --amp off, bf16 or fp16 and without --cuda-graph for now (got --amp ",
       cfg.amp, cfg.cuda_graph ? ", --cuda-graph" : "", ")");
+  check_pipeline_schedule(cfg);
   const int replicas = world / (cfg.tp * cfg.pp);  // the processes that read different data
   const std::string readers = cfg.tp * cfg.pp == 1 ? " processes" : " data-parallel replicas";
   LOOM_CHECK(cfg.batch_size % replicas == 0, "--batch-size ", cfg.batch_size,
@@ -128,13 +148,15 @@ RunSetup::RunSetup(const TrainConfig& cfg)
 }
 
 distributed::ParallelPlan parallel_plan(const TrainConfig& cfg) {
-  distributed::ParallelPlan plan{.zero = cfg.zero,
-                                 .tp = cfg.tp,
-                                 .sequence_parallel = cfg.sequence_parallel,
-                                 .pp = cfg.pp,
-                                 .pp_schedule = cfg.pp_schedule == "gpipe"
-                                                    ? distributed::PipelineSchedule::GPipe
-                                                    : distributed::PipelineSchedule::OneFOneB};
+  distributed::ParallelPlan plan{
+      .zero = cfg.zero,
+      .tp = cfg.tp,
+      .sequence_parallel = cfg.sequence_parallel,
+      .pp = cfg.pp,
+      .pp_schedule = cfg.pp_schedule == "gpipe"         ? distributed::PipelineSchedule::GPipe
+                     : cfg.pp_schedule == "interleaved" ? distributed::PipelineSchedule::Interleaved
+                                                        : distributed::PipelineSchedule::OneFOneB,
+      .pp_virtual_stages = cfg.pp_virtual_stages};
   if (cfg.zero == 3 && cfg.amp == "bf16") plan.fsdp_param_dtype = kBF16;
   return plan;
 }

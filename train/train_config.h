@@ -47,7 +47,8 @@ struct TrainConfig {
   int tp = 1;    // tensor-parallel ranks (the blocks split over them); world / tp read the data
   bool sequence_parallel = false;    // under --tp: norms and dropout on T/tp positions per rank
   int pp = 1;                        // pipeline stages (the blocks cut into pp of them)
-  std::string pp_schedule = "1f1b";  // 1f1b or gpipe
+  std::string pp_schedule = "1f1b";  // 1f1b, gpipe or interleaved
+  int pp_virtual_stages = 1;         // chunks per pp rank (2 or more: interleaved only)
 
   // --max-steps is set and `step` steps are done.
   bool max_steps_reached(int64_t step) const { return max_steps > 0 && step >= max_steps; }

@@ -34,6 +34,14 @@ void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
              " is not a ZeRO stage (0, 1, 2 or 3)");
   LOOM_CHECK(plan.pp == 1 || plan.zero < 3, "parallelize: --pp ", plan.pp, " with --zero ",
              plan.zero, ": a pipeline's copies run with --zero 0, 1 or 2 (not FSDP) for now");
+  const bool interleaved = plan.pp_schedule == PipelineSchedule::Interleaved;
+  LOOM_CHECK(!interleaved || (plan.pp >= 2 && plan.pp_virtual_stages >= 2),
+             "parallelize: --pp-schedule interleaved needs --pp 2 or more and "
+             "--pp-virtual-stages 2 or more (got --pp ",
+             plan.pp, ", --pp-virtual-stages ", plan.pp_virtual_stages, ")");
+  LOOM_CHECK(interleaved || plan.pp_virtual_stages == 1, "parallelize: --pp-virtual-stages ",
+             plan.pp_virtual_stages, " needs --pp-schedule interleaved (GPipe and 1F1B hold one ",
+             "stage per rank)");
   LOOM_CHECK(!plan.sequence_parallel || plan.tp > 1,
              "parallelize: --sequence-parallel splits the sequence over the tensor-parallel ranks; "
              "it needs --tp 2 or more");
@@ -54,9 +62,9 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
     DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, plan.pp));
     if (plan.tp > 1)
       parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = plan.sequence_parallel});
-    return std::make_unique<PipelineModel>(model, make_optimizer(*model), mesh.group("pp"),
-                                           mesh.group("dp"), plan.pp_schedule,
-                                           plan.tp > 1 ? mesh.group("tp") : nullptr, plan.zero);
+    return std::make_unique<PipelineModel>(
+        model, make_optimizer(*model), mesh.group("pp"), mesh.group("dp"), plan.pp_schedule,
+        plan.tp > 1 ? mesh.group("tp") : nullptr, plan.zero, plan.pp_virtual_stages);
   }
   if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
   DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));

@@ -25,6 +25,9 @@ struct ParallelPlan {
   bool sequence_parallel = false;  // under tp: the norms and dropout on T/tp positions each
   int pp = 1;  // pipeline stages (GPT or Llama cut evenly by blocks); with zero 0, 1 or 2
   PipelineSchedule pp_schedule = PipelineSchedule::OneFOneB;
+  // Chunks per pp rank: 2 or more with PipelineSchedule::Interleaved (Note [Interleaved 1F1B] in
+  // distributed/pipeline/interleaved_schedule.h), 1 with the others.
+  int pp_virtual_stages = 1;
   // FSDP's compute dtype (Note [FSDP mixed precision]); none: the parameters' own.
   std::optional<DType> fsdp_param_dtype{};
   DDPOptions ddp{};  // bucket sizes, find_unused_parameters, ... (its zero_stage is set from zero)

@@ -34,11 +34,12 @@ std::unordered_map<const TensorImpl*, size_t> numbers(const optim::Optimizer& op
   return out;
 }
 
-// `whole`'s groups, each kept to the parameters `stage` holds (in the same order).
+// `whole`'s groups, each kept to the parameters the rank's chunks hold (in the same order).
 std::vector<std::vector<Tensor>> stage_groups(const optim::Optimizer& whole,
-                                              const PipelineStage& stage) {
+                                              const std::vector<PipelineStage*>& chunks) {
   std::unordered_map<const TensorImpl*, bool> mine;
-  for (const Tensor& p : stage.parameters()) mine[p.impl()] = true;
+  for (const PipelineStage* st : chunks)
+    for (const Tensor& p : st->parameters()) mine[p.impl()] = true;
   std::vector<std::vector<Tensor>> groups(whole.num_param_groups());
   for (size_t g = 0; g < whole.num_param_groups(); ++g)
     for (const Tensor& p : whole.params(g))
@@ -51,7 +52,8 @@ std::vector<std::vector<Tensor>> stage_groups(const optim::Optimizer& whole,
 PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
                              std::unique_ptr<optim::Optimizer> whole_opt,
                              std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp, int zero)
+                             PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp, int zero,
+                             int virtual_stages)
     : model_(std::move(model)),
       whole_opt_(std::move(whole_opt)),
       pp_(std::move(pp)),
@@ -59,11 +61,13 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
       tp_(std::move(tp)),
       schedule_(schedule) {
   const int S = pp_->size();
-  for (int s = S - 1; s >= 0; --s)  // downwards: a parameter two stages hold (tied) ends at 0
-    for (const Tensor& p : PipelineStage(*model_, s, S).held()) owner_[p.impl()] = s;
+  stages_ = rank_chunks(*model_, pp_->rank(), S, virtual_stages);  // checks the cut first
+  for (const auto& st : stages_) chunks_.push_back(st.get());
+  const int C = S * virtual_stages;  // chunk c on rank c mod S (Note [Interleaved 1F1B])
+  for (int c = C - 1; c >= 0; --c)   // downwards: a parameter two chunks hold (tied) ends at 0
+    for (const Tensor& p : PipelineStage(*model_, c, C).held()) owner_[p.impl()] = c % S;
   if (tp_) shares_ = tensor_shares(*model_);
-  stage_ = std::make_unique<PipelineStage>(*model_, pp_->rank(), S);
-  opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, *stage_));
+  opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, chunks_));
   if (zero > 0) {  // Note [ZeRO over a pipeline stage]
     shards_ = std::make_unique<StageShards>(opt_->all_params(), dp_, zero);
     zero_ = std::make_unique<ZeroOptimizer>(*shards_, *opt_);
@@ -75,12 +79,15 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
 // Note [A pipeline rank holds its stage]
 void PipelineModel::release_other_stages() {
   std::unordered_set<const Storage*> kept;
-  for (const Tensor& p : stage_->held()) kept.insert(p.storage().get());
-  const std::string who = "pipeline stage " + std::to_string(stage_->stage()) + " of " +
-                          std::to_string(stage_->stages()) + " (blocks [" +
-                          std::to_string(stage_->first_block()) + ", " +
-                          std::to_string(stage_->end_block()) +
-                          ")): a parameter of another stage, not held on this rank (the whole "
+  std::string blocks;
+  for (const PipelineStage* st : chunks_) {
+    for (const Tensor& p : st->held()) kept.insert(p.storage().get());
+    blocks += (blocks.empty() ? "[" : " and [") + std::to_string(st->first_block()) + ", " +
+              std::to_string(st->end_block()) + ")";
+  }
+  const std::string who = "pipeline stage " + std::to_string(pp_->rank()) + " of " +
+                          std::to_string(pp_->size()) + " (blocks " + blocks +
+                          "): a parameter of another stage, not held on this rank (the whole "
                           "model is its state_dict, gathered: PipelineModel::model_state_dict)";
   for (const Tensor& p : model_->parameters()) {
     Storage& s = *p.storage();
@@ -93,7 +100,8 @@ void PipelineModel::release_other_stages() {
 // Each stage counts its own parameters, the tied head on the first stage only, and under tp the
 // split parameters on every tp rank but the whole ones on tp rank 0 only; sums go over pp and tp.
 void PipelineModel::set_model_share() {
-  const Tensor head = stage_->ties_head() && !stage_->is_first() ? stage_->head_weight() : Tensor();
+  const PipelineStage& front = *chunks_.front();  // the model's chunk 0 on pp rank 0
+  const Tensor head = front.ties_head() && !front.is_first() ? front.head_weight() : Tensor();
   std::unordered_set<const TensorImpl*> split;
   if (tp_)
     for (const auto& [impl, share] : tensor_shares(*model_)) split.insert(impl);
@@ -113,11 +121,16 @@ void PipelineModel::set_model_share() {
 }
 
 std::string PipelineModel::describe() const {
-  std::string s = "pipeline parallel over " + std::to_string(pp_->size()) + " stages (" +
-                  (schedule_ == PipelineSchedule::GPipe ? "GPipe" : "1F1B") + ")";
+  const std::string sched =
+      schedule_ == PipelineSchedule::GPipe ? "GPipe"
+      : schedule_ == PipelineSchedule::OneFOneB
+          ? "1F1B"
+          : "interleaved 1F1B, " + std::to_string(chunks_.size()) + " virtual stages each";
+  std::string s =
+      "pipeline parallel over " + std::to_string(pp_->size()) + " stages (" + sched + ")";
   if (tp_)
-    s += std::string(stage_->sequence_parallel() ? ", tensor and sequence parallel"
-                                                 : ", tensor parallel") +
+    s += std::string(chunks_.front()->sequence_parallel() ? ", tensor and sequence parallel"
+                                                          : ", tensor parallel") +
          " over " + std::to_string(tp_->size()) + " ranks";
   if (dp_->size() > 1)
     s += ", copies: " + std::to_string(dp_->size()) +
@@ -131,7 +144,7 @@ optim::Optimizer& PipelineModel::optimizer() {
 
 Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
                                        std::optional<DType> autocast, amp::GradScaler* scaler) {
-  Tensor loss = pipeline_forward_backward(*stage_, x, y, *pp_,
+  Tensor loss = pipeline_forward_backward(chunks_, x, y, *pp_,
                                           {.micro_batches = int(micro_batches),
                                            .schedule = schedule_,
                                            .autocast = autocast,
@@ -141,15 +154,16 @@ Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t
     if (dp_->size() > 1) dp_->all_reduce(loss, ReduceOp::Avg)->wait();
   } else if (dp_->size() > 1) {  // the copies' mean gradient, as DDP's
     autograd::NoGradGuard no_grad;
-    for (const Tensor& p : stage_->parameters())
-      if (Tensor g = p.grad(); g.defined()) dp_->all_reduce(g, ReduceOp::Avg)->wait();
+    for (const PipelineStage* st : chunks_)  // no parameter in two chunks of one rank (S >= 2)
+      for (const Tensor& p : st->parameters())
+        if (Tensor g = p.grad(); g.defined()) dp_->all_reduce(g, ReduceOp::Avg)->wait();
     dp_->all_reduce(loss, ReduceOp::Avg)->wait();
   }
   return loss;
 }
 
 Tensor PipelineModel::eval_forward(const Tensor& x) {
-  Tensor logits = pipeline_forward(*stage_, x, *pp_);
+  Tensor logits = pipeline_forward(chunks_, x, *pp_);
   return tp_ && tp_->rank() != 0 ? Tensor() : logits;  // tp: every rank has the same logits
 }
 
@@ -220,7 +234,7 @@ void PipelineModel::load_model_state_dict(const nn::StateDict& whole, const Stat
   }
   for (const std::string& name : held)
     LOOM_CHECK(nn::find(mine, name) != nullptr, "pipeline: the state dict has no '", name,
-               "', which stage ", stage_->stage(), " of ", stage_->stages(), " holds");
+               "', which pipeline rank ", pp_->rank(), " of ", pp_->size(), " holds");
   model_->load_state_dict(tp_ ? share_of_state_dict(*model_, mine) : mine, /*strict=*/false);
 }
 
@@ -231,7 +245,8 @@ void PipelineModel::load_model_state_dict(const nn::StateDict& whole, const Stat
 nn::StateDict PipelineModel::stage_optimizer_state(const nn::StateDict& local) {
   const std::vector<Tensor> mine = opt_->all_params();
   const auto whole = numbers(*whole_opt_);
-  const Device dev = stage_->head_weight().device();  // ZeRO's gathered state is on the host
+  const Device dev =
+      chunks_.front()->head_weight().device();  // ZeRO's gathered state is on the host
   nn::StateDict out;
   for (const auto& [key, t] : local)
     if (auto k = state_key(key))

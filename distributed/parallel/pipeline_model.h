@@ -1,7 +1,8 @@
 // PipelineModel: a GPT or Llama cut into pipeline stages over the mesh's pp dimension
 // (distributed/pipeline), its copies along dp kept in step by averaging each stage's gradients
-// over the dp group. A step is a schedule (GPipe or 1F1B) over the stages, not one forward of
-// train_module(): a program asks pipelined() and calls forward_backward for the whole step.
+// over the dp group. A step is a schedule (GPipe, 1F1B, or interleaved 1F1B with V chunks per rank:
+// Note [Interleaved 1F1B] in distributed/pipeline/interleaved_schedule.h) over the stages, not one
+// forward of train_module(): a program asks pipelined() and calls forward_backward for the step.
 // Evaluation is a forward-only pass over the stages (eval_forward). A rank holds only its stage's
 // parameters (Note [A pipeline rank holds its stage]); its optimizer holds the stage's trainable
 // ones. Checkpoints are in the whole layout (Note [Whole-layout checkpoints]), gathered on each
@@ -43,11 +44,13 @@ class PipelineModel : public ParallelModel {
   // numbering are the whole layout's); the stage's optimizer is made like it over this stage's
   // parameters. pp's rank is the stage; dp averages the gradients of the stage's copies; tp (null:
   // none) is the group the blocks are split over; zero (0, 1 or 2) shards the stage's gradients
-  // and optimizer state over dp (a ZeroOptimizer over the stage's optimizer).
+  // and optimizer state over dp (a ZeroOptimizer over the stage's optimizer); virtual_stages (V,
+  // 2 or more with the interleaved schedule, else 1) is how many chunks each rank holds: its
+  // "stage" is then those V chunks (rank_chunks).
   PipelineModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> whole_opt,
                 std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
-                PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr,
-                int zero = 0);
+                PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr, int zero = 0,
+                int virtual_stages = 1);
 
   bool pipelined() const override { return true; }
   // The step's forwards and backwards over every stage, the batch (B, T) cut into micro_batches;
@@ -90,8 +93,9 @@ class PipelineModel : public ParallelModel {
   std::unique_ptr<optim::Optimizer> whole_opt_, opt_;
   std::shared_ptr<ProcessGroup> pp_, dp_, tp_;
   PipelineSchedule schedule_;
-  std::unique_ptr<PipelineStage> stage_;
-  std::unordered_map<const TensorImpl*, int> owner_;  // each parameter's stage (a tied one: 0)
+  std::vector<std::unique_ptr<PipelineStage>> stages_;  // this rank's chunks (V = 1: its stage)
+  std::vector<PipelineStage*> chunks_;                  // the same, for the schedules
+  std::unordered_map<const TensorImpl*, int> owner_;    // each parameter's stage (a tied one: 0)
   std::unordered_map<const TensorImpl*, TensorShare> shares_;  // under tp: the split parameters
   std::unique_ptr<StageShards> shards_;  // zero 1 or 2: the gradients' shards over dp
   std::unique_ptr<ZeroOptimizer> zero_;  // over opt_, stepping this rank's shards

@@ -99,4 +99,20 @@ void PipelineStage::sync_sequence_parallel_grads() {
   if (sp_) distributed::sync_sequence_parallel_grads(sp_params_, *sp_->tp);
 }
 
+std::vector<std::unique_ptr<PipelineStage>> rank_chunks(nn::Module& model, int rank, int stages,
+                                                        int virtual_stages) {
+  std::vector<std::unique_ptr<PipelineStage>> out;
+  const int V = virtual_stages, C = stages * V;
+  if (V > 1) {
+    const int64_t L = PipelineStage(model, 0, 1).end_block();
+    LOOM_CHECK(L % C == 0, "pipeline parallel: --pp ", stages, " x --pp-virtual-stages ", V, " = ",
+               C, " chunks do not divide the ", L, " blocks of ", model.type_name(),
+               " (each chunk takes L / (pp V) of them)");
+  }
+  LOOM_CHECK(V >= 1, "pipeline parallel: --pp-virtual-stages ", V);
+  for (int v = 0; v < V; ++v)
+    out.push_back(std::make_unique<PipelineStage>(model, v * stages + rank, C));
+  return out;
+}
+
 }  // namespace loom::distributed

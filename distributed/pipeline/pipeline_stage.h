@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,9 @@ namespace loom::distributed {
 // the whole model from the same seed and computes only with its stage's parameters; the others
 // are never touched (parameters() lists the stage's, for the optimizer; held() every tensor the
 // stage computes with, frozen ones too: what a pipeline rank keeps, Note [A pipeline rank holds its
-// stage] in distributed/parallel/pipeline_model.h).
+// stage] in distributed/parallel/pipeline_model.h). Under the interleaved schedule a "stage" is
+// one of the S V chunks (Note [Interleaved 1F1B] in distributed/pipeline/interleaved_schedule.h):
+// the first chunk runs the embedding, the last the head, and a rank holds V of them.
 // Under sequence parallel (the blocks a SequenceParallelStack, Note [Sequence parallel] in
 // distributed/tensor_parallel/sequence_parallel.h) the first stage splits the sequence over tp
 // after the embedding and the last gathers it before the final norm, as the stack's own forward
@@ -91,5 +94,13 @@ class PipelineStage {
   SequenceParallelStack* sp_ = nullptr;  // the blocks, when sequence parallel
   std::vector<Tensor> sp_params_;        // the stage's share of sequence_parallel_parameters
 };
+
+// The chunks rank `rank` of `stages` computes with when the model is cut into stages V chunks
+// (Note [Interleaved 1F1B] in distributed/pipeline/interleaved_schedule.h): chunks rank,
+// rank + stages, ..., rank + (V - 1) stages, each a PipelineStage of stages V; with V = 1 the
+// rank's one stage. An error names --pp and --pp-virtual-stages when stages V does not divide
+// the blocks.
+std::vector<std::unique_ptr<PipelineStage>> rank_chunks(nn::Module& model, int rank, int stages,
+                                                        int virtual_stages);
 
 }  // namespace loom::distributed

@@ -1,22 +1,23 @@
-// Pipeline schedules: one training step's forward and backward of a PipelineStage over its
-// pipeline group, the batch cut into micro-batches whose activations go forward and whose
-// gradients come back with the group's send and recv: GPipe (every forward, then every backward)
-// and 1F1B (one forward, one backward in the steady state: at most S micro-batches in flight on
-// the first stage instead of M); evaluation's forward-only pass over the stages; the clip over the
-// whole model. Leaves out: interleaved 1F1B (virtual stages), zero-bubble schedules, overlapping
-// the training step's sends with compute.
+// Pipeline schedules: one training step's forward and backward of a rank's PipelineStages over
+// its pipeline group, the batch cut into micro-batches whose activations go forward and whose
+// gradients come back with the group's send and recv: GPipe (every forward, then every backward),
+// 1F1B (one forward, one backward in the steady state: at most S micro-batches in flight on the
+// first stage instead of M) and interleaved 1F1B (V chunks per rank, Note [Interleaved 1F1B] in
+// distributed/pipeline/interleaved_schedule.h); evaluation's forward-only pass over the stages;
+// the clip over the whole model. Leaves out: zero-bubble schedules, overlapping the training
+// step's sends with compute.
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "core/dtype.h"
+#include "distributed/pipeline/interleaved_schedule.h"
 #include "distributed/pipeline/pipeline_stage.h"
 #include "distributed/process_group/process_group.h"
 #include "nn/amp/grad_scaler.h"
 
 namespace loom::distributed {
-
-enum class PipelineSchedule { GPipe, OneFOneB };
 
 struct PipelineOptions {
   int micro_batches = 1;  // M: the batch's rows split evenly (an error when M does not divide them)
@@ -49,9 +50,12 @@ struct PipelineOptions {
 // Both compute the same gradients (summed in another order); 1F1B keeps at most S - s micro-
 // batches' activations instead of M. Either way each stage idles for (S - 1) / (M + S - 1) of the
 // step when stages take equal time: the bubble (pipeline_bubble). Sends are asynchronous and
-// waited for at the end; receives block. Message tags are 2 m (activations) and 2 m + 1
-// (gradients). After the backwards, a tied head's two gradients are summed (Note [Pipeline
-// stages]).
+// waited for at the end; receives block. Each rank runs its list of actions (pipeline_actions);
+// with V chunks per rank (the interleaved schedule) the model has S V chunks, chunk c on rank
+// c mod S, and what goes between stages goes between chunks c and c + 1. Message tags are
+// 2 (c M + m) for micro-batch m's activations into chunk c and 2 (c M + m) + 1 for the gradient
+// of chunk c's output: one per (chunk, micro-batch, direction). After the backwards, a tied head's
+// two gradients are summed (Note [Pipeline stages]): the first chunk's rank and the last's.
 
 // One step's forward and backward on this stage: x (B, T) ids (the first stage reads them) and y
 // (B, T) targets (the last reads them); every stage passes at least one of them (a middle stage
@@ -60,6 +64,10 @@ struct PipelineOptions {
 // the batch's mean loss on every stage (the last broadcasts it), 0-d.
 Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Tensor& y,
                                  ProcessGroup& pp, const PipelineOptions& options);
+// The same over this rank's V chunks (rank_chunks: chunk v is the model's v S + rank of S V);
+// V >= 2 takes the interleaved schedule, V = 1 GPipe or 1F1B.
+Tensor pipeline_forward_backward(const std::vector<PipelineStage*>& chunks, const Tensor& x,
+                                 const Tensor& y, ProcessGroup& pp, const PipelineOptions& options);
 
 // Note [Forward-only pipeline]
 // Evaluation runs the stages forward only, without autograd: each evaluation batch is a micro-batch
@@ -68,20 +76,30 @@ Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Te
 // next stage has received its output, which that stage does when it is done with the batch before:
 // stage s computes batch i while stage s + 1 computes batch i - 1, so the pipe fills and drains
 // once per evaluation, not once per batch. Every stage passes the same batch x (the stages of one
-// pipeline read the same windows: they are one data-parallel replica), for its shape. The messages
-// carry the tag kForwardTag, apart from the training step's 2 m and 2 m + 1.
+// pipeline read the same windows: they are one data-parallel replica), for its shape. With V
+// chunks per rank a batch goes round the ranks V times, each rank running its chunks in order
+// (batch, chunk) as every other rank does, so the first blocked send or receive in that order
+// always finds its partner there. The messages carry the tag kForwardTag, above the training
+// step's (checked).
 constexpr int kForwardTag = 1 << 20;
 
 // One evaluation batch's forward on this stage: x (b, T) ids. Returns the logits (b, T, V) on the
 // last stage, an undefined tensor on the others. `pp`'s rank must be the stage's index.
 Tensor pipeline_forward(PipelineStage& stage, const Tensor& x, ProcessGroup& pp);
+// The same over this rank's chunks (in order of their index).
+Tensor pipeline_forward(const std::vector<PipelineStage*>& chunks, const Tensor& x,
+                        ProcessGroup& pp);
 
-// (S - 1) / (M + S - 1): the fraction of a step each stage idles in either schedule.
-double pipeline_bubble(int stages, int micro_batches);
+// (S - 1) / (V M + S - 1): the fraction of a step each stage idles, in GPipe and 1F1B (V = 1) and
+// in interleaved 1F1B with V chunks per rank (Note [Interleaved 1F1B]), the stages' forwards and
+// backwards taking equal times.
+double pipeline_bubble(int stages, int micro_batches, int virtual_stages = 1);
 
 // clip_grad_norm_ over the whole model: each stage's squares summed over `pp` (the tied head
 // counted once), every gradient of the stage scaled by min(1, max_norm / (total + 1e-6)). Returns
 // the total. A collective over `pp`.
 Tensor clip_grad_norm_pipeline_(const PipelineStage& stage, double max_norm, ProcessGroup& pp);
+Tensor clip_grad_norm_pipeline_(const std::vector<PipelineStage*>& chunks, double max_norm,
+                                ProcessGroup& pp);
 
 }  // namespace loom::distributed

@@ -183,7 +183,8 @@ GlooProcessGroup::GlooProcessGroup(int rank, int size, std::shared_ptr<Store> st
               hostname, "): ", who.empty() ? "" : who + " [", e.what(), who.empty() ? "" : "]");
   }
   collective_thread_ = std::thread([this] { worker(collectives_); });
-  p2p_thread_ = std::thread([this] { worker(p2p_waits_); });
+  send_thread_ = std::thread([this] { worker(send_waits_); });
+  recv_thread_ = std::thread([this] { worker(recv_waits_); });
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
@@ -193,7 +194,8 @@ GlooProcessGroup::~GlooProcessGroup() {
   }
   cv_.notify_all();
   collective_thread_.join();
-  p2p_thread_.join();
+  send_thread_.join();
+  recv_thread_.join();
 }
 
 void GlooProcessGroup::check_device(const char* op, const Tensor& t) const {
@@ -340,11 +342,14 @@ std::shared_ptr<Work> GlooProcessGroup::do_barrier(const OpRecord& rec) {
   });
 }
 
-// ---- send/recv: posted now (so rings cannot deadlock), waited for on the p2p thread ----
+// ---- send/recv: posted now (so rings cannot deadlock), waited for on the send or recv thread
+// (a recv's wait never queued behind a send's: Note [Interleaved 1F1B] in
+// distributed/pipeline/interleaved_schedule.h) ----
 std::shared_ptr<Work> GlooProcessGroup::p2p(const Tensor& t, bool send, int peer, int tag,
                                             const OpRecord& rec) {
   Millis to = timeout();
-  if (t.numel() == 0) return enqueue(p2p_waits_, rec, [] {});
+  std::deque<Job>& waits = send ? send_waits_ : recv_waits_;
+  if (t.numel() == 0) return enqueue(waits, rec, [] {});
   std::shared_ptr<gloo::transport::UnboundBuffer> buf =
       context_->createUnboundBuffer(t.data_ptr(), size_t(t.numel()) * t.element_size());
   const uint64_t slot = kP2PSlotBase + uint64_t(tag);
@@ -352,7 +357,7 @@ std::shared_ptr<Work> GlooProcessGroup::p2p(const Tensor& t, bool send, int peer
     buf->send(peer, slot);
   else
     buf->recv(peer, slot);
-  return enqueue(p2p_waits_, rec, [buf, t, to, send] {
+  return enqueue(waits, rec, [buf, t, to, send] {
     if (send)
       buf->waitSend(to);
     else

@@ -47,7 +47,7 @@ class GlooProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> enqueue(std::deque<Job>& queue, OpRecord rec, std::function<void()> run);
   void worker(std::deque<Job>& queue);
   void run_job(Job& job);
-  // send (or recv) t's bytes to (from) peer: posted now, waited for on the p2p thread.
+  // send (or recv) t's bytes to (from) peer: posted now, waited for on the send (recv) thread.
   std::shared_ptr<Work> p2p(const Tensor& t, bool send, int peer, int tag, const OpRecord& rec);
 
   std::shared_ptr<gloo::transport::Device> device_;
@@ -55,10 +55,12 @@ class GlooProcessGroup : public ProcessGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> collectives_;  // run in order by collective_thread_
-  std::deque<Job> p2p_waits_;    // posted sends/recvs, waited for in order by p2p_thread_
+  // Posted sends and recvs, each waited for in order by its own thread: a recv never waits
+  // behind a send whose peer posts its recv later (a pipeline's async sends, blocking recvs).
+  std::deque<Job> send_waits_, recv_waits_;
   bool stop_ = false;
   std::string broken_;  // the first failure: every later op fails with it
-  std::thread collective_thread_, p2p_thread_;
+  std::thread collective_thread_, send_thread_, recv_thread_;
 };
 
 }  // namespace loom::distributed

@@ -1,19 +1,22 @@
 // A worker the pipeline tests start N times (RANK, WORLD_SIZE, ... set; Gloo). Three modes:
-//   train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [schedule=gpipe|1f1b] [clip=X] [sp=1]
-// builds the model (4 blocks) in float64 on every rank from one seed, twice: a reference that
-// trains alone on the whole batch of 8 rows, and a copy cut into pipeline stages over the mesh's
-// pp group ({pp, dp, tp}; pp = world / (dp tp) by default), split by parallelize_tensor when
-// tp > 1, each dp rank on its share of the rows (their gradients averaged over dp by hand). Both
-// take `steps` AdamW steps (with clip=X: clip_grad_norm_pipeline_ against clip_grad_norm_; not
-// with tp > 1). Prints "max loss diff A max weight diff W" and exits 0 when every step's loss and
-// every parameter of this rank's stage (gathered whole over tp) equal the reference's within 1e-7,
+//   train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [schedule=gpipe|1f1b|interleaved]
+//         [virtual=V] [layers=L] [clip=X] [sp=1]
+// builds the model (L blocks, 4 by default) in float64 on every rank from one seed, twice: a
+// reference that trains alone on the whole batch of 8 rows, and a copy cut into pipeline stages
+// over the mesh's pp group ({pp, dp, tp}; pp = world / (dp tp) by default; V chunks per rank:
+// rank_chunks), split by parallelize_tensor when tp > 1, each dp rank on its share of the rows
+// (their gradients averaged over dp by hand). Both take `steps` AdamW steps (with clip=X:
+// clip_grad_norm_pipeline_ against clip_grad_norm_; not with tp > 1). Prints "max loss diff A max
+// weight diff W" and exits 0 when every step's loss and every parameter of this rank's chunks
+// (gathered whole over tp) equal the reference's within 1e-7,
 // 1 otherwise; 3 when an error was raised (its text printed). Why 1e-7: the micro-batches'
 // gradients are summed in another order than the whole batch's (a rounding of 1e-16 relative), and
 // AdamW divides each update by sqrt(v), which magnifies that for a parameter whose gradient is near
 // 0: Llama in 4 stages reaches 1.3e-8 after 20 steps; the bugs the tests name give 1e-3 and more.
-//   model <gpt|llama> [tp=N] [dp=N] [zero=1|2]
+//   model <gpt|llama> [tp=N] [dp=N] [zero=1|2] [virtual=V] [layers=L]
 // the same two models, the copy through distributed::parallelize with pp = world / (tp dp)
-// (PipelineModel; ZeRO over the dp copies with zero=Z): 3 AdamW steps each with the clip at 0.5,
+// (PipelineModel; ZeRO over the dp copies with zero=Z; virtual=V: the interleaved schedule with V
+// chunks per rank): 3 AdamW steps each with the clip at 0.5,
 // then checks that this rank holds exactly its stage's parameter bytes (memory() against the
 // stage's held() tensors of an unreleased model, and a parameter of another stage refused by
 // name) and AdamW's two moments of them (1 / dp under ZeRO, within 1%), that
@@ -21,7 +24,7 @@
 // last one short) gives the reference's loss and accuracy within 1e-9, and that the gathered
 // model_state_dict and optimizer_state_dict on the pipeline's first rank are the reference's
 // (1e-7). Prints "stage S bytes B ... weight diff W" and exits 0, 1 or 3 as above.
-//   scaler <gpt|llama>
+//   scaler <gpt|llama> [virtual=V]
 // one pipeline over every rank, one step with and without a GradScaler (scaler_mode's comment).
 #include <cmath>
 #include <cstdlib>
@@ -66,15 +69,15 @@ int key(const std::map<std::string, std::string>& kv, const std::string& k, int 
   return kv.count(k) ? std::stoi(kv.at(k)) : fallback;
 }
 
-std::shared_ptr<nn::Module> make_model(const std::string& kind) {
+std::shared_ptr<nn::Module> make_model(const std::string& kind, int layers = 4) {
   manual_seed(4321);
   std::shared_ptr<nn::Module> m;
   if (kind == "gpt") {
     m = std::make_shared<nn::GPT>(nn::GPTConfig{
-        .vocab_size = kVocab, .block_size = kT, .n_layer = 4, .n_head = 4, .n_embd = 32});
+        .vocab_size = kVocab, .block_size = kT, .n_layer = layers, .n_head = 4, .n_embd = 32});
   } else {
     nn::LlamaConfig c = nn::LlamaConfig::preset("tiny");  // untied head, 2 key/value heads
-    c.vocab_size = kVocab, c.n_layers = 4;
+    c.vocab_size = kVocab, c.n_layers = layers;
     m = std::make_shared<nn::Llama>(c);
   }
   m->to(kF64);
@@ -94,12 +97,38 @@ std::pair<Tensor, Tensor> batch(int step, int64_t first, int64_t rows) {
 
 optim::AdamWOptions adamw() { return {.lr = 1e-2, .betas = {0.9, 0.95}, .weight_decay = 0.1}; }
 
-// The names of the stage's parameters in the model.
-std::set<std::string> stage_names(const nn::Module& model, const PipelineStage& st) {
+// The trainable parameters of the rank's chunks, each once.
+std::vector<Tensor> chunk_parameters(const std::vector<PipelineStage*>& chunks) {
+  std::vector<Tensor> out;
+  std::set<const TensorImpl*> seen;
+  for (const PipelineStage* st : chunks)
+    for (const Tensor& p : st->parameters())
+      if (seen.insert(p.impl()).second) out.push_back(p);
+  return out;
+}
+
+// The names of the rank's chunks' parameters in the model.
+std::set<std::string> stage_names(const nn::Module& model,
+                                  const std::vector<PipelineStage*>& chunks) {
   std::set<std::string> out;
   for (const auto& [name, p] : model.named_parameters())
-    for (const Tensor& q : st.parameters())
+    for (const Tensor& q : chunk_parameters(chunks))
       if (p.is_same(q)) out.insert(name);
+  return out;
+}
+
+PipelineSchedule schedule_of(const std::map<std::string, std::string>& kv) {
+  const std::string s = kv.count("schedule") ? kv.at("schedule") : "1f1b";
+  if (s == "gpipe") return PipelineSchedule::GPipe;
+  return s == "interleaved" ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
+}
+
+// "[0, 1) [2, 3)": the blocks of the rank's chunks.
+std::string blocks_of(const std::vector<PipelineStage*>& chunks) {
+  std::string out;
+  for (const PipelineStage* st : chunks)
+    out += (out.empty() ? "[" : " [") + std::to_string(st->first_block()) + ", " +
+           std::to_string(st->end_block()) + ")";
   return out;
 }
 
@@ -113,29 +142,29 @@ void average_over(const std::vector<Tensor>& params, ProcessGroup& dp) {
 int train_mode(const std::string& kind, int steps, const std::map<std::string, std::string>& kv) {
   test::TestJob job = test::join_test_job();
   const int dp = key(kv, "dp", 1), tp = key(kv, "tp", 1), pp = key(kv, "pp", job.world / (dp * tp));
-  const int micro = key(kv, "micro", 2);
+  const int micro = key(kv, "micro", 2), V = key(kv, "virtual", 1), L = key(kv, "layers", 4);
   const double clip = kv.count("clip") ? std::stod(kv.at("clip")) : 0.0;
-  PipelineOptions po{.micro_batches = micro,
-                     .schedule = kv.count("schedule") && kv.at("schedule") == "gpipe"
-                                     ? PipelineSchedule::GPipe
-                                     : PipelineSchedule::OneFOneB};
+  PipelineOptions po{.micro_batches = micro, .schedule = schedule_of(kv)};
   DeviceMesh mesh({{"pp", pp}, {"dp", dp}, {"tp", tp}});
-  auto ref = make_model(kind), model = make_model(kind);
+  auto ref = make_model(kind, L), model = make_model(kind, L);
   parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = kv.count("sp") > 0});
-  PipelineStage stage(*model, mesh.coordinate("pp"), pp);
-  optim::AdamW opt(stage.parameters(), adamw()), ref_opt(ref->parameters(), adamw());
+  auto owned = rank_chunks(*model, mesh.coordinate("pp"), pp, V);
+  std::vector<PipelineStage*> chunks;
+  for (const auto& c : owned) chunks.push_back(c.get());
+  const std::vector<Tensor> params = chunk_parameters(chunks);
+  optim::AdamW opt(params, adamw()), ref_opt(ref->parameters(), adamw());
   const int64_t rows = kBatch / dp, first = mesh.coordinate("dp") * rows;
   double loss_diff = 0;
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = batch(s, first, rows);
     auto [rx, ry] = batch(s, 0, kBatch);
     opt.zero_grad(), ref_opt.zero_grad();
-    Tensor loss = pipeline_forward_backward(stage, x, y, *mesh.group("pp"), po);
+    Tensor loss = pipeline_forward_backward(chunks, x, y, *mesh.group("pp"), po);
     Tensor ref_loss = ref->loss(rx, ry);
     ref_loss.backward();
-    if (dp > 1) average_over(stage.parameters(), *mesh.group("dp"));
+    if (dp > 1) average_over(params, *mesh.group("dp"));
     if (clip > 0) {
-      clip_grad_norm_pipeline_(stage, clip, *mesh.group("pp"));
+      clip_grad_norm_pipeline_(chunks, clip, *mesh.group("pp"));
       nn::clip_grad_norm_(ref->parameters(), clip);
     }
     opt.step(), ref_opt.step();
@@ -144,16 +173,15 @@ int train_mode(const std::string& kind, int steps, const std::map<std::string, s
   }
   nn::StateDict whole = whole_state_dict(*model), expected = ref->state_dict();
   double weight_diff = 0;
-  for (const std::string& name : stage_names(*model, stage)) {
+  for (const std::string& name : stage_names(*model, chunks)) {
     const Tensor* got = nn::find(whole, name);
     const Tensor* want = nn::find(expected, name);
     if (!got || !want) return std::cout << "no " << name << "\n", 1;
     weight_diff = std::max(weight_diff, max(abs(*got - *want)).item());
   }
-  std::cout << "rank " << job.rank << " stage " << stage.stage() << " blocks ["
-            << stage.first_block() << ", " << stage.end_block() << ") bubble "
-            << pipeline_bubble(pp, micro) << " max loss diff " << loss_diff << " max weight diff "
-            << weight_diff << "\n";
+  std::cout << "rank " << job.rank << " blocks " << blocks_of(chunks) << " bubble "
+            << pipeline_bubble(pp, micro, V) << " max loss diff " << loss_diff
+            << " max weight diff " << weight_diff << "\n";
   return loss_diff < 1e-7 && weight_diff < 1e-7 ? 0 : 1;
 }
 
@@ -175,14 +203,17 @@ data::DataLoader eval_windows(int replica, int replicas) {
   return data::DataLoader(data::TensorDataset(x, y), {.batch_size = 4});
 }
 
-// The bytes of the tensors stage `s` of `stages` computes with, counted on an unreleased model.
+// The bytes of the tensors rank `s` of `stages` computes with (its V chunks), counted on an
+// unreleased model of `layers` blocks.
 int64_t stage_bytes(const std::string& kind, int tp, const std::shared_ptr<ProcessGroup>& tp_group,
-                    int s, int stages) {
-  auto whole = make_model(kind);
+                    int s, int stages, int V, int layers) {
+  auto whole = make_model(kind, layers);
   if (tp > 1) parallelize_tensor(*whole, tp_group);
   int64_t bytes = 0;
-  for (const Tensor& p : PipelineStage(*whole, s, stages).held())
-    bytes += int64_t(p.numel() * p.element_size());
+  std::set<const TensorImpl*> seen;
+  for (const auto& chunk : rank_chunks(*whole, s, stages, V))
+    for (const Tensor& p : chunk->held())
+      if (seen.insert(p.impl()).second) bytes += int64_t(p.numel() * p.element_size());
   return bytes;
 }
 
@@ -214,14 +245,20 @@ std::string read_other_stage(const nn::Module& model) {
 int model_mode(const std::string& kind, const std::map<std::string, std::string>& kv) {
   test::TestJob job = test::join_test_job();
   const int tp = key(kv, "tp", 1), dp = key(kv, "dp", 1), zero = key(kv, "zero", 0),
-            pp = job.world / (tp * dp);
+            pp = job.world / (tp * dp), V = key(kv, "virtual", 1), L = key(kv, "layers", 4);
   DeviceMesh mesh({{"pp", pp}, {"dp", dp}, {"tp", tp}});
   const int stage = mesh.coordinate("pp"), replica = mesh.coordinate("dp");
-  const int64_t expected = stage_bytes(kind, tp, mesh.group("tp"), stage, pp);
-  auto ref = make_model(kind), model = make_model(kind);
-  auto parallel = parallelize(
-      model, {.zero = zero, .tp = tp, .pp = pp}, distributed::world(),
-      [](nn::Module& m) { return std::make_unique<optim::AdamW>(m.parameters(), adamw()); });
+  const int64_t expected = stage_bytes(kind, tp, mesh.group("tp"), stage, pp, V, L);
+  auto ref = make_model(kind, L), model = make_model(kind, L);
+  const ParallelPlan plan{
+      .zero = zero,
+      .tp = tp,
+      .pp = pp,
+      .pp_schedule = V > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB,
+      .pp_virtual_stages = V};
+  auto parallel = parallelize(model, plan, distributed::world(), [](nn::Module& m) {
+    return std::make_unique<optim::AdamW>(m.parameters(), adamw());
+  });
   optim::AdamW ref_opt(ref->parameters(), adamw());
   for (int s = 0; s < 3; ++s) {  // replica r on rows [r B / dp, (r + 1) B / dp)
     auto [x, y] = batch(s, replica * kBatch / dp, kBatch / dp);
@@ -263,10 +300,15 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
 // distributed/pipeline/schedule.h): the step with a GradScaler at 1024 gives every stage's
 // gradients exactly 1024 times the unscaled step's; then, with an inf planted in the first stage's
 // gradients only, every stage's scaler skips the step (its parameters stay) and halves its scale.
-int scaler_mode(const std::string& kind) {
+int scaler_mode(const std::string& kind, const std::map<std::string, std::string>& kv) {
   test::TestJob job = test::join_test_job();
+  const int V = key(kv, "virtual", 1);
   auto model = make_model(kind);
-  auto parallel = parallelize(model, {.pp = job.world}, distributed::world(), [](nn::Module& m) {
+  const ParallelPlan plan{
+      .pp = job.world,
+      .pp_schedule = V > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB,
+      .pp_virtual_stages = V};
+  auto parallel = parallelize(model, plan, distributed::world(), [](nn::Module& m) {
     return std::make_unique<optim::AdamW>(m.parameters(), adamw());
   });
   optim::Optimizer& opt = parallel->optimizer();
@@ -304,13 +346,14 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 2 ? argv[1] : "";
   if ((mode != "train" || argc < 4) && mode != "model" && mode != "scaler") {
     std::cerr << "usage: pp_tool train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [sp=1] "
-                 "[schedule=gpipe|1f1b] [clip=X]\n       pp_tool model <gpt|llama> [tp=N] [dp=N] "
-                 "[zero=1|2]\n       pp_tool scaler <gpt|llama>\n";
+                 "[schedule=gpipe|1f1b|interleaved] [virtual=V] [layers=L] [clip=X]\n"
+                 "       pp_tool model <gpt|llama> [tp=N] [dp=N] [zero=1|2] [virtual=V] "
+                 "[layers=L]\n       pp_tool scaler <gpt|llama> [virtual=V]\n";
     return 2;
   }
   try {
     if (mode == "model") return model_mode(argv[2], keys(argc, argv, 3));
-    if (mode == "scaler") return scaler_mode(argv[2]);
+    if (mode == "scaler") return scaler_mode(argv[2], keys(argc, argv, 3));
     return train_mode(argv[2], std::atoi(argv[3]), keys(argc, argv, 4));
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << "\n";
