@@ -134,7 +134,8 @@ distributed::ParallelPlan parallel_plan(const TrainConfig& cfg) {
                                  .pp_schedule = cfg.pp_schedule == "gpipe"
                                                     ? distributed::PipelineSchedule::GPipe
                                                     : distributed::PipelineSchedule::OneFOneB};
-  if (cfg.zero == 3 && cfg.amp == "bf16") plan.fsdp_param_dtype = kBF16;
+  // Under --pp the schedule's autocast computes in bf16 (FSDP gathers in float32 there).
+  if (cfg.zero == 3 && cfg.amp == "bf16" && cfg.pp == 1) plan.fsdp_param_dtype = kBF16;
   return plan;
 }
 

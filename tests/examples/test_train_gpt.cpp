@@ -379,6 +379,48 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
   fs::remove_all(dir);
 }
 
+// --pp 2 --zero 3 on four Gloo processes under loomrun: each stage's parameters sharded with FSDP
+// over its dp pair (Note [FSDP over a pipeline stage] in distributed/fsdp/fsdp.h), the step's 2
+// micro-batches reduce-scattered one by one into the shards, the tied embedding summed over the
+// stages before the root's reduce-scatter: one process's weights (1e-5) and validation losses,
+// each rank holding under a third of the whole model's parameter bytes (a quarter, padded); its
+// step-5 checkpoint (the whole layout, gathered over dp and pp) finishes as one process and as
+// --pp 2 --zero 1, and one process's step 5 finishes as --pp 2 --zero 3, all at the uninterrupted
+// run's weights (1e-5). Planted bugs: each micro-batch's reduce-scatter overwriting the shards
+// instead of adding (weights 2.0e-2, val loss 4e-4, the resumed runs 1.8e-2 and 6.1e-3), the
+// resumed run's loaded weights not written back into the shards (1.2e-2). FSDP's reduce-scatter
+// summing instead of averaging over dp passes: the clip at 1.0 and AdamW's nearly scale-free
+// update take the factor 2 out (the same in pp_tool's model mode, 1.2e-8).
+TEST(TrainGpt, PipelineWithFsdpEqualsOneProcessAndResumesAcrossLayouts) {
+#ifndef LOOM_WITH_GLOO
+  GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";
+#endif
+  fs::path dir = temp_dir("ppfsdp"), one = dir / "one", fsdp = dir / "fsdp";
+  std::string text = write_text(dir);
+  std::string common = "--max-steps 10 --eval-every 5 --grad-accum 2 --checkpoint-dir ";
+  Outcome a = run_cmd(gpt(1, text, common + one.string()));
+  ASSERT_EQ(a.status, 0) << a.output;
+  Outcome b = run_cmd(gpt(4, text, common + fsdp.string() + " --pp 2 --zero 3"));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("2 stages (1F1B), copies: 2 with FSDP (ZeRO-3)"), std::string::npos)
+      << b.output;
+  const fs::path last = "ckpt-00000010.safetensors", mid = "ckpt-00000005.safetensors";
+  EXPECT_LE(max_weight_difference(one / last, fsdp / last), 1e-5);
+  const std::vector<double> val_one = losses(a.output, "val"), val_pp = losses(b.output, "val");
+  ASSERT_EQ(val_pp.size(), val_one.size()) << b.output;
+  for (size_t i = 0; i < val_one.size(); ++i) EXPECT_NEAR(val_pp[i], val_one[i], 1.5e-4);
+  const double whole = parameters_mib(a.output, 0);
+  for (int r = 0; r < 4; ++r) EXPECT_LT(parameters_mib(b.output, r), whole / 3) << b.output;
+  expect_resumes_across_layouts(dir, text, common, one, fsdp, "--pp 2 --zero 3", 4);
+  const fs::path z1 = dir / "z1";  // pp x FSDP's checkpoint as pp x ZeRO-1
+  fs::create_directories(z1);
+  fs::copy_file(fsdp / mid, z1 / mid);
+  Outcome c = run_cmd(gpt(4, text, common + z1.string() + " --pp 2 --zero 1 --resume"));
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_LE(max_weight_difference(one / last, z1 / last), 1e-5) << "pp x FSDP -> pp x ZeRO-1";
+  fs::remove_all(dir);
+}
+
 // --pp 2 --amp bf16 / fp16 / fp8: each stage's forward under autocast, the residual stream
 // (float32) sent between the stages, so the two processes end with the weights of one process
 // running the same half-precision products on the same 2 micro-batches (--amp X --grad-accum 2). A
