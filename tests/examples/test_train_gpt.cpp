@@ -390,7 +390,8 @@ TEST(TrainGpt, PipelineParallelEqualsOneProcessAndResumesAcrossLayouts) {
 // instead of adding (weights 2.0e-2, val loss 4e-4, the resumed runs 1.8e-2 and 6.1e-3), the
 // resumed run's loaded weights not written back into the shards (1.2e-2). FSDP's reduce-scatter
 // summing instead of averaging over dp passes: the clip at 1.0 and AdamW's nearly scale-free
-// update take the factor 2 out (the same in pp_tool's model mode, 1.2e-8).
+// update take the factor 2 out (1.2e-8 on pp_tool's weights: its model mode checks the gradients'
+// norm before the clip, which that bug doubles).
 TEST(TrainGpt, PipelineWithFsdpEqualsOneProcessAndResumesAcrossLayouts) {
 #ifndef LOOM_WITH_GLOO
   GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU process group";

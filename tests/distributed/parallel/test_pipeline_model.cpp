@@ -49,8 +49,9 @@ TEST(PipelineModelGloo, LlamaInTwoStagesWithZeroTwoOverTwoCopies) {
 // reduce-scatter. Planted bugs move them past the bounds: the micro-batches' shards overwritten
 // instead of added (GPT / Llama weights 6.0e-2 / 6.0e-2), the tied gradient's sum over the stages
 // left out (GPT 5.7e-2), the root never reduce-scattered (3.4e-2 / 3.5e-2). FSDP's reduce-scatter
-// without its 1 / dp moves them only 1.2e-8 / 1.7e-9: the clip at 0.5 takes the factor 2 out
-// before AdamW (whose update is nearly scale-free anyway), so no test here sees that one.
+// without its 1 / dp moves the weights only 1.2e-8 / 1.7e-9 (the clip at 0.5 takes the factor 2
+// out before AdamW, whose update is nearly scale-free anyway), so pp_tool also compares the
+// gradients' norm before each clip with one process's: that bug makes it twice as large.
 TEST(PipelineModelGloo, GptInTwoStagesWithFsdpOverTwoCopies) {
   expect_model_mode({"model", "gpt", "dp=2", "zero=3"}, 4);
 }

@@ -20,7 +20,10 @@
 // train::evaluate_classifier over the windows (each replica its half under dp; batches of 4, the
 // last one short) gives the reference's loss and accuracy within 1e-9, and that the gathered
 // model_state_dict and optimizer_state_dict on the pipeline's first rank are the reference's
-// (1e-7). Prints "stage S bytes B ... weight diff W" and exits 0, 1 or 3 as above.
+// (1e-7), and the gradients' norm before each clip one process's (1e-9 relative: the clip and
+// AdamW's nearly scale-free update would hide gradients that are k times too large, as FSDP's
+// reduce-scatter summing over dp instead of averaging made them). Prints "stage S bytes B ...
+// weight diff W" and exits 0, 1 or 3 as above.
 //   scaler <gpt|llama>
 // one pipeline over every rank, one step with and without a GradScaler (scaler_mode's comment).
 #include <cmath>
@@ -237,13 +240,16 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
       model, {.zero = zero, .tp = tp, .pp = pp}, distributed::world(),
       [](nn::Module& m) { return std::make_unique<optim::AdamW>(m.parameters(), adamw()); });
   optim::AdamW ref_opt(ref->parameters(), adamw());
+  double norm_diff = 0;          // the gradients' norm before the clip, relative to one process's
   for (int s = 0; s < 3; ++s) {  // replica r on rows [r B / dp, (r + 1) B / dp)
     auto [x, y] = batch(s, replica * kBatch / dp, kBatch / dp);
     auto [rx, ry] = batch(s, 0, kBatch);
     parallel->optimizer().zero_grad(), ref_opt.zero_grad();
     parallel->forward_backward(x, y, 2);
     ref->loss(rx, ry).backward();
-    parallel->optimizer().clip_grad_norm_(0.5), nn::clip_grad_norm_(ref->parameters(), 0.5);
+    const double norm = parallel->optimizer().clip_grad_norm_(0.5).item<double>();
+    const double ref_norm = nn::clip_grad_norm_(ref->parameters(), 0.5).item<double>();
+    norm_diff = std::max(norm_diff, std::abs(norm - ref_norm) / ref_norm);
     parallel->optimizer().step(), ref_opt.step();
   }
   const ParallelModel::Memory held = parallel->memory();
@@ -262,13 +268,14 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
   std::cout << "rank " << job.rank << " stage " << stage << " bytes " << held.parameters
             << " expected " << expected_held << " optimizer state " << held.optimizer_state
             << " eval loss " << got.loss << " diff " << eval_diff << " weight diff " << weight_diff
-            << " optimizer state diff " << state_diff << " refused: " << refused << "\n";
+            << " optimizer state diff " << state_diff << " norm diff " << norm_diff
+            << " refused: " << refused << "\n";
   const bool names_stage = refused.find("pipeline stage") != std::string::npos || pp == 1;
   // AdamW's two moments of the stage's parameters, 1 / dp of them under ZeRO (shards padded).
   const double state_share = double(held.optimizer_state) / double(2 * expected);
   const bool state_ok = std::abs(state_share - (zero > 0 ? 1.0 / dp : 1.0)) < 0.01;
   return held.parameters == expected_held && names_stage && state_ok && eval_diff < 1e-9 &&
-                 weight_diff < 1e-7 && state_diff < 1e-7
+                 weight_diff < 1e-7 && state_diff < 1e-7 && norm_diff < 1e-9
              ? 0
              : 1;
 }
