@@ -66,7 +66,7 @@ RankMemory plan_memory(const ModelShape& m, const Layout& l);
 
 // Every layout of `gpus` ranks worth printing: dp x tp x pp = gpus with tp dividing the heads, the
 // key/value heads and F and pp dividing the layers; ZeRO 0 and 3 when dp > 1 (ZeRO 0 and 2 under
-// a pipeline, which runs no FSDP: what parallelize takes).
+// a pipeline of tensor-parallel stages, which runs no FSDP: what parallelize takes).
 std::vector<Layout> layouts_for(const ModelShape& m, int gpus, int64_t micro_batch, int64_t seq,
                                 bool checkpointing);
 

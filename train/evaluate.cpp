@@ -13,9 +13,10 @@ namespace loom::train {
 namespace {
 // Under ZeRO-3 each forward gathers parameters (collectives), so every rank must run as many:
 // a rank with fewer test batches (Note [Sharded evaluation]: no padding) repeats its last one,
-// uncounted, until it has run as many as the rank with the most.
-void keep_in_step(nn::Module& model, distributed::ProcessGroup& pg, int64_t batches,
-                  const Tensor& last, Device dev) {
+// uncounted, until it has run as many as the rank with the most (through `forward`: a
+// pipeline's is its forward-only pass over the stages).
+void keep_in_step(const std::function<Tensor(const Tensor&)>& forward,
+                  distributed::ProcessGroup& pg, int64_t batches, const Tensor& last, Device dev) {
   if (pg.size() == 1) return;
   Tensor most = full({1}, double(batches), {.dtype = DType::I64, .device = dev});
   pg.all_reduce(most, distributed::ReduceOp::Max)->wait();
@@ -26,7 +27,7 @@ void keep_in_step(nn::Module& model, distributed::ProcessGroup& pg, int64_t batc
              extra,
              " (ZeRO-3 needs every rank to run as many forwards: "
              "use a smaller --batch-size or fewer processes)");
-  for (int64_t i = 0; i < extra; ++i) (void)model(last);
+  for (int64_t i = 0; i < extra; ++i) (void)forward(last);
 }
 }  // namespace
 
@@ -53,7 +54,7 @@ Evaluation evaluate(nn::Module& model, const std::function<Tensor(const Tensor&)
     correct = correct + eq(argmax(logits, -1), b.target).to(kF64).sum();
     n += b.target.numel();
   }
-  if (forwards_are_collectives) keep_in_step(model, pg, batches, last, dev);
+  if (forwards_are_collectives) keep_in_step(forward, pg, batches, last, dev);
   model.train();
   // (3): loss sum, correct answers, examples; summed over ranks (Note [Sharded evaluation]).
   Tensor sums = cat({loss_sum, correct, full({1}, double(n), {.dtype = kF64, .device = dev})}, 0);

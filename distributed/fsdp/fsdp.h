@@ -93,6 +93,22 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   // The units as their module names ("" = the root), unit 0 the root; and their element counts.
   std::vector<std::string> unit_names() const;
 
+  // Note [FSDP over a pipeline stage]
+  // A pipeline stage (distributed/parallel/pipeline_model.h) never calls this wrapper's forward:
+  // its schedule calls the stage's modules itself, several micro-batches' forwards before their
+  // backwards, so the root cannot be gathered at a forward and released at the end of its
+  // backward. The stage holds the root instead: hold_root() gathers it for the whole step (or one
+  // evaluation batch); the units gather and release themselves around each forward and backward as
+  // always and reduce-scatter each micro-batch's gradients into their shards, where the M
+  // micro-batches add up (torchtitan's default; FSDP has no no_sync); the end of each backward
+  // leaves the root gathered and unreduced, its gradient adding up in .grad; after the schedule
+  // (which has summed a tied head's two gradients over the stages in .grad)
+  // release_root(/*reduce=*/true) reduce-scatters the root's gradient once and releases it.
+  void hold_root();
+  // Releases the held root; with `reduce` first reduce-scatters its gradient into its shard and
+  // tells the optimizer the shards are ready. A collective over the group.
+  void release_root(bool reduce);
+
   // Every parameter whole on every rank while the returned guard lives (a collective in the
   // constructor; nothing is released until the guard ends, forwards included): for state_dict()
   // and load_state_dict() of the model, or sampling from it. With writeback each rank copies its
@@ -178,6 +194,7 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   // forward and loss: the root gathered around fn(x), x cast under mixed precision.
   Tensor run_root(const Tensor& x, const std::function<Tensor(const Tensor&)>& fn);
   bool root_in_backward_ = false;  // a training forward ran; its backward reduces the root
+  bool root_held_ = false;         // hold_root: the caller releases it (a pipeline stage)
   bool end_queued_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // read by hooks that outlive this
   std::function<void()> on_shards_ready_;

@@ -1,7 +1,8 @@
 // FullyShardedDataParallel's backward half (Note [FSDP] in distributed/fsdp/fsdp.h): each unit
 // gathered again before its backward, its gradients reduce-scattered into the shards as soon as
-// they are complete, and the end of backward (the root, stragglers, the optimizer's hook).
-// Leaves out: gathering and the forward hooks (fsdp.cpp).
+// they are complete, and the end of backward (the root, stragglers, the optimizer's hook); the
+// root a pipeline stage holds over its step (Note [FSDP over a pipeline stage]). Leaves out:
+// gathering and the forward hooks (fsdp.cpp).
 #include <algorithm>
 
 #include "autograd/engine.h"
@@ -87,8 +88,26 @@ void FullyShardedDataParallel::end_of_backward() {
   if (root_in_backward_ && !layout_[0].params.empty()) reduce(0);
   root_in_backward_ = false;
   finish_reductions();
-  for (size_t u = 0; u < units_.size(); ++u) release(u);  // prefetched but unused ones too
+  for (size_t u = root_held_ ? 1 : 0; u < units_.size(); ++u)
+    release(u);  // prefetched but unused ones too
   if (on_shards_ready_) on_shards_ready_();
+}
+
+// Note [FSDP over a pipeline stage]. The order of the last step's forwards is kept for prefetching.
+void FullyShardedDataParallel::hold_root() {
+  if (!order_.empty()) last_order_ = std::move(order_);
+  order_.clear();
+  gather(0);
+  root_held_ = true;
+}
+
+void FullyShardedDataParallel::release_root(bool reduce_grads) {
+  LOOM_CHECK(root_held_, "FullyShardedDataParallel::release_root: hold_root was not called");
+  root_held_ = false;
+  if (reduce_grads && !layout_[0].params.empty()) reduce(0);
+  finish_reductions();
+  release(0);
+  if (reduce_grads && on_shards_ready_) on_shards_ready_();
 }
 
 void FullyShardedDataParallel::zero_shards() {

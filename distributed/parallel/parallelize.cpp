@@ -32,13 +32,23 @@ std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
 void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
   LOOM_CHECK(plan.zero >= 0 && plan.zero <= 3, "parallelize: --zero ", plan.zero,
              " is not a ZeRO stage (0, 1, 2 or 3)");
-  LOOM_CHECK(plan.pp == 1 || plan.zero < 3, "parallelize: --pp ", plan.pp, " with --zero ",
-             plan.zero, ": a pipeline's copies run with --zero 0, 1 or 2 (not FSDP) for now");
+  LOOM_CHECK(plan.pp == 1 || plan.zero < 3 || plan.tp == 1, "parallelize: --pp ", plan.pp,
+             " with --tp ", plan.tp, " and --zero 3: FSDP over the copies of a tensor-parallel ",
+             "pipeline stage is not supported; use --zero 1 or 2 with --pp and --tp, or leave ",
+             "out --tp");
+  LOOM_CHECK(plan.pp == 1 || !plan.fsdp_param_dtype, "parallelize: --pp ", plan.pp,
+             " with FSDP's mixed precision (fsdp_param_dtype): under a pipeline the stages' ",
+             "activations travel in the parameters' dtype; run --amp bf16 as the schedule's ",
+             "autocast (no fsdp_param_dtype)");
   const bool interleaved = plan.pp_schedule == PipelineSchedule::Interleaved;
   LOOM_CHECK(!interleaved || (plan.pp >= 2 && plan.pp_virtual_stages >= 2),
              "parallelize: --pp-schedule interleaved needs --pp 2 or more and "
              "--pp-virtual-stages 2 or more (got --pp ",
              plan.pp, ", --pp-virtual-stages ", plan.pp_virtual_stages, ")");
+  LOOM_CHECK(!interleaved || plan.zero < 3,
+             "parallelize: --pp-schedule interleaved with --zero 3: ",
+             "FSDP over a pipeline stage shards one stage per rank; use --zero 1 or 2 with the ",
+             "interleaved schedule, or --pp-schedule 1f1b with --zero 3");
   LOOM_CHECK(interleaved || plan.pp_virtual_stages == 1, "parallelize: --pp-virtual-stages ",
              plan.pp_virtual_stages, " needs --pp-schedule interleaved (GPipe and 1F1B hold one ",
              "stage per rank)");

@@ -68,7 +68,13 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
     for (const Tensor& p : PipelineStage(*model_, c, C).held()) owner_[p.impl()] = c % S;
   if (tp_) shares_ = tensor_shares(*model_);
   opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, chunks_));
-  if (zero > 0) {  // Note [ZeRO over a pipeline stage]
+  if (zero == 3) {  // Note [FSDP over a pipeline stage] in distributed/fsdp/fsdp.h
+    LOOM_CHECK(!tp_, "PipelineModel: FSDP (zero 3) over a tensor-parallel stage");
+    LOOM_CHECK(chunks_.size() == 1, "PipelineModel: FSDP (zero 3) over ", chunks_.size(),
+               " chunks per rank (the interleaved schedule; one stage per rank only)");
+    fsdp_ = shard_stage(*model_, *chunks_.front(), dp_);
+    zero_ = std::make_unique<ZeroOptimizer>(*fsdp_, *opt_);
+  } else if (zero > 0) {  // Note [ZeRO over a pipeline stage]
     shards_ = std::make_unique<StageShards>(opt_->all_params(), dp_, zero);
     zero_ = std::make_unique<ZeroOptimizer>(*shards_, *opt_);
   }
@@ -134,7 +140,9 @@ std::string PipelineModel::describe() const {
          " over " + std::to_string(tp_->size()) + " ranks";
   if (dp_->size() > 1)
     s += ", copies: " + std::to_string(dp_->size()) +
-         (zero_ ? " with ZeRO-" + std::to_string(zero_->stage()) : std::string(" averaged"));
+         (fsdp_   ? std::string(" with FSDP (ZeRO-3)")
+          : zero_ ? " with ZeRO-" + std::to_string(zero_->stage())
+                  : std::string(" averaged"));
   return s;
 }
 
@@ -144,13 +152,15 @@ optim::Optimizer& PipelineModel::optimizer() {
 
 Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t micro_batches,
                                        std::optional<DType> autocast, amp::GradScaler* scaler) {
+  if (fsdp_) fsdp_->hold_root();  // Note [FSDP over a pipeline stage]
   Tensor loss = pipeline_forward_backward(chunks_, x, y, *pp_,
                                           {.micro_batches = int(micro_batches),
                                            .schedule = schedule_,
                                            .autocast = autocast,
                                            .scaler = scaler});
-  if (shards_) {  // ZeRO: the mean gradient's shards (Note [ZeRO over a pipeline stage])
-    shards_->reduce();
+  if (shards_ || fsdp_) {  // ZeRO: the mean gradient's shards (Note [ZeRO over a pipeline stage])
+    if (shards_) shards_->reduce();
+    if (fsdp_) fsdp_->release_root(/*reduce=*/true);  // the units reduced in each backward
     if (dp_->size() > 1) dp_->all_reduce(loss, ReduceOp::Avg)->wait();
   } else if (dp_->size() > 1) {  // the copies' mean gradient, as DDP's
     autograd::NoGradGuard no_grad;
@@ -163,7 +173,9 @@ Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t
 }
 
 Tensor PipelineModel::eval_forward(const Tensor& x) {
+  if (fsdp_) fsdp_->hold_root();
   Tensor logits = pipeline_forward(chunks_, x, *pp_);
+  if (fsdp_) fsdp_->release_root(/*reduce=*/false);
   return tp_ && tp_->rank() != 0 ? Tensor() : logits;  // tp: every rank has the same logits
 }
 
@@ -193,6 +205,7 @@ Tensor PipelineModel::to_first_stage(const Tensor& mine, int owner, const Tensor
 // the pipeline's first rank, in the whole state_dict's order (its index the message's tag).
 nn::StateDict PipelineModel::model_state_dict() {
   autograd::NoGradGuard no_grad;
+  auto gathered = fsdp_ ? fsdp_->full_params() : nullptr;  // FSDP: the stage whole over dp
   std::unordered_map<std::string, Tensor> params;
   for (const auto& [name, p] : model_->named_parameters()) params.emplace(name, p);
   const int here = pp_->rank();
@@ -215,10 +228,11 @@ nn::StateDict PipelineModel::model_state_dict() {
     Tensor whole = to_first_stage(mine, owner->second, t, whole_shape(p), tag++);
     if (here == 0) out.emplace_back(name, whole);
   }
-  return out;
+  return fsdp_ ? host_copy(out) : out;  // FSDP's gathered memory goes with `gathered`
 }
 
 void PipelineModel::load_model_state_dict(const nn::StateDict& whole, const StateCheck& check) {
+  auto gathered = fsdp_ ? fsdp_->full_params(/*writeback=*/true) : nullptr;  // into the shards
   const nn::StateDict names = model_->state_dict();
   if (check) check(names);
   std::unordered_set<std::string> all, held;  // held: this stage's tensors and the buffers
@@ -332,6 +346,11 @@ void PipelineModel::check_capturable(const char* what) const {
 // What this rank really holds (Note [A pipeline rank holds its stage]): the parameters whose
 // storage is not released, their gradients, the stage optimizer's state.
 ParallelModel::Memory PipelineModel::memory() const {
+  if (fsdp_) {  // the shards (and the units gathered now), their gradients and state
+    const ZeroOptimizer::Memory z = zero_->memory();
+    return {
+        .parameters = z.parameters, .gradients = z.gradients, .optimizer_state = z.optimizer_state};
+  }
   Memory m;
   std::unordered_set<const TensorImpl*> seen;
   for (const Tensor& p : model_->parameters()) {

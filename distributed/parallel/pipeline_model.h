@@ -8,8 +8,10 @@
 // ones. Checkpoints are in the whole layout (Note [Whole-layout checkpoints]), gathered on each
 // pipeline's first rank. With a tp group the model's blocks are already split over it
 // (parallelize_tensor) and every sum and checkpoint also goes over tp. With ZeRO-1 or 2 the
-// stage's optimizer state is sharded over dp (Note [ZeRO over a pipeline stage]).
-// Leaves out: FSDP (ZeRO-3) together with pp, --amp fp8, CUDA graphs, the
+// stage's optimizer state is sharded over dp (Note [ZeRO over a pipeline stage]); with ZeRO-3 its
+// parameters too, FSDP over the stage's copies (Note [FSDP over a pipeline stage] in
+// distributed/fsdp/fsdp.h). Leaves out: FSDP together with tp (parallelize refuses it), FSDP's
+// mixed precision (under pp --amp bf16 is the schedule's autocast), CUDA graphs, the
 // whole model on one rank (with_whole_model refuses: gather a state_dict instead).
 #pragma once
 
@@ -43,10 +45,11 @@ class PipelineModel : public ParallelModel {
   // `whole_opt` is the program's optimizer over the whole model (never stepped: its groups and
   // numbering are the whole layout's); the stage's optimizer is made like it over this stage's
   // parameters. pp's rank is the stage; dp averages the gradients of the stage's copies; tp (null:
-  // none) is the group the blocks are split over; zero (0, 1 or 2) shards the stage's gradients
-  // and optimizer state over dp (a ZeroOptimizer over the stage's optimizer); virtual_stages (V,
-  // 2 or more with the interleaved schedule, else 1) is how many chunks each rank holds: its
-  // "stage" is then those V chunks (rank_chunks).
+  // none) is the group the blocks are split over; zero (1 or 2) shards the stage's gradients and
+  // optimizer state over dp (a ZeroOptimizer over the stage's optimizer), 3 its parameters too
+  // (FSDP over the stage's modules; not with tp, nor with V > 1); virtual_stages (V, 2 or more with
+  // the interleaved schedule, else 1) is how many chunks each rank holds: its "stage" is then those
+  // V chunks (rank_chunks).
   PipelineModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> whole_opt,
                 std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
                 PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr, int zero = 0,
@@ -61,6 +64,9 @@ class PipelineModel : public ParallelModel {
   nn::Module& train_module() override { return *model_; }  // not what a pipelined step calls
   // The model with only this stage's parameters (for eval() and train()); its forward is refused.
   nn::Module& eval_module() override { return *model_; }
+  // FSDP (zero 3): each forward gathers the stage's units over dp, so every dp rank must run as
+  // many (Note [Sharded evaluation] in train/evaluate.h).
+  bool eval_forwards_are_collectives() const override { return fsdp_ != nullptr; }
   // Note [Forward-only pipeline]: the logits on the last stage's ranks (tp rank 0 under tp: the
   // others compute the same), undefined on the other ranks. A collective over pp (and tp).
   Tensor eval_forward(const Tensor& x) override;
@@ -97,8 +103,9 @@ class PipelineModel : public ParallelModel {
   std::vector<PipelineStage*> chunks_;                  // the same, for the schedules
   std::unordered_map<const TensorImpl*, int> owner_;    // each parameter's stage (a tied one: 0)
   std::unordered_map<const TensorImpl*, TensorShare> shares_;  // under tp: the split parameters
-  std::unique_ptr<StageShards> shards_;  // zero 1 or 2: the gradients' shards over dp
-  std::unique_ptr<ZeroOptimizer> zero_;  // over opt_, stepping this rank's shards
+  std::unique_ptr<StageShards> shards_;             // zero 1 or 2: the gradients' shards over dp
+  std::shared_ptr<FullyShardedDataParallel> fsdp_;  // zero 3: the stage's modules sharded
+  std::unique_ptr<ZeroOptimizer> zero_;             // over opt_, stepping this rank's shards
 };
 
 }  // namespace loom::distributed

@@ -1,6 +1,8 @@
 // StageShards: see distributed/parallel/stage_shards.h (Note [ZeRO over a pipeline stage]).
 #include "distributed/parallel/stage_shards.h"
 
+#include <unordered_set>
+
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
 #include "core/error.h"
@@ -9,7 +11,62 @@ namespace loom::distributed {
 
 namespace {
 constexpr size_t kFirstBucketBytes = size_t(1) << 20, kBucketBytes = size_t(25) << 20;  // DDP's
+
+// The modules of one stage as the children of one module (named by their dotted path, '.' as
+// '_'), for FSDP to wrap; never called itself (the stage's schedule calls the children).
+class StageModules : public nn::Module {
+ public:
+  StageModules() : nn::Module("PipelineStageModules") {}
+  void add(const std::string& path, std::shared_ptr<nn::Module> m) {
+    std::string name = path;
+    for (char& c : name)
+      if (c == '.') c = '_';
+    add_child(name, std::move(m));
+  }
+  Tensor forward(const Tensor& x) override {
+    (void)x;
+    LOOM_FAIL("PipelineStageModules: a pipeline stage's schedule calls its modules itself");
+  }
+};
+
+// The outermost modules under `m` whose parameters the stage all holds (a module holding some
+// but not all: its children are looked at; its own parameters must then be none of the stage's).
+void collect_held(const nn::Module& m, const std::string& prefix,
+                  const std::unordered_set<const TensorImpl*>& held, StageModules& out) {
+  for (const auto& [name, child] : m.named_children()) {
+    if (!child) continue;
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    size_t mine = 0, all = 0;
+    for (const Tensor& p : child->parameters()) ++all, mine += held.count(p.impl());
+    if (mine == 0) continue;
+    if (mine == all) {
+      out.add(path, child);
+      continue;
+    }
+    for (const Tensor& p : child->parameters(/*recurse=*/false))
+      LOOM_CHECK(!held.count(p.impl()), "shard_stage: ", path, " holds parameters of this ",
+                 "pipeline stage and of another one itself (not in a submodule)");
+    collect_held(*child, path, held, out);
+  }
+}
 }  // namespace
+
+std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const PipelineStage& stage,
+                                                      std::shared_ptr<ProcessGroup> dp) {
+  std::unordered_set<const TensorImpl*> held;
+  for (const Tensor& p : stage.held()) held.insert(p.impl());
+  for (const Tensor& p : model.parameters(/*recurse=*/false))
+    LOOM_CHECK(!held.count(p.impl()), "shard_stage: ", model.type_name(),
+               " holds a parameter of the stage itself (not in a submodule)");
+  auto modules = std::make_shared<StageModules>();
+  collect_held(model, "", held, *modules);
+  size_t found = modules->parameters().size();
+  LOOM_CHECK(found == held.size(), "shard_stage: ", found, " of the stage's ", held.size(),
+             " parameters found in its modules");
+  FSDPOptions o;
+  o.unit_types = {"TransformerBlock", "FusedTransformerBlock"};  // the head's Linear: the root's
+  return std::make_shared<FullyShardedDataParallel>(std::move(modules), std::move(dp), o);
+}
 
 StageShards::StageShards(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> dp, int stage)
     : params_(std::move(params)), dp_(std::move(dp)), stage_(stage) {

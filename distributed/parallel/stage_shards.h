@@ -1,9 +1,11 @@
-// StageShards: ZeRO-1 and ZeRO-2 over the data-parallel copies of one pipeline stage. The stage's
-// gradients, complete once the schedule has run every micro-batch, are mean-reduce-scattered over
-// dp into bucket shards, the ShardedBuckets a ZeroOptimizer steps (Note [ZeRO stages] in
-// distributed/zero/zero_optimizer.h). Leaves out: the schedule (distributed/pipeline), the
-// optimizer (distributed/zero), reducing during backward (DDP's Reducer does; a pipeline's step
-// is many backwards whose tied head is summed over the stages only after the last).
+// Sharding one pipeline stage over its data-parallel copies. StageShards: ZeRO-1 and ZeRO-2; the
+// stage's gradients, complete once the schedule has run every micro-batch, are mean-reduce-
+// scattered over dp into bucket shards, the ShardedBuckets a ZeroOptimizer steps (Note [ZeRO
+// stages] in distributed/zero/zero_optimizer.h). shard_stage: ZeRO-3, the stage's modules under
+// FSDP (Note [FSDP over a pipeline stage] in distributed/fsdp/fsdp.h). Leaves out: the schedule
+// (distributed/pipeline), the optimizer (distributed/zero), reducing ZeRO-1/2's gradients during
+// backward (DDP's Reducer does; a pipeline's step is many backwards whose tied head is summed over
+// the stages only after the last).
 #pragma once
 
 #include <functional>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "distributed/buckets/sharded_buckets.h"
+#include "distributed/fsdp/fsdp.h"
+#include "distributed/pipeline/pipeline_stage.h"
 
 namespace loom::distributed {
 
@@ -50,5 +54,13 @@ class StageShards : public ShardedBuckets {
   std::function<void()> ready_;
   bool fresh_ = true;
 };
+
+// ZeRO-3 over a stage's copies: the modules the stage computes with (PipelineStage::held(), the
+// outermost modules of `model` whose parameters it all holds: the embeddings, the blocks, the
+// final norm, the head) gathered under one module and wrapped in FSDP over `dp`, each transformer
+// block a unit and the rest the root, which the stage holds for its step (Note [FSDP over a
+// pipeline stage] in distributed/fsdp/fsdp.h). A collective over dp (rank 0's weights broadcast).
+std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const PipelineStage& stage,
+                                                      std::shared_ptr<ProcessGroup> dp);
 
 }  // namespace loom::distributed

@@ -161,6 +161,9 @@ TEST(TrainGptInterleaved, BadCombinationsAreRefusedNamingTheFlags) {
        "a multiple of --pp 2"},
       {2, kInterleaved + " --grad-accum 2",
        "--pp 2 x --pp-virtual-stages 2 = 4 chunks do not divide the 2 blocks of GPT", 2},
+      {2, kInterleaved + " --grad-accum 2 --zero 3",
+       "--pp-schedule interleaved with --zero 3: FSDP over a pipeline stage shards one stage per "
+       "rank"},
   };
   for (const Case& c : cases) {
     CommandRun r = run_command(gpt(c.procs, text, "--max-steps 1 " + c.flags, c.layers));

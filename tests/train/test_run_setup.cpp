@@ -69,6 +69,10 @@ TEST(RunSetup, FlagsThatDoNotFitAreErrorsBeforeAnythingRuns) {
   e = error_of([&] { RunSetup run(c); });
   EXPECT_NE(e.find("--cuda-graph with --zero 3: FullyShardedDataParallel"), std::string::npos) << e;
   c.zero = 0;
+  c.pp = 2;  // so is a pipeline's (and before the world's size)
+  e = error_of([&] { RunSetup run(c); });
+  EXPECT_NE(e.find("--pp 2: a pipeline runs without --cuda-graph for now"), std::string::npos) << e;
+  c.pp = 1;
   c.cuda_graph = false;
   c.grad_accum = 3;  // 128 rows cannot make 3 equal micro-batches
   e = error_of([&] { RunSetup run(c); });

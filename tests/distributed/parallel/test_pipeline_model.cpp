@@ -6,7 +6,8 @@
 // the whole state_dict and optimizer state gathered on the first stage's rank are one process's
 // (1e-7), the clip at 0.5 in every step. GPT (a tied head on both ends) in 2 stages, Llama in 2
 // stages of 2 tensor-parallel ranks each, and pp 2 x dp 2 with ZeRO-1 (GPT) and ZeRO-2 (Llama)
-// over the copies of each stage (the optimizer state halved). Loss scaling (fp16's GradScaler)
+// over the copies of each stage (the optimizer state halved), and pp 2 x dp 2 with FSDP over them
+// (each rank holding half its stage's parameters). Loss scaling (fp16's GradScaler)
 // through pp_tool's scaler mode: every stage's gradients scaled, an inf on one stage skipping the
 // step on both.
 #include <gtest/gtest.h>
@@ -38,6 +39,25 @@ TEST(PipelineModelGloo, GptInTwoStagesWithZeroOneOverTwoCopies) {
 
 TEST(PipelineModelGloo, LlamaInTwoStagesWithZeroTwoOverTwoCopies) {
   expect_model_mode({"model", "llama", "dp=2", "zero=2"}, 4);
+}
+
+// pp 2 x dp 2 with FSDP (zero 3) over each stage's copies (Note [FSDP over a pipeline stage] in
+// distributed/fsdp/fsdp.h), 2 micro-batches a step: each rank holds exactly its shard of its
+// stage (each block a unit, the rest the root, padded to 2 shards) and half the AdamW state; the
+// weights, the optimizer state and evaluation (every dp rank running as many forwards) are one
+// process's. GPT's tied head is in the root of both ends, summed over the stages before the root's
+// reduce-scatter. Planted bugs move them past the bounds: the micro-batches' shards overwritten
+// instead of added (GPT / Llama weights 6.0e-2 / 6.0e-2), the tied gradient's sum over the stages
+// left out (GPT 5.7e-2), the root never reduce-scattered (3.4e-2 / 3.5e-2). FSDP's reduce-scatter
+// without its 1 / dp moves the weights only 1.2e-8 / 1.7e-9 (the clip at 0.5 takes the factor 2
+// out before AdamW, whose update is nearly scale-free anyway), so pp_tool also compares the
+// gradients' norm before each clip with one process's: that bug makes it twice as large.
+TEST(PipelineModelGloo, GptInTwoStagesWithFsdpOverTwoCopies) {
+  expect_model_mode({"model", "gpt", "dp=2", "zero=3"}, 4);
+}
+
+TEST(PipelineModelGloo, LlamaInTwoStagesWithFsdpOverTwoCopies) {
+  expect_model_mode({"model", "llama", "dp=2", "zero=3"}, 4);
 }
 
 TEST(PipelineModelGloo, LossScalingScalesEveryStageAndAnInfOnOneStageSkipsTheStepOnAll) {

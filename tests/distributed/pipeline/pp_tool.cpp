@@ -13,7 +13,7 @@
 // gradients are summed in another order than the whole batch's (a rounding of 1e-16 relative), and
 // AdamW divides each update by sqrt(v), which magnifies that for a parameter whose gradient is near
 // 0: Llama in 4 stages reaches 1.3e-8 after 20 steps; the bugs the tests name give 1e-3 and more.
-//   model <gpt|llama> [tp=N] [dp=N] [zero=1|2] [virtual=V] [layers=L]
+//   model <gpt|llama> [tp=N] [dp=N] [zero=1|2|3] [virtual=V] [layers=L]
 // the same two models, the copy through distributed::parallelize with pp = world / (tp dp)
 // (PipelineModel; ZeRO over the dp copies with zero=Z; virtual=V: the interleaved schedule with V
 // chunks per rank): 3 AdamW steps each with the clip at 0.5,
@@ -23,7 +23,10 @@
 // train::evaluate_classifier over the windows (each replica its half under dp; batches of 4, the
 // last one short) gives the reference's loss and accuracy within 1e-9, and that the gathered
 // model_state_dict and optimizer_state_dict on the pipeline's first rank are the reference's
-// (1e-7). Prints "stage S bytes B ... weight diff W" and exits 0, 1 or 3 as above.
+// (1e-7), and the gradients' norm before each clip one process's (1e-9 relative: the clip and
+// AdamW's nearly scale-free update would hide gradients that are k times too large, as FSDP's
+// reduce-scatter summing over dp instead of averaging made them). Prints "stage S bytes B ...
+// weight diff W" and exits 0, 1 or 3 as above.
 //   scaler <gpt|llama> [virtual=V]
 // one pipeline over every rank, one step with and without a GradScaler (scaler_mode's comment).
 #include <cmath>
@@ -204,16 +207,23 @@ data::DataLoader eval_windows(int replica, int replicas) {
 }
 
 // The bytes of the tensors rank `s` of `stages` computes with (its V chunks), counted on an
-// unreleased model of `layers` blocks.
+// unreleased model of `layers` blocks; sharded over `shards` ranks (FSDP: each block a unit, the
+// rest of the stage the root, each padded to `shards` equal shards), one rank's shard.
 int64_t stage_bytes(const std::string& kind, int tp, const std::shared_ptr<ProcessGroup>& tp_group,
-                    int s, int stages, int V, int layers) {
+                    int s, int stages, int V, int layers, int shards = 1) {
   auto whole = make_model(kind, layers);
   if (tp > 1) parallelize_tensor(*whole, tp_group);
-  int64_t bytes = 0;
-  std::set<const TensorImpl*> seen;
+  std::set<const TensorImpl*> held;
   for (const auto& chunk : rank_chunks(*whole, s, stages, V))
-    for (const Tensor& p : chunk->held())
-      if (seen.insert(p.impl()).second) bytes += int64_t(p.numel() * p.element_size());
+    for (const Tensor& p : chunk->held()) held.insert(p.impl());
+  std::map<std::string, int64_t> units;  // "h.0" / "layers.0" (a block), "" (the root)
+  for (const auto& [name, p] : whole->named_parameters()) {
+    if (!held.count(p.impl())) continue;
+    const bool block = name.rfind("h.", 0) == 0 || name.rfind("layers.", 0) == 0;
+    units[block ? name.substr(0, name.find('.', name.find('.') + 1)) : ""] += p.numel();
+  }
+  int64_t bytes = 0;
+  for (const auto& [unit, n] : units) bytes += (n + shards - 1) / shards * int64_t(sizeof(double));
   return bytes;
 }
 
@@ -231,13 +241,15 @@ double max_entry_difference(const nn::StateDict& got, const nn::StateDict& want,
   return worst;
 }
 
-// The error reading the model's parameters gives (a parameter of another stage), "" without one.
+// The error reading a parameter of another stage gives (the last one naming a pipeline stage; under
+// FSDP the stage's own are released too, naming their unit), "" without one.
 std::string read_other_stage(const nn::Module& model) {
   std::string refused;
   for (const Tensor& p : model.parameters()) try {
       (void)p.data_ptr();
     } catch (const std::exception& e) {
-      refused = e.what();
+      if (refused.empty() || std::string(e.what()).find("pipeline stage") != std::string::npos)
+        refused = e.what();
     }
   return refused;
 }
@@ -249,6 +261,9 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
   DeviceMesh mesh({{"pp", pp}, {"dp", dp}, {"tp", tp}});
   const int stage = mesh.coordinate("pp"), replica = mesh.coordinate("dp");
   const int64_t expected = stage_bytes(kind, tp, mesh.group("tp"), stage, pp, V, L);
+  // FSDP: this rank's shard of the stage (Note [FSDP over a pipeline stage]).
+  const int64_t expected_held =
+      zero == 3 ? stage_bytes(kind, tp, mesh.group("tp"), stage, pp, V, L, dp) : expected;
   auto ref = make_model(kind, L), model = make_model(kind, L);
   const ParallelPlan plan{
       .zero = zero,
@@ -260,13 +275,16 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
     return std::make_unique<optim::AdamW>(m.parameters(), adamw());
   });
   optim::AdamW ref_opt(ref->parameters(), adamw());
+  double norm_diff = 0;          // the gradients' norm before the clip, relative to one process's
   for (int s = 0; s < 3; ++s) {  // replica r on rows [r B / dp, (r + 1) B / dp)
     auto [x, y] = batch(s, replica * kBatch / dp, kBatch / dp);
     auto [rx, ry] = batch(s, 0, kBatch);
     parallel->optimizer().zero_grad(), ref_opt.zero_grad();
     parallel->forward_backward(x, y, 2);
     ref->loss(rx, ry).backward();
-    parallel->optimizer().clip_grad_norm_(0.5), nn::clip_grad_norm_(ref->parameters(), 0.5);
+    const double norm = parallel->optimizer().clip_grad_norm_(0.5).item<double>();
+    const double ref_norm = nn::clip_grad_norm_(ref->parameters(), 0.5).item<double>();
+    norm_diff = std::max(norm_diff, std::abs(norm - ref_norm) / ref_norm);
     parallel->optimizer().step(), ref_opt.step();
   }
   const ParallelModel::Memory held = parallel->memory();
@@ -283,15 +301,16 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
     state_diff = max_entry_difference(state, ref_opt.state_dict(), "state.");
   }
   std::cout << "rank " << job.rank << " stage " << stage << " bytes " << held.parameters
-            << " expected " << expected << " optimizer state " << held.optimizer_state
+            << " expected " << expected_held << " optimizer state " << held.optimizer_state
             << " eval loss " << got.loss << " diff " << eval_diff << " weight diff " << weight_diff
-            << " optimizer state diff " << state_diff << " refused: " << refused << "\n";
+            << " optimizer state diff " << state_diff << " norm diff " << norm_diff
+            << " refused: " << refused << "\n";
   const bool names_stage = refused.find("pipeline stage") != std::string::npos || pp == 1;
   // AdamW's two moments of the stage's parameters, 1 / dp of them under ZeRO (shards padded).
   const double state_share = double(held.optimizer_state) / double(2 * expected);
   const bool state_ok = std::abs(state_share - (zero > 0 ? 1.0 / dp : 1.0)) < 0.01;
-  return held.parameters == expected && names_stage && state_ok && eval_diff < 1e-9 &&
-                 weight_diff < 1e-7 && state_diff < 1e-7
+  return held.parameters == expected_held && names_stage && state_ok && eval_diff < 1e-9 &&
+                 weight_diff < 1e-7 && state_diff < 1e-7 && norm_diff < 1e-9
              ? 0
              : 1;
 }
@@ -347,7 +366,7 @@ int main(int argc, char** argv) {
   if ((mode != "train" || argc < 4) && mode != "model" && mode != "scaler") {
     std::cerr << "usage: pp_tool train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [sp=1] "
                  "[schedule=gpipe|1f1b|interleaved] [virtual=V] [layers=L] [clip=X]\n"
-                 "       pp_tool model <gpt|llama> [tp=N] [dp=N] [zero=1|2] [virtual=V] "
+                 "       pp_tool model <gpt|llama> [tp=N] [dp=N] [zero=1|2|3] [virtual=V] "
                  "[layers=L]\n       pp_tool scaler <gpt|llama> [virtual=V]\n";
     return 2;
   }
