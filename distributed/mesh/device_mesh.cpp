@@ -43,7 +43,7 @@ std::vector<std::vector<int>> mesh_groups(const std::vector<int>& sizes, size_t 
 
 DeviceMesh::DeviceMesh(std::vector<MeshDim> dims, int rank, int world_size,
                        const GroupMaker& new_group)
-    : dims_(std::move(dims)), rank_(rank) {
+    : dims_(std::move(dims)), rank_(rank), new_group_(new_group) {
   std::set<std::string> names;
   std::vector<int> sizes;
   for (const MeshDim& d : dims_) {
@@ -61,15 +61,22 @@ DeviceMesh::DeviceMesh(std::vector<MeshDim> dims, int rank, int world_size,
   const std::vector<int> stride = strides_of(sizes);
   for (size_t i = 0; i < dims_.size(); ++i) {
     coords_.push_back((rank / stride[i]) % sizes[i]);
-    std::shared_ptr<ProcessGroup> mine;
-    for (const std::vector<int>& g : mesh_groups(sizes, i)) {  // every process makes every group
-      std::shared_ptr<ProcessGroup> pg = new_group(g);
-      if (pg) mine = std::move(pg);
-    }
-    LOOM_CHECK(mine != nullptr, "DeviceMesh(", describe_dims(dims_), "): rank ", rank,
-               " got no group along ", dims_[i].name);
-    groups_.push_back(std::move(mine));
+    groups_.push_back(make_groups(i));
   }
+}
+
+// Every group along dimension i, made on every process in mesh_groups' order; this rank's.
+std::shared_ptr<ProcessGroup> DeviceMesh::make_groups(size_t i) const {
+  std::vector<int> sizes;
+  for (const MeshDim& d : dims_) sizes.push_back(d.size);
+  std::shared_ptr<ProcessGroup> mine;
+  for (const std::vector<int>& g : mesh_groups(sizes, i)) {  // every process makes every group
+    std::shared_ptr<ProcessGroup> pg = new_group_(g);
+    if (pg) mine = std::move(pg);
+  }
+  LOOM_CHECK(mine != nullptr, "DeviceMesh(", describe_dims(dims_), "): rank ", rank_,
+             " got no group along ", dims_[i].name);
+  return mine;
 }
 
 DeviceMesh::DeviceMesh(std::vector<MeshDim> dims)
@@ -104,6 +111,12 @@ std::shared_ptr<ProcessGroup> DeviceMesh::group(std::string_view dim) const {
   int i = index(dim);
   LOOM_CHECK(i >= 0, "DeviceMesh(", describe(), "): no dimension named ", dim);
   return groups_[i];
+}
+
+std::shared_ptr<ProcessGroup> DeviceMesh::another_group(std::string_view dim) const {
+  int i = index(dim);
+  LOOM_CHECK(i >= 0, "DeviceMesh(", describe(), ").another_group: no dimension named ", dim);
+  return make_groups(size_t(i));
 }
 
 std::string DeviceMesh::describe() const { return describe_dims(dims_); }

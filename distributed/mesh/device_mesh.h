@@ -52,15 +52,22 @@ class DeviceMesh {
   int coordinate(std::string_view dim) const;
   // This rank's group along `dim`: an error naming the mesh when it has no such dimension.
   std::shared_ptr<ProcessGroup> group(std::string_view dim) const;
+  // A second group of the same members along `dim`, with a communicator (and under NCCL a stream)
+  // of its own: a pipeline's gradients travel back on it while its activations go forward on
+  // group(dim) (Note [Two groups for a pipeline's messages] in distributed/pipeline/schedule.h).
+  // Every process calls it with the same dim, as it made the mesh.
+  std::shared_ptr<ProcessGroup> another_group(std::string_view dim) const;
   std::string describe() const;  // "pp 2 x dp 2 x tp 2"
 
  private:
   int index(std::string_view dim) const;  // -1 when absent
+  std::shared_ptr<ProcessGroup> make_groups(size_t i) const;
 
   std::vector<MeshDim> dims_;
   int rank_ = 0;
   std::vector<int> coords_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;
+  GroupMaker new_group_;  // kept for another_group
 };
 
 // The mesh of a training program's flags (--tp, --pp): {pp, dp, tp} with dp = world / (tp pp);

@@ -72,9 +72,12 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
     DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, plan.pp));
     if (plan.tp > 1)
       parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = plan.sequence_parallel});
-    return std::make_unique<PipelineModel>(
-        model, make_optimizer(*model), mesh.group("pp"), mesh.group("dp"), plan.pp_schedule,
-        plan.tp > 1 ? mesh.group("tp") : nullptr, plan.zero, plan.pp_virtual_stages);
+    // The gradients go back on a second pp group (Note [Two groups for a pipeline's messages]).
+    std::shared_ptr<ProcessGroup> gradients = mesh.another_group("pp");
+    return std::make_unique<PipelineModel>(model, make_optimizer(*model), mesh.group("pp"),
+                                           mesh.group("dp"), plan.pp_schedule,
+                                           plan.tp > 1 ? mesh.group("tp") : nullptr, plan.zero,
+                                           plan.pp_virtual_stages, std::move(gradients));
   }
   if (plan.tp == 1) return data_parallel(model, make_optimizer(*model), plan, std::move(world));
   DeviceMesh mesh(training_mesh_dims(world->size(), plan.tp, 1));

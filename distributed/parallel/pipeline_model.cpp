@@ -53,12 +53,13 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
                              std::unique_ptr<optim::Optimizer> whole_opt,
                              std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
                              PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp, int zero,
-                             int virtual_stages)
+                             int virtual_stages, std::shared_ptr<ProcessGroup> pp_gradients)
     : model_(std::move(model)),
       whole_opt_(std::move(whole_opt)),
       pp_(std::move(pp)),
       dp_(std::move(dp)),
       tp_(std::move(tp)),
+      pp_gradients_(std::move(pp_gradients)),
       schedule_(schedule) {
   const int S = pp_->size();
   stages_ = rank_chunks(*model_, pp_->rank(), S, virtual_stages);  // checks the cut first
@@ -157,7 +158,8 @@ Tensor PipelineModel::forward_backward(const Tensor& x, const Tensor& y, int64_t
                                           {.micro_batches = int(micro_batches),
                                            .schedule = schedule_,
                                            .autocast = autocast,
-                                           .scaler = scaler});
+                                           .scaler = scaler,
+                                           .gradients = pp_gradients_.get()});
   if (shards_ || fsdp_) {  // ZeRO: the mean gradient's shards (Note [ZeRO over a pipeline stage])
     if (shards_) shards_->reduce();
     if (fsdp_) fsdp_->release_root(/*reduce=*/true);  // the units reduced in each backward

@@ -49,11 +49,12 @@ class PipelineModel : public ParallelModel {
   // optimizer state over dp (a ZeroOptimizer over the stage's optimizer), 3 its parameters too
   // (FSDP over the stage's modules; not with tp, nor with V > 1); virtual_stages (V, 2 or more with
   // the interleaved schedule, else 1) is how many chunks each rank holds: its "stage" is then those
-  // V chunks (rank_chunks).
+  // V chunks (rank_chunks); pp_gradients (null: pp) is a second group of pp's members that the
+  // gradients travel back on (Note [Two groups for a pipeline's messages]; NCCL needs it).
   PipelineModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> whole_opt,
                 std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
                 PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr, int zero = 0,
-                int virtual_stages = 1);
+                int virtual_stages = 1, std::shared_ptr<ProcessGroup> pp_gradients = nullptr);
 
   bool pipelined() const override { return true; }
   // The step's forwards and backwards over every stage, the batch (B, T) cut into micro_batches;
@@ -98,6 +99,7 @@ class PipelineModel : public ParallelModel {
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> whole_opt_, opt_;
   std::shared_ptr<ProcessGroup> pp_, dp_, tp_;
+  std::shared_ptr<ProcessGroup> pp_gradients_;  // null: the gradients go back on pp_
   PipelineSchedule schedule_;
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // this rank's chunks (V = 1: its stage)
   std::vector<PipelineStage*> chunks_;                  // the same, for the schedules

@@ -20,11 +20,13 @@ namespace {
 class StageStep {
  public:
   StageStep(const std::vector<PipelineStage*>& chunks, const Tensor& x, const Tensor& y,
-            ProcessGroup& pp, int M, std::optional<DType> autocast, amp::GradScaler* scaler)
+            ProcessGroup& pp, ProcessGroup& grads, int M, std::optional<DType> autocast,
+            amp::GradScaler* scaler)
       : chunks_(chunks),
         x_(x),
         y_(y),
         pp_(pp),
+        grads_(grads),
         S_(pp.size()),
         M_(M),
         autocast_(autocast),
@@ -56,7 +58,7 @@ class StageStep {
       k.out = st.loss(k.out, slice(y_, 0, m * b_, (m + 1) * b_)) / double(M_);
       loss_ = loss_.defined() ? loss_ + k.out.detach() : k.out.detach();
     } else {  // in the activations' dtype (the residual stream's: float32 under autocast too)
-      send(to(k.out.detach(), activation_dtype()), (c + 1) % S_, tag(c + 1, m));
+      send(pp_, to(k.out.detach(), activation_dtype()), (c + 1) % S_, tag(c + 1, m));
     }
   }
 
@@ -68,10 +70,10 @@ class StageStep {
       (scaler_ ? scaler_->scale(k.out) : k.out).backward();  // fp16: the loss scaled
     } else {
       Tensor grad = activation();
-      pp_.recv(grad, (c + 1) % S_, tag(c, m) + 1)->wait();
+      grads_.recv(grad, (c + 1) % S_, tag(c, m) + 1)->wait();
       k.out.backward(to(grad, k.out.dtype()));
     }
-    if (!st.is_first()) send(k.in.grad(), (c - 1) % S_, tag(c - 1, m) + 1);
+    if (!st.is_first()) send(grads_, k.in.grad(), (c - 1) % S_, tag(c - 1, m) + 1);
     k = Kept{};  // this micro-batch's activations go
   }
 
@@ -107,9 +109,10 @@ class StageStep {
                  {.dtype = w.dtype(), .device = w.device()});
   }
 
-  void send(const Tensor& t, int dst, int tag) {
+  // On pp (activations) or grads_ (gradients: Note [Two groups for a pipeline's messages]).
+  void send(ProcessGroup& group, const Tensor& t, int dst, int tag) {
     sent_.push_back(contiguous(t));  // alive until its send completes
-    sends_.push_back(pp_.send(sent_.back(), dst, tag));
+    sends_.push_back(group.send(sent_.back(), dst, tag));
   }
 
   // The first and the last chunk's ranks each hold a gradient of the tied matrix; the others add 0.
@@ -127,6 +130,7 @@ class StageStep {
   const Tensor& x_;
   const Tensor& y_;
   ProcessGroup& pp_;
+  ProcessGroup& grads_;
   int S_, M_;
   std::optional<DType> autocast_;
   amp::GradScaler* scaler_;
@@ -150,6 +154,22 @@ void check_chunks(const std::vector<PipelineStage*>& chunks, const ProcessGroup&
         " (the pipeline group's ", "ranks hold the stages, chunk c on rank c mod ", S, ")");
 }
 
+// The group the gradients go back on: `given` (the same members as pp, in the same order) or pp.
+ProcessGroup& gradient_group(ProcessGroup& pp, ProcessGroup* given, int M) {
+  if (given) {
+    LOOM_CHECK(given->size() == pp.size() && given->rank() == pp.rank() &&
+                   given->world_ranks() == pp.world_ranks() && given->backend() == pp.backend(),
+               "pipeline: the gradients' group (", given->backend(), ", rank ", given->rank(),
+               " of ", given->size(), ") is not a second group of the pipeline's members (",
+               pp.backend(), ", rank ", pp.rank(), " of ", pp.size(), ")");
+  }
+  LOOM_CHECK(pp.backend() != "nccl" || M == 1 || (given && given != &pp), "pipeline: ", M,
+             " micro-batches over NCCL need a second group for the gradients "
+             "(PipelineOptions::gradients, DeviceMesh::another_group): on one group's stream "
+             "1F1B's crossing sends deadlock (Note [Two groups for a pipeline's messages])");
+  return given ? *given : pp;
+}
+
 }  // namespace
 
 Tensor pipeline_forward_backward(PipelineStage& stage, const Tensor& x, const Tensor& y,
@@ -168,10 +188,11 @@ Tensor pipeline_forward_backward(const std::vector<PipelineStage*>& chunks, cons
              "receives (Gloo's, matched by tag); NCCL runs a rank's sends and receives in call "
              "order on one stream, matched by order per peer, which the V chunks' messages do not "
              "keep: use --pp-schedule 1f1b on GPUs for now");
+  ProcessGroup& grads = gradient_group(pp, o.gradients, M);
   amp::GradScaler* scaler = o.scaler && o.scaler->is_enabled() ? o.scaler : nullptr;
   if (scaler)  // Note [Loss scaling over a pipeline]
     scaler->place_state(chunks.front()->head_weight().device());
-  StageStep step(chunks, x, y, pp, M, o.autocast, scaler);
+  StageStep step(chunks, x, y, pp, grads, M, o.autocast, scaler);
   for (const PipelineAction& a : order)
     a.forward ? step.forward(a.chunk, a.micro_batch) : step.backward(a.chunk, a.micro_batch);
   return step.finish();

@@ -31,7 +31,26 @@ struct PipelineOptions {
   // scaler gets its state on the stage's device, for its own unscale_ (Note [Loss scaling over a
   // pipeline]). Null or disabled: no scaling.
   amp::GradScaler* scaler = nullptr;
+  // The group the gradients travel back on, the same members as pp (null: pp itself). NCCL needs
+  // one of its own for M > 1 (Note [Two groups for a pipeline's messages]).
+  ProcessGroup* gradients = nullptr;
 };
+
+// Note [Two groups for a pipeline's messages]
+// NCCL runs a group's sends and receives in call order on the group's one stream, and a send (of
+// more than NCCL's buffers hold) completes only together with its peer's receive. 1F1B's steady
+// state crosses them: stage 0 sends micro-batch 1's activations, then receives micro-batch 0's
+// gradient; stage 1 sends that gradient before it receives micro-batch 1's activations. On one
+// stream each send waits for a receive queued behind the other's send: a deadlock for every
+// M >= 2 (GPipe, all forwards before any backward, never crosses them). Gloo waits for sends and
+// receives on threads of their own and never blocks so. With the gradients on a second group of the
+// same members (DeviceMesh::another_group), each stream carries one direction in one order on both
+// of its ends (activations in micro-batch order forward, gradients in micro-batch order back), and
+// no cycle is left: tests/distributed/pipeline/test_schedule_nccl_order.cpp builds the graph of
+// streams, ready events and matched sends for 1F1B and GPipe over many (S, M) and finds 1F1B's
+// cycle with one group and none with two. Interleaved 1F1B still has cycles with two (its chunks'
+// messages wrap round the ranks), so it stays refused on NCCL (Note [Interleaved 1F1B]).
+// Megatron-LM avoids the same deadlock by posting each step's send and receive as one NCCL group.
 
 // Note [Loss scaling over a pipeline]
 // Under --amp fp16 every rank has a GradScaler with the same options and state. Only the last

@@ -58,6 +58,23 @@ TEST(DeviceMesh, RankFiveOfPp2Dp2Tp2HasTheNotesCoordinatesAndGroups) {
   EXPECT_EQ(mesh.coordinate("sp"), 0);
 }
 
+// another_group: every pp group made again, on every rank and in the same order (a collective
+// over the world), this rank's a new group of the same members.
+TEST(DeviceMesh, AnotherGroupAlongADimensionHasTheSameMembersAndIsNew) {
+  Recorder rec{5, {}};
+  DeviceMesh mesh({{"pp", 2}, {"dp", 2}, {"tp", 2}}, 5, 8, std::ref(rec));
+  rec.asked.clear();
+  std::shared_ptr<ProcessGroup> second = mesh.another_group("pp");
+  EXPECT_EQ(rec.asked, mesh_groups({2, 2, 2}, 0));
+  ASSERT_NE(second, nullptr);
+  EXPECT_NE(second, mesh.group("pp"));
+  EXPECT_EQ(second->world_ranks(), (std::vector<int>{1, 5}));
+  EXPECT_NE(error_of([&] {
+              mesh.another_group("sp");
+            }).find("DeviceMesh(pp 2 x dp 2 x tp 2).another_group: no dimension named sp"),
+            std::string::npos);
+}
+
 TEST(DeviceMesh, MeshesThatDoNotFitTheWorldAreRefusedByName) {
   Recorder rec{0, {}};
   EXPECT_NE(error_of([&] {

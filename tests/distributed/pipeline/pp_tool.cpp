@@ -1,11 +1,12 @@
 // A worker the pipeline tests start N times (RANK, WORLD_SIZE, ... set; Gloo). Three modes:
 //   train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [schedule=gpipe|1f1b|interleaved]
-//         [virtual=V] [layers=L] [clip=X] [sp=1]
+//         [virtual=V] [layers=L] [clip=X] [sp=1] [grads=second|dp]
 // builds the model (L blocks, 4 by default) in float64 on every rank from one seed, twice: a
 // reference that trains alone on the whole batch of 8 rows, and a copy cut into pipeline stages
 // over the mesh's pp group ({pp, dp, tp}; pp = world / (dp tp) by default; V chunks per rank:
 // rank_chunks), split by parallelize_tensor when tp > 1, each dp rank on its share of the rows
-// (their gradients averaged over dp by hand). Both take `steps` AdamW steps (with clip=X:
+// (their gradients averaged over dp by hand); grads=second sends the gradients back on a second pp
+// group, grads=dp on the dp group (to be refused). Both take `steps` AdamW steps (with clip=X:
 // clip_grad_norm_pipeline_ against clip_grad_norm_; not with tp > 1). Prints "max loss diff A max
 // weight diff W" and exits 0 when every step's loss and every parameter of this rank's chunks
 // (gathered whole over tp) equal the reference's within 1e-7,
@@ -149,6 +150,10 @@ int train_mode(const std::string& kind, int steps, const std::map<std::string, s
   const double clip = kv.count("clip") ? std::stod(kv.at("clip")) : 0.0;
   PipelineOptions po{.micro_batches = micro, .schedule = schedule_of(kv)};
   DeviceMesh mesh({{"pp", pp}, {"dp", dp}, {"tp", tp}});
+  const std::string grads = kv.count("grads") ? kv.at("grads") : "";
+  std::shared_ptr<ProcessGroup> second = grads == "second" ? mesh.another_group("pp") : nullptr;
+  if (grads == "second") po.gradients = second.get();
+  if (grads == "dp") po.gradients = mesh.group("dp").get();
   auto ref = make_model(kind, L), model = make_model(kind, L);
   parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = kv.count("sp") > 0});
   auto owned = rank_chunks(*model, mesh.coordinate("pp"), pp, V);
@@ -365,7 +370,8 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 2 ? argv[1] : "";
   if ((mode != "train" || argc < 4) && mode != "model" && mode != "scaler") {
     std::cerr << "usage: pp_tool train <gpt|llama> <steps> [pp=N] [dp=N] [tp=N] [micro=M] [sp=1] "
-                 "[schedule=gpipe|1f1b|interleaved] [virtual=V] [layers=L] [clip=X]\n"
+                 "[schedule=gpipe|1f1b|interleaved] [virtual=V] [layers=L] [clip=X] "
+                 "[grads=second|dp]\n"
                  "       pp_tool model <gpt|llama> [tp=N] [dp=N] [zero=1|2|3] [virtual=V] "
                  "[layers=L]\n       pp_tool scaler <gpt|llama> [virtual=V]\n";
     return 2;

@@ -47,6 +47,19 @@ TEST(PipelineGloo, PipelineTimesTensorParallelOnFourRanks) {
   expect_all_exit(run_pp({"train", "llama", "10", "tp=2", "pp=2", "micro=2"}, 4), 0);
 }
 
+// The gradients back on a second group of the pipeline's members (Note [Two groups for a
+// pipeline's messages], what NCCL needs), four stages and eight micro-batches: one process's
+// weights as before. A group of other members (the dp group) is refused by name.
+TEST(PipelineGloo, GradientsOnASecondGroupTrainAsOneProcess) {
+  expect_all_exit(run_pp({"train", "llama", "4", "micro=8", "grads=second"}, 4), 0);
+  auto run = run_pp({"train", "gpt", "1", "dp=2", "grads=dp"}, 4);
+  expect_all_exit(run, 3);
+  EXPECT_NE(run.output[0].find("pipeline: the gradients' group (gloo, rank 0 of 2) is not a second "
+                               "group of the pipeline's members"),
+            std::string::npos)
+      << run.summary();
+}
+
 TEST(PipelineGloo, APpThatDoesNotDivideTheBlocksIsRefusedByName) {
   auto run = run_pp({"train", "gpt", "1"}, 3);
   expect_all_exit(run, 3);
