@@ -112,10 +112,9 @@ std::vector<Layout> layouts_for(const ModelShape& m, int gpus, int64_t micro_bat
       if (gpus % (tp * pp) != 0 || m.heads % tp || m.kv_heads % tp || m.ffn % tp || m.layers % pp)
         continue;
       const int dp = gpus / (tp * pp);
-      // The sharded kind each layout runs: FSDP (3), or ZeRO-2 under a pipeline of tensor-parallel
-      // stages (no FSDP there: parallelize refuses it).
-      const int sharded = pp > 1 && tp > 1 ? 2 : 3;
-      for (int zero : dp > 1 ? std::vector<int>{0, sharded} : std::vector<int>{0})
+      // The sharded kind each layout runs: FSDP (3), a pipeline of tensor-parallel stages too
+      // (each stage's tp shares sharded over its dp copies).
+      for (int zero : dp > 1 ? std::vector<int>{0, 3} : std::vector<int>{0})
         out.push_back({dp, tp, pp, zero, micro_batch, seq, checkpointing});
     }
   return out;

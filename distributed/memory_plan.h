@@ -65,8 +65,8 @@ struct RankMemory {
 RankMemory plan_memory(const ModelShape& m, const Layout& l);
 
 // Every layout of `gpus` ranks worth printing: dp x tp x pp = gpus with tp dividing the heads, the
-// key/value heads and F and pp dividing the layers; ZeRO 0 and 3 when dp > 1 (ZeRO 0 and 2 under
-// a pipeline of tensor-parallel stages, which runs no FSDP: what parallelize takes).
+// key/value heads and F and pp dividing the layers; ZeRO 0 and 3 when dp > 1 (a pipeline of
+// tensor-parallel stages too: FSDP over each stage's copies).
 std::vector<Layout> layouts_for(const ModelShape& m, int gpus, int64_t micro_batch, int64_t seq,
                                 bool checkpointing);
 

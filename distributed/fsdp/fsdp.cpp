@@ -46,7 +46,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
       module_(std::move(module)),
       pg_(pg ? std::move(pg) : world()),
       prefetch_(options.prefetch),
-      param_dtype_(options.param_dtype) {
+      param_dtype_(options.param_dtype),
+      before_reduce_(options.before_reduce) {
   LOOM_CHECK(module_ != nullptr, "FullyShardedDataParallel: the module is null");
   LOOM_CHECK(!param_dtype_ || *param_dtype_ == kBF16 || *param_dtype_ == kF16,
              "FullyShardedDataParallel: param_dtype ", dtype_name(*param_dtype_),

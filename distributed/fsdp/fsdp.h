@@ -65,6 +65,11 @@ struct FSDPOptions {
   // Note [FSDP mixed precision]: the dtype units are gathered and computed in (kBF16 or kF16);
   // the shards stay in the parameters' own dtype.
   std::optional<DType> param_dtype;
+  // Called with a unit's parameters (unit 0: the root) just before their gradients are copied into
+  // the flat buffer and reduce-scattered, on every rank in the same order (a hook may run a
+  // collective over another group: a pipeline stage's sequence-parallel norms summed over tp, Note
+  // [FSDP over a tensor-parallel pipeline stage] in distributed/parallel/stage_shards.h).
+  std::function<void(size_t unit, const std::vector<Tensor>& params)> before_reduce{};
 };
 
 class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
@@ -184,6 +189,7 @@ class FullyShardedDataParallel : public nn::Module, public ShardedBuckets {
   std::shared_ptr<ProcessGroup> pg_;
   bool prefetch_ = true;
   std::optional<DType> param_dtype_;
+  std::function<void(size_t, const std::vector<Tensor>&)> before_reduce_;  // FSDPOptions'
   std::vector<Tensor> params_;
   std::vector<size_t> unit_of_;  // parameter -> unit
   std::vector<Unit> units_;      // units_[0] is the root

@@ -52,6 +52,11 @@ void FullyShardedDataParallel::reduce(size_t u) {
   autograd::NoGradGuard no_grad;
   const Bucket& b = layout_[u];
   const int64_t N = pg_->size();
+  if (before_reduce_) {  // FSDPOptions::before_reduce
+    std::vector<Tensor> unit_params;
+    for (size_t i : b.params) unit_params.push_back(params_[i]);
+    before_reduce_(u, unit_params);
+  }
   Tensor flat = zeros({b.numel}, {.dtype = b.shard.dtype(), .device = b.shard.device()});
   for (size_t k = 0; k < b.params.size(); ++k) {
     Tensor& p = params_[b.params[k]];

@@ -32,10 +32,6 @@ std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
 void check_plan(const ParallelPlan& plan, const ProcessGroup& world) {
   LOOM_CHECK(plan.zero >= 0 && plan.zero <= 3, "parallelize: --zero ", plan.zero,
              " is not a ZeRO stage (0, 1, 2 or 3)");
-  LOOM_CHECK(plan.pp == 1 || plan.zero < 3 || plan.tp == 1, "parallelize: --pp ", plan.pp,
-             " with --tp ", plan.tp, " and --zero 3: FSDP over the copies of a tensor-parallel ",
-             "pipeline stage is not supported; use --zero 1 or 2 with --pp and --tp, or leave ",
-             "out --tp");
   LOOM_CHECK(plan.pp == 1 || !plan.fsdp_param_dtype, "parallelize: --pp ", plan.pp,
              " with FSDP's mixed precision (fsdp_param_dtype): under a pipeline the stages' ",
              "activations travel in the parameters' dtype; run --amp bf16 as the schedule's ",

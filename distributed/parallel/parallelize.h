@@ -3,8 +3,9 @@
 // {pp, dp, tp}: tensor parallel splits the transformer blocks over tp ranks, pipeline parallel
 // cuts the stack of blocks into stages over pp ranks, and the data-parallel copies along dp are
 // kept in step by DDP, ZeRO-1/2 (DDP and a sharded optimizer), FSDP (ZeRO-3) or, for a pipeline,
-// its gradients averaged or sharded (ZeRO-1/2) or each stage under FSDP (ZeRO-3). Leaves out:
-// FSDP over a pipeline whose stages are also tensor parallel (refused), and the vocabulary split.
+// its gradients averaged or sharded (ZeRO-1/2) or each stage under FSDP (ZeRO-3; its blocks split
+// over tp too: torchtitan's 3D layout). Leaves out: the vocabulary split, FSDP under the
+// interleaved schedule (refused).
 #pragma once
 
 #include <functional>
@@ -23,7 +24,7 @@ struct ParallelPlan {
   int zero = 0;  // 0: DDP (nothing for one process), 1 or 2: ZeRO over DDP, 3: FSDP
   int tp = 1;    // tensor-parallel ranks; the world / tp others are data-parallel copies
   bool sequence_parallel = false;  // under tp: the norms and dropout on T/tp positions each
-  int pp = 1;  // pipeline stages (GPT or Llama cut evenly by blocks); zero 3 only without tp
+  int pp = 1;                      // pipeline stages (GPT or Llama cut evenly by blocks)
   PipelineSchedule pp_schedule = PipelineSchedule::OneFOneB;
   // Chunks per pp rank: 2 or more with PipelineSchedule::Interleaved (Note [Interleaved 1F1B] in
   // distributed/pipeline/interleaved_schedule.h), 1 with the others.
@@ -45,8 +46,8 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(nn::Module
 //      pp > 1: the blocks split over tp when tp > 1 (sequence parallel too), the stages cut
 //      (PipelineModel), the optimizer made over the whole model and remade over this stage's
 //      parameters (zero 1, 2: a ZeroOptimizer over it, sharded over dp; zero 3: the stage's
-//      modules under FSDP over dp and a ZeroOptimizer over its shards), the other stages'
-//      parameters released; done;
+//      modules, tp-split or not, under FSDP over dp and a ZeroOptimizer over its shards), the
+//      other stages' parameters released; done;
 //   2. tp > 1: the blocks split over the tp group (parallelize_tensor; with sequence_parallel the
 //      stack runs on T/tp positions per rank);
 //   3. the optimizer made by make_optimizer over what is left;

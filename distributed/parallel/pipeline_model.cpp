@@ -70,10 +70,10 @@ PipelineModel::PipelineModel(std::shared_ptr<nn::Module> model,
   if (tp_) shares_ = tensor_shares(*model_);
   opt_ = whole_opt_->make_like(stage_groups(*whole_opt_, chunks_));
   if (zero == 3) {  // Note [FSDP over a pipeline stage] in distributed/fsdp/fsdp.h
-    LOOM_CHECK(!tp_, "PipelineModel: FSDP (zero 3) over a tensor-parallel stage");
     LOOM_CHECK(chunks_.size() == 1, "PipelineModel: FSDP (zero 3) over ", chunks_.size(),
                " chunks per rank (the interleaved schedule; one stage per rank only)");
-    fsdp_ = shard_stage(*model_, *chunks_.front(), dp_);
+    // tp: each tp rank shards its own shares (Note [FSDP over a tensor-parallel pipeline stage])
+    fsdp_ = shard_stage(*model_, *chunks_.front(), dp_, tp_);
     zero_ = std::make_unique<ZeroOptimizer>(*fsdp_, *opt_);
   } else if (zero > 0) {  // Note [ZeRO over a pipeline stage]
     shards_ = std::make_unique<StageShards>(opt_->all_params(), dp_, zero);

@@ -10,9 +10,11 @@
 // (parallelize_tensor) and every sum and checkpoint also goes over tp. With ZeRO-1 or 2 the
 // stage's optimizer state is sharded over dp (Note [ZeRO over a pipeline stage]); with ZeRO-3 its
 // parameters too, FSDP over the stage's copies (Note [FSDP over a pipeline stage] in
-// distributed/fsdp/fsdp.h). Leaves out: FSDP together with tp (parallelize refuses it), FSDP's
-// mixed precision (under pp --amp bf16 is the schedule's autocast), CUDA graphs, the
-// whole model on one rank (with_whole_model refuses: gather a state_dict instead).
+// distributed/fsdp/fsdp.h; with tp each tp rank shards its own share: Note [FSDP over a
+// tensor-parallel pipeline stage] in distributed/parallel/stage_shards.h). Leaves out: FSDP with
+// the interleaved schedule (parallelize refuses it), FSDP's mixed precision (under pp --amp bf16 is
+// the schedule's autocast), CUDA graphs, the whole model on one rank (with_whole_model refuses:
+// gather a state_dict instead).
 #pragma once
 
 #include <memory>
@@ -47,10 +49,11 @@ class PipelineModel : public ParallelModel {
   // parameters. pp's rank is the stage; dp averages the gradients of the stage's copies; tp (null:
   // none) is the group the blocks are split over; zero (1 or 2) shards the stage's gradients and
   // optimizer state over dp (a ZeroOptimizer over the stage's optimizer), 3 its parameters too
-  // (FSDP over the stage's modules; not with tp, nor with V > 1); virtual_stages (V, 2 or more with
-  // the interleaved schedule, else 1) is how many chunks each rank holds: its "stage" is then those
-  // V chunks (rank_chunks); pp_gradients (null: pp) is a second group of pp's members that the
-  // gradients travel back on (Note [Two groups for a pipeline's messages]; NCCL needs it).
+  // (FSDP over the stage's modules, each tp rank's share under tp; not with V > 1); virtual_stages
+  // (V, 2 or more with the interleaved schedule, else 1) is how many chunks each rank holds: its
+  // "stage" is then those V chunks (rank_chunks); pp_gradients (null: pp) is a second group of
+  // pp's members that the gradients travel back on (Note [Two groups for a pipeline's messages];
+  // NCCL needs it).
   PipelineModel(std::shared_ptr<nn::Module> model, std::unique_ptr<optim::Optimizer> whole_opt,
                 std::shared_ptr<ProcessGroup> pp, std::shared_ptr<ProcessGroup> dp,
                 PipelineSchedule schedule, std::shared_ptr<ProcessGroup> tp = nullptr, int zero = 0,

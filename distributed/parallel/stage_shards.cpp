@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
 #include "core/error.h"
+#include "distributed/tensor_parallel/sequence_parallel.h"
 
 namespace loom::distributed {
 
@@ -49,10 +50,29 @@ void collect_held(const nn::Module& m, const std::string& prefix,
     collect_held(*child, path, held, out);
   }
 }
+
+// Note [FSDP over a tensor-parallel pipeline stage]: the stage's sequence-parallel parameters'
+// gradients summed over tp just before each unit's reduce-scatter (the root's none: the schedule's
+// finish sums any before release_root reduces it).
+std::function<void(size_t, const std::vector<Tensor>&)> sum_sequence_parallel(
+    const nn::Module& model, const std::unordered_set<const TensorImpl*>& held,
+    std::shared_ptr<ProcessGroup> tp) {
+  std::unordered_set<const TensorImpl*> sp;
+  for (const Tensor& p : sequence_parallel_parameters(model))
+    if (held.count(p.impl())) sp.insert(p.impl());
+  return [sp, tp](size_t unit, const std::vector<Tensor>& params) {
+    if (unit == 0) return;
+    std::vector<Tensor> partial;
+    for (const Tensor& p : params)
+      if (sp.count(p.impl())) partial.push_back(p);
+    sync_sequence_parallel_grads(partial, *tp);  // nothing without a gradient, on every tp rank
+  };
+}
 }  // namespace
 
 std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const PipelineStage& stage,
-                                                      std::shared_ptr<ProcessGroup> dp) {
+                                                      std::shared_ptr<ProcessGroup> dp,
+                                                      std::shared_ptr<ProcessGroup> tp) {
   std::unordered_set<const TensorImpl*> held;
   for (const Tensor& p : stage.held()) held.insert(p.impl());
   for (const Tensor& p : model.parameters(/*recurse=*/false))
@@ -65,6 +85,7 @@ std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const P
              " parameters found in its modules");
   FSDPOptions o;
   o.unit_types = {"TransformerBlock", "FusedTransformerBlock"};  // the head's Linear: the root's
+  if (tp && stage.sequence_parallel()) o.before_reduce = sum_sequence_parallel(model, held, tp);
   return std::make_shared<FullyShardedDataParallel>(std::move(modules), std::move(dp), o);
 }
 

@@ -2,7 +2,8 @@
 // stage's gradients, complete once the schedule has run every micro-batch, are mean-reduce-
 // scattered over dp into bucket shards, the ShardedBuckets a ZeroOptimizer steps (Note [ZeRO
 // stages] in distributed/zero/zero_optimizer.h). shard_stage: ZeRO-3, the stage's modules under
-// FSDP (Note [FSDP over a pipeline stage] in distributed/fsdp/fsdp.h). Leaves out: the schedule
+// FSDP (Note [FSDP over a pipeline stage] in distributed/fsdp/fsdp.h), its blocks possibly split
+// over tp (Note [FSDP over a tensor-parallel pipeline stage]). Leaves out: the schedule
 // (distributed/pipeline), the optimizer (distributed/zero), reducing ZeRO-1/2's gradients during
 // backward (DDP's Reducer does; a pipeline's step is many backwards whose tied head is summed over
 // the stages only after the last).
@@ -55,12 +56,41 @@ class StageShards : public ShardedBuckets {
   bool fresh_ = true;
 };
 
+// Note [FSDP over a tensor-parallel pipeline stage]
+// Under --pp --tp --zero 3 (torchtitan's 3D layout) the blocks are split over tp before the cut,
+// so each tp rank's stage holds its own shares of the split tensors (the attention's and the MLP's
+// matrices) and a copy of the whole ones (norms, embeddings, the head, row-parallel biases). Each
+// tp rank wraps its stage in its own FSDP over the stage's dp group (the ranks of one pp and one tp
+// coordinate): the shares and the whole tensors alike are laid out and sharded as for any stage,
+// every tp rank cutting the same units of the same sizes. The whole tensors stay equal over tp,
+// as under ZeRO-1/2: their gradients are the same on every tp rank (sequence parallel's after the
+// sum below), and the same AdamW steps the same shards. What tp adds:
+//   sequence parallel  a block's norms and row-parallel biases get the gradient of the rank's
+//                      positions only (Note [Sequence parallel]); FSDP reduce-scatters a unit's
+//                      gradients over dp inside each micro-batch's backward, so the sum over tp
+//                      must come first: FSDPOptions::before_reduce sums the unit's
+//                      sequence-parallel gradients over tp (one all-reduce per unit and
+//                      micro-batch), then they are reduce-scattered with the rest. (The root holds
+//                      none of them: the blocks are the units.)
+//   the clip, the inf flag  ZeroOptimizer sums the shards' squares over dp, then the model share's
+//                      sum goes over pp and tp, the split tensors counted on every tp rank and the
+//                      whole ones on tp rank 0 only (PipelineModel::set_model_share), as with
+//                      ZeRO-1/2.
+//   checkpoints        FSDP gathers the stage over dp (full_params), each tp rank's shares are
+//                      made whole over tp, and the stage sends them over pp (Note [Whole-layout
+//                      checkpoints]); loading takes the rank's share of each tensor and writes it
+//                      back into the dp shards.
+
 // ZeRO-3 over a stage's copies: the modules the stage computes with (PipelineStage::held(), the
 // outermost modules of `model` whose parameters it all holds: the embeddings, the blocks, the
 // final norm, the head) gathered under one module and wrapped in FSDP over `dp`, each transformer
 // block a unit and the rest the root, which the stage holds for its step (Note [FSDP over a
-// pipeline stage] in distributed/fsdp/fsdp.h). A collective over dp (rank 0's weights broadcast).
+// pipeline stage] in distributed/fsdp/fsdp.h). `tp` (null: none) is the group the blocks are split
+// over; under sequence parallel each unit's norm gradients are summed over it before the
+// reduce-scatter (Note [FSDP over a tensor-parallel pipeline stage]). A collective over dp (rank
+// 0's weights broadcast).
 std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const PipelineStage& stage,
-                                                      std::shared_ptr<ProcessGroup> dp);
+                                                      std::shared_ptr<ProcessGroup> dp,
+                                                      std::shared_ptr<ProcessGroup> tp = nullptr);
 
 }  // namespace loom::distributed

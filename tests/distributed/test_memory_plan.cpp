@@ -89,13 +89,9 @@ TEST(MemoryPlan, LayoutsThatDoNotDivideTheModelAreNamed) {
   test::expect_error([&] { plan_memory(m, {.pp = 3}); }, {"pp 3 does not divide the 32 layers"});
   for (const Layout& l : layouts_for(m, 8, 1, 2048, false)) {
     EXPECT_EQ(l.dp * l.tp * l.pp, 8);
-    // What parallelize runs: FSDP (pipelined or not), ZeRO-2 for a pipeline of tensor-parallel
-    // stages, nothing on one copy.
-    EXPECT_EQ(l.zero, l.dp == 1              ? 0
-                      : l.zero == 0          ? 0
-                      : l.pp > 1 && l.tp > 1 ? 2
-                                             : 3)
-        << l.pp << " " << l.tp << " " << l.zero;
+    // What parallelize runs: FSDP (pipelined or not, tensor-parallel stages too), nothing on one
+    // copy.
+    EXPECT_EQ(l.zero, l.dp == 1 || l.zero == 0 ? 0 : 3) << l.pp << " " << l.tp << " " << l.zero;
   }
   EXPECT_EQ(layouts_for(m, 8, 1, 2048, false).size(), 16u);
 }

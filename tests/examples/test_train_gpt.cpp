@@ -650,7 +650,8 @@ TEST(TrainGpt, LoraTrainsTheAdaptersAndSavesTheMergedModel) {
 
 // --plan-only prints the memory per rank of every layout of the model without building it (an 8B
 // Llama on this 24 GiB machine): the one-GPU row holds the published 8,030,261,248 parameters,
-// tp 8 one eighth of the blocks' matrices plus the whole embedding and head.
+// tp 8 one eighth of the blocks' matrices plus the whole embedding and head, pp 2 x tp 2 x dp 2
+// under FSDP half of a stage's tp share.
 TEST(TrainGpt, PlanOnlyPrintsTheMemoryOfEachLayoutWithoutAllocating) {
   Outcome r = run_cmd(std::string(TRAIN_GPT_BIN) +
                       " --plan-only --arch llama --model llama3-8b --seq-len 2048 --plan-gpus 1,8");
@@ -659,5 +660,8 @@ TEST(TrainGpt, PlanOnlyPrintsTheMemoryOfEachLayoutWithoutAllocating) {
   EXPECT_NE(r.output.find("   1   1   1   1     0       8030261248"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("   8   1   8   1     0       1923354624"), std::string::npos)
+      << r.output;
+  // pp 2 x tp 2 x dp 2 with FSDP: half of the fullest stage's tp share on each rank.
+  EXPECT_NE(r.output.find("   8   2   2   2     3       1135151104"), std::string::npos)
       << r.output;
 }

@@ -113,11 +113,12 @@ TEST(Parallelize, CaptureRefusalsAndBadPlansNameTheFlags) {
                      {"parallelize: --zero 4 is not a ZeRO stage"});
   test::expect_error([] { parallelize(tiny_gpt(), {.tp = 2}, one_rank(), adamw()); },
                      {"parallelize: --tp 2 x --pp 1 does not divide the 1 processes"});
-  // FSDP over a pipeline's copies runs (pp_tool's zero=3), but not over tensor-parallel stages,
-  // nor with FSDP's own mixed precision (the plan is refused before the world size is checked).
+  // FSDP over a pipeline's copies runs (pp_tool's zero=3), over tensor-parallel stages too (the
+  // plan passes; one process is too few for it), but not with FSDP's own mixed precision (the plan
+  // is refused before the world size is checked).
   test::expect_error(
       [] { parallelize(tiny_gpt(), {.zero = 3, .tp = 2, .pp = 2}, one_rank(), adamw()); },
-      {"--pp 2 with --tp 2 and --zero 3", "not supported; use --zero 1 or 2"});
+      {"parallelize: --tp 2 x --pp 2 does not divide the 1 processes"});
   test::expect_error(
       [] {
         parallelize(tiny_gpt(), {.zero = 3, .pp = 2, .fsdp_param_dtype = kBF16}, one_rank(),

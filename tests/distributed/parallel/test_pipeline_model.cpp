@@ -7,7 +7,8 @@
 // (1e-7), the clip at 0.5 in every step. GPT (a tied head on both ends) in 2 stages, Llama in 2
 // stages of 2 tensor-parallel ranks each, and pp 2 x dp 2 with ZeRO-1 (GPT) and ZeRO-2 (Llama)
 // over the copies of each stage (the optimizer state halved), and pp 2 x dp 2 with FSDP over them
-// (each rank holding half its stage's parameters). Loss scaling (fp16's GradScaler)
+// (each rank holding half its stage's parameters), and pp 2 x tp 2 x dp 2 with FSDP on 8 ranks
+// (each rank holding half its tp share of its stage). Loss scaling (fp16's GradScaler)
 // through pp_tool's scaler mode: every stage's gradients scaled, an inf on one stage skipping the
 // step on both.
 #include <gtest/gtest.h>
@@ -58,6 +59,23 @@ TEST(PipelineModelGloo, GptInTwoStagesWithFsdpOverTwoCopies) {
 
 TEST(PipelineModelGloo, LlamaInTwoStagesWithFsdpOverTwoCopies) {
   expect_model_mode({"model", "llama", "dp=2", "zero=3"}, 4);
+}
+
+// torchtitan's 3D layout, pp 2 x tp 2 x dp 2 with FSDP (zero 3) on 8 ranks (Note [FSDP over a
+// tensor-parallel pipeline stage] in distributed/parallel/stage_shards.h), 2 micro-batches a step:
+// each rank holds exactly its shard over dp of its tp share of its stage, and the weights, AdamW's
+// state, evaluation and the gradients' norm before each clip are one float64 process's. GPT with
+// its tied head on both ends; Llama with sequence parallel (the norms' partial gradients summed
+// over tp before each unit's reduce-scatter over dp). Planted bugs: that sum over tp left out
+// (Llama weights 5.1e-2, evaluation's loss 1.2e-3, the gradients' norm 1.9e-2 relative); the
+// whole (replicated over tp) tensors' squares counted on both tp ranks in the clip's norm (GPT's
+// norm 0.39 relative, weights 1.3e-3).
+TEST(PipelineModelGloo, GptInTwoStagesOfTwoTensorParallelRanksWithFsdpOverTwoCopies) {
+  expect_model_mode({"model", "gpt", "tp=2", "dp=2", "zero=3"}, 8);
+}
+
+TEST(PipelineModelGloo, LlamaSequenceParallelStagesWithFsdpOverTwoCopies) {
+  expect_model_mode({"model", "llama", "tp=2", "dp=2", "zero=3", "sp=1"}, 8);
 }
 
 TEST(PipelineModelGloo, LossScalingScalesEveryStageAndAnInfOnOneStageSkipsTheStepOnAll) {

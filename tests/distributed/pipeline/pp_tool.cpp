@@ -14,10 +14,10 @@
 // gradients are summed in another order than the whole batch's (a rounding of 1e-16 relative), and
 // AdamW divides each update by sqrt(v), which magnifies that for a parameter whose gradient is near
 // 0: Llama in 4 stages reaches 1.3e-8 after 20 steps; the bugs the tests name give 1e-3 and more.
-//   model <gpt|llama> [tp=N] [dp=N] [zero=1|2|3] [virtual=V] [layers=L]
+//   model <gpt|llama> [tp=N] [dp=N] [zero=1|2|3] [virtual=V] [layers=L] [sp=1]
 // the same two models, the copy through distributed::parallelize with pp = world / (tp dp)
 // (PipelineModel; ZeRO over the dp copies with zero=Z; virtual=V: the interleaved schedule with V
-// chunks per rank): 3 AdamW steps each with the clip at 0.5,
+// chunks per rank; sp=1: sequence parallel over tp): 3 AdamW steps each with the clip at 0.5,
 // then checks that this rank holds exactly its stage's parameter bytes (memory() against the
 // stage's held() tensors of an unreleased model, and a parameter of another stage refused by
 // name) and AdamW's two moments of them (1 / dp under ZeRO, within 1%), that
@@ -273,6 +273,7 @@ int model_mode(const std::string& kind, const std::map<std::string, std::string>
   const ParallelPlan plan{
       .zero = zero,
       .tp = tp,
+      .sequence_parallel = kv.count("sp") > 0,
       .pp = pp,
       .pp_schedule = V > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB,
       .pp_virtual_stages = V};
@@ -373,7 +374,7 @@ int main(int argc, char** argv) {
                  "[schedule=gpipe|1f1b|interleaved] [virtual=V] [layers=L] [clip=X] "
                  "[grads=second|dp]\n"
                  "       pp_tool model <gpt|llama> [tp=N] [dp=N] [zero=1|2|3] [virtual=V] "
-                 "[layers=L]\n       pp_tool scaler <gpt|llama> [virtual=V]\n";
+                 "[layers=L] [sp=1]\n       pp_tool scaler <gpt|llama> [virtual=V]\n";
     return 2;
   }
   try {
