@@ -6,6 +6,7 @@
 #include "distributed/parallel/data_parallel_model.h"
 #include "distributed/parallel/pipeline_model.h"
 #include "distributed/parallel/tensor_parallel_model.h"
+#include "distributed/tensor_parallel/sequence_parallel.h"
 #include "distributed/tensor_parallel/tensor_parallel.h"
 
 namespace loom::distributed {
@@ -13,13 +14,17 @@ namespace loom::distributed {
 namespace {
 
 // Step 4: the copies along the data-parallel group `dp` (Note [Applying a plan]).
+// `tp` (null: none): under sequence parallel FSDP sums each block's norm gradients over it before
+// the block's reduce-scatter (sequence_parallel_reduce_hook).
 std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
                                              std::unique_ptr<optim::Optimizer> opt,
                                              const ParallelPlan& plan,
-                                             std::shared_ptr<ProcessGroup> dp) {
+                                             std::shared_ptr<ProcessGroup> dp,
+                                             std::shared_ptr<ProcessGroup> tp = nullptr) {
   if (plan.zero == 3) {
     FSDPOptions o;
     o.param_dtype = plan.fsdp_param_dtype;
+    if (tp && plan.sequence_parallel) o.before_reduce = sequence_parallel_reduce_hook(*model, tp);
     return std::make_unique<FSDPModel>(std::move(model), std::move(opt), std::move(dp), o);
   }
   if (dp->size() == 1 && plan.zero == 0)
@@ -81,7 +86,8 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
       parallelize_tensor(*model, mesh.group("tp"), {.sequence_parallel = plan.sequence_parallel});
   LOOM_CHECK(split > 0, "parallelize: --tp ", plan.tp, ": ", model->type_name(),
              " has no attention or MLP block to split");
-  auto inner = data_parallel(model, make_optimizer(*model), plan, mesh.group("dp"));
+  auto inner =
+      data_parallel(model, make_optimizer(*model), plan, mesh.group("dp"), mesh.group("tp"));
   return std::make_unique<TensorParallelModel>(std::move(model), mesh.group("tp"), std::move(inner),
                                                plan.sequence_parallel);
 }

@@ -51,23 +51,6 @@ void collect_held(const nn::Module& m, const std::string& prefix,
   }
 }
 
-// Note [FSDP over a tensor-parallel pipeline stage]: the stage's sequence-parallel parameters'
-// gradients summed over tp just before each unit's reduce-scatter (the root's none: the schedule's
-// finish sums any before release_root reduces it).
-std::function<void(size_t, const std::vector<Tensor>&)> sum_sequence_parallel(
-    const nn::Module& model, const std::unordered_set<const TensorImpl*>& held,
-    std::shared_ptr<ProcessGroup> tp) {
-  std::unordered_set<const TensorImpl*> sp;
-  for (const Tensor& p : sequence_parallel_parameters(model))
-    if (held.count(p.impl())) sp.insert(p.impl());
-  return [sp, tp](size_t unit, const std::vector<Tensor>& params) {
-    if (unit == 0) return;
-    std::vector<Tensor> partial;
-    for (const Tensor& p : params)
-      if (sp.count(p.impl())) partial.push_back(p);
-    sync_sequence_parallel_grads(partial, *tp);  // nothing without a gradient, on every tp rank
-  };
-}
 }  // namespace
 
 std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const PipelineStage& stage,
@@ -85,7 +68,8 @@ std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const P
              " parameters found in its modules");
   FSDPOptions o;
   o.unit_types = {"TransformerBlock", "FusedTransformerBlock"};  // the head's Linear: the root's
-  if (tp && stage.sequence_parallel()) o.before_reduce = sum_sequence_parallel(model, held, tp);
+  // Note [FSDP over a tensor-parallel pipeline stage]: the norms' partial gradients summed over tp
+  if (tp && stage.sequence_parallel()) o.before_reduce = sequence_parallel_reduce_hook(model, tp);
   return std::make_shared<FullyShardedDataParallel>(std::move(modules), std::move(dp), o);
 }
 

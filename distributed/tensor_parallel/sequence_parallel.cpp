@@ -5,6 +5,8 @@
 // (tensor_parallel.cpp).
 #include "distributed/tensor_parallel/sequence_parallel.h"
 
+#include <unordered_set>
+
 #include "autograd/grad_mode.h"
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/ops.h"
@@ -170,6 +172,19 @@ void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGrou
     g.copy_(reshape(slice(all, 0, at, at + g.numel()), g.shape()));
     at += g.numel();
   }
+}
+
+std::function<void(size_t, const std::vector<Tensor>&)> sequence_parallel_reduce_hook(
+    const nn::Module& model, std::shared_ptr<ProcessGroup> tp) {
+  std::unordered_set<const TensorImpl*> sp;
+  for (const Tensor& p : sequence_parallel_parameters(model)) sp.insert(p.impl());
+  return [sp, tp](size_t unit, const std::vector<Tensor>& params) {
+    if (unit == 0) return;
+    std::vector<Tensor> partial;
+    for (const Tensor& p : params)
+      if (sp.count(p.impl())) partial.push_back(p);
+    sync_sequence_parallel_grads(partial, *tp);  // nothing without a gradient, on every tp rank
+  };
 }
 
 }  // namespace loom::distributed

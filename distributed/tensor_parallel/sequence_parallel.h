@@ -9,6 +9,7 @@
 // the ViT's stacks, overlapping the collectives with the GEMMs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,5 +109,13 @@ std::vector<Tensor> sequence_parallel_parameters(const nn::Module& model);
 void sync_sequence_parallel_grads(nn::Module& model, ProcessGroup& tp);
 // The same over a list of them (a pipeline stage's: PipelineStage::sync_sequence_parallel_grads).
 void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& tp);
+
+// For FSDP over the dp copies of a sequence-parallel model (FSDPOptions::before_reduce): FSDP
+// reduce-scatters a unit's gradients inside backward, before any sync after it could run, so this
+// hook sums the unit's sequence_parallel_parameters(model) over `tp` first. Skips unit 0, the root:
+// every such parameter is in a transformer block, and the blocks are the units (a pipeline stage's
+// schedule sums any of the root's before the stage reduces it).
+std::function<void(size_t unit, const std::vector<Tensor>& params)> sequence_parallel_reduce_hook(
+    const nn::Module& model, std::shared_ptr<ProcessGroup> tp);
 
 }  // namespace loom::distributed
