@@ -67,8 +67,9 @@ struct FSDPOptions {
   std::optional<DType> param_dtype;
   // Called with a unit's parameters (unit 0: the root) just before their gradients are copied into
   // the flat buffer and reduce-scattered, on every rank in the same order (a hook may run a
-  // collective over another group: a pipeline stage's sequence-parallel norms summed over tp, Note
-  // [FSDP over a tensor-parallel pipeline stage] in distributed/parallel/stage_shards.h).
+  // collective over another group: sequence parallel's norms summed over tp first,
+  // sequence_parallel_reduce_hook in distributed/tensor_parallel/sequence_parallel.h, Note [FSDP
+  // over a tensor-parallel pipeline stage] in distributed/parallel/stage_shards.h).
   std::function<void(size_t unit, const std::vector<Tensor>& params)> before_reduce{};
 };
 

@@ -50,7 +50,6 @@ void collect_held(const nn::Module& m, const std::string& prefix,
     collect_held(*child, path, held, out);
   }
 }
-
 }  // namespace
 
 std::shared_ptr<FullyShardedDataParallel> shard_stage(nn::Module& model, const PipelineStage& stage,
