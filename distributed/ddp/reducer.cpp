@@ -243,7 +243,13 @@ void Reducer::launch_ready_buckets() {
   autograd::NoGradGuard no_grad;
   const size_t lag = reduction_->finish_after();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    reduction_->launch(buckets_[next_bucket_++]);
+    Bucket& b = buckets_[next_bucket_++];
+    if (opt_.before_reduce) {  // ReducerOptions::before_reduce
+      std::vector<Tensor> params;
+      for (size_t i : b.params) params.push_back(params_[i]);
+      opt_.before_reduce(params, b.views);
+    }
+    reduction_->launch(b);
     if (lag > 0 && next_bucket_ > lag) reduction_->finish(buckets_[next_bucket_ - 1 - lag]);
   }
 }

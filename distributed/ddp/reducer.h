@@ -33,6 +33,13 @@ struct ReducerOptions {
   // distributed/zero/zero_optimizer.h's users through DDPOptions; buckets are then padded to a
   // multiple of the world size and never rebuilt.
   int zero_stage = 0;
+  // Called with a bucket's parameters and their gradients in the bucket (its views, in the
+  // parameters' shapes) just before the bucket's reduction is launched, in bucket order on every
+  // rank; it may change the gradients in place. Tensor parallel's sequence parallel under ZeRO
+  // sums the norms' partial gradients over tp here (sequence_parallel_bucket_hook), before the
+  // reduce-scatter leaves each rank only its shard.
+  std::function<void(const std::vector<Tensor>& params, const std::vector<Tensor>& grads)>
+      before_reduce{};
 };
 
 // The Reducer is the part of DDP that is the same however a bucket is reduced: the hooks, the

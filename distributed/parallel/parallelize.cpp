@@ -14,8 +14,9 @@ namespace loom::distributed {
 namespace {
 
 // Step 4: the copies along the data-parallel group `dp` (Note [Applying a plan]).
-// `tp` (null: none): under sequence parallel FSDP sums each block's norm gradients over it before
-// the block's reduce-scatter (sequence_parallel_reduce_hook).
+// `tp` (null: none): under sequence parallel FSDP and ZeRO-1/2 sum the norms' gradients over it
+// before they are reduce-scattered (sequence_parallel_reduce_hook, sequence_parallel_bucket_hook);
+// DDP's all-reduce leaves that sum to TensorParallelModel::finish_gradients.
 std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
                                              std::unique_ptr<optim::Optimizer> opt,
                                              const ParallelPlan& plan,
@@ -29,8 +30,11 @@ std::unique_ptr<ParallelModel> data_parallel(std::shared_ptr<nn::Module> model,
   }
   if (dp->size() == 1 && plan.zero == 0)
     return std::make_unique<LocalModel>(std::move(model), std::move(opt));
+  DDPOptions ddp = plan.ddp;
+  if (tp && plan.sequence_parallel && plan.zero > 0)
+    ddp.reducer.before_reduce = sequence_parallel_bucket_hook(*model, tp);
   return std::make_unique<DDPModel>(std::move(model), std::move(opt), std::move(dp), plan.zero,
-                                    plan.ddp);
+                                    ddp);
 }
 
 // The plan alone first (what no world size can fix), then against the world.
@@ -88,8 +92,10 @@ std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<nn::Module> model,
              " has no attention or MLP block to split");
   auto inner =
       data_parallel(model, make_optimizer(*model), plan, mesh.group("dp"), mesh.group("tp"));
+  // ZeRO and FSDP sum the norms over tp inside backward (above); after DDP's all-reduce it waits.
   return std::make_unique<TensorParallelModel>(std::move(model), mesh.group("tp"), std::move(inner),
-                                               plan.sequence_parallel);
+                                               plan.sequence_parallel,
+                                               /*summed_in_backward=*/plan.zero > 0);
 }
 
 }  // namespace loom::distributed

@@ -13,11 +13,12 @@ namespace loom::distributed {
 TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
                                          std::shared_ptr<ProcessGroup> tp,
                                          std::unique_ptr<ParallelModel> inner,
-                                         bool sequence_parallel)
+                                         bool sequence_parallel, bool summed_in_backward)
     : model_(std::move(model)),
       tp_(std::move(tp)),
       inner_(std::move(inner)),
-      sequence_parallel_(sequence_parallel) {
+      sequence_parallel_(sequence_parallel),
+      summed_in_backward_(summed_in_backward) {
   // Note [Optimizing a share of a model]: the shares count on every rank, the whole parameters
   // on tp rank 0 only; sums go over the tp group.
   std::unordered_set<const TensorImpl*> shares;
@@ -36,7 +37,8 @@ std::string TensorParallelModel::describe() const {
 
 void TensorParallelModel::finish_gradients() {
   inner_->finish_gradients();
-  if (sequence_parallel_) sync_sequence_parallel_grads(*model_, *tp_);  // after DDP's, commutes
+  if (sequence_parallel_ && !summed_in_backward_)
+    sync_sequence_parallel_grads(*model_, *tp_);  // after DDP's all-reduce, with which it commutes
 }
 
 nn::StateDict TensorParallelModel::model_state_dict() {

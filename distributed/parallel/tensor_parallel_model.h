@@ -22,9 +22,11 @@ class TensorParallelModel : public ParallelModel {
   // optimizer (made over the split model's parameters).
   // `sequence_parallel`: the blocks run on T/tp positions each (Note [Sequence parallel] in
   // distributed/tensor_parallel/sequence_parallel.h), and finish_gradients sums the norms' partial
-  // gradients over tp.
+  // gradients over tp, unless `summed_in_backward` (ZeRO and FSDP sum them before each bucket or
+  // unit is reduce-scattered, which leaves nothing whole to sum after backward).
   TensorParallelModel(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> tp,
-                      std::unique_ptr<ParallelModel> inner, bool sequence_parallel = false);
+                      std::unique_ptr<ParallelModel> inner, bool sequence_parallel = false,
+                      bool summed_in_backward = false);
 
   nn::Module& train_module() override { return inner_->train_module(); }
   nn::Module& eval_module() override { return inner_->eval_module(); }
@@ -55,6 +57,7 @@ class TensorParallelModel : public ParallelModel {
   std::shared_ptr<ProcessGroup> tp_;
   std::unique_ptr<ParallelModel> inner_;
   bool sequence_parallel_ = false;
+  bool summed_in_backward_ = false;
 };
 
 }  // namespace loom::distributed

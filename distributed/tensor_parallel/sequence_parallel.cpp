@@ -155,16 +155,14 @@ void sync_sequence_parallel_grads(nn::Module& model, ProcessGroup& tp) {
   sync_sequence_parallel_grads(sequence_parallel_parameters(model), tp);
 }
 
-void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& tp) {
-  autograd::NoGradGuard no_grad;
-  std::vector<Tensor> grads, flat;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    grads.push_back(g);
-    flat.push_back(reshape(g, {-1}));
-  }
+namespace {
+
+// Sums each of `grads` over tp in place (one all-reduce of them all).
+void sum_over_tp(std::vector<Tensor>& grads, ProcessGroup& tp) {
   if (grads.empty()) return;
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> flat;
+  for (const Tensor& g : grads) flat.push_back(reshape(g, {-1}));
   Tensor all = contiguous(cat(flat, 0));  // every partial gradient, one after another
   tp.all_reduce(all, ReduceOp::Sum)->wait();
   int64_t at = 0;
@@ -172,6 +170,15 @@ void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGrou
     g.copy_(reshape(slice(all, 0, at, at + g.numel()), g.shape()));
     at += g.numel();
   }
+}
+
+}  // namespace
+
+void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGroup& tp) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  sum_over_tp(grads, tp);
 }
 
 std::function<void(size_t, const std::vector<Tensor>&)> sequence_parallel_reduce_hook(
@@ -184,6 +191,18 @@ std::function<void(size_t, const std::vector<Tensor>&)> sequence_parallel_reduce
     for (const Tensor& p : params)
       if (sp.count(p.impl())) partial.push_back(p);
     sync_sequence_parallel_grads(partial, *tp);  // nothing without a gradient, on every tp rank
+  };
+}
+
+std::function<void(const std::vector<Tensor>&, const std::vector<Tensor>&)>
+sequence_parallel_bucket_hook(const nn::Module& model, std::shared_ptr<ProcessGroup> tp) {
+  std::unordered_set<const TensorImpl*> sp;
+  for (const Tensor& p : sequence_parallel_parameters(model)) sp.insert(p.impl());
+  return [sp, tp](const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+    std::vector<Tensor> partial;  // the bucket's views of the norms' gradients
+    for (size_t k = 0; k < params.size(); ++k)
+      if (sp.count(params[k].impl())) partial.push_back(grads[k]);
+    sum_over_tp(partial, *tp);  // every tp rank's buckets hold the same parameters, in order
   };
 }
 

@@ -118,4 +118,10 @@ void sync_sequence_parallel_grads(const std::vector<Tensor>& params, ProcessGrou
 std::function<void(size_t unit, const std::vector<Tensor>& params)> sequence_parallel_reduce_hook(
     const nn::Module& model, std::shared_ptr<ProcessGroup> tp);
 
+// The same for DDP's buckets under ZeRO-1 and 2 (ReducerOptions::before_reduce): each bucket is
+// reduce-scattered over dp as soon as its gradients are complete, so the sum over tp of the
+// bucket's sequence_parallel_parameters(model) gradients (in the bucket) must come first.
+std::function<void(const std::vector<Tensor>& params, const std::vector<Tensor>& grads)>
+sequence_parallel_bucket_hook(const nn::Module& model, std::shared_ptr<ProcessGroup> tp);
+
 }  // namespace loom::distributed
