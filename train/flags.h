@@ -139,6 +139,36 @@ inline void add_activation_checkpointing_flag(CLI::App& app, bool& checkpointing
                "backward (less memory, one more forward)");
 }
 
+// How the model and its training state are spread over the processes (docs/parallelism.md,
+// docs/sharding.md): --zero, --tp, --sequence-parallel, --pp and the pipeline's schedule. The
+// three counts (processes or chunks to split over) take 1 to 1024.
+inline void add_parallel_flags(CLI::App& app, TrainConfig& c) {
+  auto count = [&app](const std::string& name, int& v, const std::string& help) {
+    app.add_option(name, v, help)->check(int_range(1, 1024));
+  };
+  app.add_option("--zero", c.zero,
+                 "shard the training state over the processes (ZeRO, docs/sharding.md): 0 = DDP "
+                 "(each holds everything), 1 = optimizer state, 2 = also gradients, 3 = also "
+                 "parameters (FullyShardedDataParallel)")
+      ->check(int_range(0, 3));
+  count("--tp", c.tp,
+        "tensor parallel: split each transformer block's matrices over this many processes "
+        "(docs/parallelism.md); the world / tp others are data-parallel copies");
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "under --tp: the norms, dropout and residual adds on T/tp positions per process "
+               "(Megatron's sequence parallel; less activation memory)");
+  count("--pp", c.pp,
+        "pipeline parallel: cut the transformer blocks into this many stages, one per process, "
+        "the step's --grad-accum micro-batches flowing through them");
+  app.add_option("--pp-schedule", c.pp_schedule,
+                 "the pipeline's schedule: 1f1b, gpipe or interleaved (1F1B over "
+                 "--pp-virtual-stages chunks per process)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved"}));
+  count("--pp-virtual-stages", c.pp_virtual_stages,
+        "with --pp-schedule interleaved: the blocks cut into pp x this many chunks, chunk c on "
+        "process c mod pp (Megatron's virtual pipeline stages; 2 or more)");
+}
+
 // Adds the common flags to a CLI11 app and sets the app up so that --help shows defaults. Call it
 // before adding the program's own options.
 inline void add_train_flags(CLI::App& app, TrainConfig& c) {
@@ -189,30 +219,7 @@ inline void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--profile", c.profile,
                "print each process's step-time breakdown (data, forward, backward, exposed "
                "all-reduce, optimizer)");
-  app.add_option("--zero", c.zero,
-                 "shard the training state over the processes (ZeRO, docs/sharding.md): 0 = DDP "
-                 "(each holds everything), 1 = optimizer state, 2 = also gradients, 3 = also "
-                 "parameters (FullyShardedDataParallel)")
-      ->check(int_range(0, 3));
-  app.add_option("--tp", c.tp,
-                 "tensor parallel: split each transformer block's matrices over this many "
-                 "processes (docs/parallelism.md); the world / tp others are data-parallel copies")
-      ->check(int_range(1, 1024));
-  app.add_flag("--sequence-parallel", c.sequence_parallel,
-               "under --tp: the norms, dropout and residual adds on T/tp positions per process "
-               "(Megatron's sequence parallel; less activation memory)");
-  app.add_option("--pp", c.pp,
-                 "pipeline parallel: cut the transformer blocks into this many stages, one per "
-                 "process, the step's --grad-accum micro-batches flowing through them")
-      ->check(int_range(1, 1024));
-  app.add_option("--pp-schedule", c.pp_schedule,
-                 "the pipeline's schedule: 1f1b, gpipe or interleaved (1F1B over "
-                 "--pp-virtual-stages chunks per process)")
-      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved"}));
-  app.add_option("--pp-virtual-stages", c.pp_virtual_stages,
-                 "with --pp-schedule interleaved: the blocks cut into pp x this many chunks, "
-                 "chunk c on process c mod pp (Megatron's virtual pipeline stages; 2 or more)")
-      ->check(int_range(1, 1024));
+  add_parallel_flags(app, c);
   add_amp_flag(app, c.amp);
 }
 
