@@ -11,57 +11,21 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
-#include "tests/examples/example_program.h"
+#include "tests/examples/small_gpt_runs.h"
 
 namespace fs = std::filesystem;
 using loom::testing_support::CommandRun;
+using loom::testing_support::expect_resumes;
+using loom::testing_support::expect_same_training;
 using loom::testing_support::max_weight_difference;
 using loom::testing_support::run_command;
+using loom::testing_support::small_gpt;
 
 namespace {
-
-// About 30 KB of sentences from a small grammar (seeded).
-std::string write_text(const fs::path& dir) {
-  std::vector<std::string> who{"the cat", "a dog", "my friend", "the old man"};
-  std::vector<std::string> did{"saw", "liked", "followed", "found"};
-  std::vector<std::string> what{"the river", "a red ball", "the small house"};
-  std::mt19937 rng(7);
-  std::string s;
-  while (s.size() < 30000)
-    s += who[rng() % who.size()] + " " + did[rng() % did.size()] + " " + what[rng() % what.size()] +
-         ".\n";
-  const std::string path = (dir / "text.txt").string();
-  std::ofstream(path) << s;
-  return path;
-}
-
-// A 4-block GPT (2 heads, C 32: one head per tp rank) on 32-token windows, 8 per step, on the
-// CPU; under loomrun for procs > 1.
-std::string gpt(int procs, const std::string& text, const std::string& args) {
-  std::string prog = std::string(TRAIN_GPT_BIN) + " --device cpu --workers 0 --text " + text +
-                     " --n-layer 4 --n-embd 32 --n-head 2 --seq-len 32 --batch-size 8 --lr 3e-3 "
-                     "--warmup 4 --eval-windows 16 --seed 5 " +
-                     args;
-  if (procs == 1) return prog;
-  return std::string(LOOMRUN_BIN) + " --standalone --nproc_per_node=" + std::to_string(procs) +
-         " " + prog;
-}
-
-// The numbers after each "val loss " in the output, in order.
-std::vector<double> val_losses(const std::string& out) {
-  std::vector<double> v;
-  std::regex re("val loss ([0-9.]+)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
-       ++it)
-    v.push_back(std::stod((*it)[1]));
-  return v;
-}
 
 // "rank R: parameters P MiB" of the memory report, -1 without one.
 double parameters_mib(const std::string& out, int rank) {
@@ -71,19 +35,6 @@ double parameters_mib(const std::string& out, int rank) {
 }
 
 const std::string k3d = " --pp 2 --tp 2 --zero 3";
-
-// `from`'s step-3 checkpoint resumed under `layout` on `procs` processes ends at `one`'s weights.
-void expect_resumes(const fs::path& dir, const std::string& text, const std::string& common,
-                    const fs::path& one, const fs::path& from, const std::string& name,
-                    const std::string& layout, int procs) {
-  const fs::path mid = "ckpt-00000003.safetensors", last = "ckpt-00000006.safetensors";
-  const fs::path to = dir / name;
-  fs::create_directories(to);
-  fs::copy_file(from / mid, to / mid);
-  CommandRun r = run_command(gpt(procs, text, common + to.string() + layout + " --resume"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_LE(max_weight_difference(one / last, to / last), 1e-5) << name;
-}
 
 // 2 micro-batches a step (--grad-accum 2), each dp rank on half of the 8 windows. The bound: 1e-5,
 // float32 rounding of sums taken in other orders. Planted bugs: the sequence-parallel norms'
@@ -97,22 +48,17 @@ TEST(TrainGpt3d, PipelineTensorParallelFsdpEqualsOneProcessAndResumesAcrossLayou
 #endif
   const fs::path dir = loom::testing_support::fresh_temp_dir("gpt_3d");
   const fs::path one = dir / "one", three = dir / "three", sp = dir / "sp";
-  const std::string text = write_text(dir);
+  const std::string text = loom::testing_support::write_small_text(dir);
   const std::string common = "--max-steps 6 --eval-every 3 --grad-accum 2 --checkpoint-dir ";
-  CommandRun a = run_command(gpt(1, text, common + one.string()));
+  CommandRun a = run_command(small_gpt(1, text, common + one.string()));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  CommandRun b = run_command(gpt(8, text, common + three.string() + k3d));
+  CommandRun b = run_command(small_gpt(8, text, common + three.string() + k3d));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("2 stages (1F1B), tensor parallel over 2 ranks, copies: 2 with FSDP "
                           "(ZeRO-3)"),
             std::string::npos)
       << b.output;
-  const fs::path last = "ckpt-00000006.safetensors";
-  EXPECT_LE(max_weight_difference(one / last, three / last), 1e-5);
-  const std::vector<double> va = val_losses(a.output), vb = val_losses(b.output);
-  ASSERT_EQ(va.size(), 2u) << a.output;
-  ASSERT_EQ(vb.size(), 2u) << b.output;
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(vb[i], va[i], 1.5e-4) << b.output;
+  expect_same_training(a, one, b, three);
   const double whole = parameters_mib(a.output, 0);  // each rank: about an eighth, padded
   ASSERT_GT(whole, 0) << a.output;
   for (int r = 0; r < 8; ++r) EXPECT_LT(parameters_mib(b.output, r), whole / 4) << b.output;
@@ -122,12 +68,13 @@ TEST(TrainGpt3d, PipelineTensorParallelFsdpEqualsOneProcessAndResumesAcrossLayou
   expect_resumes(dir, text, common, one, one, "one_to_3d", k3d, 8);
   // Sequence parallel: each stage's norms on 16 of the 32 positions per tp rank, their partial
   // gradients summed over tp before each block's reduce-scatter over dp.
-  CommandRun c = run_command(gpt(8, text, common + sp.string() + k3d + " --sequence-parallel"));
+  CommandRun c =
+      run_command(small_gpt(8, text, common + sp.string() + k3d + " --sequence-parallel"));
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("tensor and sequence parallel over 2 ranks, copies: 2 with FSDP"),
             std::string::npos)
       << c.output;
-  EXPECT_LE(max_weight_difference(one / last, sp / last), 1e-5);
+  expect_same_training(a, one, c, sp);
   fs::remove_all(dir);
 }
 
@@ -144,18 +91,18 @@ TEST(TrainGpt3d, TensorAndSequenceParallelWithZeroAndFsdpEqualOneProcess) {
 #endif
   const fs::path dir = loom::testing_support::fresh_temp_dir("gpt_tp_sp_zero");
   const fs::path one = dir / "one";
-  const std::string text = write_text(dir);
+  const std::string text = loom::testing_support::write_small_text(dir);
   const std::string common = "--max-steps 6 --eval-every 6 --grad-accum 2 --checkpoint-dir ";
-  CommandRun a = run_command(gpt(1, text, common + one.string()));
+  CommandRun a = run_command(small_gpt(1, text, common + one.string()));
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const fs::path last = "ckpt-00000006.safetensors";
   const std::vector<std::pair<int, std::string>> kinds = {
       {1, "copies: ZeRO-1 over 2"}, {2, "copies: ZeRO-2 over 2"}, {3, "copies: FSDP"}};
   for (const auto& [zero, copies] : kinds) {
     const fs::path sp = dir / ("zero" + std::to_string(zero));
-    CommandRun b = run_command(
-        gpt(4, text,
-            common + sp.string() + " --tp 2 --sequence-parallel --zero " + std::to_string(zero)));
+    CommandRun b = run_command(small_gpt(
+        4, text,
+        common + sp.string() + " --tp 2 --sequence-parallel --zero " + std::to_string(zero)));
     ASSERT_EQ(b.exit_code, 0) << b.output;
     EXPECT_NE(b.output.find("tensor and sequence parallel over 2 ranks, " + copies),
               std::string::npos)
