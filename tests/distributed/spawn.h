@@ -1,8 +1,10 @@
 // Starting N worker processes for a distributed test: each gets RANK/WORLD_SIZE/... in its
 // environment, its output goes to a file, and all are killed if they outlive the deadline.
+// Also the usual way to run a tool's ranks over Gloo and check that all of them exited alike.
 // Leaves out: anything loomrun does beyond that (fail-fast, restarts): the launcher's own tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -113,6 +115,19 @@ inline WorkerRun run_workers(const std::string& program, const std::vector<std::
   }
   rmdir(dir.c_str());
   return run;
+}
+
+// `program args...` as n Gloo ranks (LOOM_TEST_BACKEND=gloo) on a free port, 240 s at most.
+inline WorkerRun run_gloo_workers(const std::string& program, const std::vector<std::string>& args,
+                                  int n) {
+  return run_workers(program, args, n, free_port(), {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
+}
+
+// Every rank of `run` finished in time with exit code `code` (each failure names its rank).
+inline void expect_all_exit(const WorkerRun& run, int code) {
+  ASSERT_FALSE(run.timed_out) << run.summary();
+  for (size_t r = 0; r < run.exit_codes.size(); ++r)
+    EXPECT_EQ(run.exit_codes[r], code) << "rank " << r << "\n" << run.summary();
 }
 
 }  // namespace loom::test

@@ -18,11 +18,7 @@
 namespace {
 
 void expect_model_mode(const std::vector<std::string>& args, int n) {
-  auto run = loom::test::run_workers(LOOM_PP_TOOL, args, n, loom::test::free_port(),
-                                     {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
-  ASSERT_FALSE(run.timed_out) << run.summary();
-  for (size_t r = 0; r < run.exit_codes.size(); ++r)
-    EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << "\n" << run.summary();
+  loom::test::expect_all_exit(loom::test::run_gloo_workers(LOOM_PP_TOOL, args, n), 0);
 }
 
 #ifdef LOOM_WITH_GLOO

@@ -112,15 +112,10 @@ TEST(InterleavedSchedule, BadCombinationsAreRefusedNamingTheFlags) {
 }
 
 loom::test::WorkerRun run_pp(const std::vector<std::string>& args, int n) {
-  return loom::test::run_workers(LOOM_PP_TOOL, args, n, loom::test::free_port(),
-                                 {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
+  return loom::test::run_gloo_workers(LOOM_PP_TOOL, args, n);
 }
 
-void expect_all_exit(const loom::test::WorkerRun& run, int code) {
-  ASSERT_FALSE(run.timed_out) << run.summary();
-  for (size_t r = 0; r < run.exit_codes.size(); ++r)
-    EXPECT_EQ(run.exit_codes[r], code) << "rank " << r << "\n" << run.summary();
-}
+using loom::test::expect_all_exit;
 
 #ifdef LOOM_WITH_GLOO
 // S = 2, V = 2: chunks [0, 1) and [2, 3) on rank 0, [1, 2) and [3, 4) on rank 1; GPT's tied head

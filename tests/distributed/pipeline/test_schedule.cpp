@@ -12,15 +12,10 @@
 namespace {
 
 loom::test::WorkerRun run_pp(const std::vector<std::string>& args, int n) {
-  return loom::test::run_workers(LOOM_PP_TOOL, args, n, loom::test::free_port(),
-                                 {{"LOOM_TEST_BACKEND", "gloo"}}, 240);
+  return loom::test::run_gloo_workers(LOOM_PP_TOOL, args, n);
 }
 
-void expect_all_exit(const loom::test::WorkerRun& run, int code) {
-  ASSERT_FALSE(run.timed_out) << run.summary();
-  for (size_t r = 0; r < run.exit_codes.size(); ++r)
-    EXPECT_EQ(run.exit_codes[r], code) << "rank " << r << "\n" << run.summary();
-}
+using loom::test::expect_all_exit;
 
 #ifdef LOOM_WITH_GLOO
 TEST(PipelineGloo, GptInTwoStagesOneFOneBWithATiedHeadAndClipping) {
