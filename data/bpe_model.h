@@ -1,12 +1,16 @@
-// What a byte-level BPE tokenizer file says, as its readers hand it to BpeTokenizer: the tokens'
-// bytes by id, how pairs merge, the special tokens and the pre-tokenizer regex. Leaves out: the
+// What a BPE tokenizer file says, as its readers hand it to BpeTokenizer: the tokens' bytes (or,
+// for a SentencePiece BPE, text) by id, how pairs merge, the special tokens, the pre-tokenizer
+// regex or the SentencePiece text handling, and the post-processor's template. Leaves out: the
 // readers (data/tiktoken_file.h, data/hf_tokenizer_json.h) and encoding (data/bpe_tokenizer.h).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "data/metaspace.h"
 
 namespace loom::data {
 
@@ -27,6 +31,16 @@ struct BpeModel {
   bool whole_piece_first = true;
   std::vector<std::pair<std::string, int32_t>> specials;  // text -> id, split out first
   std::string pattern;  // the pre-tokenizer regex; empty: a text is one piece
+  // A SentencePiece BPE (Note [SentencePiece BPE] in data/metaspace.h): `tokens` are text, the
+  // pattern is empty. Absent: byte-level.
+  std::optional<Metaspace> metaspace;
+  // The post-processor's template for one text (Llama 2's "<s> $A", RoBERTa's "<s> $A </s>"): the
+  // ids that go before and after its tokens. `unsupported` names a post-processor loom cannot run.
+  struct Template {
+    std::vector<int32_t> before, after;
+    std::string unsupported;
+  };
+  Template single;
 };
 
 }  // namespace loom::data

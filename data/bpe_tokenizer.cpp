@@ -1,5 +1,6 @@
 // BpeTokenizer (data/bpe_tokenizer.h): building the tables from a BpeModel, encode (Note [BPE
-// encoding]) and decode. Leaves out: several threads (a caller may split its texts).
+// encoding], and Note [SentencePiece BPE] in data/metaspace.h) and decode. Leaves out: several
+// threads (a caller may split its texts).
 #include "data/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -34,7 +35,9 @@ BpeTokenizer::BpeTokenizer(BpeModel model)
     : name_(model.name),
       source_(model.source),
       pattern_(model.pattern),
-      whole_piece_first_(model.whole_piece_first) {
+      whole_piece_first_(model.whole_piece_first),
+      metaspace_(model.metaspace),
+      single_(model.single) {
   bytes_ = model.tokens;
   if (const int64_t twice = ids_.build(bytes_); twice >= 0)
     LOOM_FAIL(name(), ": tokens ", ids_.find(bytes_[size_t(twice)]), " and ", twice,
@@ -55,6 +58,28 @@ BpeTokenizer::BpeTokenizer(BpeModel model)
   specials_ = SpecialTokenMatcher(model.specials, name());
   build_merges(model);
   if (!pattern_.empty()) regex_ = std::make_unique<BpeRegex>(pattern_, name());
+  if (metaspace_) build_metaspace(model);
+}
+
+// The <0xNN> tokens, both ways; the unknown token's id checked.
+void BpeTokenizer::build_metaspace(const BpeModel& model) {
+  LOOM_CHECK(pattern_.empty(), name(), ": a SentencePiece BPE has no pre-tokenizer regex");
+  const int32_t unk = metaspace_->unk;
+  LOOM_CHECK(unk < int64_t(bytes_.size()) && (unk < 0 || !bytes_[size_t(unk)].empty()), name(),
+             ": the unknown token's id ", unk, " is no token");
+  fallback_ids_.fill(-1);
+  fallback_byte_.assign(bytes_.size(), -1);
+  // Cutting before marks is exact when no merge can end in one and the mark is a token (else a
+  // fused <unk> could span it).
+  cut_runs_ = !metaspace_->split && ids_.find(metaspace_->replacement) >= 0 &&
+              std::none_of(bytes_.begin(), bytes_.end(),
+                           [&](const std::string& t) { return metaspace_->joins_before_mark(t); });
+  for (size_t id = 0; id < model.tokens.size(); ++id) {
+    const int b = Metaspace::fallback_byte(model.tokens[id]);
+    if (b < 0) continue;
+    fallback_byte_[id] = int16_t(b);
+    fallback_ids_[size_t(b)] = int32_t(id);
+  }
 }
 
 // tiktoken's rule: every split of a token into two tokens merges into it, at its id; Hugging
@@ -97,21 +122,31 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text,
   out.reserve(text.size() / 4 + 16);
   Scratch scratch;
   specials_.split(
-      text, special, name(), [&](std::string_view s) { encode_stretch(s, scratch, out); },
+      text, special, name(),
+      [&](std::string_view s) { encode_stretch(s, s.data() == text.data(), scratch, out); },
       [&](int32_t id) { out.push_back(id); });
   return out;
 }
 
-void BpeTokenizer::encode_stretch(std::string_view text, Scratch& scratch,
+// One stretch between special tokens: cut by the regex (byte-level) or normalized and cut into
+// words (SentencePiece); at_start: it begins the text.
+void BpeTokenizer::encode_stretch(std::string_view text, bool at_start, Scratch& scratch,
                                   std::vector<int32_t>& out) const {
   if (text.empty()) return;
+  auto piece = [&](std::string_view p) { encode_piece(p, scratch, out); };
+  if (metaspace_) {
+    std::string normalized;
+    metaspace_->normalize(text, at_start, normalized);
+    if (cut_runs_) return metaspace_->for_each_run(normalized, piece);
+    return metaspace_->for_each_word(normalized, piece);
+  }
   if (!regex_) return encode_piece(text, scratch, out);
-  regex_->for_each_piece(text, [&](std::string_view piece) { encode_piece(piece, scratch, out); });
+  regex_->for_each_piece(text, piece);
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, Scratch& scratch,
                                 std::vector<int32_t>& out) const {
-  if (whole_piece_first_ || piece.size() == 1) {
+  if (whole_piece_first_ || (piece.size() == 1 && !metaspace_)) {
     const int32_t id = ids_.find(piece);
     if (id >= 0) return out.push_back(id);
   }
@@ -124,6 +159,21 @@ void BpeTokenizer::encode_piece(std::string_view piece, Scratch& scratch,
     }
   }
   std::vector<int32_t>& ids = scratch.merging;
+  if (metaspace_) {
+    start_from_chars(piece, ids);
+  } else {
+    start_from_bytes(piece, ids);
+  }
+  merges_.apply(ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cacheable && scratch.cached.size() < Scratch::kMaxPieces) {
+    scratch.cached.emplace(piece, std::pair(uint32_t(scratch.ids.size()), uint32_t(ids.size())));
+    scratch.ids.insert(scratch.ids.end(), ids.begin(), ids.end());
+  }
+}
+
+// Byte-level: a piece starts as its bytes' tokens.
+void BpeTokenizer::start_from_bytes(std::string_view piece, std::vector<int32_t>& ids) const {
   ids.resize(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) {
     const auto b = static_cast<unsigned char>(piece[i]);
@@ -131,11 +181,34 @@ void BpeTokenizer::encode_piece(std::string_view piece, Scratch& scratch,
     LOOM_CHECK(ids[i] >= 0, name(), ": byte 0x", std::hex, int(b),
                " has no token, so the text cannot be encoded");
   }
-  merges_.apply(ids);
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cacheable && scratch.cached.size() < Scratch::kMaxPieces) {
-    scratch.cached.emplace(piece, std::pair(uint32_t(scratch.ids.size()), uint32_t(ids.size())));
-    scratch.ids.insert(scratch.ids.end(), ids.begin(), ids.end());
+}
+
+// SentencePiece: a word starts as its characters' tokens, the byte fallback or <unk> for the
+// others (step 4 of Note [SentencePiece BPE]).
+void BpeTokenizer::start_from_chars(std::string_view word, std::vector<int32_t>& ids) const {
+  const Metaspace& m = *metaspace_;
+  ids.clear();
+  bool unk_open = false;  // the last id is an <unk> that the next unknown character may join
+  for (size_t i = 0, n = 0; i < word.size(); i += n) {
+    n = Metaspace::char_length(word, i);
+    const std::string_view c = word.substr(i, n);
+    if (const int32_t id = ids_.find(c); id >= 0) {
+      ids.push_back(id), unk_open = false;
+      continue;
+    }
+    const bool bytes_known = m.byte_fallback && std::all_of(c.begin(), c.end(), [&](char b) {
+                               return fallback_ids_[static_cast<unsigned char>(b)] >= 0;
+                             });
+    if (bytes_known) {
+      for (char b : c) ids.push_back(fallback_ids_[static_cast<unsigned char>(b)]);
+      unk_open = false;
+      continue;
+    }
+    LOOM_CHECK(m.unk >= 0, name(), ": the character \"", c, "\" at byte ", i, " of \"", word,
+               "\" has no token", m.byte_fallback ? ", no <0xNN> tokens for all its bytes" : "",
+               " and the model has no unknown token");
+    if (!(unk_open && m.fuse_unk)) ids.push_back(m.unk);
+    unk_open = true;
   }
 }
 
@@ -154,9 +227,44 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
                 ": outside the vocabulary [0, ", bytes_.size(), ")");
     LOOM_CHECK(!bytes_[size_t(id)].empty(), name(), ": cannot decode id ", id, " at position ", i,
                ": no token has that id");
-    out += bytes_[size_t(id)];
+    if (!metaspace_) out += bytes_[size_t(id)];
   }
-  return out;
+  return metaspace_ ? decode_text(ids) : out;
+}
+
+// SentencePiece: "▁" -> " ", <0xNN> -> the byte, the leading spaces cut (Note [SentencePiece BPE]).
+std::string BpeTokenizer::decode_text(std::span<const int32_t> ids) const {
+  const Metaspace& m = *metaspace_;
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto id = size_t(ids[i]);
+    if (m.decode_byte_fallback && fallback_byte_[id] >= 0) {
+      out += char(fallback_byte_[id]);
+      continue;
+    }
+    const std::string_view t = bytes_[id];
+    const bool drop_marks = m.first_token_unmarked && i == 0;
+    for (size_t k = 0; k < t.size();) {
+      if (!m.decode_replacement || !t.substr(k).starts_with(m.replacement)) {
+        out += t[k++];
+        continue;
+      }
+      if (!drop_marks) out += ' ';
+      k += m.replacement.size();
+    }
+  }
+  size_t cut = 0;
+  while (cut < size_t(m.strip_leading) && cut < out.size() && out[cut] == ' ') ++cut;
+  return out.erase(0, cut);
+}
+
+std::vector<int32_t> BpeTokenizer::post_process(std::vector<int32_t> ids) const {
+  LOOM_CHECK(single_.unsupported.empty(), name(), ": its post_processor ", single_.unsupported,
+             " is not supported (TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel "
+             "or a Sequence of them)");
+  ids.insert(ids.begin(), single_.before.begin(), single_.before.end());
+  ids.insert(ids.end(), single_.after.begin(), single_.after.end());
+  return ids;
 }
 
 std::optional<int32_t> BpeTokenizer::find_token(std::string_view token) const {

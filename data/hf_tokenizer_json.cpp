@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/bpe_presets.h"
+#include "data/metaspace.h"
 #include "data/tokenizer_json_checks.h"
 
 namespace loom::data {
@@ -56,11 +57,19 @@ std::string regex_of_string(std::string_view s) {  // a literal as a regex
   return out;
 }
 
+// The part of the root called `key`, or null.
+const json& part(const json& root, const char* key) {
+  static const json kNull;
+  auto it = root.find(key);
+  return it == root.end() ? kNull : *it;
+}
+
 struct Reader {
   const std::string& path;
   const json& root;
+  bool sentencepiece = false;  // Note [SentencePiece BPE]: vocabulary text is text, not bytes
   std::unordered_map<int32_t, std::string> not_bytes;  // vocab text that stands for no bytes
-  std::unordered_map<std::string, int32_t> id_of;      // vocab text (byte-level) -> id
+  std::unordered_map<std::string, int32_t> id_of;      // vocab text -> id
 
   void check_unsupported() const;
   void read_model(BpeModel& m);
@@ -68,16 +77,37 @@ struct Reader {
   void read_merges(const json& merges, BpeModel& m) const;
   std::string read_pattern() const;
   void read_added_tokens(BpeModel& m);
+  // The SentencePiece parts and the post-processor.
+  Metaspace read_metaspace() const;
+  void read_normalizer(Metaspace& ms) const;
+  void read_metaspace_pre_tokenizer(Metaspace& ms) const;
+  void read_decoder(Metaspace& ms) const;
+  void read_unknown(const json& model, Metaspace& ms) const;
+  BpeModel::Template read_post_processor() const;
+  void add_template(const json& processor, BpeModel::Template& t) const;
+  std::vector<int32_t> template_ids(const json& processor, const json& item) const;
 };
 
+// A file of Note [SentencePiece BPE]: its pre-tokenizer is Metaspace, or it has none and a
+// normalizer (Llama 2's Prepend and Replace).
+bool is_sentencepiece(const json& root) {
+  const json& pre = part(root, "pre_tokenizer");
+  if (pre.is_object()) return pre.value("type", "") == "Metaspace";
+  return !part(root, "normalizer").is_null();
+}
+
 void Reader::check_unsupported() const {
-  const json& n = root.contains("normalizer") ? root["normalizer"] : json();
+  if (sentencepiece) return;  // read_metaspace checks those parts
+  const json& n = part(root, "normalizer");
   LOOM_CHECK(n.is_null() || (n.value("type", "") == "Sequence" &&
                              n.value("normalizers", json::array()).empty()),
              "tokenizer.json ", path, ": normalizer ", shown(n), " is not supported (only null)");
-  const json& d = root.contains("decoder") ? root["decoder"] : json();
+  const json& d = part(root, "decoder");
   LOOM_CHECK(d.is_null() || d.value("type", "") == "ByteLevel", "tokenizer.json ", path,
              ": decoder ", shown(d), " is not supported (only ByteLevel)");
+  const json& model = part(root, "model");
+  LOOM_CHECK(!model.is_object() || !get_or<bool>(model, "byte_fallback", false), "tokenizer.json ",
+             path, ": model.byte_fallback true is not supported in a byte-level BPE");
 }
 
 void Reader::read_model(BpeModel& m) {
@@ -93,8 +123,6 @@ void Reader::read_model(BpeModel& m) {
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     LOOM_CHECK(get_or<std::string>(model, key, "").empty(), "tokenizer.json ", path, ": model.",
                key, " ", shown(model[key]), " is not supported (only null)");
-  LOOM_CHECK(!get_or<bool>(model, "byte_fallback", false), "tokenizer.json ", path,
-             ": model.byte_fallback true is not supported");
   m.whole_piece_first = get_or<bool>(model, "ignore_merges", false);
   LOOM_CHECK(model.contains("vocab") && model["vocab"].is_object(), "tokenizer.json ", path,
              ": model.vocab is not an object");
@@ -117,7 +145,9 @@ void Reader::read_vocab(const json& vocab, BpeModel& m) {
     LOOM_CHECK(m.tokens[size_t(id)].empty(), "tokenizer.json ", path, ": model.vocab gives id ", id,
                " to two tokens (one is ", json(text).dump(), ")");
     // Text that stands for no bytes must be an added token's (read_added_tokens).
-    if (bytes_of_text(text, bytes)) {
+    if (sentencepiece) {
+      m.tokens[size_t(id)] = text;
+    } else if (bytes_of_text(text, bytes)) {
       m.tokens[size_t(id)] = bytes;
     } else {
       m.tokens[size_t(id)] = text;
@@ -187,9 +217,168 @@ void Reader::read_added_tokens(BpeModel& m) {
   for (size_t i = 0; i < added.size(); ++i) {
     auto [content, id] =
         json_checks::added_token(added[i], path, i, {"lstrip", "rstrip", "single_word"});
+    // Hugging Face finds a "normalized" added token in the normalized text, loom in the text.
+    LOOM_CHECK(!sentencepiece || part(root, "normalizer").is_null() ||
+                   !added[i].value("normalized", false),
+               "tokenizer.json ", path, ": added_tokens[", i, "] (", content,
+               "): normalized true beside a normalizer is not supported");
     m.specials.emplace_back(content, id);
     if (not_bytes.erase(id)) m.tokens[size_t(id)].clear();  // the special's text stands
   }
+}
+
+// Note [SentencePiece BPE]: where the "▁" comes from (the normalizer, or the Metaspace
+// pre-tokenizer), the unknown token, and the decoder.
+Metaspace Reader::read_metaspace() const {
+  Metaspace ms;
+  const json& pre = part(root, "pre_tokenizer");
+  if (pre.is_null()) {
+    read_normalizer(ms);
+  } else {
+    LOOM_CHECK(part(root, "normalizer").is_null(), "tokenizer.json ", path, ": normalizer ",
+               shown(part(root, "normalizer")),
+               " beside a Metaspace pre-tokenizer is not supported (only null)");
+    read_metaspace_pre_tokenizer(ms);
+  }
+  read_unknown(root["model"], ms);
+  read_decoder(ms);
+  return ms;
+}
+
+// Llama 2's legacy layout: Replace(" " -> "▁") with or without Prepend("▁") before it, alone or
+// in a Sequence.
+void Reader::read_normalizer(Metaspace& ms) const {
+  const json& n = part(root, "normalizer");
+  const json list =
+      n.value("type", "") == "Sequence" ? n.value("normalizers", json::array()) : json::array({n});
+  ms.prepend = Metaspace::Prepend::kNever;
+  bool replaces = false;
+  for (const json& step : list) {
+    const std::string type = step.value("type", "");
+    if (type == "Prepend" && step.value("prepend", "") == ms.replacement) {
+      ms.prepend = Metaspace::Prepend::kEvery;
+    } else if (type == "Replace" &&
+               step.value("pattern", json::object()).value("String", "") == " " &&
+               step.value("content", "") == ms.replacement) {
+      replaces = true;
+    } else {
+      LOOM_FAIL("tokenizer.json ", path, ": normalizer step ", shown(step),
+                " is not supported (Prepend \"\u2581\" and Replace \" \" -> \"\u2581\": a "
+                "SentencePiece BPE)");
+    }
+  }
+  LOOM_CHECK(replaces, "tokenizer.json ", path, ": normalizer ", shown(n),
+             " does not replace spaces with \"\u2581\" and there is no pre-tokenizer");
+}
+
+// Metaspace: replacement, prepend_scheme (or the older add_prefix_space), split.
+void Reader::read_metaspace_pre_tokenizer(Metaspace& ms) const {
+  const json& pre = part(root, "pre_tokenizer");
+  ms.replacement = pre.value("replacement", ms.replacement);
+  LOOM_CHECK(!ms.replacement.empty() && ms.replacement.find(' ') == std::string::npos,
+             "tokenizer.json ", path, ": pre_tokenizer.replacement ", shown(pre["replacement"]),
+             " must be one character other than a space");
+  const std::string scheme = pre.contains("prepend_scheme")
+                                 ? pre["prepend_scheme"].get<std::string>()
+                             : pre.value("add_prefix_space", true) ? "always"
+                                                                   : "never";
+  LOOM_CHECK(scheme == "always" || scheme == "first" || scheme == "never", "tokenizer.json ", path,
+             ": pre_tokenizer.prepend_scheme \"", scheme, "\" is not always, first or never");
+  ms.prepend = scheme == "always"  ? Metaspace::Prepend::kAlways
+               : scheme == "first" ? Metaspace::Prepend::kFirst
+                                   : Metaspace::Prepend::kNever;
+  ms.split = pre.value("split", true);
+}
+
+void Reader::read_unknown(const json& model, Metaspace& ms) const {
+  ms.byte_fallback = get_or<bool>(model, "byte_fallback", false);
+  ms.fuse_unk = get_or<bool>(model, "fuse_unk", false);
+  const std::string unk = get_or<std::string>(model, "unk_token", "");
+  if (unk.empty()) return;
+  LOOM_CHECK(id_of.count(unk), "tokenizer.json ", path, ": model.unk_token \"", unk,
+             "\" is not in model.vocab");
+  ms.unk = id_of.at(unk);
+}
+
+// A Sequence of Replace("▁" -> " "), ByteFallback, Fuse and Strip(" ", n, 0); or Metaspace's own;
+// or none (the tokens' text as it is).
+void Reader::read_decoder(Metaspace& ms) const {
+  const json& d = part(root, "decoder");
+  ms.decode_replacement = ms.decode_byte_fallback = false;
+  ms.strip_leading = 0;
+  if (d.is_null()) return;
+  if (d.value("type", "") == "Metaspace") {
+    ms.decode_replacement = true;
+    ms.first_token_unmarked =
+        d.value("prepend_scheme", d.value("add_prefix_space", true) ? "always" : "never") !=
+        "never";
+    return;
+  }
+  const json list =
+      d.value("type", "") == "Sequence" ? d.value("decoders", json::array()) : json::array({d});
+  for (const json& step : list) {
+    const std::string type = step.value("type", "");
+    if (type == "Replace" &&
+        step.value("pattern", json::object()).value("String", "") == ms.replacement &&
+        step.value("content", "") == " ") {
+      ms.decode_replacement = true;
+    } else if (type == "ByteFallback") {
+      ms.decode_byte_fallback = true;
+    } else if (type == "Strip" && step.value("content", "") == " " && step.value("stop", 0) == 0) {
+      ms.strip_leading = step.value("start", 0);
+    } else {
+      LOOM_CHECK(type == "Fuse", "tokenizer.json ", path, ": decoder step ", shown(step),
+                 " is not supported (Replace \"\u2581\" -> \" \", ByteFallback, Fuse, Strip "
+                 "leading spaces, or Metaspace)");
+    }
+  }
+}
+
+// The single-text template of the post-processor; a kind loom cannot run is named, for
+// post_process to refuse (encoding itself does not need it).
+BpeModel::Template Reader::read_post_processor() const {
+  BpeModel::Template t;
+  const json& p = part(root, "post_processor");
+  if (p.is_null()) return t;
+  if (p.value("type", "") != "Sequence") {
+    add_template(p, t);
+    return t;
+  }
+  for (const json& step : p.value("processors", json::array())) add_template(step, t);
+  return t;
+}
+
+void Reader::add_template(const json& p, BpeModel::Template& t) const {
+  const std::string type = p.value("type", "");
+  if (type == "ByteLevel") return;  // offsets only
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    t.before.push_back(p.at("cls").at(1).get<int32_t>());
+    t.after.push_back(p.at("sep").at(1).get<int32_t>());
+    return;
+  }
+  if (type != "TemplateProcessing") return void(t.unsupported = shown(p));
+  bool text_seen = false;
+  for (const json& item : p.value("single", json::array())) {
+    if (item.contains("Sequence")) {
+      LOOM_CHECK(item["Sequence"].value("id", "") == "A", "tokenizer.json ", path,
+                 ": post_processor.single item ", shown(item), " is not the text A");
+      text_seen = true;
+      continue;
+    }
+    std::vector<int32_t>& side = text_seen ? t.after : t.before;
+    for (int32_t id : template_ids(p, item)) side.push_back(id);
+  }
+}
+
+// The ids of a SpecialToken item of a TemplateProcessing, from its special_tokens table.
+std::vector<int32_t> Reader::template_ids(const json& p, const json& item) const {
+  LOOM_CHECK(item.contains("SpecialToken"), "tokenizer.json ", path,
+             ": post_processor.single item ", shown(item), " is neither Sequence nor SpecialToken");
+  const std::string name = item["SpecialToken"].value("id", "");
+  const json& table = p.value("special_tokens", json::object());
+  LOOM_CHECK(table.contains(name), "tokenizer.json ", path,
+             ": post_processor.special_tokens has no \"", name, "\"");
+  return table[name].value("ids", std::vector<int32_t>{});
 }
 
 // Finds root.model.type and stops the parse there (read_hf_model_type).
@@ -271,12 +460,17 @@ BpeModel read_hf_tokenizer_json(const std::string& path) {
   LOOM_CHECK(root.is_object(), "tokenizer.json ", path, ": not a JSON object");
   BpeModel m;
   m.name = "tokenizer.json", m.source = path;
-  Reader r{path, root, {}, {}};
+  Reader r{path, root, is_sentencepiece(root), {}, {}};
   try {
     r.check_unsupported();
     r.read_model(m);
-    m.pattern = r.read_pattern();
+    if (r.sentencepiece) {
+      m.metaspace = r.read_metaspace();
+    } else {
+      m.pattern = r.read_pattern();
+    }
     r.read_added_tokens(m);
+    m.single = r.read_post_processor();
   } catch (const json::exception& e) {  // a field of the wrong JSON type
     LOOM_FAIL("tokenizer.json ", path, ": ", e.what());
   }

@@ -1,7 +1,8 @@
-// Hugging Face's tokenizer.json, the byte-level BPE kind (GPT-2's, Llama 3's, any trained with
-// `tokenizers`' ByteLevel): read into a BpeModel; and which model a tokenizer.json holds. Leaves
-// out: other models (WordPiece: data/wordpiece_files.h; Unigram), normalizers, the post-processor
-// (BOS/EOS templates: the caller adds those ids) and BPE dropout.
+// Hugging Face's tokenizer.json, the BPE kinds: byte-level (GPT-2's, Llama 3's, any trained with
+// `tokenizers`' ByteLevel) and SentencePiece's (Llama 2's, Mistral's, TinyLlama's), read into a
+// BpeModel with its post-processor's template; and which model a tokenizer.json holds. Leaves out:
+// other models (WordPiece: data/wordpiece_files.h; Unigram), normalizers other than
+// SentencePiece's, the pair template and BPE dropout.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +14,24 @@ namespace loom::data {
 
 // Note [tokenizer.json support]
 // Read: model.type "BPE" with vocab and merges ("a b" strings or [a, b] pairs), ignore_merges;
-// pre_tokenizer ByteLevel (use_regex: GPT-2's regex, kGpt2Pattern in data/bpe_presets.h) or a
-// Sequence of Split (a Regex or a String pattern, behavior "Isolated", not inverted) and ByteLevel
-// without its regex (Llama 3's); decoder ByteLevel or none; added_tokens, which become the special
-// tokens (Hugging Face splits every added token out of the text, special or not; encode with
-// SpecialTokens::allow() does the same). Refused with an error naming the field and its value:
-// anything else that would change the ids (a normalizer, add_prefix_space, dropout, byte_fallback,
-// a word prefix or suffix, an added token with lstrip, rstrip or single_word).
+// added_tokens, which become the special tokens (Hugging Face splits every added token out of the
+// text, special or not; encode with SpecialTokens::allow() does the same). Then one of two kinds:
+//  - byte-level: pre_tokenizer ByteLevel (use_regex: GPT-2's regex, kGpt2Pattern in
+//    data/bpe_presets.h) or a Sequence of Split (a Regex or a String pattern, behavior
+//    "Isolated", not inverted) and ByteLevel without its regex (Llama 3's); decoder ByteLevel or
+//    none; no normalizer;
+//  - SentencePiece (Note [SentencePiece BPE] in data/metaspace.h), when the pre_tokenizer is
+//    Metaspace (replacement, prepend_scheme or add_prefix_space, split) or there is none and a
+//    normalizer: Prepend("▁") and Replace(" " -> "▁"); model.byte_fallback, unk_token, fuse_unk;
+//    decoder Metaspace, or a Sequence of Replace("▁" -> " "), ByteFallback, Fuse and Strip of
+//    leading spaces, or none.
+// post_processor: TemplateProcessing's single template, RobertaProcessing, BertProcessing,
+// ByteLevel (changes no id) or a Sequence of them become BpeModel::single; another kind is named
+// there, and post_process refuses it (encode does not need it).
+// Refused with an error naming the field and its value: anything else that would change the ids
+// (another normalizer, add_prefix_space, dropout, byte_fallback in a byte-level file, a word
+// prefix or suffix, an added token with lstrip, rstrip or single_word, or "normalized" beside a
+// normalizer).
 BpeModel read_hf_tokenizer_json(const std::string& path);
 
 // The model.type of a tokenizer.json ("BPE", "WordPiece", "Unigram"; "" when the field is absent,

@@ -84,9 +84,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const std::st
                "\")");
     return std::make_unique<ByteTokenizer>();
   }
+  if (std::filesystem::is_directory(spec)) {  // a Hugging Face model folder
+    const std::string json = (std::filesystem::path(spec) / "tokenizer.json").string();
+    LOOM_CHECK(std::filesystem::is_regular_file(json), "load_tokenizer: the folder ", spec,
+               " has no tokenizer.json (loom reads a model folder's tokenizer from it; "
+               "SentencePiece's tokenizer.model is not read)");
+    return load_tokenizer(json, preset);
+  }
   LOOM_CHECK(std::filesystem::is_regular_file(spec), "load_tokenizer: ", spec,
-             " is not a file (give a tokenizer.json, a tiktoken rank file, a vocab.txt, or "
-             "\"bytes\")");
+             " is not a file (give a tokenizer.json, a tiktoken rank file, a vocab.txt, a "
+             "Hugging Face model folder, or \"bytes\")");
   if (starts_like_json(spec)) {
     LOOM_CHECK(preset.empty(), "load_tokenizer: ", spec,
                " is a tokenizer.json, which names its own normalizer, regex and special tokens; a "

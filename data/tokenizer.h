@@ -59,6 +59,12 @@ class Tokenizer {
   // data/wordpiece.h).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
 
+  // The ids as the tokenizer's post-processor wraps one encoded text: what Hugging Face's
+  // encode(text) gives where encode here gives encode(text, add_special_tokens=False). Llama 2's
+  // tokenizer.json puts <s> in front, BERT's [CLS] and [SEP] around; the byte tokenizer and
+  // tiktoken files add nothing.
+  virtual std::vector<int32_t> post_process(std::vector<int32_t> ids) const { return ids; }
+
   // The id of a special token, or of the token whose bytes are `token`; nullopt if none.
   virtual std::optional<int32_t> find_token(std::string_view token) const = 0;
   // The same, an error naming the token and the tokenizer when there is none.
@@ -68,9 +74,11 @@ class Tokenizer {
 // Note [Choosing a tokenizer]
 // load_tokenizer(spec) reads:
 //   "bytes"                        ByteTokenizer (vocabulary 256; no file)
+//   a folder                       its tokenizer.json (a Hugging Face model folder)
 //   a file starting with '{'       a Hugging Face tokenizer.json: model.type "WordPiece" is
 //                                  WordPieceTokenizer::from_hf_json (BERT's), any other
-//                                  BpeTokenizer::from_hf_json (which refuses what it cannot read)
+//                                  BpeTokenizer::from_hf_json (byte-level or SentencePiece BPE;
+//                                  it refuses what it cannot read)
 //   a file named *vocab.txt        a WordPiece vocab.txt (WordPieceTokenizer::from_vocab_txt),
 //                                  normalized as `preset` says ("uncased": lower-cased, accents
 //                                  stripped; "cased": neither), else as the tokenizer_config.json

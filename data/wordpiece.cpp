@@ -180,6 +180,12 @@ std::vector<int32_t> WordPieceTokenizer::special_ids() const {
   return ids;
 }
 
+std::vector<int32_t> WordPieceTokenizer::post_process(std::vector<int32_t> ids) const {
+  ids.insert(ids.begin(), cls_id());
+  ids.push_back(sep_id());
+  return ids;
+}
+
 BertInput WordPieceTokenizer::encode_single(std::string_view a, int64_t max_length,
                                             const SpecialTokens& special) const {
   return bert_input(encode(a, special), cls_id(), sep_id(), max_length);

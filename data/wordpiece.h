@@ -65,6 +65,8 @@ class WordPieceTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids) const override { return decode(ids, false); }
   std::string decode(std::span<const int32_t> ids, bool skip_special) const;
   std::optional<int32_t> find_token(std::string_view token) const override;
+  // [CLS] ids [SEP]: encode_single's ids without truncation.
+  std::vector<int32_t> post_process(std::vector<int32_t> ids) const override;
 
   // [CLS] a [SEP] and [CLS] a [SEP] b [SEP] with their token types (data/bert_inputs.h), each text
   // encoded with `special`; max_length (0: none) cuts as Note [Longest-first truncation] in

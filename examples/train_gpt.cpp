@@ -155,17 +155,23 @@ train::RunPlan run_plan(const train::LanguageModel& lm, const GptFlags& g,
           .peak_tflops = g.peak_tflops};
 }
 
-// --sample: N tokens after --prompt, decoded by the run's tokenizer (as ids with shards).
+// --sample: N tokens after --prompt, the prompt and the sample decoded together by the run's
+// tokenizer (ids with shards). A model from a Hugging Face folder (--init-from) was trained with
+// its tokenizer's post-processor, so the prompt gets it too (Llama 2's <s> in front); text
+// encoded for training here does not.
 void print_sample(nn::CausalLM& model, const GptFlags& g, const data::Tokenizer& tok) {
   nn::SampleOptions o = g.sampling;
-  const std::vector<int32_t> prompt = tok.encode_ordinary(g.prompt);
+  const std::vector<int32_t> text_ids = tok.encode_ordinary(g.prompt);
+  const std::vector<int32_t> prompt =
+      g.lm.init_from.empty() ? text_ids : tok.post_process(text_ids);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
   o.max_new_tokens = std::min<int64_t>(g.sample, model.max_context() - int64_t(ids.size()));
   std::vector<int64_t> out = nn::generate(model, ids, o);
-  std::vector<int32_t> tokens(out.begin(), out.end());
-  std::string text = g.decode_sample ? tok.decode(tokens) : "(token ids)";
-  std::printf("--- sample (%zu tokens, temperature %g, top-k %ld) ---\n%s%s\n---\n", out.size(),
-              o.temperature, long(o.top_k), g.prompt.c_str(), text.c_str());
+  std::vector<int32_t> tokens = text_ids;
+  tokens.insert(tokens.end(), out.begin(), out.end());
+  std::string text = g.decode_sample ? tok.decode(tokens) : g.prompt + "(token ids)";
+  std::printf("--- sample (%zu tokens, temperature %g, top-k %ld) ---\n%s\n---\n", out.size(),
+              o.temperature, long(o.top_k), text.c_str());
 }
 
 // --tokenizer: loads it; --vocab-size follows it unless given on the command line.

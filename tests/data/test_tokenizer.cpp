@@ -1,7 +1,7 @@
 // data/tokenizer: load_tokenizer's choice (Note [Choosing a tokenizer]): "bytes", a
-// tokenizer.json by its content (BPE or WordPiece), a vocab.txt by its name (cased as told), a
-// rank file's preset by its name, by its size, or as named; its refusals; ByteTokenizer through
-// the interface.
+// tokenizer.json by its content (BPE or WordPiece), a model folder by its tokenizer.json, a
+// vocab.txt by its name (cased as told), a rank file's preset by its name, by its size, or as
+// named; its refusals; ByteTokenizer through the interface.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -65,6 +65,20 @@ TEST(LoadTokenizer, ATokenizerJsonByItsContent) {
   EXPECT_NE(e.find("is a tokenizer.json, which names its own normalizer, regex and special tokens"),
             std::string::npos)
       << e;
+}
+
+// A Hugging Face model folder is read through its tokenizer.json (Llama 2's layout here); the
+// post-processor puts <s> in front.
+TEST(LoadTokenizer, AModelFolderByItsTokenizerJson) {
+  TempDir dir;
+  std::filesystem::copy_file(fixture("llama2_style.json"), dir.file("tokenizer.json"));
+  auto tok = load_tokenizer(dir.path);
+  EXPECT_EQ(tok->name(), "tokenizer.json (" + dir.file("tokenizer.json") + ")");
+  EXPECT_EQ(tok->token_id("<s>"), 1);
+  const std::vector<int32_t> ids = tok->encode("In the beginning");
+  EXPECT_EQ(tok->decode(ids), "In the beginning");
+  EXPECT_EQ(tok->post_process(ids).front(), 1);
+  EXPECT_EQ(tok->post_process(ids).size(), ids.size() + 1);
 }
 
 // model.type WordPiece is BERT's tokenizer, whatever the file is called.
@@ -137,7 +151,7 @@ TEST(LoadTokenizer, RefusalsNameTheFile) {
   e = error_of([&] { load_tokenizer(dir.file("missing.json")); });
   EXPECT_NE(e.find(dir.file("missing.json") + " is not a file"), std::string::npos) << e;
   e = error_of([&] { load_tokenizer(dir.path); });
-  EXPECT_NE(e.find(" is not a file"), std::string::npos) << e;
+  EXPECT_NE(e.find("the folder " + dir.path + " has no tokenizer.json"), std::string::npos) << e;
   e = error_of([&] { load_tokenizer("bytes", "cl100k_base"); });
   EXPECT_NE(e.find("the byte tokenizer has no preset"), std::string::npos) << e;
 }

@@ -141,6 +141,8 @@ TEST(WordPiece, PairLayoutAndBertIds) {
   const BertInput single = tok.encode_single("a b");
   EXPECT_EQ(single.ids, (std::vector<int32_t>{2, 11, 12, 3}));
   EXPECT_EQ(single.token_types, (std::vector<int32_t>{0, 0, 0, 0}));
+  const Tokenizer& any = tok;  // the interface's post-process: the same ids
+  EXPECT_EQ(any.post_process(tok.encode("a b")), single.ids);
   const BertInput pair = tok.encode_pair("a b", "affable!");
   EXPECT_EQ(pair.ids, (std::vector<int32_t>{2, 11, 12, 3, 17, 16, 3}));
   EXPECT_EQ(pair.token_types, (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1}));
