@@ -73,7 +73,8 @@ void make_folder(const std::string& arch, const std::string& model, const std::s
 int64_t load_timed(const std::string& dir, Device dev, DType dt, double& build_s, double& copy_s) {
   auto t0 = Clock::now();
   nn::HfCheckpoint ckpt(dir);
-  const bool llama = ckpt.config().string("model_type", "") == "llama";
+  const std::string type = ckpt.config().string("model_type", "");
+  const bool llama = type == "llama" || type == "mistral";  // Note [Mistral as Llama]
   std::shared_ptr<nn::Module> model;
   {
     nn::init::ParameterScope where(dev, dt, /*skip_init=*/true);

@@ -4,6 +4,7 @@
 // ids: generation_config.json's business).
 #include "nn/hf_llama.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "nn/init.h"
@@ -14,7 +15,9 @@ namespace {
 
 // The fields whose values loom's Llama has no switch for: each must hold Llama's value.
 void refuse_unsupported(const HfConfig& c, const LlamaConfig& l) {
-  c.check_model_type("llama", "load_hf_llama reads Llama folders");
+  const std::string type = c.string("model_type", "llama");
+  LOOM_CHECK(type == "llama" || type == "mistral", c.where("model_type"),
+             "; load_hf_llama reads Llama and Mistral folders (\"llama\", \"mistral\")");
   LOOM_CHECK(c.string("hidden_act", "silu") == "silu", c.where("hidden_act"),
              "; loom's Llama uses SwiGLU with silu");
   for (const char* key : {"attention_bias", "mlp_bias"})
@@ -61,6 +64,9 @@ LlamaConfig llama_config_from_hf(const HfConfig& c) {
   l.norm_eps = c.number("rms_norm_eps", 1e-6);  // LlamaConfig's default
   l.tie_embeddings = c.boolean("tie_word_embeddings", false);
   l.max_seq_len = c.integer("max_position_embeddings", 2048);
+  // Mistral's sliding window: attention within it is the whole causal attention, so the model
+  // takes sequences up to the window (Note [Mistral as Llama] in nn/hf_llama.h).
+  if (c.has("sliding_window")) l.max_seq_len = std::min(l.max_seq_len, c.integer("sliding_window"));
   LOOM_CHECK(l.n_heads > 0, c.where("num_attention_heads"), "; it must be positive");
   refuse_unsupported(c, l);
   read_rope(c, l);

@@ -3,8 +3,9 @@
 // save_hf_llama writes one that transformers reads back. The config fields map to LlamaConfig and
 // what loom's Llama cannot do is refused naming the field; the tensor names are transformers',
 // q/k/v_proj packed into c_attn's rows and gate/up_proj into c_fc's (docs/llama.md has the table).
-// Leaves out: tokenizers, rope scalings other than Llama 3's, and the generic parts
-// (nn/hf_checkpoint.h).
+// Mistral folders (MistralForCausalLM) read as Llamas too: Note [Mistral as Llama]. Leaves out:
+// tokenizers, rope scalings other than Llama 3's, attention over a sliding window, and the generic
+// parts (nn/hf_checkpoint.h).
 #pragma once
 
 #include <string>
@@ -18,10 +19,20 @@ namespace loom::nn {
 // num_key_value_heads (num_attention_heads when absent), intermediate_size, vocab_size,
 // rms_norm_eps, rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5),
 // tie_word_embeddings (false when absent, as LlamaConfig's default), max_position_embeddings.
-// Refused with an error naming the file, the field and its value: model_type other than "llama",
+// Refused with an error naming the file, the field and its value: model_type other than "llama"
+// or "mistral",
 // hidden_act other than "silu", attention_bias or mlp_bias true, head_dim other than
 // hidden_size / num_attention_heads, a rope_type other than "default" or "llama3", dropout
 // (attention_dropout other than 0).
+//
+// Note [Mistral as Llama]
+// transformers' MistralForCausalLM is LlamaForCausalLM (the same tensors, names, norms, rotary
+// positions and grouped-query attention) with attention limited to the last sliding_window
+// positions. Mistral 7B v0.2 and v0.3 have no window (sliding_window null): their folders are
+// Llama folders. With a window (v0.1's 4096), attention over a sequence no longer than it sees
+// every earlier position, as a Llama's does; so loom reads the folder with max_seq_len =
+// min(max_position_embeddings, sliding_window) and refuses longer sequences instead of computing
+// something else. save_hf_llama writes such a model as a Llama folder.
 LlamaConfig llama_config_from_hf(const HfConfig& c);
 
 // The config.json transformers writes for LlamaForCausalLM with these sizes, its dtype `dtype`:

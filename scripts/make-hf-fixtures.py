@@ -14,6 +14,9 @@ which need neither Python nor network):
                  128, vocab 96, rope_theta 500000 with llama3 rope scaling, untied head) in BF16
                  (the weights are rounded to bfloat16 first, then everything is computed in float32)
   llama.txt      the same values for the Llama
+  mistral/       a random Mistral (MistralForCausalLM: 2 layers, hidden 64, 4 heads, 2 key/value
+                 heads, head_dim 16, intermediate 128, vocab 96, rope_theta 1e6, no sliding window
+                 as Mistral 7B v0.2 and v0.3 have none) in BF16; mistral.txt its values
   bert-mlm/      a random BertForMaskedLM (2 layers, hidden 32, 4 heads, intermediate 64, vocab 100,
                  64 positions, 2 token types; dropout 0.1 in its config, evaluated without)
   bert-cls/      a BertForSequenceClassification with 3 labels sharing bert-mlm's encoder, its
@@ -28,8 +31,10 @@ a tensor changes the logits. The .txt files use the format of tests/nn/golden/ma
 
 Run from anywhere, on the CPU, with the packages from PyPI (no network is needed after that):
   python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors
-  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py
+  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|mistral|bert]
+(--only remakes one model's files; the others stay as committed.)
 """
+import argparse
 import copy
 import json
 import os
@@ -38,7 +43,8 @@ import shutil
 import torch
 import transformers
 from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config,
-                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM)
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "nn", "golden", "hf")
@@ -155,6 +161,30 @@ def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
                  f"bfloat16 weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
 
 
+def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        max_position_embeddings=128, sliding_window=None, rope_theta=1e6,
+                        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None,
+                        eos_token_id=None, pad_token_id=None)
+    model = MistralForCausalLM(cfg)
+    randomize(model, gen)
+    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
+    grads = ["model.layers.0.self_attn.v_proj.weight",
+             "model.layers.1.post_attention_layernorm.weight", "lm_head.weight"]
+    entries, margin = values(model, ids, grads)
+    save(copy.deepcopy(model).to(torch.bfloat16), "mistral")
+    write_values(os.path.join(OUT, "mistral.txt"), entries,
+                 "Mistral 2 layers, hidden 64, 4 heads, 2 kv heads, head_dim 16, intermediate 128, "
+                 "vocab 96, rope_theta 1e6, no sliding window, untied head, bfloat16 weights "
+                 f"computed in float32 (seed {seed}); greedy margin {margin:.3g}")
+
+
 def bert(seed=2468):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -204,11 +234,15 @@ def bert(seed=2468):
 
 
 def main():
+    makers = {"gpt2": gpt2, "llama": llama, "mistral": mistral, "bert": bert}
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", choices=sorted(makers), help="remake one model's fixtures")
+    args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)  # the same sums in the same order on every run
-    gpt2()
-    llama()
-    bert()
+    for name, make in makers.items():
+        if args.only in (None, name):
+            make()
     for d in sorted(os.listdir(OUT)):
         p = os.path.join(OUT, d)
         files = sorted(os.listdir(p)) if os.path.isdir(p) else [d]
