@@ -31,6 +31,7 @@ struct BpeModel {
   bool whole_piece_first = true;
   std::vector<std::pair<std::string, int32_t>> specials;  // text -> id, split out first
   std::string pattern;  // the pre-tokenizer regex; empty: a text is one piece
+  bool nfc = false;     // the normalizer NFC (Qwen2's): each stretch composed before the regex
   // A SentencePiece BPE (Note [SentencePiece BPE] in data/metaspace.h): `tokens` are text, the
   // pattern is empty. Absent: byte-level.
   std::optional<Metaspace> metaspace;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/hf_tokenizer_json.h"
 #include "data/tiktoken_file.h"
+#include "data/unicode_text.h"
 
 namespace loom::data {
 
@@ -36,6 +37,7 @@ BpeTokenizer::BpeTokenizer(BpeModel model)
       source_(model.source),
       pattern_(model.pattern),
       whole_piece_first_(model.whole_piece_first),
+      nfc_(model.nfc),
       metaspace_(model.metaspace),
       single_(model.single) {
   bytes_ = model.tokens;
@@ -140,6 +142,8 @@ void BpeTokenizer::encode_stretch(std::string_view text, bool at_start, Scratch&
     if (cut_runs_) return metaspace_->for_each_run(normalized, piece);
     return metaspace_->for_each_word(normalized, piece);
   }
+  const std::string composed = nfc_ ? nfc(text) : std::string();
+  if (nfc_) text = composed;
   if (!regex_) return encode_piece(text, scratch, out);
   regex_->for_each_piece(text, piece);
 }

@@ -33,13 +33,13 @@ namespace loom::data {
 // leftmost first and the longest of those starting there (Hugging Face's rule; tiktoken's
 // vocabularies have no special token that is a prefix of another), each one id. (2) Each stretch
 // between them is cut into pieces by the regex (Note [Pre-tokenizer regexes] in
-// data/bpe_regex.h). (3) A piece that is a token is that token (when whole_piece_first); else it
-// starts as its bytes' tokens and merges (Note [BPE merge order] in data/bpe_merges.h); the
-// tokens of merged pieces are kept for the rest of the call (up to 64K pieces of up to 64 bytes),
-// since text repeats its words: 1.3 times as fast on KJV with cl100k, more with a small
-// vocabulary. A byte without a token (only in a tokenizer.json trained without the whole byte
-// alphabet) is an error naming it; Hugging Face would drop it silently.
-// A SentencePiece BPE replaces steps (2) and (3) by Note [SentencePiece BPE] in data/metaspace.h.
+// data/bpe_regex.h), after NFC when the file's normalizer asks for it. (3) A piece that is a token
+// is that token (when whole_piece_first); else it starts as its bytes' tokens and merges (Note [BPE
+// merge order] in data/bpe_merges.h); the tokens of merged pieces are kept for the rest of the call
+// (up to 64K pieces of up to 64 bytes), since text repeats its words: 1.3 times as fast on KJV with
+// cl100k, more with a small vocabulary. A byte without a token (only in a tokenizer.json trained
+// without the whole byte alphabet) is an error naming it; Hugging Face would drop it silently. A
+// SentencePiece BPE replaces steps (2) and (3) by Note [SentencePiece BPE] in data/metaspace.h.
 // encode and decode are const and keep their state on the stack: one tokenizer serves many threads.
 class BpeTokenizer final : public Tokenizer {
  public:
@@ -86,6 +86,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unique_ptr<BpeRegex> regex_;  // null: no pre-tokenizer regex
   BpeMerges merges_;
   bool whole_piece_first_ = true;
+  bool nfc_ = false;                     // BpeModel::nfc
   BpeTokenMap ids_;                      // ordinary tokens: bytes -> id
   std::array<int32_t, 256> byte_ids_{};  // -1: no token for that byte
   std::vector<std::string> bytes_;       // id -> bytes, special tokens included

@@ -72,6 +72,7 @@ struct Reader {
   std::unordered_map<std::string, int32_t> id_of;      // vocab text -> id
 
   void check_unsupported() const;
+  bool byte_level_nfc() const;
   void read_model(BpeModel& m);
   void read_vocab(const json& vocab, BpeModel& m);
   void read_merges(const json& merges, BpeModel& m) const;
@@ -96,12 +97,21 @@ bool is_sentencepiece(const json& root) {
   return !part(root, "normalizer").is_null();
 }
 
+// A byte-level file's normalizer: none, or NFC (Qwen2's), alone or in a Sequence.
+bool Reader::byte_level_nfc() const {
+  const json& n = part(root, "normalizer");
+  if (n.is_null()) return false;
+  const json list =
+      n.value("type", "") == "Sequence" ? n.value("normalizers", json::array()) : json::array({n});
+  LOOM_CHECK(list.size() <= 1 && (list.empty() || list[0].value("type", "") == "NFC"),
+             "tokenizer.json ", path, ": normalizer ", shown(n),
+             " is not supported (null or NFC in a byte-level BPE)");
+  return !list.empty();
+}
+
 void Reader::check_unsupported() const {
   if (sentencepiece) return;  // read_metaspace checks those parts
-  const json& n = part(root, "normalizer");
-  LOOM_CHECK(n.is_null() || (n.value("type", "") == "Sequence" &&
-                             n.value("normalizers", json::array()).empty()),
-             "tokenizer.json ", path, ": normalizer ", shown(n), " is not supported (only null)");
+  (void)byte_level_nfc();     // refuses another normalizer
   const json& d = part(root, "decoder");
   LOOM_CHECK(d.is_null() || d.value("type", "") == "ByteLevel", "tokenizer.json ", path,
              ": decoder ", shown(d), " is not supported (only ByteLevel)");
@@ -468,6 +478,7 @@ BpeModel read_hf_tokenizer_json(const std::string& path) {
       m.metaspace = r.read_metaspace();
     } else {
       m.pattern = r.read_pattern();
+      m.nfc = r.byte_level_nfc();
     }
     r.read_added_tokens(m);
     m.single = r.read_post_processor();

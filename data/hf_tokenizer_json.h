@@ -1,7 +1,7 @@
 // Hugging Face's tokenizer.json, the BPE kinds: byte-level (GPT-2's, Llama 3's, any trained with
 // `tokenizers`' ByteLevel) and SentencePiece's (Llama 2's, Mistral's, TinyLlama's), read into a
 // BpeModel with its post-processor's template; and which model a tokenizer.json holds. Leaves out:
-// other models (WordPiece: data/wordpiece_files.h; Unigram), normalizers other than
+// other models (WordPiece: data/wordpiece_files.h; Unigram), normalizers other than NFC and
 // SentencePiece's, the pair template and BPE dropout.
 #pragma once
 
@@ -18,8 +18,8 @@ namespace loom::data {
 // text, special or not; encode with SpecialTokens::allow() does the same). Then one of two kinds:
 //  - byte-level: pre_tokenizer ByteLevel (use_regex: GPT-2's regex, kGpt2Pattern in
 //    data/bpe_presets.h) or a Sequence of Split (a Regex or a String pattern, behavior
-//    "Isolated", not inverted) and ByteLevel without its regex (Llama 3's); decoder ByteLevel or
-//    none; no normalizer;
+//    "Isolated", not inverted) and ByteLevel without its regex (Llama 3's, Qwen2's); decoder
+//    ByteLevel or none; normalizer NFC (Qwen2's: each stretch composed before the regex) or none;
 //  - SentencePiece (Note [SentencePiece BPE] in data/metaspace.h), when the pre_tokenizer is
 //    Metaspace (replacement, prepend_scheme or add_prefix_space, split) or there is none and a
 //    normalizer: Prepend("▁") and Replace(" " -> "▁"); model.byte_fallback, unk_token, fuse_unk;

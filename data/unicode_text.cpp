@@ -1,13 +1,14 @@
 // The Unicode helpers of data/unicode_text.h: a UTF-8 decoder written out (it is the format, not a
 // table), and utf8proc for every property, decomposition and case mapping. ASCII takes a fast path
 // in each: it has no decomposition, no marks, and its categories are fixed.
-// Leaves out: utf8proc's whole-string functions (loom works on code points it has decoded itself).
+// nfc is utf8proc's whole-string map; the rest works on code points loom has decoded itself.
 #include "data/unicode_text.h"
 
 #include <utf8proc.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -169,5 +170,18 @@ std::string code_point_name(char32_t c) {
 }
 
 const char* unicode_version() { return utf8proc_unicode_version(); }
+
+std::string nfc(std::string_view text) {
+  const bool ascii = std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; });
+  if (ascii) return std::string(text);  // ASCII is its own NFC
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          utf8proc_ssize_t(text.size()), &out,
+                                          utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return std::string(text);  // not valid UTF-8: unchanged
+  std::string result(reinterpret_cast<const char*>(out), size_t(n));
+  std::free(out);
+  return result;
+}
 
 }  // namespace loom::data

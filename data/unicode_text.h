@@ -1,8 +1,8 @@
-// Unicode for the WordPiece tokenizer: UTF-8 to code points and back (invalid bytes as U+FFFD),
-// the general categories it asks about, canonical decomposition (NFD) and full lower-casing, from
-// utf8proc's tables (Unicode 15 in Debian 12's libutf8proc). Leaves out: composition (NFC, NFKC),
-// case folding, grapheme clusters, and BERT's own rules built on these
-// (data/wordpiece_normalizer.h).
+// Unicode for the tokenizers: UTF-8 to code points and back (invalid bytes as U+FFFD), the general
+// categories WordPiece asks about, canonical decomposition (NFD) and full lower-casing, and NFC
+// for byte-level BPE's normalizer (Qwen2's), from utf8proc's tables (Unicode 15 in Debian 12's
+// libutf8proc). Leaves out: compatibility forms (NFKC, NFKD), case folding, grapheme clusters,
+// and BERT's own rules built on these (data/wordpiece_normalizer.h).
 #pragma once
 
 #include <string>
@@ -32,6 +32,9 @@ bool is_nonspacing_mark(char32_t c);  // general category Mn
 // decomposition (Hangul syllables into jamo), then combining marks reordered by their canonical
 // combining class.
 void append_nfd(std::u32string_view text, std::u32string& out);
+// The canonical composition (NFC) of UTF-8 text: decomposed, reordered, then composed ("e" +
+// U+0301 -> U+00E9). Text that is not valid UTF-8 is returned unchanged.
+std::string nfc(std::string_view text);
 // Appends the full lowercase mapping of `c` (UnicodeData's simple mapping, and SpecialCasing's
 // one unconditional multi-character entry: U+0130 -> U+0069 U+0307); context-free, so a final
 // capital sigma becomes U+03C3, as Rust's char::to_lowercase gives.

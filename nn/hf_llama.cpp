@@ -15,9 +15,6 @@ namespace {
 
 // The fields whose values loom's Llama has no switch for: each must hold Llama's value.
 void refuse_unsupported(const HfConfig& c, const LlamaConfig& l) {
-  const std::string type = c.string("model_type", "llama");
-  LOOM_CHECK(type == "llama" || type == "mistral", c.where("model_type"),
-             "; load_hf_llama reads Llama and Mistral folders (\"llama\", \"mistral\")");
   LOOM_CHECK(c.string("hidden_act", "silu") == "silu", c.where("hidden_act"),
              "; loom's Llama uses SwiGLU with silu");
   for (const char* key : {"attention_bias", "mlp_bias"})
@@ -51,10 +48,24 @@ void read_rope(const HfConfig& c, LlamaConfig& l) {
       .original_max_position_embeddings = r.integer("original_max_position_embeddings")};
 }
 
+// The sliding window (Note [Mistral as Llama]): Mistral's applies whenever it is set, Qwen2's only
+// with use_sliding_window; attention within it is the whole causal attention, so the model takes
+// sequences up to the window.
+void read_window(const HfConfig& c, const std::string& type, LlamaConfig& l) {
+  const bool applies = type != "qwen2" || c.boolean("use_sliding_window", false);
+  if (applies && c.has("sliding_window"))
+    l.max_seq_len = std::min(l.max_seq_len, c.integer("sliding_window"));
+}
+
 }  // namespace
 
 LlamaConfig llama_config_from_hf(const HfConfig& c) {
+  const std::string type = c.string("model_type", "llama");
+  LOOM_CHECK(type == "llama" || type == "mistral" || type == "qwen2", c.where("model_type"),
+             "; load_hf_llama reads Llama, Mistral and Qwen2 folders (\"llama\", \"mistral\", "
+             "\"qwen2\")");
   LlamaConfig l;
+  l.qkv_bias = type == "qwen2";  // Note [Qwen2 as Llama]
   l.dim = c.integer("hidden_size");
   l.n_layers = c.integer("num_hidden_layers");
   l.n_heads = c.integer("num_attention_heads");
@@ -64,15 +75,28 @@ LlamaConfig llama_config_from_hf(const HfConfig& c) {
   l.norm_eps = c.number("rms_norm_eps", 1e-6);  // LlamaConfig's default
   l.tie_embeddings = c.boolean("tie_word_embeddings", false);
   l.max_seq_len = c.integer("max_position_embeddings", 2048);
-  // Mistral's sliding window: attention within it is the whole causal attention, so the model
-  // takes sequences up to the window (Note [Mistral as Llama] in nn/hf_llama.h).
-  if (c.has("sliding_window")) l.max_seq_len = std::min(l.max_seq_len, c.integer("sliding_window"));
+  read_window(c, type, l);
   LOOM_CHECK(l.n_heads > 0, c.where("num_attention_heads"), "; it must be positive");
   refuse_unsupported(c, l);
   read_rope(c, l);
   l.check();
   return l;
 }
+
+namespace {
+
+// A Llama with q, k and v biases is a Qwen2 (Note [Qwen2 as Llama]): its config says so, without
+// the fields Qwen2's config has no use for, and without a sliding window.
+void as_qwen2(nlohmann::ordered_json& j, const LlamaConfig& l) {
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  for (const char* key : {"attention_bias", "mlp_bias", "pretraining_tp", "head_dim"}) j.erase(key);
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["max_window_layers"] = l.n_layers;
+}
+
+}  // namespace
 
 std::string hf_llama_config_json(const LlamaConfig& l, DType dtype) {
   nlohmann::ordered_json rope = {{"rope_theta", l.rope_theta}, {"rope_type", "default"}};
@@ -111,6 +135,7 @@ std::string hf_llama_config_json(const LlamaConfig& l, DType dtype) {
   j["tie_word_embeddings"] = l.tie_embeddings;
   j["use_cache"] = true;
   j["vocab_size"] = l.vocab_size;
+  if (l.qkv_bias) as_qwen2(j, l);
   return j.dump(2) + "\n";
 }
 
@@ -127,6 +152,12 @@ HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg) {
     map.push_back({hf + "self_attn.q_proj.weight", qkv, false, 0, C});
     map.push_back({hf + "self_attn.k_proj.weight", qkv, false, C, kv});
     map.push_back({hf + "self_attn.v_proj.weight", qkv, false, C + kv, kv});
+    if (cfg.qkv_bias) {  // Qwen2's, in c_attn.bias's rows
+      const std::string b = loom + "attn.c_attn.bias";
+      map.push_back({hf + "self_attn.q_proj.bias", b, false, 0, C});
+      map.push_back({hf + "self_attn.k_proj.bias", b, false, C, kv});
+      map.push_back({hf + "self_attn.v_proj.bias", b, false, C + kv, kv});
+    }
     map.push_back({hf + "self_attn.o_proj.weight", loom + "attn.c_proj.weight"});
     map.push_back({hf + "post_attention_layernorm.weight", loom + "ln_2.weight"});
     map.push_back({hf + "mlp.gate_proj.weight", gate_up, false, 0, F});

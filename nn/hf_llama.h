@@ -3,7 +3,8 @@
 // save_hf_llama writes one that transformers reads back. The config fields map to LlamaConfig and
 // what loom's Llama cannot do is refused naming the field; the tensor names are transformers',
 // q/k/v_proj packed into c_attn's rows and gate/up_proj into c_fc's (docs/llama.md has the table).
-// Mistral folders (MistralForCausalLM) read as Llamas too: Note [Mistral as Llama]. Leaves out:
+// Mistral and Qwen2 folders (MistralForCausalLM, Qwen2ForCausalLM) read as Llamas too: Notes
+// [Mistral as Llama] and [Qwen2 as Llama]. Leaves out:
 // tokenizers, rope scalings other than Llama 3's, attention over a sliding window, and the generic
 // parts (nn/hf_checkpoint.h).
 #pragma once
@@ -19,8 +20,8 @@ namespace loom::nn {
 // num_key_value_heads (num_attention_heads when absent), intermediate_size, vocab_size,
 // rms_norm_eps, rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5),
 // tie_word_embeddings (false when absent, as LlamaConfig's default), max_position_embeddings.
-// Refused with an error naming the file, the field and its value: model_type other than "llama"
-// or "mistral",
+// Refused with an error naming the file, the field and its value: model_type other than "llama",
+// "mistral" or "qwen2",
 // hidden_act other than "silu", attention_bias or mlp_bias true, head_dim other than
 // hidden_size / num_attention_heads, a rope_type other than "default" or "llama3", dropout
 // (attention_dropout other than 0).
@@ -33,6 +34,14 @@ namespace loom::nn {
 // every earlier position, as a Llama's does; so loom reads the folder with max_seq_len =
 // min(max_position_embeddings, sliding_window) and refuses longer sequences instead of computing
 // something else. save_hf_llama writes such a model as a Llama folder.
+//
+// Note [Qwen2 as Llama]
+// Qwen2ForCausalLM (Qwen2 and Qwen2.5) is LlamaForCausalLM with biases on the q, k and v
+// projections (not on o_proj or the MLP: a Llama config's attention_bias would put one on o_proj
+// too, which is why that stays refused), and a sliding window only when use_sliding_window is
+// true (then as Mistral's). loom reads it as a Llama with LlamaConfig::qkv_bias, the biases in
+// c_attn.bias's rows as the weights are in c_attn.weight's; save_hf_llama writes a qkv_bias model
+// as a Qwen2 folder.
 LlamaConfig llama_config_from_hf(const HfConfig& c);
 
 // The config.json transformers writes for LlamaForCausalLM with these sizes, its dtype `dtype`:
@@ -43,7 +52,8 @@ std::string hf_llama_config_json(const LlamaConfig& c, DType dtype);
 // One entry per Hugging Face tensor: model.embed_tokens.weight, model.layers.{i}.input_layernorm,
 // self_attn.{q,k,v}_proj (rows of layers.{i}.attn.c_attn), o_proj, post_attention_layernorm,
 // mlp.{gate,up}_proj (rows of layers.{i}.mlp.c_fc), down_proj, model.norm, and lm_head.weight
-// unless tied; none transposed.
+// unless tied; with qkv_bias, self_attn.{q,k,v}_proj.bias (rows of layers.{i}.attn.c_attn.bias);
+// none transposed.
 HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg);
 
 // A new Llama on `device` in `dtype` (whatever the file's dtype) with the folder's weights.

@@ -68,6 +68,7 @@ TransformerConfig LlamaConfig::block_config() const {
                            .n_head = n_heads,
                            .n_kv_head = n_kv_heads,
                            .bias = false,
+                           .qkv_bias = qkv_bias,
                            .norm = NormKind::RMSNorm,
                            .norm_eps = norm_eps,
                            .mlp = MLPKind::SwiGLU,
@@ -85,6 +86,7 @@ std::vector<std::pair<std::string, Shape>> LlamaConfig::parameter_shapes() const
     const std::string l = "layers." + std::to_string(i) + ".";
     out.push_back({l + "ln_1.weight", {C}});
     out.push_back({l + "attn.c_attn.weight", {C + 2 * kv, C}});
+    if (qkv_bias) out.push_back({l + "attn.c_attn.bias", {C + 2 * kv}});
     out.push_back({l + "attn.c_proj.weight", {C, C}});
     out.push_back({l + "ln_2.weight", {C}});
     out.push_back({l + "mlp.c_fc.weight", {2 * F, C}});
@@ -116,7 +118,9 @@ Llama::Llama(LlamaConfig cfg) : DecoderLM("Llama"), config(std::move(cfg)) {
 
 void Llama::init_weights() {
   for (const auto& [name, p] : named_parameters()) {
-    if (p.dim() == 1)
+    if (name.ends_with(".bias"))
+      init::zeros_(p);  // q, k and v's (qkv_bias)
+    else if (p.dim() == 1)
       init::ones_(p);  // the RMSNorms' weights
     else
       init::normal_(p, 0.0, 0.02);

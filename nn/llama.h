@@ -2,7 +2,8 @@
 // LlamaForCausalLM computes it: a token embedding, n_layers pre-norm transformer blocks
 // (nn/transformer.h: RMSNorm, causal self-attention with grouped key/value heads and rotary
 // positions, residual add; RMSNorm, the SwiGLU MLP, residual add), a final RMSNorm and the output
-// head, tied to the embedding or not. No biases, no dropout, no position table. Parameter names:
+// head, tied to the embedding or not. No biases (but q, k and v's with qkv_bias, as Qwen2 has),
+// no dropout, no position table. Parameter names:
 // embed_tokens.weight, layers.0.ln_1.weight, layers.0.attn.c_attn.weight (q, k, v packed),
 // layers.0.attn.c_proj.weight, layers.0.ln_2.weight, layers.0.mlp.c_fc.weight (gate, up packed),
 // layers.0.mlp.c_proj.weight, ..., norm.weight, lm_head.weight (untied); the Hugging Face names
@@ -35,6 +36,7 @@ struct LlamaConfig {
       std::nullopt;              // rope_scaling {"rope_type": "llama3", ...}
   bool tie_embeddings = true;    // lm_head.weight IS embed_tokens.weight (Note [Tied embedding])
   int64_t max_seq_len = 131072;  // max_position_embeddings
+  bool qkv_bias = false;  // biases on q, k and v (Qwen2: Note [Qwen2 as Llama] in nn/hf_llama.h)
 
   // The released sizes: "llama3.2-1b" (1,235,814,400 parameters), "llama3.2-3b" (3,212,749,824),
   // "llama3-8b" (8,030,261,248); and "tiny" (2 layers, dim 64, 4 heads, 2 key/value heads, F 128,
@@ -62,7 +64,8 @@ class Llama : public DecoderLM {
   int64_t max_context() const override { return config.max_seq_len; }
   Device device() const override { return embed_tokens->weight.device(); }
 
-  // Every Linear and the embedding ~ N(0, 0.02) (transformers' initializer_range), norms 1.
+  // Every Linear and the embedding ~ N(0, 0.02) (transformers' initializer_range), norms 1,
+  // biases 0.
   void init_weights();
   int64_t num_parameters() const;  // counted once (a tied matrix once)
   // Training FLOPs per token at context T, as GPT's (PaLM's 6 N + 12 L H D T), N without the

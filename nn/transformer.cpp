@@ -97,7 +97,8 @@ SelfAttention::SelfAttention(const TransformerConfig& cfg)
       rope(cfg.rope) {
   cfg.check();
   const int64_t kv = n_kv_head * cfg.head_dim();
-  c_attn = register_module("c_attn", make<Linear>(n_embd, n_embd + 2 * kv, cfg.bias));
+  c_attn =
+      register_module("c_attn", make<Linear>(n_embd, n_embd + 2 * kv, cfg.bias || cfg.qkv_bias));
   c_proj = register_module("c_proj", make<Linear>(n_embd, n_embd, cfg.bias));
   resid_dropout = register_module("resid_dropout", make<Dropout>(cfg.dropout));
 }

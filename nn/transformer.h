@@ -107,6 +107,7 @@ struct TransformerConfig {
   bool causal = true;      // false: every position attends to every position (ViT)
   bool norm_first = true;  // pre-norm; false: post-norm (BERT, Note [Post-norm])
   bool bias = true;        // in the Linears and the norms
+  bool qkv_bias = false;   // c_attn's bias even without `bias` (Qwen2's q, k and v projections)
   double dropout = 0.0;    // on the attention weights and after each residual branch
   NormKind norm = NormKind::LayerNorm;
   double norm_eps = 1e-5;

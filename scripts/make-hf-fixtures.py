@@ -17,6 +17,8 @@ which need neither Python nor network):
   mistral/       a random Mistral (MistralForCausalLM: 2 layers, hidden 64, 4 heads, 2 key/value
                  heads, head_dim 16, intermediate 128, vocab 96, rope_theta 1e6, no sliding window
                  as Mistral 7B v0.2 and v0.3 have none) in BF16; mistral.txt its values
+  qwen2/         a random Qwen2 (Qwen2ForCausalLM: as the Mistral, with biases on q, k and v, rms
+                 eps 1e-6, the head tied to the embedding as Qwen2.5-0.5B's) in BF16; qwen2.txt
   bert-mlm/      a random BertForMaskedLM (2 layers, hidden 32, 4 heads, intermediate 64, vocab 100,
                  64 positions, 2 token types; dropout 0.1 in its config, evaluated without)
   bert-cls/      a BertForSequenceClassification with 3 labels sharing bert-mlm's encoder, its
@@ -31,7 +33,7 @@ a tensor changes the logits. The .txt files use the format of tests/nn/golden/ma
 
 Run from anywhere, on the CPU, with the packages from PyPI (no network is needed after that):
   python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors
-  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|mistral|bert]
+  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|mistral|qwen2|bert]
 (--only remakes one model's files; the others stay as committed.)
 """
 import argparse
@@ -44,7 +46,7 @@ import torch
 import transformers
 from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM)
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "nn", "golden", "hf")
@@ -185,6 +187,30 @@ def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
                  f"computed in float32 (seed {seed}); greedy margin {margin:.3g}")
 
 
+def qwen2(seed=31):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                      use_sliding_window=False, bos_token_id=None, eos_token_id=None,
+                      pad_token_id=None)
+    model = Qwen2ForCausalLM(cfg)
+    randomize(model, gen)
+    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
+    grads = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias",
+             "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.v_proj.weight"]
+    entries, margin = values(model, ids, grads)
+    save(copy.deepcopy(model).to(torch.bfloat16), "qwen2")
+    write_values(os.path.join(OUT, "qwen2.txt"), entries,
+                 "Qwen2 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                 "rope_theta 1e6, q/k/v biases, tied head, bfloat16 weights computed in float32 "
+                 f"(seed {seed}); greedy margin {margin:.3g}")
+
+
 def bert(seed=2468):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -234,7 +260,7 @@ def bert(seed=2468):
 
 
 def main():
-    makers = {"gpt2": gpt2, "llama": llama, "mistral": mistral, "bert": bert}
+    makers = {"gpt2": gpt2, "llama": llama, "mistral": mistral, "qwen2": qwen2, "bert": bert}
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", choices=sorted(makers), help="remake one model's fixtures")
     args = ap.parse_args()

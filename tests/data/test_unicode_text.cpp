@@ -97,3 +97,13 @@ TEST(UnicodeText, FullLowercase) {
   EXPECT_EQ(lower(0x1C4), U"\u01C6");   // Ǆ
   EXPECT_EQ(lower(0x00DF), U"\u00DF");  // ß stays
 }
+
+TEST(UnicodeText, CanonicalComposition) {
+  EXPECT_EQ(nfc("e\u0301"), "\u00e9");              // e + acute -> é
+  EXPECT_EQ(nfc("a\u0323\u030a"), "\u1ea1\u030a");  // dot below composes first
+  EXPECT_EQ(nfc("\u1100\u1161"), "\uac00");         // Hangul jamo -> syllable
+  EXPECT_EQ(nfc("\u212b"), "\u00c5");               // a singleton: Angstrom sign -> Å
+  EXPECT_EQ(nfc("\ufb01"), "\ufb01");               // a compatibility form stays (NFKC's)
+  EXPECT_EQ(nfc("plain ASCII\n"), "plain ASCII\n");
+  EXPECT_EQ(nfc("bad \xC3 byte e\u0301"), "bad \xC3 byte e\u0301");  // invalid: unchanged
+}

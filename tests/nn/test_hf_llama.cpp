@@ -156,7 +156,7 @@ TEST(HfLlama, RefusesWhatLoomCannotDoNamingTheField) {
       {"\"mlp_bias\": false", "\"mlp_bias\": true", "mlp_bias"},
       {"\"head_dim\": 16", "\"head_dim\": 32", "head_dim"},
       {"\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"", "rope_parameters"},
-      {"\"model_type\": \"llama\"", "\"model_type\": \"qwen2\"", "model_type"}};
+      {"\"model_type\": \"llama\"", "\"model_type\": \"gemma\"", "model_type"}};
   for (const auto& c : cases) {
     TempDir dir("loom_hf_llama_bad");
     write_config_with(dir, c.from, c.to);

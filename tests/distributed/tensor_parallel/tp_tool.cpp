@@ -1,6 +1,6 @@
 // A worker the tensor-parallel tests start N times (RANK, WORLD_SIZE, ... set; Gloo by default).
 // Two modes:
-//   train <gpt|llama> <steps> [tp=N] [dp=N] [clip=X] [vocab=1] [sp=1] [T=N]
+//   train <gpt|llama|qwen2> <steps> [tp=N] [dp=N] [clip=X] [vocab=1] [sp=1] [T=N]
 // builds the tiny model in float64 on every rank from one seed, twice: a reference that trains
 // alone on the whole batch, and a copy split by parallelize_tensor over the mesh's tp group
 // ({dp, tp}, tp = world / dp by default), wrapped in DDP over the dp group when dp > 1, each dp
@@ -32,6 +32,7 @@
 #include "distributed/tensor_parallel/vocab_parallel.h"
 #include "nn/clip.h"
 #include "nn/gpt.h"
+#include "nn/init.h"
 #include "nn/llama.h"
 #include "nn/optim/adam.h"
 
@@ -81,7 +82,10 @@ std::shared_ptr<nn::Module> make_model(const std::string& kind) {
   } else {
     nn::LlamaConfig c = nn::LlamaConfig::preset("tiny");  // 4 heads, 2 key/value heads, F 128
     c.vocab_size = kVocab;
+    c.qkv_bias = kind == "qwen2";  // q, k and v biases, split with their rows
     m = std::make_shared<nn::Llama>(c);
+    for (const auto& [name, p] : m->named_parameters())
+      if (name.ends_with(".bias")) nn::init::normal_(p, 0.0, 0.1);  // not the zeros they start as
   }
   m->to(kF64);
   return m;
@@ -210,7 +214,7 @@ int dropout_draws() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "dropout" && (argc < 4 || mode != "train")) {
-    std::cerr << "usage: tp_tool train <gpt|llama> <steps> [tp=N] [dp=N] [clip=X] [vocab=1] "
+    std::cerr << "usage: tp_tool train <gpt|llama|qwen2> <steps> [tp=N] [dp=N] [clip=X] [vocab=1] "
                  "[sp=1] [T=N] | tp_tool dropout\n";
     return 2;
   }
