@@ -3,6 +3,7 @@
 // safetensors header is; the last value wins, as in Python's json).
 #include "nn/hf_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -129,6 +130,17 @@ std::string HfConfig::string(const std::string& key) const {
 }
 std::string HfConfig::string(const std::string& key, const std::string& fallback) const {
   return has(key) ? string(key) : fallback;
+}
+
+std::vector<int64_t> HfConfig::integers(const std::string& key) const {
+  auto is_list = [](const json& v) {
+    return v.is_number_integer() ||
+           (v.is_array() &&
+            std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number_integer(); }));
+  };
+  const json v =
+      get<json>(impl_->value, source(), key, "an integer or a list of integers", is_list);
+  return v.is_array() ? v.get<std::vector<int64_t>>() : std::vector<int64_t>{v.get<int64_t>()};
 }
 
 HfConfig HfConfig::object(const std::string& key) const {

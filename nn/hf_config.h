@@ -34,6 +34,9 @@ class HfConfig {
   bool boolean(const std::string& key, bool fallback) const;
   std::string string(const std::string& key) const;
   std::string string(const std::string& key, const std::string& fallback) const;
+  // An integer or a list of them, as a list (generation_config.json's eos_token_id); an error as
+  // integer's for anything else.
+  std::vector<int64_t> integers(const std::string& key) const;
   // A nested object (Llama's "rope_scaling"); its source reads "dir/config.json: rope_scaling".
   HfConfig object(const std::string& key) const;
   // The field's JSON text as written ("null" when missing), for messages.

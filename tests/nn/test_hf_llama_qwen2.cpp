@@ -14,6 +14,7 @@
 #include "support/golden_file.h"
 #include "support/hf_golden.h"
 #include "support/temp_files.h"
+#include "train/language_model.h"
 
 using namespace loom;
 using namespace loom::nn;
@@ -99,6 +100,17 @@ TEST(HfLlamaQwen2, SaveWritesTransformersBytesAndAQwen2Config) {
   EXPECT_TRUE(back->config.qkv_bias);
   EXPECT_EQ(back->layers->named_parameters().size(), model->layers->named_parameters().size());
   EXPECT_LT(relative_error(back->forward(ids()), model->forward(ids())), 1e-12);
+}
+
+// train_gpt's --init-from reads a Qwen2 folder as a Llama with q, k and v biases.
+TEST(HfLlamaQwen2, InitFromAQwen2FolderMakesALlamaWithBiases) {
+  train::LanguageModel lm = train::make_language_model(
+      {.vocab_size = 96, .seq_len = 12, .init_from = hf_fixture("qwen2")});
+  auto* llama = dynamic_cast<Llama*>(lm.net.get());
+  ASSERT_NE(llama, nullptr);
+  EXPECT_TRUE(llama->config.qkv_bias);
+  llama->eval();
+  EXPECT_LT(relative_error(llama->forward(ids()), expected().at("logits")), kLogitsTol);
 }
 
 // use_sliding_window true caps the context at the window, as Mistral's; the logits inside it are

@@ -1,0 +1,32 @@
+// load_hf_causal_lm and hf_stop_tokens (nn/hf_causal_lm.h): config.json's model_type picks the
+// loader. Leaves out: every mapping itself (nn/hf_gpt2.cpp, nn/hf_llama.cpp).
+#include "nn/hf_causal_lm.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "nn/hf_config.h"
+#include "nn/hf_gpt2.h"
+#include "nn/hf_llama.h"
+
+namespace loom::nn {
+
+std::shared_ptr<CausalLM> load_hf_causal_lm(const std::string& dir, Device device, DType dtype) {
+  const HfConfig config = HfConfig::read((std::filesystem::path(dir) / "config.json").string());
+  const std::string type = config.string("model_type", "gpt2");
+  if (type == "gpt2") return load_hf_gpt2(dir, device, {.dtype = dtype});
+  // Notes [Mistral as Llama] and [Qwen2 as Llama] in nn/hf_llama.h.
+  if (type == "llama" || type == "mistral" || type == "qwen2")
+    return load_hf_llama(dir, device, dtype);
+  LOOM_FAIL(config.where("model_type"),
+            "; loom runs gpt2, llama, mistral and qwen2 folders as language models");
+}
+
+std::vector<int64_t> hf_stop_tokens(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+  if (!std::filesystem::exists(path)) return {};
+  const HfConfig g = HfConfig::read(path);
+  return g.has("eos_token_id") ? g.integers("eos_token_id") : std::vector<int64_t>{};
+}
+
+}  // namespace loom::nn
