@@ -69,3 +69,13 @@ TEST(HfConfig, ErrorsNameTheFieldAndValue) {
   expect_error([] { HfConfig::read("/nonexistent/config.json"); },
                {"/nonexistent/config.json", "cannot open"});
 }
+
+// generation_config.json's eos_token_id is one id or a list of them.
+TEST(HfConfig, IntegersReadOneOrAList) {
+  HfConfig c =
+      HfConfig::parse(R"({"one": 2, "list": [128001, 128009], "bad": [1, "x"]})", "g.json");
+  EXPECT_EQ(c.integers("one"), (std::vector<int64_t>{2}));
+  EXPECT_EQ(c.integers("list"), (std::vector<int64_t>{128001, 128009}));
+  expect_error([&] { c.integers("bad"); },
+               {"g.json", "\"bad\"", "an integer or a list of integers"});
+}
