@@ -3,8 +3,9 @@
 // encoded by the folder's tokenizer.json with its post-processor (Llama's <s> in front), the new
 // tokens drawn with the KV cache (temperature, top-k, top-p; --temperature 0 is greedy), stopping
 // at generation_config.json's eos_token_id, the prompt and the new text printed, and the speed on
-// stderr. Leaves out: chat templates (tokenizer_config.json's Jinja: write the chat markup into the
-// prompt yourself), batches of prompts, beam search and repetition penalties.
+// stderr. --adapter merges a PEFT LoRA adapter into the model first (nn/lora_peft.h). Leaves out:
+// chat templates (tokenizer_config.json's Jinja: write the chat markup into the prompt yourself),
+// batches of prompts, beam search and repetition penalties.
 //
 //   ./build/examples/generate --model TinyLlama-1.1B-Chat-v1.0/ --prompt "The capital of France is"
 //   ./build/examples/generate --model Qwen2.5-0.5B/ --dtype bfloat16 --temperature 0
@@ -29,7 +30,7 @@ using namespace loom;
 namespace {
 
 struct Flags {
-  std::string model, tokenizer, prompt, prompt_ids, device, dtype = "float32";
+  std::string model, adapter, tokenizer, prompt, prompt_ids, device, dtype = "float32";
   nn::SampleOptions sampling{.max_new_tokens = 64, .temperature = 0.8};
   std::vector<int64_t> stop;
   bool no_template = false, print_ids = false;
@@ -77,6 +78,9 @@ std::unique_ptr<data::Tokenizer> open_tokenizer(const Flags& f) {
 int run(Flags f) {
   const Device device = train::pick_device(f.device, distributed::job_env());
   auto model = nn::load_hf_causal_lm(f.model, device, dtype_from_name(f.dtype));
+  if (!f.adapter.empty())
+    std::fprintf(stderr, "generate: merged %ld LoRA modules of %s\n",
+                 long(nn::merge_hf_adapter(*model, f.adapter)), f.adapter.c_str());
   const std::unique_ptr<data::Tokenizer> tok = open_tokenizer(f);
   std::vector<int32_t> text_ids;
   const std::vector<int64_t> prompt = prompt_ids(f, tok.get(), text_ids);
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   Flags f;
   app.add_option("--model", f.model, "the folder: config.json, *.safetensors, tokenizer.json")
       ->required();
+  app.add_option("--adapter", f.adapter, "a PEFT LoRA adapter folder, merged into the model");
   app.add_option("--tokenizer", f.tokenizer, "another tokenizer (default: the folder's)");
   auto* text = app.add_option("--prompt", f.prompt, "the text to continue");
   app.add_option("--prompt-ids", f.prompt_ids, "the prompt as token ids (\"1 450 7483\")")

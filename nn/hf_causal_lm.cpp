@@ -8,6 +8,7 @@
 #include "nn/hf_config.h"
 #include "nn/hf_gpt2.h"
 #include "nn/hf_llama.h"
+#include "nn/lora_peft.h"
 
 namespace loom::nn {
 
@@ -27,6 +28,14 @@ std::vector<int64_t> hf_stop_tokens(const std::string& dir) {
   if (!std::filesystem::exists(path)) return {};
   const HfConfig g = HfConfig::read(path);
   return g.has("eos_token_id") ? g.integers("eos_token_id") : std::vector<int64_t>{};
+}
+
+int64_t merge_hf_adapter(CausalLM& model, const std::string& dir) {
+  auto* llama = dynamic_cast<Llama*>(&model);
+  LOOM_CHECK(llama != nullptr, "merge_hf_adapter: ", dir, ": loom merges PEFT adapters into Llama-",
+             "shaped models (llama, mistral, qwen2), not ", model.type_name(),
+             " (GPT-2's Conv1D layers are stored transposed)");
+  return merge_peft_adapter(*llama, hf_llama_tensor_map(llama->config), dir);
 }
 
 }  // namespace loom::nn

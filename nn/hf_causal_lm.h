@@ -1,8 +1,8 @@
 // The decoder language model of a Hugging Face folder, whichever of loom's it is: model_type
 // "gpt2" (nn/hf_gpt2.h) or a Llama-shaped one, "llama", "mistral" or "qwen2" (nn/hf_llama.h), and
-// the ids its generation_config.json stops at. What a program that only runs a folder needs
-// (examples/generate.cpp). Leaves out: training (train/language_model.h) and encoder models
-// (BERT: nn/hf_bert.h).
+// the ids its generation_config.json stops at, and a PEFT LoRA adapter merged into it. What a
+// program that only runs a folder needs (examples/generate.cpp). Leaves out: training
+// (train/language_model.h) and encoder models (BERT: nn/hf_bert.h).
 #pragma once
 
 #include <cstdint>
@@ -24,5 +24,9 @@ std::shared_ptr<CausalLM> load_hf_causal_lm(const std::string& dir, Device devic
 // generation_config.json's eos_token_id (one id or a list): the ids transformers' generate stops
 // at. Empty when the file or the field is absent.
 std::vector<int64_t> hf_stop_tokens(const std::string& dir);
+
+// The PEFT adapter in `dir` merged into `model` (merge_peft_adapter with the model's Hugging Face
+// layout); returns the modules merged. GPT-2 is refused (its Conv1D layers are transposed).
+int64_t merge_hf_adapter(CausalLM& model, const std::string& dir);
 
 }  // namespace loom::nn

@@ -1,7 +1,10 @@
-// LoRA adapters written in the layout Hugging Face's PEFT saves (adapter_model.safetensors and
-// adapter_config.json), so `PeftModel.from_pretrained(base, dir)` applies them to the base model
-// a Hugging Face folder holds. Leaves out: reading PEFT adapters, and layers the folder stores
-// transposed (GPT-2's Conv1D needs PEFT's fan_in_fan_out: refused with the reason).
+// LoRA adapters in the layout Hugging Face's PEFT saves (adapter_model.safetensors and
+// adapter_config.json): written, so `PeftModel.from_pretrained(base, dir)` applies them to the base
+// model a Hugging Face folder holds; and read, merged into a loaded base model as PEFT's
+// merge_and_unload does. Leaves out: reading adapters back as trainable adapters (a PEFT adapter
+// has one A per Hugging Face module, loom's packed c_attn one A for q, k and v: merged, they are
+// the same model), DoRA and other PEFT methods, and layers the folder stores transposed (GPT-2's
+// Conv1D needs PEFT's fan_in_fan_out: refused with the reason).
 #pragma once
 
 #include <string>
@@ -19,5 +22,14 @@ namespace loom::nn {
 // adapted Linear the map does not name, a transposed layer.
 void save_peft_adapter(const Module& model, const HfTensorMap& map, const LoRAOptions& o,
                        const std::string& dir, const std::string& base = "");
+
+// Reads the PEFT adapter in `dir` and adds scale * B A of each of its modules into the rows of
+// the loom weight `map` gives that module (computed in float32 or wider), scale = lora_alpha / r
+// (lora_alpha / sqrt(r) with use_rslora); returns the modules merged. The model then computes what
+// PEFT's adapted model does. Errors name the file and the field or tensor: peft_type other than
+// LORA, use_dora, fan_in_fan_out, bias other than "none", rank_pattern, alpha_pattern or
+// modules_to_save (weights PEFT trains whole), a module the map does not know, an A without its B,
+// shapes that do not fit the weight's rows.
+int64_t merge_peft_adapter(Module& model, const HfTensorMap& map, const std::string& dir);
 
 }  // namespace loom::nn

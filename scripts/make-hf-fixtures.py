@@ -17,6 +17,9 @@ which need neither Python nor network):
   mistral/       a random Mistral (MistralForCausalLM: 2 layers, hidden 64, 4 heads, 2 key/value
                  heads, head_dim 16, intermediate 128, vocab 96, rope_theta 1e6, no sliding window
                  as Mistral 7B v0.2 and v0.3 have none) in BF16; mistral.txt its values
+  llama-lora/    a PEFT LoRA adapter (r 4, alpha 8, q_proj, v_proj, o_proj and down_proj, every A and
+                 B random) for llama/, as PEFT saves it; llama-lora.txt the adapted model's float32
+                 logits on llama.txt's ids (PEFT's forward: base + alpha / r B A x)
   qwen2/         a random Qwen2 (Qwen2ForCausalLM: as the Mistral, with biases on q, k and v, rms
                  eps 1e-6, the head tied to the embedding as Qwen2.5-0.5B's) in BF16; qwen2.txt
   bert-mlm/      a random BertForMaskedLM (2 layers, hidden 32, 4 heads, intermediate 64, vocab 100,
@@ -32,8 +35,8 @@ a tensor changes the logits. The .txt files use the format of tests/nn/golden/ma
 "<name> <ndim> <dim0> ...", then the values in row-major order (float32 values printed exactly).
 
 Run from anywhere, on the CPU, with the packages from PyPI (no network is needed after that):
-  python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors
-  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|mistral|qwen2|bert]
+  python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors peft
+  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|llama-lora|mistral|qwen2|bert]
 (--only remakes one model's files; the others stay as committed.)
 """
 import argparse
@@ -163,6 +166,41 @@ def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
                  f"bfloat16 weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
 
 
+def llama_lora(seed=55):
+    """A PEFT adapter on the committed llama/ folder, and the adapted model's logits."""
+    from peft import LoraConfig, get_peft_model
+    gen = torch.Generator().manual_seed(seed)
+    base = LlamaForCausalLM.from_pretrained(os.path.join(OUT, "llama"), dtype=torch.float32)
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                     target_modules=["q_proj", "v_proj", "o_proj", "down_proj"])
+    model = get_peft_model(base, cfg)
+    with torch.no_grad():  # B starts at zero in PEFT: every A and B random, so the update shows
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    model.eval()
+    model.peft_config["default"].base_model_name_or_path = "llama"  # no path of this machine
+    path = os.path.join(OUT, "llama-lora")
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    os.remove(os.path.join(path, "README.md"))  # PEFT's model card
+    ids = torch.tensor(read_ids(os.path.join(OUT, "llama.txt")))
+    with torch.no_grad():
+        logits = model(ids).logits
+    write_values(os.path.join(OUT, "llama-lora.txt"), [("ids", ids), ("logits", logits)],
+                 f"llama/ with a PEFT LoRA adapter (r 4, alpha 8, q/v/o_proj and down_proj, random "
+                 f"A and B, seed {seed}), float32")
+
+
+def read_ids(path):
+    """The "ids" tensor of a values file (write_values' format)."""
+    lines = open(path).read().splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith("ids "))
+    rows, cols = map(int, lines[at].split()[2:4])
+    flat = list(map(int, lines[at + 1].split()))
+    return [flat[r * cols:(r + 1) * cols] for r in range(rows)]
+
+
 def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -260,7 +298,8 @@ def bert(seed=2468):
 
 
 def main():
-    makers = {"gpt2": gpt2, "llama": llama, "mistral": mistral, "qwen2": qwen2, "bert": bert}
+    makers = {"gpt2": gpt2, "llama": llama, "llama-lora": llama_lora, "mistral": mistral,
+              "qwen2": qwen2, "bert": bert}
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", choices=sorted(makers), help="remake one model's fixtures")
     args = ap.parse_args()

@@ -1,10 +1,12 @@
 // examples/generate.cpp run as a program: its greedy ids from a Hugging Face folder are
-// transformers' (the Llama, Mistral and Qwen2 fixtures of scripts/make-hf-fixtures.py); from a
+// transformers' (the Llama, Mistral and Qwen2 fixtures of scripts/make-hf-fixtures.py), and with a
+// PEFT adapter merged PEFT's; from a
 // folder train_gpt wrote (a small Llama and Llama 2's tokenizer layout) its greedy text is
 // train_gpt's own --sample, and with the post-processor the prompt starts with <s>; it stops at
 // generation_config.json's eos_token_id; bad input is an error naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +52,28 @@ TEST(Generate, GreedyIdsFromHuggingFaceFoldersAreTransformers) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(r.output.substr(0, r.output.find('\n')), want) << r.output;
   }
+}
+
+// --adapter merges PEFT's adapter (the llama-lora fixture PEFT made): the first greedy token after
+// row 0 of its ids is the argmax of PEFT's logits at the row's last position.
+TEST(Generate, APeftAdapterMergedPicksPeftsNextToken) {
+  const test::GoldenFile g = test::read_golden_file(test::hf_fixture("llama-lora.txt"));
+  const Tensor last = g.at("logits").select(0, 0).select(0, 11);  // (V)
+  const std::vector<double> v = last.to_vector<double>();
+  std::vector<double> sorted = v;
+  std::sort(sorted.rbegin(), sorted.rend());
+  ASSERT_GT(sorted[0] - sorted[1], 1e-3);  // no near tie
+  const int64_t want = std::max_element(v.begin(), v.end()) - v.begin();
+  std::string row;
+  for (int64_t t = 0; t < 12; ++t)
+    row += (t ? " " : "") + std::to_string(test::int_list(g.at("ids")).at(size_t(t)));
+  auto r = run_command(generate("--model " + test::hf_fixture("llama") + " --adapter " +
+                                test::hf_fixture("llama-lora") + " --prompt-ids \"" + row +
+                                "\" --temperature 0 --max-new-tokens 1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // "generate: merged 8 LoRA modules of ..." on stderr first, then the id.
+  EXPECT_NE(r.output.find("merged 8 LoRA modules of"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n" + std::to_string(want) + "\n"), std::string::npos) << r.output;
 }
 
 // generation_config.json's eos_token_id stops generation after that token (kept), as --stop does.
@@ -116,6 +140,9 @@ TEST(Generate, BadInputIsAnErrorNamingIt) {
       {"--model " + test::hf_fixture("bert-mlm") + " --prompt-ids 1",
        "field \"model_type\" is \"bert\"; loom runs gpt2, llama, mistral and qwen2 folders"},
       {"--model " + llama + " --prompt-ids 500", "500"},
+      {"--model " + test::hf_fixture("gpt2") + " --adapter " + test::hf_fixture("llama-lora") +
+           " --prompt-ids 1",
+       "loom merges PEFT adapters into Llama-shaped models (llama, mistral, qwen2), not GPT"},
   };
   for (const Case& c : cases) {
     auto r = run_command(generate(c.args));
