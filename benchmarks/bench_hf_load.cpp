@@ -74,7 +74,7 @@ int64_t load_timed(const std::string& dir, Device dev, DType dt, double& build_s
   auto t0 = Clock::now();
   nn::HfCheckpoint ckpt(dir);
   const std::string type = ckpt.config().string("model_type", "");
-  const bool llama = type == "llama" || type == "mistral" || type == "qwen2";  // read as Llamas
+  const bool llama = nn::is_llama_family(type);
   std::shared_ptr<nn::Module> model;
   {
     nn::init::ParameterScope where(dev, dt, /*skip_init=*/true);

@@ -1,4 +1,5 @@
-// generate: text from a Hugging Face model folder (GPT-2, Llama 2 and 3, TinyLlama, Mistral, Qwen2:
+// generate: text from a Hugging Face model folder (GPT-2, Llama 2 and 3, TinyLlama, Mistral, Qwen2,
+// Phi-3:
 // nn/hf_causal_lm.h), as transformers' tokenizer + model.generate would give it: the prompt
 // encoded by the folder's tokenizer.json with its post-processor (Llama's <s> in front), the new
 // tokens drawn with the KV cache (temperature, top-k, top-p; --temperature 0 is greedy), stopping
@@ -80,7 +81,7 @@ int run(Flags f) {
   auto model = nn::load_hf_causal_lm(f.model, device, dtype_from_name(f.dtype));
   if (!f.adapter.empty())
     std::fprintf(stderr, "generate: merged %ld LoRA modules of %s\n",
-                 long(nn::merge_hf_adapter(*model, f.adapter)), f.adapter.c_str());
+                 long(nn::merge_hf_adapter(*model, f.model, f.adapter)), f.adapter.c_str());
   const std::unique_ptr<data::Tokenizer> tok = open_tokenizer(f);
   std::vector<int32_t> text_ids;
   const std::vector<int64_t> prompt = prompt_ids(f, tok.get(), text_ids);

@@ -16,11 +16,9 @@ std::shared_ptr<CausalLM> load_hf_causal_lm(const std::string& dir, Device devic
   const HfConfig config = HfConfig::read((std::filesystem::path(dir) / "config.json").string());
   const std::string type = config.string("model_type", "gpt2");
   if (type == "gpt2") return load_hf_gpt2(dir, device, {.dtype = dtype});
-  // Notes [Mistral as Llama] and [Qwen2 as Llama] in nn/hf_llama.h.
-  if (type == "llama" || type == "mistral" || type == "qwen2")
-    return load_hf_llama(dir, device, dtype);
+  if (is_llama_family(type)) return load_hf_llama(dir, device, dtype);  // nn/hf_llama.h's Notes
   LOOM_FAIL(config.where("model_type"),
-            "; loom runs gpt2, llama, mistral and qwen2 folders as language models");
+            "; loom runs gpt2, llama, mistral, qwen2 and phi3 folders as language models");
 }
 
 std::vector<int64_t> hf_stop_tokens(const std::string& dir) {
@@ -30,12 +28,17 @@ std::vector<int64_t> hf_stop_tokens(const std::string& dir) {
   return g.has("eos_token_id") ? g.integers("eos_token_id") : std::vector<int64_t>{};
 }
 
-int64_t merge_hf_adapter(CausalLM& model, const std::string& dir) {
+int64_t merge_hf_adapter(CausalLM& model, const std::string& model_dir,
+                         const std::string& adapter_dir) {
   auto* llama = dynamic_cast<Llama*>(&model);
-  LOOM_CHECK(llama != nullptr, "merge_hf_adapter: ", dir, ": loom merges PEFT adapters into Llama-",
-             "shaped models (llama, mistral, qwen2), not ", model.type_name(),
-             " (GPT-2's Conv1D layers are stored transposed)");
-  return merge_peft_adapter(*llama, hf_llama_tensor_map(llama->config), dir);
+  LOOM_CHECK(llama != nullptr, "merge_hf_adapter: ", adapter_dir,
+             ": loom merges PEFT adapters into Llama-shaped models (llama, mistral, qwen2, phi3), "
+             "not ",
+             model.type_name(), " (GPT-2's Conv1D layers are stored transposed)");
+  const HfConfig config =
+      HfConfig::read((std::filesystem::path(model_dir) / "config.json").string());
+  const std::string type = config.string("model_type", "llama");  // its names for the modules
+  return merge_peft_adapter(*llama, hf_llama_tensor_map(llama->config, type), adapter_dir);
 }
 
 }  // namespace loom::nn

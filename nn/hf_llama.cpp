@@ -21,8 +21,9 @@ void refuse_unsupported(const HfConfig& c, const LlamaConfig& l) {
     LOOM_CHECK(!c.boolean(key, false), c.where(key), "; loom's Llama has no biases");
   LOOM_CHECK(c.integer("head_dim", l.dim / l.n_heads) == l.dim / l.n_heads, c.where("head_dim"),
              "; loom's Llama has heads of hidden_size / num_attention_heads = ", l.dim / l.n_heads);
-  LOOM_CHECK(c.number("attention_dropout", 0.0) == 0.0, c.where("attention_dropout"),
-             "; loom's Llama has no attention dropout");
+  for (const char* key :
+       {"attention_dropout", "resid_pdrop", "embd_pdrop"})  // Phi-3 has the last two
+    LOOM_CHECK(c.number(key, 0.0) == 0.0, c.where(key), "; loom's Llama has no dropout");
 }
 
 // rope_theta and the Llama 3 scaling: one "rope_parameters" object (transformers 5) or
@@ -59,11 +60,16 @@ void read_window(const HfConfig& c, const std::string& type, LlamaConfig& l) {
 
 }  // namespace
 
+bool is_llama_family(const std::string& model_type) {
+  return model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
+         model_type == "phi3";
+}
+
 LlamaConfig llama_config_from_hf(const HfConfig& c) {
   const std::string type = c.string("model_type", "llama");
-  LOOM_CHECK(type == "llama" || type == "mistral" || type == "qwen2", c.where("model_type"),
-             "; load_hf_llama reads Llama, Mistral and Qwen2 folders (\"llama\", \"mistral\", "
-             "\"qwen2\")");
+  LOOM_CHECK(is_llama_family(type), c.where("model_type"),
+             "; load_hf_llama reads Llama, Mistral, Qwen2 and Phi-3 folders (\"llama\", "
+             "\"mistral\", \"qwen2\", \"phi3\")");
   LlamaConfig l;
   l.qkv_bias = type == "qwen2";  // Note [Qwen2 as Llama]
   l.dim = c.integer("hidden_size");
@@ -141,7 +147,8 @@ std::string hf_llama_config_json(const LlamaConfig& l, DType dtype) {
 
 // In transformers' state_dict order (embed_tokens, each layer, norm, lm_head), so shards are
 // filled alike.
-HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg) {
+HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg, const std::string& model_type) {
+  const bool packed = model_type == "phi3";  // Note [Phi-3 as Llama]
   const int64_t C = cfg.dim, kv = cfg.n_kv_heads * (cfg.dim / cfg.n_heads), F = cfg.ffn_hidden;
   HfTensorMap map{{"model.embed_tokens.weight", "embed_tokens.weight"}};
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
@@ -149,9 +156,13 @@ HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg) {
     const std::string loom = "layers." + std::to_string(i) + ".";
     const std::string qkv = loom + "attn.c_attn.weight", gate_up = loom + "mlp.c_fc.weight";
     map.push_back({hf + "input_layernorm.weight", loom + "ln_1.weight"});
-    map.push_back({hf + "self_attn.q_proj.weight", qkv, false, 0, C});
-    map.push_back({hf + "self_attn.k_proj.weight", qkv, false, C, kv});
-    map.push_back({hf + "self_attn.v_proj.weight", qkv, false, C + kv, kv});
+    if (packed) {
+      map.push_back({hf + "self_attn.qkv_proj.weight", qkv});
+    } else {
+      map.push_back({hf + "self_attn.q_proj.weight", qkv, false, 0, C});
+      map.push_back({hf + "self_attn.k_proj.weight", qkv, false, C, kv});
+      map.push_back({hf + "self_attn.v_proj.weight", qkv, false, C + kv, kv});
+    }
     if (cfg.qkv_bias) {  // Qwen2's, in c_attn.bias's rows
       const std::string b = loom + "attn.c_attn.bias";
       map.push_back({hf + "self_attn.q_proj.bias", b, false, 0, C});
@@ -160,8 +171,12 @@ HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg) {
     }
     map.push_back({hf + "self_attn.o_proj.weight", loom + "attn.c_proj.weight"});
     map.push_back({hf + "post_attention_layernorm.weight", loom + "ln_2.weight"});
-    map.push_back({hf + "mlp.gate_proj.weight", gate_up, false, 0, F});
-    map.push_back({hf + "mlp.up_proj.weight", gate_up, false, F, F});
+    if (packed) {
+      map.push_back({hf + "mlp.gate_up_proj.weight", gate_up});
+    } else {
+      map.push_back({hf + "mlp.gate_proj.weight", gate_up, false, 0, F});
+      map.push_back({hf + "mlp.up_proj.weight", gate_up, false, F, F});
+    }
     map.push_back({hf + "mlp.down_proj.weight", loom + "mlp.c_proj.weight"});
   }
   map.push_back({"model.norm.weight", "norm.weight"});
@@ -184,7 +199,8 @@ void load_hf_llama_into(Llama& model, const HfCheckpoint& ckpt) {
   auto ignore = [&](const std::string& name) {
     return (tied && name == "lm_head.weight") || name.ends_with(".rotary_emb.inv_freq");
   };
-  load_hf_tensors(model, ckpt, hf_llama_tensor_map(model.config), ignore);
+  const std::string type = ckpt.config().string("model_type", "llama");
+  load_hf_tensors(model, ckpt, hf_llama_tensor_map(model.config, type), ignore);
 }
 
 void save_hf_llama(const Llama& model, const std::string& dir, const HfSaveOptions& options) {

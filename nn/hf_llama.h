@@ -3,8 +3,8 @@
 // save_hf_llama writes one that transformers reads back. The config fields map to LlamaConfig and
 // what loom's Llama cannot do is refused naming the field; the tensor names are transformers',
 // q/k/v_proj packed into c_attn's rows and gate/up_proj into c_fc's (docs/llama.md has the table).
-// Mistral and Qwen2 folders (MistralForCausalLM, Qwen2ForCausalLM) read as Llamas too: Notes
-// [Mistral as Llama] and [Qwen2 as Llama]. Leaves out:
+// Mistral, Qwen2 and Phi-3 folders (MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM) read as
+// Llamas too: Notes [Mistral as Llama], [Qwen2 as Llama] and [Phi-3 as Llama]. Leaves out:
 // tokenizers, rope scalings other than Llama 3's, attention over a sliding window, and the generic
 // parts (nn/hf_checkpoint.h).
 #pragma once
@@ -21,7 +21,7 @@ namespace loom::nn {
 // rms_norm_eps, rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5),
 // tie_word_embeddings (false when absent, as LlamaConfig's default), max_position_embeddings.
 // Refused with an error naming the file, the field and its value: model_type other than "llama",
-// "mistral" or "qwen2",
+// "mistral", "qwen2" or "phi3",
 // hidden_act other than "silu", attention_bias or mlp_bias true, head_dim other than
 // hidden_size / num_attention_heads, a rope_type other than "default" or "llama3", dropout
 // (attention_dropout other than 0).
@@ -42,6 +42,14 @@ namespace loom::nn {
 // true (then as Mistral's). loom reads it as a Llama with LlamaConfig::qkv_bias, the biases in
 // c_attn.bias's rows as the weights are in c_attn.weight's; save_hf_llama writes a qkv_bias model
 // as a Qwen2 folder.
+//
+// Note [Phi-3 as Llama]
+// Phi3ForCausalLM (Phi-3 and Phi-3.5 mini) is LlamaForCausalLM with q, k and v stored as one
+// qkv_proj (rows q, k, v) and gate and up as one gate_up_proj (rows gate, up): the packing loom's
+// c_attn and c_fc already have, so the tensors map whole; its sliding window (Phi-3 mini 4k's
+// 2047) caps the context as Mistral's does, and its dropout rates (resid_pdrop, embd_pdrop) must
+// be 0. The 128k models' "longrope" scaling is refused with the other rope types. save_hf_llama
+// writes a Llama folder.
 LlamaConfig llama_config_from_hf(const HfConfig& c);
 
 // The config.json transformers writes for LlamaForCausalLM with these sizes, its dtype `dtype`:
@@ -54,7 +62,12 @@ std::string hf_llama_config_json(const LlamaConfig& c, DType dtype);
 // mlp.{gate,up}_proj (rows of layers.{i}.mlp.c_fc), down_proj, model.norm, and lm_head.weight
 // unless tied; with qkv_bias, self_attn.{q,k,v}_proj.bias (rows of layers.{i}.attn.c_attn.bias);
 // none transposed.
-HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg);
+// `model_type` "phi3" names q, k and v as one self_attn.qkv_proj and gate and up as one
+// mlp.gate_up_proj, packed as loom packs them (Note [Phi-3 as Llama]); the others apart.
+HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg, const std::string& model_type = "llama");
+
+// The model_types load_hf_llama reads: "llama", "mistral", "qwen2", "phi3".
+bool is_llama_family(const std::string& model_type);
 
 // A new Llama on `device` in `dtype` (whatever the file's dtype) with the folder's weights.
 ModuleHolder<Llama> load_hf_llama(const std::string& dir, Device device = kCPU, DType dtype = kF32);

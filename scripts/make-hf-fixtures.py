@@ -20,6 +20,9 @@ which need neither Python nor network):
   llama-lora/    a PEFT LoRA adapter (r 4, alpha 8, q_proj, v_proj, o_proj and down_proj, every A and
                  B random) for llama/, as PEFT saves it; llama-lora.txt the adapted model's float32
                  logits on llama.txt's ids (PEFT's forward: base + alpha / r B A x)
+  phi3/          a random Phi-3 (Phi3ForCausalLM: q, k and v in one qkv_proj, gate and up in one
+                 gate_up_proj; 2 layers, hidden 64, 4 heads, 2 key/value heads, intermediate 128,
+                 vocab 96, rope_theta 10000, untied) in BF16; phi3.txt its values
   qwen2/         a random Qwen2 (Qwen2ForCausalLM: as the Mistral, with biases on q, k and v, rms
                  eps 1e-6, the head tied to the embedding as Qwen2.5-0.5B's) in BF16; qwen2.txt
   bert-mlm/      a random BertForMaskedLM (2 layers, hidden 32, 4 heads, intermediate 64, vocab 100,
@@ -36,7 +39,7 @@ a tensor changes the logits. The .txt files use the format of tests/nn/golden/ma
 
 Run from anywhere, on the CPU, with the packages from PyPI (no network is needed after that):
   python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors peft
-  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|llama-lora|mistral|qwen2|bert]
+  /tmp/venv-hf/bin/python scripts/make-hf-fixtures.py [--only gpt2|llama|llama-lora|mistral|phi3|qwen2|bert]
 (--only remakes one model's files; the others stay as committed.)
 """
 import argparse
@@ -49,7 +52,8 @@ import torch
 import transformers
 from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "nn", "golden", "hf")
@@ -225,6 +229,29 @@ def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
                  f"computed in float32 (seed {seed}); greedy margin {margin:.3g}")
 
 
+def phi3(seed=91):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = Phi3Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                     original_max_position_embeddings=128, sliding_window=None, rope_theta=10000.0,
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None,
+                     eos_token_id=None, pad_token_id=None)
+    model = Phi3ForCausalLM(cfg)
+    randomize(model, gen)
+    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
+    grads = ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"]
+    entries, margin = values(model, ids, grads)
+    save(copy.deepcopy(model).to(torch.bfloat16), "phi3")
+    write_values(os.path.join(OUT, "phi3.txt"), entries,
+                 "Phi-3 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                 "rope_theta 10000, packed qkv_proj and gate_up_proj, untied head, bfloat16 "
+                 f"weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
+
+
 def qwen2(seed=31):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -299,7 +326,7 @@ def bert(seed=2468):
 
 def main():
     makers = {"gpt2": gpt2, "llama": llama, "llama-lora": llama_lora, "mistral": mistral,
-              "qwen2": qwen2, "bert": bert}
+              "phi3": phi3, "qwen2": qwen2, "bert": bert}
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", choices=sorted(makers), help="remake one model's fixtures")
     args = ap.parse_args()

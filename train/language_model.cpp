@@ -64,8 +64,7 @@ LanguageModel wrap(std::shared_ptr<Model> m) {
 LanguageModel from_folder(const LanguageModelSpec& s) {
   nn::HfCheckpoint ckpt(s.init_from);
   const std::string type = ckpt.config().string("model_type", "gpt2");
-  // Notes [Mistral as Llama] and [Qwen2 as Llama] in nn/hf_llama.h.
-  if (type == "llama" || type == "mistral" || type == "qwen2") {
+  if (nn::is_llama_family(type)) {  // llama, mistral, qwen2, phi3: nn/hf_llama.h's Notes
     auto m = std::make_shared<nn::Llama>(nn::llama_config_from_hf(ckpt.config()));
     nn::load_hf_llama_into(*m, ckpt);
     return wrap(m);

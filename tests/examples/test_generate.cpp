@@ -1,9 +1,9 @@
 // examples/generate.cpp run as a program: its greedy ids from a Hugging Face folder are
-// transformers' (the Llama, Mistral and Qwen2 fixtures of scripts/make-hf-fixtures.py), and with a
-// PEFT adapter merged PEFT's; from a
-// folder train_gpt wrote (a small Llama and Llama 2's tokenizer layout) its greedy text is
-// train_gpt's own --sample, and with the post-processor the prompt starts with <s>; it stops at
-// generation_config.json's eos_token_id; bad input is an error naming it.
+// transformers' (the Llama, Mistral, Qwen2 and Phi-3 fixtures of scripts/make-hf-fixtures.py), and
+// with a PEFT adapter merged PEFT's; from a folder train_gpt wrote (a small Llama and Llama 2's
+// tokenizer layout) its greedy text is train_gpt's own --sample, and with the post-processor the
+// prompt starts with <s>; it stops at generation_config.json's eos_token_id; bad input is an error
+// naming it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,7 +42,7 @@ std::string generate(const std::string& args) {
 }  // namespace
 
 TEST(Generate, GreedyIdsFromHuggingFaceFoldersAreTransformers) {
-  for (const char* name : {"llama", "mistral", "qwen2"}) {
+  for (const char* name : {"llama", "mistral", "qwen2", "phi3"}) {
     SCOPED_TRACE(name);
     const test::GoldenFile g = test::read_golden_file(test::hf_fixture(std::string(name) + ".txt"));
     const std::string want = ids_text(g, "generated");
@@ -138,11 +138,11 @@ TEST(Generate, BadInputIsAnErrorNamingIt) {
       {"--model " + llama + " --prompt-ids \"1 x\"",
        "--prompt-ids \"1 x\": \"x\" is not a token id"},
       {"--model " + test::hf_fixture("bert-mlm") + " --prompt-ids 1",
-       "field \"model_type\" is \"bert\"; loom runs gpt2, llama, mistral and qwen2 folders"},
+       "field \"model_type\" is \"bert\"; loom runs gpt2, llama, mistral, qwen2 and phi3 folders"},
       {"--model " + llama + " --prompt-ids 500", "500"},
       {"--model " + test::hf_fixture("gpt2") + " --adapter " + test::hf_fixture("llama-lora") +
            " --prompt-ids 1",
-       "loom merges PEFT adapters into Llama-shaped models (llama, mistral, qwen2), not GPT"},
+       "loom merges PEFT adapters into Llama-shaped models (llama, mistral, qwen2, phi3), not GPT"},
   };
   for (const Case& c : cases) {
     auto r = run_command(generate(c.args));
