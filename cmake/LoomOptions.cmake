@@ -71,7 +71,9 @@ if(LOOM_FUZZ)
   # reaches, and they cost compile time and a callback at every branch and comparison in the
   # ASan tests (docs/ci.md has the measurement).
   set(LOOM_FUZZ_INSTRUMENTED core/safetensors.cpp core/crc32c.cpp nn/checkpoint.cpp data/mnist.cpp
-                             distributed/store/store_protocol.cpp)
+                             distributed/store/store_protocol.cpp data/bpe_tokenizer.cpp
+                             data/bpe_merges.cpp data/bpe_regex.cpp data/metaspace.cpp
+                             data/special_token_matcher.cpp data/unicode_text.cpp)
 endif()
 if(LOOM_BUILD_TESTS AND NOT (LOOM_BUILD_EXAMPLES AND LOOM_BUILD_LAUNCHER))
   message(FATAL_ERROR "LOOM_BUILD_TESTS=ON needs LOOM_BUILD_EXAMPLES=ON and LOOM_BUILD_LAUNCHER=ON "

@@ -113,6 +113,17 @@ def main():
             ["--device", "cuda:1", "--train-limit", "512", "--allow-nonfinite", "--profile"],
             ["--lr", "nan"], ["--epochs", "0x10"], ["--help"]]):
         put("flags", "args%d" % i, "\n".join(args).encode())
+    # tokenizer: the first byte picks the tokenizer.json (0 kjv_bpe, 1 qwen2_style, 2 llama2_style,
+    # 3 metaspace_unk); texts from the tokenizer fixtures, marks, invalid UTF-8, special tokens.
+    with open(os.path.join(HERE, "..", "data", "tokenizers", "fixtures.json"), encoding="utf-8") as f:
+        texts = json.load(f)["texts"]
+    seeds = {"kjv": texts["kjv"].encode()[:400], "stress": texts["stress"].encode()[:600],
+             "marks": "a\u2581b  c \u2581\u2581d e\u0301".encode(),
+             "invalid": b"ab\xc3 \xff\xfe x\xe6\xbc",
+             "specials": b"<s>x</s> <unk><|endoftext|> y", "empty": b""}
+    for which in range(4):
+        for name, text in seeds.items():
+            put("tokenizer", "%d-%s" % (which, name), bytes([which]) + text)
 
 
 if __name__ == "__main__":
