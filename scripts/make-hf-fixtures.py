@@ -121,6 +121,21 @@ def values(model, ids, grad_names):
     return entries, margin
 
 
+def decoder_fixture(name, model, gen, seed, grads, header):
+    """A decoder's folder and values: its random weights rounded to bfloat16 (the arithmetic stays
+    float32), transformers' values on random (2, 12) ids, the folder saved in BF16, <name>.txt."""
+    randomize(model, gen)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=gen)
+    entries, margin = values(model, ids, grads)
+    save(copy.deepcopy(model).to(torch.bfloat16), name)
+    write_values(os.path.join(OUT, name + ".txt"), entries,
+                 f"{header}, bfloat16 weights computed in float32 (seed {seed}); greedy margin "
+                 f"{margin:.3g}")
+
+
 def gpt2():
     torch.manual_seed(1234)
     gen = torch.Generator().manual_seed(1234)
@@ -154,20 +169,11 @@ def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
                                     "original_max_position_embeddings": 32},
                       rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False,
                       mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    model = LlamaForCausalLM(cfg)
-    randomize(model, gen)
-    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).to(torch.float32))
-    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
     grads = ["model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
              "model.layers.1.input_layernorm.weight", "model.norm.weight"]
-    entries, margin = values(model, ids, grads)
-    save(copy.deepcopy(model).to(torch.bfloat16), "llama")
-    write_values(os.path.join(OUT, "llama.txt"), entries,
-                 "Llama 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
-                 "rope_theta 500000, llama3 rope scaling (factor 8, original 32), untied head, "
-                 f"bfloat16 weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
+    decoder_fixture("llama", LlamaForCausalLM(cfg), gen, seed, grads,
+                    "Llama 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                    "rope_theta 500000, llama3 rope scaling (factor 8, original 32), untied head")
 
 
 def llama_lora(seed=55):
@@ -213,20 +219,11 @@ def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
                         max_position_embeddings=128, sliding_window=None, rope_theta=1e6,
                         rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None,
                         eos_token_id=None, pad_token_id=None)
-    model = MistralForCausalLM(cfg)
-    randomize(model, gen)
-    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).to(torch.float32))
-    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
     grads = ["model.layers.0.self_attn.v_proj.weight",
              "model.layers.1.post_attention_layernorm.weight", "lm_head.weight"]
-    entries, margin = values(model, ids, grads)
-    save(copy.deepcopy(model).to(torch.bfloat16), "mistral")
-    write_values(os.path.join(OUT, "mistral.txt"), entries,
-                 "Mistral 2 layers, hidden 64, 4 heads, 2 kv heads, head_dim 16, intermediate 128, "
-                 "vocab 96, rope_theta 1e6, no sliding window, untied head, bfloat16 weights "
-                 f"computed in float32 (seed {seed}); greedy margin {margin:.3g}")
+    decoder_fixture("mistral", MistralForCausalLM(cfg), gen, seed, grads,
+                    "Mistral 2 layers, hidden 64, 4 heads, 2 kv heads, head_dim 16, intermediate "
+                    "128, vocab 96, rope_theta 1e6, no sliding window, untied head")
 
 
 def phi3(seed=91):
@@ -237,19 +234,10 @@ def phi3(seed=91):
                      original_max_position_embeddings=128, sliding_window=None, rope_theta=10000.0,
                      rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None,
                      eos_token_id=None, pad_token_id=None)
-    model = Phi3ForCausalLM(cfg)
-    randomize(model, gen)
-    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).to(torch.float32))
-    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
     grads = ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"]
-    entries, margin = values(model, ids, grads)
-    save(copy.deepcopy(model).to(torch.bfloat16), "phi3")
-    write_values(os.path.join(OUT, "phi3.txt"), entries,
-                 "Phi-3 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
-                 "rope_theta 10000, packed qkv_proj and gate_up_proj, untied head, bfloat16 "
-                 f"weights computed in float32 (seed {seed}); greedy margin {margin:.3g}")
+    decoder_fixture("phi3", Phi3ForCausalLM(cfg), gen, seed, grads,
+                    "Phi-3 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                    "rope_theta 10000, packed qkv_proj and gate_up_proj, untied head")
 
 
 def qwen2(seed=31):
@@ -260,20 +248,11 @@ def qwen2(seed=31):
                       rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
                       use_sliding_window=False, bos_token_id=None, eos_token_id=None,
                       pad_token_id=None)
-    model = Qwen2ForCausalLM(cfg)
-    randomize(model, gen)
-    with torch.no_grad():  # bfloat16 weights, float32 arithmetic
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).to(torch.float32))
-    ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
     grads = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias",
              "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.v_proj.weight"]
-    entries, margin = values(model, ids, grads)
-    save(copy.deepcopy(model).to(torch.bfloat16), "qwen2")
-    write_values(os.path.join(OUT, "qwen2.txt"), entries,
-                 "Qwen2 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
-                 "rope_theta 1e6, q/k/v biases, tied head, bfloat16 weights computed in float32 "
-                 f"(seed {seed}); greedy margin {margin:.3g}")
+    decoder_fixture("qwen2", Qwen2ForCausalLM(cfg), gen, seed, grads,
+                    "Qwen2 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                    "rope_theta 1e6, q/k/v biases, tied head")
 
 
 def bert(seed=2468):
