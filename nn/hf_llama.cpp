@@ -145,11 +145,30 @@ std::string hf_llama_config_json(const LlamaConfig& l, DType dtype) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// Hugging Face tensors that are row blocks of one loom tensor, one after the other: q, k and v of
+// c_attn (C, kv and kv rows), gate and up of c_fc (F and F).
+using Parts = std::vector<std::pair<std::string, int64_t>>;  // module name, rows
+void add_parts(HfTensorMap& map, const std::string& hf, const Parts& parts,
+               const std::string& suffix, const std::string& loom) {
+  int64_t start = 0;
+  for (const auto& [name, rows] : parts) {
+    map.push_back({hf + name + suffix, loom, false, start, rows});
+    start += rows;
+  }
+}
+
+}  // namespace
+
 // In transformers' state_dict order (embed_tokens, each layer, norm, lm_head), so shards are
 // filled alike.
 HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg, const std::string& model_type) {
   const bool packed = model_type == "phi3";  // Note [Phi-3 as Llama]
   const int64_t C = cfg.dim, kv = cfg.n_kv_heads * (cfg.dim / cfg.n_heads), F = cfg.ffn_hidden;
+  const Parts qkv_parts = {
+      {"self_attn.q_proj", C}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv}};
+  const Parts gate_up_parts = {{"mlp.gate_proj", F}, {"mlp.up_proj", F}};
   HfTensorMap map{{"model.embed_tokens.weight", "embed_tokens.weight"}};
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
@@ -159,23 +178,15 @@ HfTensorMap hf_llama_tensor_map(const LlamaConfig& cfg, const std::string& model
     if (packed) {
       map.push_back({hf + "self_attn.qkv_proj.weight", qkv});
     } else {
-      map.push_back({hf + "self_attn.q_proj.weight", qkv, false, 0, C});
-      map.push_back({hf + "self_attn.k_proj.weight", qkv, false, C, kv});
-      map.push_back({hf + "self_attn.v_proj.weight", qkv, false, C + kv, kv});
+      add_parts(map, hf, qkv_parts, ".weight", qkv);
     }
-    if (cfg.qkv_bias) {  // Qwen2's, in c_attn.bias's rows
-      const std::string b = loom + "attn.c_attn.bias";
-      map.push_back({hf + "self_attn.q_proj.bias", b, false, 0, C});
-      map.push_back({hf + "self_attn.k_proj.bias", b, false, C, kv});
-      map.push_back({hf + "self_attn.v_proj.bias", b, false, C + kv, kv});
-    }
+    if (cfg.qkv_bias) add_parts(map, hf, qkv_parts, ".bias", loom + "attn.c_attn.bias");  // Qwen2
     map.push_back({hf + "self_attn.o_proj.weight", loom + "attn.c_proj.weight"});
     map.push_back({hf + "post_attention_layernorm.weight", loom + "ln_2.weight"});
     if (packed) {
       map.push_back({hf + "mlp.gate_up_proj.weight", gate_up});
     } else {
-      map.push_back({hf + "mlp.gate_proj.weight", gate_up, false, 0, F});
-      map.push_back({hf + "mlp.up_proj.weight", gate_up, false, F, F});
+      add_parts(map, hf, gate_up_parts, ".weight", gate_up);
     }
     map.push_back({hf + "mlp.down_proj.weight", loom + "mlp.c_proj.weight"});
   }

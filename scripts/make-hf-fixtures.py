@@ -121,9 +121,20 @@ def values(model, ids, grad_names):
     return entries, margin
 
 
-def decoder_fixture(name, model, gen, seed, grads, header):
-    """A decoder's folder and values: its random weights rounded to bfloat16 (the arithmetic stays
-    float32), transformers' values on random (2, 12) ids, the folder saved in BF16, <name>.txt."""
+# The sizes every decoder fixture shares (and the tiny Llama preset has): 2 layers, hidden 64,
+# 4 heads, 2 key/value heads, intermediate 128, vocabulary 96, 128 positions, no special ids.
+TINY_DECODER = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                    bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def decoder_fixture(name, make_model, seed, grads, about):
+    """A decoder's folder and values: make_model() after seeding, its random weights rounded to
+    bfloat16 (the arithmetic stays float32), transformers' values on random (2, 12) ids for the
+    gradients named, the folder saved in BF16, <name>.txt headed by its sizes and `about`."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = make_model()
     randomize(model, gen)
     with torch.no_grad():
         for p in model.parameters():
@@ -131,8 +142,10 @@ def decoder_fixture(name, model, gen, seed, grads, header):
     ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=gen)
     entries, margin = values(model, ids, grads)
     save(copy.deepcopy(model).to(torch.bfloat16), name)
+    kind = type(model).__name__.replace("ForCausalLM", "")
     write_values(os.path.join(OUT, name + ".txt"), entries,
-                 f"{header}, bfloat16 weights computed in float32 (seed {seed}); greedy margin "
+                 f"{kind} 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                 f"{about}, bfloat16 weights computed in float32 (seed {seed}); greedy margin "
                  f"{margin:.3g}")
 
 
@@ -159,20 +172,15 @@ def gpt2():
 
 
 def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      rope_theta=500000.0,
+    cfg = LlamaConfig(**TINY_DECODER, rope_theta=500000.0,
                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                     "high_freq_factor": 4.0,
                                     "original_max_position_embeddings": 32},
                       rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False,
-                      mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    grads = ["model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
-             "model.layers.1.input_layernorm.weight", "model.norm.weight"]
-    decoder_fixture("llama", LlamaForCausalLM(cfg), gen, seed, grads,
-                    "Llama 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+                      mlp_bias=False)
+    decoder_fixture("llama", lambda: LlamaForCausalLM(cfg), seed,
+                    ["model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
+                     "model.layers.1.input_layernorm.weight", "model.norm.weight"],
                     "rope_theta 500000, llama3 rope scaling (factor 8, original 32), untied head")
 
 
@@ -212,46 +220,28 @@ def read_ids(path):
 
 
 def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                        max_position_embeddings=128, sliding_window=None, rope_theta=1e6,
-                        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None,
-                        eos_token_id=None, pad_token_id=None)
-    grads = ["model.layers.0.self_attn.v_proj.weight",
-             "model.layers.1.post_attention_layernorm.weight", "lm_head.weight"]
-    decoder_fixture("mistral", MistralForCausalLM(cfg), gen, seed, grads,
-                    "Mistral 2 layers, hidden 64, 4 heads, 2 kv heads, head_dim 16, intermediate "
-                    "128, vocab 96, rope_theta 1e6, no sliding window, untied head")
+    cfg = MistralConfig(**TINY_DECODER, head_dim=16, sliding_window=None, rope_theta=1e6,
+                        rms_norm_eps=1e-5, tie_word_embeddings=False)
+    decoder_fixture("mistral", lambda: MistralForCausalLM(cfg), seed,
+                    ["model.layers.0.self_attn.v_proj.weight",
+                     "model.layers.1.post_attention_layernorm.weight", "lm_head.weight"],
+                    "head_dim 16, rope_theta 1e6, no sliding window, untied head")
 
 
 def phi3(seed=91):
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = Phi3Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                     original_max_position_embeddings=128, sliding_window=None, rope_theta=10000.0,
-                     rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None,
-                     eos_token_id=None, pad_token_id=None)
-    grads = ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"]
-    decoder_fixture("phi3", Phi3ForCausalLM(cfg), gen, seed, grads,
-                    "Phi-3 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+    cfg = Phi3Config(**TINY_DECODER, original_max_position_embeddings=128, sliding_window=None,
+                     rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    decoder_fixture("phi3", lambda: Phi3ForCausalLM(cfg), seed,
+                    ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"],
                     "rope_theta 10000, packed qkv_proj and gate_up_proj, untied head")
 
 
 def qwen2(seed=31):
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                      use_sliding_window=False, bos_token_id=None, eos_token_id=None,
-                      pad_token_id=None)
-    grads = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias",
-             "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.v_proj.weight"]
-    decoder_fixture("qwen2", Qwen2ForCausalLM(cfg), gen, seed, grads,
-                    "Qwen2 2 layers, hidden 64, 4 heads, 2 kv heads, intermediate 128, vocab 96, "
+    cfg = Qwen2Config(**TINY_DECODER, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                      use_sliding_window=False)
+    decoder_fixture("qwen2", lambda: Qwen2ForCausalLM(cfg), seed,
+                    ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias",
+                     "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.v_proj.weight"],
                     "rope_theta 1e6, q/k/v biases, tied head")
 
 
