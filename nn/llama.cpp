@@ -64,17 +64,18 @@ RopeConfig LlamaConfig::rope() const {
 // Where Llama's block differs from GPT-2's (TransformerConfig's default: causal, pre-norm, no
 // dropout): grouped-query attention, no biases, RMSNorm, the SwiGLU MLP, rotary positions.
 TransformerConfig LlamaConfig::block_config() const {
-  return TransformerConfig{.n_embd = dim,
-                           .n_head = n_heads,
-                           .n_kv_head = n_kv_heads,
-                           .bias = false,
-                           .qkv_bias = qkv_bias,
-                           .norm = NormKind::RMSNorm,
-                           .norm_eps = norm_eps,
-                           .mlp = MLPKind::SwiGLU,
-                           .mlp_hidden = ffn_hidden,
-                           .positions = Positions::Rotary,
-                           .rope = rope()};
+  TransformerConfig block{.n_embd = dim,
+                          .n_head = n_heads,
+                          .n_kv_head = n_kv_heads,
+                          .bias = false,
+                          .norm = NormKind::RMSNorm,
+                          .norm_eps = norm_eps,
+                          .mlp = MLPKind::SwiGLU,
+                          .mlp_hidden = ffn_hidden,
+                          .positions = Positions::Rotary,
+                          .rope = rope()};
+  block.qkv_bias = qkv_bias;  // Qwen2's biases on q, k and v (Note [Qwen2 as Llama])
+  return block;
 }
 
 // The shapes the constructor registers, in its order (tests/nn/test_llama.cpp checks that the

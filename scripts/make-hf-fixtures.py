@@ -44,6 +44,7 @@ Run from anywhere, on the CPU, with the packages from PyPI (no network is needed
 """
 import argparse
 import copy
+import functools
 import json
 import os
 import shutil
@@ -128,7 +129,7 @@ TINY_DECODER = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hi
                     bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
-def decoder_fixture(name, make_model, seed, grads, about):
+def decoder_fixture(name, seed, make_model, grads, about):
     """A decoder's folder and values: make_model() after seeding, its random weights rounded to
     bfloat16 (the arithmetic stays float32), transformers' values on random (2, 12) ids for the
     gradients named, the folder saved in BF16, <name>.txt headed by its sizes and `about`."""
@@ -171,17 +172,36 @@ def gpt2():
                  f"(seed 1234); greedy margin {margin:.3g}")
 
 
-def llama(seed=4322):  # 4321 has a greedy step closer than MIN_MARGIN
-    cfg = LlamaConfig(**TINY_DECODER, rope_theta=500000.0,
-                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0,
-                                    "original_max_position_embeddings": 32},
-                      rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False,
-                      mlp_bias=False)
-    decoder_fixture("llama", lambda: LlamaForCausalLM(cfg), seed,
-                    ["model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
-                     "model.layers.1.input_layernorm.weight", "model.norm.weight"],
-                    "rope_theta 500000, llama3 rope scaling (factor 8, original 32), untied head")
+# The decoder fixtures: name -> (seed, the model, the gradients kept, what its header adds). A
+# seed whose greedy generation has a step closer than MIN_MARGIN is skipped (Llama's 4321,
+# Mistral's 777).
+DECODERS = {
+    "llama": (4322, lambda: LlamaForCausalLM(LlamaConfig(
+        **TINY_DECODER, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
+        ["model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
+         "model.layers.1.input_layernorm.weight", "model.norm.weight"],
+        "rope_theta 500000, llama3 rope scaling (factor 8, original 32), untied head"),
+    "mistral": (778, lambda: MistralForCausalLM(MistralConfig(
+        **TINY_DECODER, head_dim=16, sliding_window=None, rope_theta=1e6, rms_norm_eps=1e-5,
+        tie_word_embeddings=False)),
+        ["model.layers.0.self_attn.v_proj.weight",
+         "model.layers.1.post_attention_layernorm.weight", "lm_head.weight"],
+        "head_dim 16, rope_theta 1e6, no sliding window, untied head"),
+    "phi3": (91, lambda: Phi3ForCausalLM(Phi3Config(
+        **TINY_DECODER, original_max_position_embeddings=128, sliding_window=None,
+        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)),
+        ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"],
+        "rope_theta 10000, packed qkv_proj and gate_up_proj, untied head"),
+    "qwen2": (31, lambda: Qwen2ForCausalLM(Qwen2Config(
+        **TINY_DECODER, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        use_sliding_window=False)),
+        ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias",
+         "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.v_proj.weight"],
+        "rope_theta 1e6, q/k/v biases, tied head"),
+}
 
 
 def llama_lora(seed=55):
@@ -217,32 +237,6 @@ def read_ids(path):
     rows, cols = map(int, lines[at].split()[2:4])
     flat = list(map(int, lines[at + 1].split()))
     return [flat[r * cols:(r + 1) * cols] for r in range(rows)]
-
-
-def mistral(seed=778):  # 777 has a greedy step closer than MIN_MARGIN
-    cfg = MistralConfig(**TINY_DECODER, head_dim=16, sliding_window=None, rope_theta=1e6,
-                        rms_norm_eps=1e-5, tie_word_embeddings=False)
-    decoder_fixture("mistral", lambda: MistralForCausalLM(cfg), seed,
-                    ["model.layers.0.self_attn.v_proj.weight",
-                     "model.layers.1.post_attention_layernorm.weight", "lm_head.weight"],
-                    "head_dim 16, rope_theta 1e6, no sliding window, untied head")
-
-
-def phi3(seed=91):
-    cfg = Phi3Config(**TINY_DECODER, original_max_position_embeddings=128, sliding_window=None,
-                     rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
-    decoder_fixture("phi3", lambda: Phi3ForCausalLM(cfg), seed,
-                    ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"],
-                    "rope_theta 10000, packed qkv_proj and gate_up_proj, untied head")
-
-
-def qwen2(seed=31):
-    cfg = Qwen2Config(**TINY_DECODER, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                      use_sliding_window=False)
-    decoder_fixture("qwen2", lambda: Qwen2ForCausalLM(cfg), seed,
-                    ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias",
-                     "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.v_proj.weight"],
-                    "rope_theta 1e6, q/k/v biases, tied head")
 
 
 def bert(seed=2468):
@@ -294,8 +288,10 @@ def bert(seed=2468):
 
 
 def main():
-    makers = {"gpt2": gpt2, "llama": llama, "llama-lora": llama_lora, "mistral": mistral,
-              "phi3": phi3, "qwen2": qwen2, "bert": bert}
+    decoder = {n: functools.partial(decoder_fixture, n, *DECODERS[n]) for n in DECODERS}
+    makers = {"gpt2": gpt2, "llama": decoder["llama"], "llama-lora": llama_lora,
+              "mistral": decoder["mistral"], "phi3": decoder["phi3"], "qwen2": decoder["qwen2"],
+              "bert": bert}
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", choices=sorted(makers), help="remake one model's fixtures")
     args = ap.parse_args()
