@@ -4,9 +4,10 @@
 // encoded by the folder's tokenizer.json with its post-processor (Llama's <s> in front), the new
 // tokens drawn with the KV cache (temperature, top-k, top-p; --temperature 0 is greedy), stopping
 // at generation_config.json's eos_token_id, the prompt and the new text printed, and the speed on
-// stderr. --adapter merges a PEFT LoRA adapter into the model first (nn/lora_peft.h). Leaves out:
-// chat templates (tokenizer_config.json's Jinja: write the chat markup into the prompt yourself),
-// batches of prompts, beam search and repetition penalties.
+// stderr. --adapter merges a PEFT LoRA adapter into the model first (nn/lora_peft.h);
+// --cuda-graph decodes through a preallocated cache, each step one graph replay on a GPU. Leaves
+// out: chat templates (tokenizer_config.json's Jinja: write the chat markup into the prompt
+// yourself), batches of prompts, beam search and repetition penalties.
 //
 //   ./build/examples/generate --model TinyLlama-1.1B-Chat-v1.0/ --prompt "The capital of France is"
 //   ./build/examples/generate --model Qwen2.5-0.5B/ --dtype bfloat16 --temperature 0
@@ -127,6 +128,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu, cuda or cuda:N (default: cuda if present)");
   app.add_option("--dtype", f.dtype, "the weights' dtype on the device")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_flag("--cuda-graph", f.sampling.cuda_graph,
+               "a preallocated KV cache, each decode step replayed as a CUDA graph on a GPU "
+               "(nn/graph_decode.h; on the CPU the same step runs eagerly)");
   app.add_flag("--no-template", f.no_template, "no post-processor (no <s> in front)");
   app.add_flag("--print-ids", f.print_ids, "also print the new tokens' ids");
   CLI11_PARSE(app, argc, argv);

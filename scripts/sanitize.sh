@@ -29,9 +29,9 @@ export CC=clang CXX=clang++
 # ASan + UBSan: every CPU test binary (no CUDA), plus the fuzz harnesses.
 ASAN_TARGETS=${ASAN_TARGETS:-"test_core test_kernels test_autograd test_nn test_data test_distributed
   test_train test_examples test_launcher dist_tool ddp_tool launch_worker_tool loomrun train_mlp
-  train_cnn safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz
+  train_cnn safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz tokenizer_fuzz
   safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay store_protocol_fuzz_replay
-  flags_fuzz_replay"}
+  flags_fuzz_replay tokenizer_fuzz_replay"}
 # Everything but the Python interop tests and the lint (no C++ under test there), and the
 # binaries not built here (test_cuda: the CPU-only build has no CUDA code to check).
 ASAN_TESTS=${ASAN_TESTS:-"."}
@@ -129,9 +129,9 @@ if [ "$what" = ci ]; then
   # harnesses with their replays.
   ASAN_TARGETS="test_core test_kernels test_autograd test_nn test_data test_train test_distributed
     test_examples test_launcher dist_tool ddp_tool launch_worker_tool loomrun train_mlp
-    safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz
+    safetensors_fuzz checkpoint_fuzz idx_fuzz store_protocol_fuzz flags_fuzz tokenizer_fuzz
     safetensors_fuzz_replay checkpoint_fuzz_replay idx_fuzz_replay store_protocol_fuzz_replay
-    flags_fuzz_replay"
+    flags_fuzz_replay tokenizer_fuzz_replay"
   ASAN_TESTS="^fuzz_"     # the fuzz short runs and replays through ctest, and these binaries whole
   # The longest first (CI, 2026-12-02: test_examples 59 s, test_distributed 35 s, test_kernels and
   # test_launcher 21 s, the rest 2-12 s), so that two at a time finish together.

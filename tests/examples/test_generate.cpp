@@ -41,17 +41,21 @@ std::string generate(const std::string& args) {
 
 }  // namespace
 
+// Also through the static cache and graph step of --cuda-graph (run eagerly on the CPU).
 TEST(Generate, GreedyIdsFromHuggingFaceFoldersAreTransformers) {
-  for (const char* name : {"llama", "mistral", "qwen2", "phi3"}) {
-    SCOPED_TRACE(name);
-    const test::GoldenFile g = test::read_golden_file(test::hf_fixture(std::string(name) + ".txt"));
-    const std::string want = ids_text(g, "generated");
-    auto r = run_command(generate("--model " + test::hf_fixture(name) + " --prompt-ids \"" +
-                                  ids_text(g, "prompt") + "\" --temperature 0 --max-new-tokens " +
-                                  std::to_string(test::int_list(g.at("generated")).size())));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(r.output.substr(0, r.output.find('\n')), want) << r.output;
-  }
+  for (const char* name : {"llama", "mistral", "qwen2", "phi3"})
+    for (const char* graph : {"", " --cuda-graph"}) {
+      SCOPED_TRACE(std::string(name) + graph);
+      const test::GoldenFile g =
+          test::read_golden_file(test::hf_fixture(std::string(name) + ".txt"));
+      const std::string want = ids_text(g, "generated");
+      auto r =
+          run_command(generate("--model " + test::hf_fixture(name) + " --prompt-ids \"" +
+                               ids_text(g, "prompt") + "\" --temperature 0 --max-new-tokens " +
+                               std::to_string(test::int_list(g.at("generated")).size()) + graph));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_EQ(r.output.substr(0, r.output.find('\n')), want) << r.output;
+    }
 }
 
 // --adapter merges PEFT's adapter (the llama-lora fixture PEFT made): the first greedy token after
