@@ -8,7 +8,6 @@
 #include <map>
 
 #include "autograd/ops/ops.h"
-#include "nn/gpt_sample.h"
 #include "nn/hf_llama.h"
 #include "support/errors.h"
 #include "support/golden_file.h"
@@ -18,21 +17,14 @@
 
 using namespace loom;
 using namespace loom::nn;
-using loom::test::hf_fixture;
-using loom::test::int_list;
-using loom::test::read_bytes;
-using loom::test::relative_error;
-using loom::test::shifted_targets;
-using loom::test::TempDir;
+using namespace loom::test;
 
 namespace {
 
-const test::GoldenFile& expected() {
-  static const test::GoldenFile g = test::read_golden_file(hf_fixture("qwen2.txt"));
+const GoldenFile& expected() {
+  static const GoldenFile g = read_golden_file(hf_fixture("qwen2.txt"));
   return g;
 }
-
-constexpr double kLogitsTol = 1e-5, kGradTol = 1e-4;
 
 Tensor ids() { return expected().at("ids").to(kI64); }
 
@@ -54,13 +46,7 @@ TEST(HfLlamaQwen2, ConfigReadsAsALlamaWithQkvBiases) {
 
 TEST(HfLlamaQwen2, LogitsLossAndGradientsMatchTransformers) {
   auto model = load_hf_llama(hf_fixture("qwen2"));
-  model->eval();
-  Tensor logits = model->forward(ids());
-  ASSERT_EQ(logits.shape(), expected().at("logits").shape());
-  EXPECT_LT(relative_error(logits, expected().at("logits")), kLogitsTol);
-  Tensor loss = model->loss(ids(), shifted_targets(ids()));
-  EXPECT_LT(relative_error(loss, expected().at("loss")), kLogitsTol);
-  loss.backward();
+  expect_logits_loss_and_backward(*model, expected());
   std::map<std::string, Tensor> p;
   for (const auto& [n, t] : model->named_parameters()) p[n] = t;
   const int64_t C = 64, kv = 32;  // c_attn's rows: q [0, C), k [C, C + kv), v [C + kv, C + 2 kv)
@@ -73,15 +59,11 @@ TEST(HfLlamaQwen2, LogitsLossAndGradientsMatchTransformers) {
       {"model.layers.1.self_attn.v_proj.weight",
        slice(p.at("layers.1.attn.c_attn.weight").grad(), 0, C + kv, C + 2 * kv)}};
   for (const auto& [name, g] : grads)
-    EXPECT_LT(relative_error(g, expected().at("grad." + name)), kGradTol) << name;
+    EXPECT_LT(relative_error(g, expected().at("grad." + name)), kHfGradTol) << name;
 }
 
 TEST(HfLlamaQwen2, GreedyGenerationMatchesTransformers) {
-  auto model = load_hf_llama(hf_fixture("qwen2"));
-  std::vector<int64_t> prompt = int_list(expected().at("prompt"));
-  std::vector<int64_t> want = int_list(expected().at("generated"));
-  SampleOptions o{.max_new_tokens = int64_t(want.size()), .temperature = 0.0};
-  EXPECT_EQ(generate(*model, prompt, o), want);
+  expect_greedy_ids(*load_hf_llama(hf_fixture("qwen2")), expected());
 }
 
 // Saving in bfloat16 writes transformers' bytes and a config transformers reads as a Qwen2;
@@ -110,25 +92,19 @@ TEST(HfLlamaQwen2, InitFromAQwen2FolderMakesALlamaWithBiases) {
   ASSERT_NE(llama, nullptr);
   EXPECT_TRUE(llama->config.qkv_bias);
   llama->eval();
-  EXPECT_LT(relative_error(llama->forward(ids()), expected().at("logits")), kLogitsTol);
+  EXPECT_LT(relative_error(llama->forward(ids()), expected().at("logits")), kHfLogitsTol);
 }
 
 // use_sliding_window true caps the context at the window, as Mistral's; the logits inside it are
 // unchanged (the first 8 positions of the fixture's).
 TEST(HfLlamaQwen2, AWindowInUseCapsTheContext) {
   TempDir dir("loom_hf_qwen2_window");
-  std::string text = read_bytes(hf_fixture("qwen2/config.json"));
-  for (auto [from, to] :
-       {std::pair<std::string, std::string>{"\"sliding_window\": null", "\"sliding_window\": 8"},
-        {"\"use_sliding_window\": false", "\"use_sliding_window\": true"}}) {
-    ASSERT_NE(text.find(from), std::string::npos) << from;
-    text.replace(text.find(from), from.size(), to);
-  }
-  test::write_bytes(dir.file("config.json"), text);
-  std::filesystem::copy_file(hf_fixture("qwen2/model.safetensors"), dir.file("model.safetensors"));
+  copy_fixture_with("qwen2", dir.path,
+                    {{"\"sliding_window\": null", "\"sliding_window\": 8"},
+                     {"\"use_sliding_window\": false", "\"use_sliding_window\": true"}});
   auto model = load_hf_llama(dir.path);
   EXPECT_EQ(model->config.max_seq_len, 8);
   EXPECT_LT(relative_error(model->forward(slice(ids(), 1, 0, 8)),
                            slice(expected().at("logits"), 1, 0, 8)),
-            kLogitsTol);
+            kHfLogitsTol);
 }

@@ -1,8 +1,9 @@
 // Helpers for the tests against Hugging Face transformers' fixtures (tests/nn/golden/hf/, made by
 // scripts/make-hf-fixtures.py): a fixture's path, the scale-relative error the parity tolerances
-// bound, the labels transformers computes its loss with, and id lists. Leaves out: reading the
-// values (tests/support/golden_file.h) and the tolerances (Note [HF parity tolerances] in
-// tests/nn/test_hf_gpt2.cpp has them and their reasons).
+// bound, the labels transformers computes its loss with, id lists, and the checks every decoder
+// fixture gets (logits and loss, greedy ids, a copy with one config field changed). Leaves out:
+// reading the values (tests/support/golden_file.h) and the reasons for the tolerances (Note [HF
+// parity tolerances] in tests/nn/test_hf_gpt2.cpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,12 +11,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/ops.h"
+#include "nn/decoder_lm.h"
+#include "nn/gpt_sample.h"
 #include "support/golden_file.h"
+#include "support/temp_files.h"
 
 namespace loom::test {
 
@@ -50,6 +55,42 @@ inline std::vector<int64_t> int_list(const Tensor& t) {
   std::vector<int64_t> out;
   for (double v : t.to_vector<double>()) out.push_back(int64_t(v));
   return out;
+}
+
+// Note [HF parity tolerances]'s float32 bounds: logits and loss, gradients.
+constexpr double kHfLogitsTol = 1e-5, kHfGradTol = 1e-4;
+
+// A decoder fixture `g`: the model's logits (eval mode) and loss on g's ids within kHfLogitsTol
+// of transformers', then the loss's backward, leaving the gradients for the caller to compare.
+inline void expect_logits_loss_and_backward(nn::DecoderLM& model, const GoldenFile& g) {
+  model.eval();
+  const Tensor ids = g.at("ids").to(kI64);
+  const Tensor logits = model.forward(ids);
+  ASSERT_EQ(logits.shape(), g.at("logits").shape());
+  EXPECT_LT(relative_error(logits, g.at("logits")), kHfLogitsTol);
+  Tensor loss = model.loss(ids, shifted_targets(ids));
+  EXPECT_LT(relative_error(loss, g.at("loss")), kHfLogitsTol);
+  loss.backward();
+}
+
+// Greedy generation from g's prompt gives transformers' ids.
+inline void expect_greedy_ids(nn::CausalLM& model, const GoldenFile& g) {
+  const std::vector<int64_t> want = int_list(g.at("generated"));
+  nn::SampleOptions o{.max_new_tokens = int64_t(want.size()), .temperature = 0.0};
+  EXPECT_EQ(nn::generate(model, int_list(g.at("prompt")), o), want);
+}
+
+// Fixture folder `name` copied into `dir` (config.json and model.safetensors), each `from` of the
+// config replaced by its `to`.
+inline void copy_fixture_with(const std::string& name, const std::string& dir,
+                              const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::string config = read_bytes(hf_fixture(name + "/config.json"));
+  for (const auto& [from, to] : edits) {
+    ASSERT_NE(config.find(from), std::string::npos) << from;
+    config.replace(config.find(from), from.size(), to);
+  }
+  write_bytes(dir + "/config.json", config);
+  std::filesystem::copy_file(hf_fixture(name + "/model.safetensors"), dir + "/model.safetensors");
 }
 
 }  // namespace loom::test
