@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/bpe_tokenizer.h"
+#include "support/tokenizer_fixtures.h"
 
 using namespace loom::data;
 using json = nlohmann::json;
@@ -28,22 +29,12 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fixture_dir() {
-  const char* src = std::getenv("LOOM_SOURCE_DIR");
-  return std::string(src && *src ? src : ".") + "/tests/data/tokenizers/";
-}
-
-json load_fixtures() {
-  std::ifstream in(fixture_dir() + "fixtures.json");
-  EXPECT_TRUE(in.good()) << "no " << fixture_dir() << "fixtures.json (set LOOM_SOURCE_DIR)";
-  return in.good() ? json::parse(in) : json::object();
-}
-
 // The suite's tokenizer: a tokenizer.json, or the rank file with the preset's regex (and its
 // special tokens unless the suite was made without them).
 BpeTokenizer suite_tokenizer(const json& suite, const std::string& rank_file) {
   const std::string file = suite["file"];
-  if (file.ends_with(".json")) return BpeTokenizer::from_hf_json(fixture_dir() + file);
+  if (file.ends_with(".json"))
+    return BpeTokenizer::from_hf_json(loom::test::tokenizer_fixture() + file);
   const BpePreset preset = parse_bpe_preset(suite["preset"].get<std::string>());
   if (suite["special"] != "none") return BpeTokenizer::from_tiktoken(rank_file, preset);
   TiktokenFormat f = bpe_preset_format(preset, 0);
@@ -95,13 +86,13 @@ int check_suites(const json& fx, const std::string& rank_file) {
 }  // namespace
 
 TEST(BpeTokenizerInterop, TiktokenSuitesOnTheCommittedSubset) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
-  EXPECT_EQ(check_suites(fx, fixture_dir() + "cl100k_subset.tiktoken"), 5 * 2);
+  EXPECT_EQ(check_suites(fx, loom::test::tokenizer_fixture() + "cl100k_subset.tiktoken"), 5 * 2);
 }
 
 TEST(BpeTokenizerInterop, HuggingFaceTokenizerJsonSuites) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   EXPECT_EQ(check_suites(fx, ""), 3 * 2);
 }
@@ -110,13 +101,13 @@ TEST(BpeTokenizerInterop, TiktokenSuitesOnTheWholeCl100kFile) {
 #ifdef LOOM_CL100K_TIKTOKEN
   const std::string whole = LOOM_CL100K_TIKTOKEN;
   if (!std::filesystem::exists(whole)) GTEST_SKIP() << whole << " is gone (re-run cmake)";
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   EXPECT_EQ(check_suites(fx, whole), 5 * 2);
   // The subset is the whole file's tokens at their ranks.
   const BpeTokenizer all = BpeTokenizer::from_tiktoken(whole, BpePreset::kCl100k);
-  const BpeTokenizer sub =
-      BpeTokenizer::from_tiktoken(fixture_dir() + "cl100k_subset.tiktoken", BpePreset::kCl100k);
+  const BpeTokenizer sub = BpeTokenizer::from_tiktoken(
+      loom::test::tokenizer_fixture() + "cl100k_subset.tiktoken", BpePreset::kCl100k);
   EXPECT_EQ(all.vocab_size(), 100277);  // tiktoken's n_vocab
   ASSERT_EQ(sub.vocab_size(), all.vocab_size());
   int64_t kept = 0;
@@ -133,10 +124,10 @@ TEST(BpeTokenizerInterop, TiktokenSuitesOnTheWholeCl100kFile) {
 
 // tiktoken's decode_bytes of ids whose bytes cut a character: the bytes as they are.
 TEST(BpeTokenizerInterop, DecodeOfSlicesThatCutCharacters) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("fixtures.json");
   ASSERT_TRUE(fx.contains("cl100k_decode"));
-  const BpeTokenizer tok =
-      BpeTokenizer::from_tiktoken(fixture_dir() + "cl100k_subset.tiktoken", BpePreset::kCl100k);
+  const BpeTokenizer tok = BpeTokenizer::from_tiktoken(
+      loom::test::tokenizer_fixture() + "cl100k_subset.tiktoken", BpePreset::kCl100k);
   for (const json& c : fx["cl100k_decode"]) {
     const std::string hex = c["hex"];
     std::string want;

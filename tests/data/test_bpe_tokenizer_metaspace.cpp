@@ -14,6 +14,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "support/errors.h"
+#include "support/tokenizer_fixtures.h"
 
 using namespace loom;
 using namespace loom::data;
@@ -21,30 +22,18 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fixture_dir() {
-  const char* src = std::getenv("LOOM_SOURCE_DIR");
-  return std::string(src && *src ? src : ".") + "/tests/data/tokenizers/";
-}
-
-json load_fixtures() {
-  std::ifstream in(fixture_dir() + "sentencepiece_fixtures.json");
-  EXPECT_TRUE(in.good()) << "no sentencepiece_fixtures.json in " << fixture_dir()
-                         << " (set LOOM_SOURCE_DIR)";
-  return in.good() ? json::parse(in) : json::object();
-}
-
 std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
 
 }  // namespace
 
 TEST(BpeTokenizerMetaspace, IdsEqualHuggingFaceTokenizers) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("sentencepiece_fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   ASSERT_EQ(fx["suites"].size(), 4u);
   for (const json& suite : fx["suites"]) {
     SCOPED_TRACE(suite["file"].get<std::string>());
-    const BpeTokenizer tok =
-        BpeTokenizer::from_hf_json(fixture_dir() + suite["file"].get<std::string>());
+    const BpeTokenizer tok = BpeTokenizer::from_hf_json(loom::test::tokenizer_fixture() +
+                                                        suite["file"].get<std::string>());
     for (const auto& [name, want] : suite["ids"].items()) {
       SCOPED_TRACE(name);
       const std::string text = fx["texts"][name];
@@ -54,12 +43,12 @@ TEST(BpeTokenizerMetaspace, IdsEqualHuggingFaceTokenizers) {
 }
 
 TEST(BpeTokenizerMetaspace, DecodeEqualsHuggingFaceTokenizers) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("sentencepiece_fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   for (const json& suite : fx["suites"]) {
     SCOPED_TRACE(suite["file"].get<std::string>());
-    const BpeTokenizer tok =
-        BpeTokenizer::from_hf_json(fixture_dir() + suite["file"].get<std::string>());
+    const BpeTokenizer tok = BpeTokenizer::from_hf_json(loom::test::tokenizer_fixture() +
+                                                        suite["file"].get<std::string>());
     for (const auto& [name, ids] : suite["ids"].items()) {
       SCOPED_TRACE(name);
       EXPECT_EQ(tok.decode(ids_of(ids)), suite["decoded"][name].get<std::string>());
@@ -68,11 +57,12 @@ TEST(BpeTokenizerMetaspace, DecodeEqualsHuggingFaceTokenizers) {
 }
 
 TEST(BpeTokenizerMetaspace, PostProcessEqualsEncodeWithSpecialTokens) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("sentencepiece_fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   for (const json& suite : fx["suites"]) {
     SCOPED_TRACE(suite["file"].get<std::string>());
-    const auto tok = load_tokenizer(fixture_dir() + suite["file"].get<std::string>());
+    const auto tok =
+        load_tokenizer(loom::test::tokenizer_fixture() + suite["file"].get<std::string>());
     for (const auto& [name, want] : suite["with_template"].items()) {
       SCOPED_TRACE(name);
       const std::string text = fx["texts"][name];

@@ -13,6 +13,7 @@
 #include "data/hf_tokenizer_json.h"
 #include "support/errors.h"
 #include "support/temp_files.h"
+#include "support/tokenizer_fixtures.h"
 
 using namespace loom;
 using namespace loom::data;
@@ -20,11 +21,6 @@ using json = nlohmann::json;
 using loom::test::TempDir;
 
 namespace {
-
-std::string fixture(const std::string& name) {
-  const char* src = std::getenv("LOOM_SOURCE_DIR");
-  return std::string(src && *src ? src : ".") + "/tests/data/tokenizers/" + name;
-}
 
 // A small valid tokenizer.json: the 256 byte characters, "Ġt" and "Ġth", one added token.
 json small_tokenizer() {
@@ -88,7 +84,7 @@ TEST(HfTokenizerJson, ByteToCharacterMap) {
 }
 
 TEST(HfTokenizerJson, TheCommittedFilesReadAsTheirSettingsSay) {
-  const BpeModel kjv = read_hf_tokenizer_json(fixture("kjv_bpe.json"));
+  const BpeModel kjv = read_hf_tokenizer_json(loom::test::tokenizer_fixture("kjv_bpe.json"));
   EXPECT_EQ(kjv.pattern, kGpt2Pattern);
   EXPECT_FALSE(kjv.whole_piece_first);
   EXPECT_EQ(kjv.tokens.size(), 1000u);
@@ -96,7 +92,7 @@ TEST(HfTokenizerJson, TheCommittedFilesReadAsTheirSettingsSay) {
   EXPECT_EQ(kjv.specials.size(), 4u);
   EXPECT_EQ(kjv.specials[2], (std::pair<std::string, int32_t>{"<|begin_of_text|>", 1000}));
   EXPECT_EQ(kjv.merges.size(), 742u);
-  const BpeModel llama = read_hf_tokenizer_json(fixture("llama3_style.json"));
+  const BpeModel llama = read_hf_tokenizer_json(loom::test::tokenizer_fixture("llama3_style.json"));
   EXPECT_EQ(llama.pattern, std::string(bpe_preset_format(BpePreset::kLlama3, 0).pattern));
   EXPECT_TRUE(llama.whole_piece_first);
 }

@@ -12,6 +12,7 @@
 #include "data/hf_tokenizer_json.h"
 #include "support/errors.h"
 #include "support/temp_files.h"
+#include "support/tokenizer_fixtures.h"
 
 using namespace loom;
 using namespace loom::data;
@@ -20,11 +21,6 @@ using loom::test::TempDir;
 using P = Metaspace::Prepend;
 
 namespace {
-
-std::string fixture(const std::string& name) {
-  const char* src = std::getenv("LOOM_SOURCE_DIR");
-  return std::string(src && *src ? src : ".") + "/tests/data/tokenizers/" + name;
-}
 
 // Llama 2's layout, small: <unk> <s> </s>, ▁, a, ▁a.
 json small_llama2() {
@@ -72,7 +68,7 @@ json metaspace_pre(const char* scheme) {
 }  // namespace
 
 TEST(HfTokenizerJsonSentencePiece, TheCommittedFilesReadAsTheirSettingsSay) {
-  const BpeModel l2 = read_hf_tokenizer_json(fixture("llama2_style.json"));
+  const BpeModel l2 = read_hf_tokenizer_json(loom::test::tokenizer_fixture("llama2_style.json"));
   ASSERT_TRUE(l2.metaspace.has_value());
   EXPECT_TRUE(l2.pattern.empty());
   EXPECT_EQ(l2.tokens[3], "<0x00>");
@@ -85,18 +81,21 @@ TEST(HfTokenizerJsonSentencePiece, TheCommittedFilesReadAsTheirSettingsSay) {
   EXPECT_EQ(a.strip_leading, 1);
   EXPECT_EQ(l2.single.before, (std::vector<int32_t>{1}));
   EXPECT_TRUE(l2.single.after.empty());
-  const BpeModel meta = read_hf_tokenizer_json(fixture("metaspace_style.json"));
+  const BpeModel meta =
+      read_hf_tokenizer_json(loom::test::tokenizer_fixture("metaspace_style.json"));
   EXPECT_EQ(meta.metaspace->prepend, P::kFirst);
   EXPECT_EQ(meta.single.after, (std::vector<int32_t>{2}));
-  const BpeModel unk = read_hf_tokenizer_json(fixture("metaspace_unk.json"));
+  const BpeModel unk = read_hf_tokenizer_json(loom::test::tokenizer_fixture("metaspace_unk.json"));
   EXPECT_EQ(unk.metaspace->prepend, P::kAlways);
   EXPECT_TRUE(unk.metaspace->split && unk.metaspace->first_token_unmarked);
   EXPECT_FALSE(unk.metaspace->byte_fallback || unk.metaspace->decode_byte_fallback);
   EXPECT_EQ(unk.metaspace->strip_leading, 0);
-  const BpeModel never = read_hf_tokenizer_json(fixture("metaspace_unk_never.json"));
+  const BpeModel never =
+      read_hf_tokenizer_json(loom::test::tokenizer_fixture("metaspace_unk_never.json"));
   EXPECT_EQ(never.metaspace->prepend, P::kNever);
   EXPECT_FALSE(never.metaspace->fuse_unk || never.metaspace->first_token_unmarked);
-  EXPECT_FALSE(read_hf_tokenizer_json(fixture("kjv_bpe.json")).metaspace.has_value());
+  EXPECT_FALSE(
+      read_hf_tokenizer_json(loom::test::tokenizer_fixture("kjv_bpe.json")).metaspace.has_value());
 }
 
 TEST(HfTokenizerJsonSentencePiece, PostProcessorsReadIntoATemplate) {

@@ -12,6 +12,7 @@
 #include "data/tokenizer.h"
 #include "data/wordpiece.h"
 #include "data/wordpiece_files.h"
+#include "support/tokenizer_fixtures.h"
 
 using namespace loom::data;
 using json = nlohmann::json;
@@ -31,21 +32,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fixture_dir() {
-  const char* src = std::getenv("LOOM_SOURCE_DIR");
-  return std::string(src && *src ? src : ".") + "/tests/data/tokenizers/";
-}
-
-json load_fixtures() {
-  std::ifstream in(fixture_dir() + "wordpiece_fixtures.json");
-  EXPECT_TRUE(in.good()) << "no " << fixture_dir()
-                         << "wordpiece_fixtures.json (set LOOM_SOURCE_DIR)";
-  return in.good() ? json::parse(in) : json::object();
-}
-
 // The suite's tokenizer: its file, with the suite's normalizer options over the file's.
 WordPieceTokenizer suite_tokenizer(const json& suite) {
-  const std::string file = fixture_dir() + suite["file"].get<std::string>();
+  const std::string file = loom::test::tokenizer_fixture() + suite["file"].get<std::string>();
   if (file.ends_with(".txt")) return WordPieceTokenizer::from_vocab_txt(file);
   WordPieceModel m = read_hf_wordpiece_json(file);
   if (suite.contains("options")) {
@@ -74,7 +63,7 @@ std::string difference(const std::vector<int32_t>& got, const std::vector<int32_
 }  // namespace
 
 TEST(WordPieceInterop, IdsEqualTokenizersForEverySuiteAndText) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("wordpiece_fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   int checked = 0;
   for (const json& suite : fx["suites"]) {
@@ -91,12 +80,12 @@ TEST(WordPieceInterop, IdsEqualTokenizersForEverySuiteAndText) {
 }
 
 TEST(WordPieceInterop, LoadTokenizerReadsBothFilesAsWordPiece) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("wordpiece_fixtures.json");
   ASSERT_TRUE(fx.contains("suites"));
   const std::vector<int32_t> want = fx["suites"][0]["ids"]["kjv"];
   for (const char* file : {"kjv_wordpiece.json", "kjv_wordpiece_vocab.txt"}) {
     SCOPED_TRACE(file);
-    std::unique_ptr<Tokenizer> tok = load_tokenizer(fixture_dir() + file);
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(loom::test::tokenizer_fixture() + file);
     ASSERT_NE(dynamic_cast<WordPieceTokenizer*>(tok.get()), nullptr);
     EXPECT_EQ(difference(tok->encode(fx["texts"]["kjv"].get<std::string>()), want), "");
     EXPECT_EQ(tok->vocab_size(), 3000);
@@ -105,10 +94,10 @@ TEST(WordPieceInterop, LoadTokenizerReadsBothFilesAsWordPiece) {
 }
 
 TEST(WordPieceInterop, PairsAndTruncationWithTokenTypes) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("wordpiece_fixtures.json");
   ASSERT_TRUE(fx.contains("pairs"));
   const WordPieceTokenizer tok =
-      WordPieceTokenizer::from_hf_json(fixture_dir() + "kjv_wordpiece.json");
+      WordPieceTokenizer::from_hf_json(loom::test::tokenizer_fixture() + "kjv_wordpiece.json");
   int pairs = 0;
   for (const json& p : fx["pairs"]) {
     const int64_t max_length = p["max_length"];
@@ -125,10 +114,10 @@ TEST(WordPieceInterop, PairsAndTruncationWithTokenTypes) {
 }
 
 TEST(WordPieceInterop, DecodeAsTheWordPieceDecoder) {
-  const json fx = load_fixtures();
+  const json fx = loom::test::read_tokenizer_fixtures("wordpiece_fixtures.json");
   ASSERT_TRUE(fx.contains("decode"));
   const WordPieceTokenizer tok =
-      WordPieceTokenizer::from_hf_json(fixture_dir() + "kjv_wordpiece.json");
+      WordPieceTokenizer::from_hf_json(loom::test::tokenizer_fixture() + "kjv_wordpiece.json");
   for (const json& d : fx["decode"]) {
     const std::vector<int32_t> ids =
         d.contains("ids") ? d["ids"].get<std::vector<int32_t>>()
